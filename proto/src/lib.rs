@@ -1,0 +1,27 @@
+//! The wire contract of seqsvr-rs (gRPC package `seqsvr.v1`) and the domain
+//! newtypes every crate shares.
+//!
+//! - [`pb`]: generated messages and services: data plane (`AllocService`),
+//!   control plane (`StoreService`), Raft peers (`RaftService`), operators
+//!   (`AdminService`).
+//! - [`types`]: `Uid`, `SectionId`, `Epoch`, `NodeId`, `Incarnation` so that
+//!   values that look alike cannot be swapped by mistake.
+//! - [`routes`]: a validated route table with uid → owner lookup.
+//!
+//! Deliberately left out: any IO. Clients, servers and retries live in the
+//! crates that need them.
+
+pub mod routes;
+pub mod types;
+
+/// Generated protobuf messages and gRPC stubs of `seqsvr.v1`.
+pub mod pb {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("seqsvr.v1");
+}
+
+/// Encoded file descriptor set, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("seqsvr_v1_descriptor");
+
+pub use routes::{RouteError, Routes};
+pub use types::{Epoch, Incarnation, NodeId, SectionId, Uid};
