@@ -1,1 +1,3 @@
-//! placeholder
+//! Client library of seqsvr-rs (being written).
+
+pub mod store;

@@ -50,16 +50,27 @@ impl Routes {
         let mut expected = 0;
         for (index, e) in table.entries.iter().enumerate() {
             if e.section_end <= e.section_begin {
-                return Err(RouteError::EmptyEntry { index, begin: e.section_begin, end: e.section_end });
+                return Err(RouteError::EmptyEntry {
+                    index,
+                    begin: e.section_begin,
+                    end: e.section_end,
+                });
             }
             if e.section_begin != expected {
-                return Err(RouteError::NotContiguous { index, begin: e.section_begin, expected });
+                return Err(RouteError::NotContiguous {
+                    index,
+                    begin: e.section_begin,
+                    expected,
+                });
             }
             expected = e.section_end;
         }
         let total = section_count(table.uid_limit, table.section_size);
         if expected != total {
-            return Err(RouteError::Incomplete { end: expected, expected: total });
+            return Err(RouteError::Incomplete {
+                end: expected,
+                expected: total,
+            });
         }
         Ok(Self { table })
     }
@@ -120,7 +131,12 @@ mod tests {
     }
 
     fn table(entries: Vec<pb::RouteEntry>) -> pb::RouteTable {
-        pb::RouteTable { version: 7, section_size: 100, uid_limit: 1_000, entries }
+        pb::RouteTable {
+            version: 7,
+            section_size: 100,
+            uid_limit: 1_000,
+            entries,
+        }
     }
 
     #[test]
@@ -143,8 +159,20 @@ mod tests {
             (table(vec![entry(0, 4, 1, "a")]), "incomplete"),
             (table(vec![entry(0, 0, 1, "a"), entry(0, 10, 2, "b")]), "empty"),
             (table(vec![]), "no entries"),
-            (pb::RouteTable { section_size: 0, ..table(vec![entry(0, 10, 1, "a")]) }, "zero size"),
-            (pb::RouteTable { uid_limit: 0, ..table(vec![entry(0, 10, 1, "a")]) }, "zero limit"),
+            (
+                pb::RouteTable {
+                    section_size: 0,
+                    ..table(vec![entry(0, 10, 1, "a")])
+                },
+                "zero size",
+            ),
+            (
+                pb::RouteTable {
+                    uid_limit: 0,
+                    ..table(vec![entry(0, 10, 1, "a")])
+                },
+                "zero limit",
+            ),
         ];
         for (t, what) in cases {
             assert!(Routes::new(t).is_err(), "{what} accepted");

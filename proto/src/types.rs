@@ -75,7 +75,12 @@ mod tests {
 
     #[test]
     fn uid_maps_to_section_and_offset() {
-        let cases = [(0, 100, 0, 0), (99, 100, 0, 99), (100, 100, 1, 0), (12_345, 1_000, 12, 345)];
+        let cases = [
+            (0, 100, 0, 0),
+            (99, 100, 0, 99),
+            (100, 100, 1, 0),
+            (12_345, 1_000, 12, 345),
+        ];
         for (uid, size, section, offset) in cases {
             assert_eq!(Uid(uid).section(size), SectionId(section));
             assert_eq!(Uid(uid).offset(size), offset);

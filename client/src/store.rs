@@ -1,0 +1,1 @@
+//! StoreService client that follows leader hints (being written).
