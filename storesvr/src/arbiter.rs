@@ -1,0 +1,304 @@
+//! The arbiter: which live AllocSvr should own which sections.
+//!
+//! It runs on the Raft leader only. Liveness is in-memory: the time of each
+//! incarnation's last renewal as seen by this leader. A new leader trusts no
+//! liveness data from the old one: it starts every incarnation's clock at the
+//! moment it became leader, so nobody is declared dead before one full
+//! detection interval has passed under the new leader.
+//!
+//! The decisions are pure ([`alive`], [`plan`]): given the state, the live
+//! set and the section count they return what to do. Sections move only in
+//! whole contiguous runs, balanced over the live incarnations ordered by node
+//! id (so a restarted node gets its old range back):
+//! - an unowned section goes to its desired owner (no lease wait if it was
+//!   released or never owned);
+//! - a section of a dead, expired or superseded owner is taken (forced move:
+//!   the new owner waits out a lease, DESIGN.md §4 rule 4);
+//! - a section of a live owner that should move is a planned move: the owner
+//!   is asked (in its renewal reply) to hand it over, releases it, and the
+//!   next tick assigns it with no wait.
+//!
+//! Safety (P4) never depends on this module: fencing is the epoch, and the
+//! lease wait is enforced by the new owner.
+//!
+//! Left out: weighting nodes by capacity or load.
+
+use crate::state::{Command, Move, SetState};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// What the arbiter wants written.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub expire: Vec<u64>,
+    pub moves: Vec<Move>,
+    /// Sections each live owner should hand over (planned moves).
+    pub handover: BTreeMap<u64, Vec<(u64, u64)>>,
+}
+
+impl Plan {
+    pub fn command(&self) -> Option<Command> {
+        (!self.expire.is_empty() || !self.moves.is_empty()).then(|| Command::Assign {
+            expire: self.expire.clone(),
+            moves: self.moves.clone(),
+        })
+    }
+}
+
+/// Liveness as seen by this leader.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    leader_since: Option<Instant>,
+    last_renew: HashMap<u64, Instant>,
+}
+
+impl Liveness {
+    /// Called when this node becomes leader: forget everything heard before.
+    pub fn become_leader(&mut self, now: Instant) {
+        self.leader_since = Some(now);
+        self.last_renew.clear();
+    }
+
+    pub fn step_down(&mut self) {
+        self.leader_since = None;
+        self.last_renew.clear();
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader_since.is_some()
+    }
+
+    pub fn record(&mut self, incarnation: u64, now: Instant) {
+        if self.leader_since.is_some() {
+            self.last_renew.insert(incarnation, now);
+        }
+    }
+
+    /// When this leader last heard from the incarnation (or became leader).
+    pub fn last_seen(&self, incarnation: u64) -> Option<Instant> {
+        self.last_renew.get(&incarnation).copied().or(self.leader_since)
+    }
+}
+
+/// Registered incarnations heard from within `detect`.
+pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) -> BTreeSet<u64> {
+    set.allocsvrs
+        .keys()
+        .copied()
+        .filter(|inc| {
+            live.last_seen(*inc)
+                .is_some_and(|t| now.saturating_duration_since(t) < detect)
+        })
+        .collect()
+}
+
+/// Balanced contiguous layout: `(begin, end, incarnation)` runs over the set's sections.
+pub fn desired_layout(set: &SetState, alive: &BTreeSet<u64>) -> Vec<(u64, u64, u64)> {
+    let Some(p) = set.params.as_ref() else {
+        return Vec::new();
+    };
+    let mut nodes: Vec<(u64, u64)> = alive
+        .iter()
+        .filter_map(|i| set.allocsvrs.get(i))
+        .map(|r| (r.node_id, r.incarnation))
+        .collect();
+    nodes.sort();
+    let k = nodes.len() as u64;
+    let n = p.section_end - p.section_begin;
+    if k == 0 || n == 0 {
+        return Vec::new();
+    }
+    (0..k)
+        .map(|i| {
+            (
+                p.section_begin + i * n / k,
+                p.section_begin + (i + 1) * n / k,
+                nodes[i as usize].1,
+            )
+        })
+        .filter(|(b, e, _)| b < e)
+        .collect()
+}
+
+/// What to change so that ownership approaches the desired layout.
+pub fn plan(set: &SetState, alive: &BTreeSet<u64>) -> Plan {
+    let mut out = Plan {
+        expire: set.allocsvrs.keys().copied().filter(|i| !alive.contains(i)).collect(),
+        ..Default::default()
+    };
+    for (begin, end, want) in desired_layout(set, alive) {
+        for section in begin..end {
+            let owner = set.section(section).map_or(0, |s| s.owner);
+            if owner == want {
+                continue;
+            }
+            if owner != 0 && alive.contains(&owner) {
+                push_run(out.handover.entry(owner).or_default(), section);
+                continue;
+            }
+            match out.moves.last_mut() {
+                Some(m) if m.end == section && m.from == owner && m.to == want => m.end += 1,
+                _ => out.moves.push(Move {
+                    begin: section,
+                    end: section + 1,
+                    from: owner,
+                    to: want,
+                }),
+            }
+        }
+    }
+    out
+}
+
+fn push_run(runs: &mut Vec<(u64, u64)>, section: u64) {
+    match runs.last_mut() {
+        Some((_, end)) if *end == section => *end += 1,
+        _ => runs.push((section, section + 1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{CommandResult, SetParams};
+
+    fn set_with(nodes: &[u64]) -> (SetState, Vec<u64>) {
+        let mut st = SetState::default();
+        st.apply(
+            &Command::Init(SetParams {
+                set_id: 0,
+                section_size: 10,
+                uid_limit: 100,
+                step: 5,
+                lease_ms: 3000,
+                renew_interval_ms: 500,
+                drift_ppm: 10_000,
+                margin_ms: 100,
+                section_begin: 0,
+                section_end: 10,
+            }),
+            false,
+        );
+        let incs = nodes
+            .iter()
+            .map(|n| {
+                match st.apply(
+                    &Command::Register {
+                        node_id: *n,
+                        addr: format!("n{n}"),
+                    },
+                    false,
+                ) {
+                    CommandResult::Registered { incarnation } => incarnation,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        (st, incs)
+    }
+
+    fn apply(st: &mut SetState, p: &Plan) {
+        if let Some(c) = p.command() {
+            st.apply(&c, false);
+        }
+    }
+
+    #[test]
+    fn fresh_set_is_split_evenly_without_waits() {
+        let (mut st, incs) = set_with(&[2, 1]);
+        let alive: BTreeSet<u64> = incs.iter().copied().collect();
+        let p = plan(&st, &alive);
+        assert!(p.expire.is_empty() && p.handover.is_empty());
+        apply(&mut st, &p);
+        // Node 1 (registered second) sorts first by node id.
+        assert_eq!(st.owner_runs(), vec![(0, 5, incs[1]), (5, 10, incs[0])]);
+        assert!(st.sections.iter().all(|s| s.no_wait && s.epoch == 1));
+        assert_eq!(plan(&st, &alive), Plan::default(), "a balanced set needs nothing");
+    }
+
+    #[test]
+    fn dead_owner_sections_are_taken_with_a_lease_wait() {
+        let (mut st, incs) = set_with(&[1, 2]);
+        let all: BTreeSet<u64> = incs.iter().copied().collect();
+        let p = plan(&st, &all);
+        apply(&mut st, &p);
+        let only_b: BTreeSet<u64> = [incs[1]].into();
+        let p = plan(&st, &only_b);
+        assert_eq!(p.expire, vec![incs[0]]);
+        assert_eq!(
+            p.moves,
+            vec![Move {
+                begin: 0,
+                end: 5,
+                from: incs[0],
+                to: incs[1]
+            }]
+        );
+        apply(&mut st, &p);
+        assert!(!st.section(0).unwrap().no_wait);
+        assert_eq!(st.section(0).unwrap().epoch, 2);
+    }
+
+    #[test]
+    fn joining_node_gets_its_share_by_planned_handover() {
+        let (mut st, incs) = set_with(&[1]);
+        let p = plan(&st, &[incs[0]].into());
+        apply(&mut st, &p);
+        let CommandResult::Registered { incarnation: b } = st.apply(
+            &Command::Register {
+                node_id: 2,
+                addr: "n2".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        let alive: BTreeSet<u64> = [incs[0], b].into();
+        let p = plan(&st, &alive);
+        assert!(p.moves.is_empty(), "a live owner is never robbed");
+        assert_eq!(p.handover.get(&incs[0]), Some(&vec![(5, 10)]));
+        st.apply(
+            &Command::Release {
+                incarnation: incs[0],
+                ranges: vec![(5, 10)],
+            },
+            false,
+        );
+        let p = plan(&st, &alive);
+        assert_eq!(
+            p.moves,
+            vec![Move {
+                begin: 5,
+                end: 10,
+                from: 0,
+                to: b
+            }]
+        );
+        apply(&mut st, &p);
+        assert!(st.section(7).unwrap().no_wait, "released sections move without a wait");
+    }
+
+    #[test]
+    fn new_leader_waits_a_detection_interval_before_declaring_death() {
+        let (st, incs) = set_with(&[1, 2]);
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let mut live = Liveness::default();
+        live.become_leader(t0);
+        live.record(incs[0], t0 + Duration::from_millis(1500));
+        let cases = [
+            (Duration::from_millis(1999), vec![incs[0], incs[1]]),
+            (Duration::from_millis(2001), vec![incs[0]]),
+            (Duration::from_millis(3600), vec![]),
+        ];
+        for (at, want) in cases {
+            let got: Vec<u64> = alive(&st, &live, t0 + at, detect).into_iter().collect();
+            assert_eq!(got, want, "at {at:?}");
+        }
+        live.step_down();
+        assert!(
+            alive(&st, &live, t0, detect).is_empty(),
+            "a follower knows nobody is alive"
+        );
+    }
+}

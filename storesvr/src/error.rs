@@ -1,0 +1,35 @@
+//! StoreSvr's error enum and its one mapping to gRPC status.
+//!
+//! "Not the leader" is not here: it is an expected outcome, carried in the
+//! reply's `not_leader` field so the caller can follow it.
+
+use tonic::Status;
+
+/// What went wrong, named for what the caller should do.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Fix the request: unknown section, uid out of range, malformed or oversized input.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The request is well-formed but not allowed in this state (unknown incarnation,
+    /// reused node id, set not initialized yet).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The Raft node stopped (storage failure): this replica is out of service.
+    #[error("raft node stopped: {0}")]
+    Fatal(String),
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        match e {
+            StoreError::InvalidArgument(m) => Status::invalid_argument(m),
+            StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
+            StoreError::Unavailable(m) => Status::unavailable(m),
+            StoreError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),
+        }
+    }
+}

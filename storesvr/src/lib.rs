@@ -1,0 +1,23 @@
+//! StoreSvr: one Raft group per set, keeping what AllocSvrs need durably.
+//!
+//! Modules, bottom up:
+//! - `state`: the pure replicated state (sections' `max_seq`, epochs, owners,
+//!   AllocSvr registry, route version) and its deterministic `apply`.
+//! - `kv`, `log_store`, `sm_store`: openraft storage on sled (durable log and
+//!   vote, in-memory state machine with persisted snapshots).
+//! - `raft_types`, `network`: openraft wiring; peer RPCs over gRPC.
+//!
+//! Promises kept here: P2 (a bump is acknowledged only once committed by a
+//! quorum that synced it), P3 (`max_seq` only grows) and the store half of P4
+//! (bumps are fenced by epoch inside the state machine).
+
+pub mod arbiter;
+pub mod config;
+pub mod error;
+pub mod kv;
+pub mod log_store;
+pub mod network;
+pub mod raft_types;
+pub mod sm_store;
+pub mod state;
+pub mod writer;

@@ -1,0 +1,193 @@
+//! The Raft log and vote, on [`KvStore`](crate::kv::KvStore).
+//!
+//! Every method that openraft relies on for durability (`save_vote`, `append`,
+//! `truncate`, `purge`) writes and then `sync`s before it returns or calls the
+//! flush callback: an acknowledged append is on disk. Each call completes before
+//! openraft issues the next, so vote and log IO are never reordered. The
+//! blocking sled work runs on tokio's blocking pool, not on a runtime worker.
+//!
+//! Left out: caching entries in memory (reads hit sled's own cache).
+
+use crate::kv::{KvStore, Space};
+use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+const VOTE: &[u8] = b"vote";
+const COMMITTED: &[u8] = b"committed";
+const PURGED: &[u8] = b"last_purged";
+
+/// Log store handle; cheap to clone (clones share the same storage).
+#[derive(Clone)]
+pub struct LogStore {
+    kv: Arc<dyn KvStore>,
+}
+
+fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+    StorageError::from_io_error(subject, verb, io::Error::other(e.to_string()))
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Read, e)
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    io_err(ErrorSubject::Logs, ErrorVerb::Write, e)
+}
+
+impl LogStore {
+    pub fn new(kv: Arc<dyn KvStore>) -> Self {
+        Self { kv }
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
+        match self.kv.get(Space::Meta, key).map_err(read_err)? {
+            Some(bytes) => Ok(Some(postcard::from_bytes(&bytes).map_err(read_err)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Runs blocking storage work off the async workers.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn KvStore) -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        let kv = self.kv.clone();
+        tokio::task::spawn_blocking(move || f(kv.as_ref()))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_stdvec(v).expect("serializing to a Vec cannot fail")
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Some(i + 1),
+            Bound::Excluded(i) => Some(*i),
+            Bound::Unbounded => None,
+        };
+        let end_key = end.map(|e| e.to_be_bytes());
+        let rows = self
+            .kv
+            .range(Space::Log, &start.to_be_bytes(), end_key.as_ref().map(|k| &k[..]))
+            .map_err(read_err)?;
+        rows.into_iter()
+            .map(|(_, v)| postcard::from_bytes(&v).map_err(read_err))
+            .collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged: Option<LogId> = self.get_meta(PURGED)?;
+        let last = match self.kv.last(Space::Log).map_err(read_err)? {
+            Some((_, v)) => Some(postcard::from_bytes::<Entry>(&v).map_err(read_err)?.log_id),
+            None => last_purged,
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let bytes = encode(vote);
+        self.blocking(move |kv| {
+            kv.insert_batch(Space::Meta, vec![(VOTE.to_vec(), bytes)])?;
+            kv.sync()
+        })
+        .await
+        .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.get_meta(VOTE)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not synced: losing it only means re-learning the committed index from
+        // the leader; it lets a restarted node re-apply its log early.
+        self.kv
+            .insert_batch(Space::Meta, vec![(COMMITTED.to_vec(), encode(&committed))])
+            .map_err(write_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.get_meta::<Option<LogId>>(COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let items: Vec<_> = entries
+            .into_iter()
+            .map(|e| (e.log_id.index.to_be_bytes().to_vec(), encode(&e)))
+            .collect();
+        let res = self
+            .blocking(move |kv| {
+                kv.insert_batch(Space::Log, items)?;
+                kv.sync()
+            })
+            .await;
+        match res {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let err = write_err(io::Error::new(e.kind(), e.to_string()));
+                callback.log_io_completed(Err(e));
+                Err(err)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let from = log_id.index.to_be_bytes();
+        self.blocking(move |kv| {
+            kv.remove_range(Space::Log, &from, None)?;
+            kv.sync()
+        })
+        .await
+        .map_err(write_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let purged = encode(&log_id);
+        let to = (log_id.index + 1).to_be_bytes();
+        self.blocking(move |kv| {
+            // Record the purge point first: a crash between the two steps leaves
+            // entries that are merely ignored, never a hole before last_purged.
+            kv.insert_batch(Space::Meta, vec![(PURGED.to_vec(), purged)])?;
+            kv.sync()?;
+            kv.remove_range(Space::Log, &0u64.to_be_bytes(), Some(&to))?;
+            kv.sync()
+        })
+        .await
+        .map_err(write_err)
+    }
+}

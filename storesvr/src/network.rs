@@ -1,0 +1,160 @@
+//! Raft peer transport: openraft's RPCs as serde_json bytes over the gRPC
+//! `RaftService`, and the server side of the same service.
+//!
+//! Transport failures map to `Unreachable` (openraft backs off) and every RPC
+//! honours openraft's hard deadline. A peer is dialled at its advertised
+//! address unless `--dial ID=ADDR` says otherwise, which is how the simulator
+//! puts a proxy on each directed link.
+//!
+//! Left out: TLS and authentication of peers.
+
+use crate::raft_types::{Node, NodeId, Raft, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use seqsvr_proto::pb::RaftPayload;
+use seqsvr_proto::pb::raft_service_client::RaftServiceClient;
+use seqsvr_proto::pb::raft_service_server::RaftService;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+/// Largest gRPC message between peers (snapshot chunks, big bump batches).
+pub const MAX_PEER_MESSAGE: usize = 64 << 20;
+
+/// Creates one client per peer.
+#[derive(Clone, Default)]
+pub struct Network {
+    /// Address overrides by node id (`--dial`).
+    pub dial: Arc<BTreeMap<NodeId, String>>,
+}
+
+pub struct PeerClient {
+    target: NodeId,
+    client: Option<RaftServiceClient<Channel>>,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        let addr = self.dial.get(&target).cloned().unwrap_or_else(|| node.addr.clone());
+        let client = Endpoint::from_shared(format!("http://{addr}")).ok().map(|e| {
+            let channel = e
+                .connect_timeout(std::time::Duration::from_millis(500))
+                .tcp_nodelay(true)
+                .connect_lazy();
+            RaftServiceClient::new(channel)
+                .max_decoding_message_size(MAX_PEER_MESSAGE)
+                .max_encoding_message_size(MAX_PEER_MESSAGE)
+        });
+        PeerClient { target, client, addr }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+type RpcErr<E> = RPCError<NodeId, Node, RaftError<NodeId, E>>;
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(&mut self, kind: Kind, req: &Req, option: &RPCOption) -> Result<Resp, RpcErr<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let Some(client) = self.client.as_mut() else {
+            return Err(RPCError::Unreachable(Unreachable::new(&TransportError(format!(
+                "bad address {}",
+                self.addr
+            )))));
+        };
+        let data = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut request = Request::new(RaftPayload { data });
+        request.set_timeout(option.hard_ttl());
+        let reply = match kind {
+            Kind::Append => client.append_entries(request).await,
+            Kind::Vote => client.vote(request).await,
+            Kind::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|s| RPCError::Unreachable(Unreachable::new(&TransportError(s.to_string()))))?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            serde_json::from_slice(&reply.into_inner().data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.call(Kind::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<InstallSnapshotError>> {
+        self.call(Kind::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
+        self.call(Kind::Vote, &rpc, &option).await
+    }
+}
+
+/// Server side of the peer service: hands each RPC to the local Raft node.
+pub struct RaftPeerService {
+    pub raft: Raft,
+}
+
+fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
+    serde_json::from_slice(&req.into_inner().data)
+        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<RaftPayload>, Status> {
+    let data = serde_json::to_vec(v).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+    Ok(tonic::Response::new(RaftPayload { data }))
+}
+
+#[tonic::async_trait]
+impl RaftService for RaftPeerService {
+    async fn append_entries(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
+        encode(&self.raft.append_entries(rpc).await)
+    }
+
+    async fn vote(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
+        let rpc: VoteRequest<NodeId> = decode(req)?;
+        encode(&self.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
+        encode(&self.raft.install_snapshot(rpc).await)
+    }
+}

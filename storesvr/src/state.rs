@@ -1,0 +1,578 @@
+//! The replicated state of one set: per-section `max_seq`, epochs and owners,
+//! the AllocSvr registry and the route version.
+//!
+//! This is the pure half of the state machine: `apply` takes one command and
+//! returns its result, with no clock, no randomness and no hash-map iteration
+//! (only `Vec` and `BTreeMap`), so every replica that applies the same log
+//! reaches the same state. It keeps:
+//! - P3: `max_seq` only grows (a bump with `new_max <= max_seq` is a no-op);
+//! - P4: a bump is applied only with the section's current epoch, and every
+//!   ownership change raises the epoch.
+//!
+//! Left out on purpose: liveness (who is alive is the arbiter's in-memory
+//! business, see `arbiter.rs`), and moving sections between sets.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Parameters fixed when the set is bootstrapped; every replica and AllocSvr uses these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetParams {
+    pub set_id: u64,
+    pub section_size: u64,
+    pub uid_limit: u64,
+    pub step: u64,
+    pub lease_ms: u64,
+    pub renew_interval_ms: u64,
+    pub drift_ppm: u64,
+    pub margin_ms: u64,
+    /// First section of the set (inclusive).
+    pub section_begin: u64,
+    /// End of the set's sections (exclusive).
+    pub section_end: u64,
+}
+
+/// One section's durable state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionState {
+    /// Durable ceiling: no uid of the section is ever given a seq above it.
+    pub max_seq: u64,
+    /// Raised on every ownership change; a bump must carry it.
+    pub epoch: u64,
+    /// Incarnation of the owner; 0 = unowned.
+    pub owner: u64,
+    /// The current (or next) owner may serve without waiting out the previous
+    /// owner's lease: there was no previous owner, or it released the section.
+    pub no_wait: bool,
+}
+
+/// A registered AllocSvr incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocSvrRecord {
+    pub node_id: u64,
+    pub incarnation: u64,
+    pub addr: String,
+}
+
+/// One item of a fenced bump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BumpItem {
+    pub section: u64,
+    pub epoch: u64,
+    pub new_max: u64,
+}
+
+/// What happened to one bump item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BumpOutcome {
+    Applied,
+    NoOp,
+    StaleEpoch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BumpResult {
+    pub section: u64,
+    pub outcome: BumpOutcome,
+    pub max_seq: u64,
+    pub epoch: u64,
+}
+
+/// Move the sections of `[begin, end)` that are owned by `from` (0 = unowned)
+/// to `to`. Sections whose owner changed since the arbiter decided are left alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    pub begin: u64,
+    pub end: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// A state-machine command. Many commands travel in one Raft entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// First command of a set; later ones are ignored.
+    Init(SetParams),
+    Register {
+        node_id: u64,
+        addr: String,
+    },
+    Bump {
+        incarnation: u64,
+        items: Vec<BumpItem>,
+    },
+    Release {
+        incarnation: u64,
+        ranges: Vec<(u64, u64)>,
+    },
+    /// Arbiter decision: forget dead incarnations, then apply the moves.
+    Assign {
+        expire: Vec<u64>,
+        moves: Vec<Move>,
+    },
+}
+
+/// Result of one command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    Initialized {
+        fresh: bool,
+    },
+    Registered {
+        incarnation: u64,
+    },
+    Bumped(Vec<BumpResult>),
+    Released {
+        count: u64,
+    },
+    Assigned {
+        moved: u64,
+        route_version: u64,
+    },
+    /// The incarnation is not registered (never was, superseded or expired).
+    UnknownIncarnation,
+    /// The command names a section outside the set, or the set is not initialized.
+    Invalid(String),
+}
+
+/// The whole replicated state of a set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetState {
+    pub params: Option<SetParams>,
+    /// Indexed by `section - params.section_begin`.
+    pub sections: Vec<SectionState>,
+    /// Live registrations by incarnation.
+    pub allocsvrs: BTreeMap<u64, AllocSvrRecord>,
+    pub last_incarnation: u64,
+    /// Raised on every change of any section's owner.
+    pub route_version: u64,
+    /// Every StoreSvr node id that was ever a member: ids are never reused.
+    pub replica_ids_ever: BTreeSet<u64>,
+}
+
+impl SetState {
+    /// Applies one command. `skip_epoch_fence` is the `--unsafe-skip-epoch-fence`
+    /// negative control: it must be the same on every replica.
+    pub fn apply(&mut self, cmd: &Command, skip_epoch_fence: bool) -> CommandResult {
+        let Some(params) = self.params.clone() else {
+            return match cmd {
+                Command::Init(p) => self.init(p),
+                _ => CommandResult::Invalid("set is not initialized".into()),
+            };
+        };
+        match cmd {
+            Command::Init(_) => CommandResult::Initialized { fresh: false },
+            Command::Register { node_id, addr } => self.register(*node_id, addr),
+            Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, skip_epoch_fence),
+            Command::Release { incarnation, ranges } => self.release(&params, *incarnation, ranges),
+            Command::Assign { expire, moves } => self.assign(&params, expire, moves),
+        }
+    }
+
+    fn init(&mut self, p: &SetParams) -> CommandResult {
+        let n = p.section_end.saturating_sub(p.section_begin) as usize;
+        self.sections = vec![
+            SectionState {
+                no_wait: true,
+                ..Default::default()
+            };
+            n
+        ];
+        self.params = Some(p.clone());
+        CommandResult::Initialized { fresh: true }
+    }
+
+    fn register(&mut self, node_id: u64, addr: &str) -> CommandResult {
+        // A node that registers again is a new process: its older incarnations are
+        // superseded at once (their bumps and renewals are refused from now on).
+        self.allocsvrs.retain(|_, r| r.node_id != node_id);
+        self.last_incarnation += 1;
+        let incarnation = self.last_incarnation;
+        self.allocsvrs.insert(
+            incarnation,
+            AllocSvrRecord {
+                node_id,
+                incarnation,
+                addr: addr.to_string(),
+            },
+        );
+        CommandResult::Registered { incarnation }
+    }
+
+    fn bump(&mut self, p: &SetParams, incarnation: u64, items: &[BumpItem], skip_fence: bool) -> CommandResult {
+        if !self.allocsvrs.contains_key(&incarnation) {
+            return CommandResult::UnknownIncarnation;
+        }
+        if let Some(bad) = items
+            .iter()
+            .find(|i| !(p.section_begin..p.section_end).contains(&i.section))
+        {
+            return CommandResult::Invalid(format!("section {} is not in this set", bad.section));
+        }
+        let begin = p.section_begin;
+        let results = items
+            .iter()
+            .map(|item| {
+                let s = &mut self.sections[(item.section - begin) as usize];
+                let fenced_out = s.epoch != item.epoch || s.owner != incarnation;
+                let outcome = if fenced_out && !skip_fence {
+                    BumpOutcome::StaleEpoch
+                } else if item.new_max <= s.max_seq {
+                    BumpOutcome::NoOp
+                } else {
+                    s.max_seq = item.new_max;
+                    BumpOutcome::Applied
+                };
+                BumpResult {
+                    section: item.section,
+                    outcome,
+                    max_seq: s.max_seq,
+                    epoch: s.epoch,
+                }
+            })
+            .collect();
+        CommandResult::Bumped(results)
+    }
+
+    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[(u64, u64)]) -> CommandResult {
+        if !self.allocsvrs.contains_key(&incarnation) {
+            return CommandResult::UnknownIncarnation;
+        }
+        let mut count = 0;
+        for &(b, e) in ranges {
+            for section in b.max(p.section_begin)..e.min(p.section_end) {
+                let s = &mut self.sections[(section - p.section_begin) as usize];
+                if s.owner == incarnation {
+                    s.owner = 0;
+                    s.epoch += 1;
+                    s.no_wait = true;
+                    count += 1;
+                }
+            }
+        }
+        if count > 0 {
+            self.route_version += 1;
+        }
+        CommandResult::Released { count }
+    }
+
+    fn assign(&mut self, p: &SetParams, expire: &[u64], moves: &[Move]) -> CommandResult {
+        let mut expired = false;
+        for inc in expire {
+            expired |= self.allocsvrs.remove(inc).is_some();
+        }
+        let mut moved = 0;
+        for m in moves {
+            if m.to != 0 && !self.allocsvrs.contains_key(&m.to) {
+                continue; // the target went away after the arbiter decided
+            }
+            for section in m.begin.max(p.section_begin)..m.end.min(p.section_end) {
+                let s = &mut self.sections[(section - p.section_begin) as usize];
+                if s.owner != m.from || s.owner == m.to {
+                    continue;
+                }
+                // Only an unowned section that was released (or never owned) may be
+                // served at once; taking it from a live or dead owner means waiting
+                // out that owner's lease.
+                s.no_wait = s.owner == 0 && s.no_wait;
+                s.owner = m.to;
+                s.epoch += 1;
+                moved += 1;
+            }
+        }
+        // An expired owner's address leaves the route table too.
+        if moved > 0 || expired {
+            self.route_version += 1;
+        }
+        CommandResult::Assigned {
+            moved,
+            route_version: self.route_version,
+        }
+    }
+
+    /// The section's state, if it belongs to the set.
+    pub fn section(&self, section: u64) -> Option<&SectionState> {
+        let p = self.params.as_ref()?;
+        if !(p.section_begin..p.section_end).contains(&section) {
+            return None;
+        }
+        self.sections.get((section - p.section_begin) as usize)
+    }
+
+    /// Runs of consecutive sections `(begin, end, state)` with the same owner, epoch and no_wait.
+    pub fn runs(&self) -> Vec<(u64, u64, &SectionState)> {
+        let Some(p) = self.params.as_ref() else {
+            return Vec::new();
+        };
+        let mut out: Vec<(u64, u64, &SectionState)> = Vec::new();
+        for (i, s) in self.sections.iter().enumerate() {
+            let section = p.section_begin + i as u64;
+            match out.last_mut() {
+                Some((_, end, last)) if last.owner == s.owner && last.epoch == s.epoch && last.no_wait == s.no_wait => {
+                    *end = section + 1
+                }
+                _ => out.push((section, section + 1, s)),
+            }
+        }
+        out
+    }
+
+    /// Runs of consecutive sections with the same owner (epochs may differ).
+    pub fn owner_runs(&self) -> Vec<(u64, u64, u64)> {
+        let mut out: Vec<(u64, u64, u64)> = Vec::new();
+        for (b, e, s) in self.runs() {
+            match out.last_mut() {
+                Some((_, end, owner)) if *owner == s.owner => *end = e,
+                _ => out.push((b, e, s.owner)),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> SetParams {
+        SetParams {
+            set_id: 0,
+            section_size: 100,
+            uid_limit: 1_000,
+            step: 10,
+            lease_ms: 3_000,
+            renew_interval_ms: 500,
+            drift_ppm: 10_000,
+            margin_ms: 100,
+            section_begin: 0,
+            section_end: 10,
+        }
+    }
+
+    fn ready() -> (SetState, u64) {
+        let mut st = SetState::default();
+        st.apply(&Command::Init(params()), false);
+        let CommandResult::Registered { incarnation } = st.apply(
+            &Command::Register {
+                node_id: 1,
+                addr: "a".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        st.apply(
+            &Command::Assign {
+                expire: vec![],
+                moves: vec![Move {
+                    begin: 0,
+                    end: 10,
+                    from: 0,
+                    to: incarnation,
+                }],
+            },
+            false,
+        );
+        (st, incarnation)
+    }
+
+    fn bump(st: &mut SetState, inc: u64, section: u64, epoch: u64, new_max: u64) -> CommandResult {
+        st.apply(
+            &Command::Bump {
+                incarnation: inc,
+                items: vec![BumpItem {
+                    section,
+                    epoch,
+                    new_max,
+                }],
+            },
+            false,
+        )
+    }
+
+    #[test]
+    fn first_assignment_needs_no_wait_and_raises_epoch() {
+        let (st, inc) = ready();
+        let s = st.section(3).unwrap();
+        assert_eq!((s.owner, s.epoch, s.no_wait), (inc, 1, true));
+        assert_eq!(st.route_version, 1);
+    }
+
+    #[test]
+    fn bump_outcomes() {
+        let (mut st, inc) = ready();
+        let cases = [
+            (1, 100, BumpOutcome::Applied, 100),
+            (1, 100, BumpOutcome::NoOp, 100),
+            (1, 50, BumpOutcome::NoOp, 100),
+            (0, 500, BumpOutcome::StaleEpoch, 100),
+            (2, 500, BumpOutcome::StaleEpoch, 100),
+            (1, 200, BumpOutcome::Applied, 200),
+        ];
+        for (epoch, new_max, outcome, max_seq) in cases {
+            let CommandResult::Bumped(r) = bump(&mut st, inc, 4, epoch, new_max) else {
+                panic!()
+            };
+            assert_eq!(
+                (r[0].outcome, r[0].max_seq),
+                (outcome, max_seq),
+                "epoch {epoch} new_max {new_max}"
+            );
+        }
+    }
+
+    #[test]
+    fn stale_epoch_bump_is_refused_after_a_move() {
+        let (mut st, a) = ready();
+        let CommandResult::Registered { incarnation: b } = st.apply(
+            &Command::Register {
+                node_id: 2,
+                addr: "b".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        st.apply(
+            &Command::Assign {
+                expire: vec![],
+                moves: vec![Move {
+                    begin: 0,
+                    end: 5,
+                    from: a,
+                    to: b,
+                }],
+            },
+            false,
+        );
+        let s = st.section(2).unwrap().clone();
+        assert_eq!(
+            (s.owner, s.epoch, s.no_wait),
+            (b, 2, false),
+            "forced move must wait a lease"
+        );
+        let CommandResult::Bumped(r) = bump(&mut st, a, 2, 1, 1_000) else {
+            panic!()
+        };
+        assert_eq!(r[0].outcome, BumpOutcome::StaleEpoch);
+        assert_eq!(st.section(2).unwrap().max_seq, 0);
+        // The unsafe switch lets the stale owner through: the negative control works.
+        st.apply(
+            &Command::Bump {
+                incarnation: a,
+                items: vec![BumpItem {
+                    section: 2,
+                    epoch: 1,
+                    new_max: 9,
+                }],
+            },
+            true,
+        );
+        assert_eq!(st.section(2).unwrap().max_seq, 9);
+    }
+
+    #[test]
+    fn release_then_assign_needs_no_wait() {
+        let (mut st, a) = ready();
+        let CommandResult::Registered { incarnation: b } = st.apply(
+            &Command::Register {
+                node_id: 2,
+                addr: "b".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            st.apply(
+                &Command::Release {
+                    incarnation: a,
+                    ranges: vec![(5, 10)]
+                },
+                false
+            ),
+            CommandResult::Released { count: 5 }
+        );
+        st.apply(
+            &Command::Assign {
+                expire: vec![],
+                moves: vec![Move {
+                    begin: 5,
+                    end: 10,
+                    from: 0,
+                    to: b,
+                }],
+            },
+            false,
+        );
+        let s = st.section(7).unwrap();
+        assert_eq!((s.owner, s.epoch, s.no_wait), (b, 3, true));
+        assert_eq!(st.owner_runs(), vec![(0, 5, a), (5, 10, b)]);
+    }
+
+    #[test]
+    fn re_registration_supersedes_the_old_incarnation() {
+        let (mut st, a) = ready();
+        let CommandResult::Registered { incarnation: a2 } = st.apply(
+            &Command::Register {
+                node_id: 1,
+                addr: "a".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        assert!(a2 > a);
+        assert_eq!(bump(&mut st, a, 0, 1, 10), CommandResult::UnknownIncarnation);
+    }
+
+    #[test]
+    fn unknown_section_and_uninitialized_set_are_invalid() {
+        let (mut st, a) = ready();
+        assert!(matches!(bump(&mut st, a, 10, 1, 10), CommandResult::Invalid(_)));
+        let mut empty = SetState::default();
+        assert!(matches!(
+            empty.apply(
+                &Command::Register {
+                    node_id: 1,
+                    addr: "a".into()
+                },
+                false
+            ),
+            CommandResult::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn init_is_applied_once() {
+        let (mut st, _) = ready();
+        let before = st.clone();
+        assert_eq!(
+            st.apply(&Command::Init(SetParams { step: 99, ..params() }), false),
+            CommandResult::Initialized { fresh: false }
+        );
+        assert_eq!(st, before);
+    }
+
+    proptest::proptest! {
+        /// P3: whatever sequence of commands is applied, no section's max_seq decreases.
+        #[test]
+        fn max_seq_never_decreases(ops in proptest::collection::vec((0u8..4, 0u64..12, 0u64..4, 0u64..300), 1..200)) {
+            let (mut st, _) = ready();
+            for (kind, section, epoch, val) in ops {
+                let before: Vec<u64> = st.sections.iter().map(|s| s.max_seq).collect();
+                let inc = st.allocsvrs.keys().next().copied().unwrap_or(0);
+                let cmd = match kind {
+                    0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section, epoch, new_max: val }] },
+                    1 => Command::Release { incarnation: inc, ranges: vec![(section, section + 2)] },
+                    2 => Command::Register { node_id: epoch, addr: "x".into() },
+                    _ => Command::Assign { expire: vec![], moves: vec![Move { begin: 0, end: 10, from: 0, to: inc }] },
+                };
+                st.apply(&cmd, false);
+                for (b, s) in before.iter().zip(&st.sections) {
+                    proptest::prop_assert!(s.max_seq >= *b);
+                }
+            }
+        }
+    }
+}
