@@ -1,3 +1,47 @@
-//! Client library of seqsvr-rs (being written).
+//! Client library of seqsvr-rs: routing, retries, batching and coalescing for the AllocSvr data plane,
+//! plus a StoreSvr control-plane client ([`store`]) for operator tools.
+//!
+//! - [`Client`] learns the versioned route table from the AllocSvrs themselves (they embed it in any
+//!   reply whose caller has an older version), sends each uid to its owner over one reused channel per
+//!   address, and retries NOT_OWNER / NOT_READY / unreachable with bounded, jittered backoff under an
+//!   overall deadline.
+//! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
+//!   concurrently and reassembles the answers in request order.
+//! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//!
+//! Promise kept here (DESIGN.md §3): a call never returns a number it did not get from an owner's OK
+//! reply, and a call that timed out or lost its reply is reported as [`ClientError::Unknown`] — "may
+//! have taken effect" — never as "did not happen" and never as 0.
+//!
+//! ```no_run
+//! use seqsvr_client::{Client, ClientConfig};
+//! use seqsvr_proto::Uid;
+//!
+//! # async fn demo() -> Result<(), seqsvr_client::ClientError> {
+//! let client = Client::connect(ClientConfig::new(["127.0.0.1:7100"])).await?;
+//! let a = client.fetch_next_seq(Uid(42)).await?;
+//! let b = client.fetch_next_seq(Uid(42)).await?;
+//! assert!(b.seq > a.seq);
+//! let many = client.batch_fetch(&[Uid(1), Uid(2), Uid(1)]).await?;
+//! assert!(many[2].seq > many[0].seq);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Deliberately left out: any cache of seqs, and learning routes from StoreSvr (the data plane hands
+//! them out, so an application needs only AllocSvr addresses).
 
+mod batch;
+mod client;
+mod coalesce;
+mod config;
+mod error;
+mod retry;
+mod routing;
 pub mod store;
+
+pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
+pub use client::{Client, CurSeq, Fetched, Owner};
+pub use coalesce::{Coalescer, CoalescerConfig};
+pub use config::ClientConfig;
+pub use error::{ClientError, FailureKind};

@@ -1,0 +1,251 @@
+//! Batch fetch: many uids, split by owner, at most [`MAX_UIDS_PER_RPC`] per `BatchFetchNextSeq`, sent
+//! concurrently, reassembled in request order.
+//!
+//! Each uid keeps its own outcome. A uid whose owner answered NOT_OWNER or NOT_READY goes into the next
+//! round (re-split with the newest route table); a uid in an RPC that timed out or lost its reply is
+//! marked *maybe taken* and retried, and if no later round gives it a value it ends as
+//! [`ClientError::Unknown`]. Rounds are bounded by the deadline and `max_attempts`.
+//!
+//! Deliberately left out: retrying only the part of a batch that a transport error hit more finely
+//! than per RPC — the whole RPC's uids are retried, which is safe because gaps are allowed (P6 counts
+//! them as waste only under faults).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+use seqsvr_proto::{Uid, pb};
+use tokio::time::Instant;
+
+use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
+use crate::error::{ClientError, FailureKind};
+use crate::retry::{Budget, Delivery, classify};
+use crate::routing::target_addr;
+
+/// Most uids in one `BatchFetchNextSeq` RPC (the server's limit).
+pub const MAX_UIDS_PER_RPC: usize = 1_000;
+
+/// Most uids in one call of [`Client::batch_fetch`]: bounds the memory and the RPCs of one call.
+pub const MAX_UIDS_PER_CALL: usize = 100_000;
+
+/// One uid's progress through the rounds.
+#[derive(Default)]
+struct Slot {
+    done: Option<Result<Fetched, ClientError>>,
+    state: Unsettled,
+}
+
+impl Client {
+    /// The next seq of every uid, in request order (a uid listed twice gets two increasing seqs).
+    ///
+    /// All or nothing for the caller: on error no seq is returned. The error is
+    /// [`ClientError::Unknown`] when any uid may have consumed a number — including when some uids were
+    /// served and others failed, since the call then partly took effect — and `Failed` only when
+    /// nothing took effect. Use [`Client::batch_fetch_each`] for per-uid results.
+    pub async fn batch_fetch(&self, uids: &[Uid]) -> Result<Vec<Fetched>, ClientError> {
+        let results = self.batch_fetch_each(uids).await?;
+        let served = results.iter().filter(|r| r.is_ok()).count();
+        let mut first_failure = None;
+        for r in &results {
+            match r {
+                Ok(_) => {}
+                Err(e @ ClientError::Unknown { .. }) => return Err(e.clone()),
+                Err(e) => {
+                    first_failure.get_or_insert_with(|| e.clone());
+                }
+            }
+        }
+        match first_failure {
+            None => Ok(results.into_iter().map(|r| r.expect("checked above")).collect()),
+            Some(e) if served == 0 => Err(e),
+            Some(e) => Err(ClientError::unknown(format!(
+                "{served} of {} uids were served, the others failed: {e}",
+                results.len()
+            ))),
+        }
+    }
+
+    /// The next seq of every uid with one result per uid, in request order.
+    ///
+    /// The outer error is for the call as a whole (empty or oversized input): nothing was sent.
+    pub async fn batch_fetch_each(&self, uids: &[Uid]) -> Result<Vec<Result<Fetched, ClientError>>, ClientError> {
+        if uids.len() > MAX_UIDS_PER_CALL {
+            return Err(ClientError::failed(
+                FailureKind::InvalidArgument,
+                format!("{} uids in one call; at most {MAX_UIDS_PER_CALL}", uids.len()),
+            ));
+        }
+        let deadline = Instant::now() + self.inner.cfg.deadline;
+        Ok(self.batch_fetch_until(uids, deadline).await)
+    }
+
+    /// The rounds of a batch fetch, ending at `deadline` (used by the coalescer with its callers' own).
+    pub(crate) async fn batch_fetch_until(&self, uids: &[Uid], deadline: Instant) -> Vec<Result<Fetched, ClientError>> {
+        let mut slots: Vec<Slot> = uids.iter().map(|_| Slot::default()).collect();
+        let mut pending: Vec<usize> = (0..uids.len()).collect();
+        let mut budget = Budget::until(&self.inner.cfg, deadline);
+        while !pending.is_empty() {
+            let routes = self.routes();
+            let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+            for &i in &pending {
+                match target_addr(routes.as_deref(), uids[i], &self.inner.seeds) {
+                    Ok(addr) => groups.entry(addr).or_default().push(i),
+                    Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
+                }
+            }
+            pending.clear();
+            if groups.is_empty() {
+                break;
+            }
+            let Some(timeout) = budget.start_attempt(Instant::now()) else {
+                pending = groups.into_values().flatten().collect();
+                break;
+            };
+            let version = routes.as_ref().map_or(0, |r| r.version());
+            let rpcs = groups.iter().flat_map(|(addr, idx)| {
+                idx.chunks(MAX_UIDS_PER_RPC).map(move |chunk| async move {
+                    let batch: Vec<u64> = chunk.iter().map(|&i| uids[i].0).collect();
+                    (
+                        addr.as_str(),
+                        chunk,
+                        self.send_batch(addr, batch, version, timeout).await,
+                    )
+                })
+            });
+            let mut rerouted = false;
+            let mut wait = false;
+            for (addr, chunk, result) in join_all(rpcs).await {
+                let reply = match result {
+                    Ok(reply) => reply,
+                    Err(AttemptError::TimedOut) => {
+                        for &i in chunk {
+                            slots[i].state.maybe_taken = true;
+                            slots[i].state.last = format!("{addr}: attempt timed out after {timeout:?}");
+                        }
+                        pending.extend_from_slice(chunk);
+                        wait = true;
+                        continue;
+                    }
+                    Err(AttemptError::Status(s)) => {
+                        let verdict = classify(&s);
+                        for &i in chunk {
+                            let state = &mut slots[i].state;
+                            state.maybe_taken |= verdict.delivery == Delivery::Maybe;
+                            state.last = format!("{addr}: {}: {}", s.code(), s.message());
+                            if verdict.invalid_argument {
+                                slots[i].done =
+                                    Some(Err(std::mem::take(state).into_error(FailureKind::InvalidArgument)));
+                            } else if !verdict.retry {
+                                slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::Unavailable)));
+                            } else {
+                                pending.push(i);
+                            }
+                        }
+                        wait = true;
+                        continue;
+                    }
+                };
+                rerouted |= self.inner.routes.offer(reply.routes.clone());
+                if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
+                    for &i in chunk {
+                        slots[i].state.maybe_taken = true;
+                        slots[i].state.last = format!(
+                            "{addr}: malformed batch reply ({} outcomes, {} seqs for {} uids)",
+                            reply.outcomes.len(),
+                            reply.seqs.len(),
+                            chunk.len()
+                        );
+                    }
+                    pending.extend_from_slice(chunk);
+                    wait = true;
+                    continue;
+                }
+                let owners = OwnerIndex::new(&reply.owners, self.routes().map(|r| r.section_size()));
+                for (k, &i) in chunk.iter().enumerate() {
+                    let seq = reply.seqs[k];
+                    let state = &mut slots[i].state;
+                    match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
+                        pb::Outcome::Ok if seq != 0 => {
+                            let owner = owners.find(uids[i]);
+                            slots[i].done = Some(Ok(Fetched {
+                                uid: uids[i],
+                                seq,
+                                owner,
+                            }));
+                            continue;
+                        }
+                        pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {}", uids[i]),
+                        pb::Outcome::NotReady => {
+                            state.last = format!("{addr}: owner of uid {} is not ready", uids[i]);
+                            wait = true;
+                        }
+                        pb::Outcome::Ok | pb::Outcome::Unspecified => {
+                            state.maybe_taken = true;
+                            state.last = format!("{addr}: malformed outcome for uid {}", uids[i]);
+                            wait = true;
+                        }
+                    }
+                    pending.push(i);
+                }
+            }
+            if !pending.is_empty() && (wait || !rerouted) {
+                self.back_off(&mut budget).await;
+            }
+        }
+        for i in pending {
+            slots[i].done = Some(Err(
+                std::mem::take(&mut slots[i].state).into_error(FailureKind::Unavailable)
+            ));
+        }
+        slots
+            .into_iter()
+            .map(|s| s.done.expect("every uid is settled when the rounds end"))
+            .collect()
+    }
+
+    async fn send_batch(
+        &self,
+        addr: &str,
+        uids: Vec<u64>,
+        route_version: u64,
+        timeout: Duration,
+    ) -> Result<pb::BatchFetchNextSeqReply, AttemptError> {
+        let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
+        let mut req = tonic::Request::new(pb::BatchFetchNextSeqRequest { uids, route_version });
+        req.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.batch_fetch_next_seq(req)).await {
+            Ok(Ok(reply)) => Ok(reply.into_inner()),
+            Ok(Err(status)) => Err(AttemptError::Status(status)),
+            Err(_) => Err(AttemptError::TimedOut),
+        }
+    }
+}
+
+/// A uid refused before sending (outside the table): unknown if an earlier round may have served it.
+fn settle_refused(state: &Unsettled, e: ClientError) -> ClientError {
+    if state.maybe_taken {
+        ClientError::unknown(format!("{}; earlier: {}", e, state.last))
+    } else {
+        e
+    }
+}
+
+/// The owners of one batch reply, by section.
+struct OwnerIndex {
+    by_section: HashMap<u64, Owner>,
+    section_size: Option<u64>,
+}
+
+impl OwnerIndex {
+    fn new(owners: &[pb::Owner], section_size: Option<u64>) -> Self {
+        Self {
+            by_section: owners.iter().map(|o| (o.section, Owner::from(o))).collect(),
+            section_size,
+        }
+    }
+
+    fn find(&self, uid: Uid) -> Option<Owner> {
+        let size = self.section_size.filter(|&s| s > 0)?;
+        self.by_section.get(&uid.section(size).0).copied()
+    }
+}

@@ -1,0 +1,348 @@
+//! [`Client`]: routes each uid to its owner and retries until an answer or the deadline.
+//!
+//! Keeps DESIGN.md §3's client-side rule: a call whose attempts all failed and of which any attempt may
+//! have reached a server ends in [`ClientError::Unknown`], never in a number and never in "did not
+//! happen". A value is returned only from an OK reply, and a fetched seq of 0 is treated as a broken
+//! reply, not a value.
+//!
+//! Retries: NOT_OWNER installs the table carried by the reply and resends at once when the table
+//! changed (otherwise it backs off); NOT_READY, UNAVAILABLE and transport errors back off with jitter;
+//! INVALID_ARGUMENT is never retried. Every loop is bounded by the deadline and `max_attempts`.
+//!
+//! Deliberately left out: caching seqs, or answering from anything but an owner's reply.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
+use seqsvr_proto::{Epoch, Incarnation, NodeId, Routes, SectionId, Uid, pb};
+use tokio::time::Instant;
+use tonic::Status;
+
+use crate::config::ClientConfig;
+use crate::error::{ClientError, FailureKind};
+use crate::retry::{Budget, Delivery, classify};
+use crate::routing::{Channels, RouteCache, Seeds, target_addr};
+
+/// Who served a value: lets callers (and the simulator) check that one section had one owner (P4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// The section of the uid.
+    pub section: SectionId,
+    /// The AllocSvr's stable node id.
+    pub node_id: NodeId,
+    /// The AllocSvr process that served (a restart is a new incarnation).
+    pub incarnation: Incarnation,
+    /// The section's ownership epoch at the time.
+    pub epoch: Epoch,
+}
+
+impl From<&pb::Owner> for Owner {
+    fn from(o: &pb::Owner) -> Self {
+        Self {
+            section: SectionId(o.section),
+            node_id: NodeId(o.node_id),
+            incarnation: Incarnation(o.incarnation),
+            epoch: Epoch(o.epoch),
+        }
+    }
+}
+
+/// A seq handed out by `FetchNextSeq`: valid, never 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fetched {
+    /// The uid it was asked for.
+    pub uid: Uid,
+    /// Strictly above every seq this uid was given before.
+    pub seq: u64,
+    /// Who served it, when the server said.
+    pub owner: Option<Owner>,
+}
+
+/// The answer of `GetCurSeq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CurSeq {
+    /// The uid it was asked for.
+    pub uid: Uid,
+    /// Last seq handed out, or the loaded base after an ownership change (P5); 0 if never served.
+    pub cur_seq: u64,
+    /// Who answered, when the server said.
+    pub owner: Option<Owner>,
+}
+
+/// A data-plane client. Cheap to clone: clones share the route table and the channels.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) cfg: ClientConfig,
+    pub(crate) routes: RouteCache,
+    pub(crate) seeds: Seeds,
+    pub(crate) channels: Channels,
+}
+
+/// The two single-uid RPCs, which share one reply shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Fetch,
+    Get,
+}
+
+impl Op {
+    /// Whether executing the RPC may consume a number (then a lost reply is an unknown outcome).
+    fn consumes(self) -> bool {
+        self == Op::Fetch
+    }
+}
+
+/// The common part of `FetchNextSeqReply` and `GetCurSeqReply`.
+struct SingleReply {
+    outcome: pb::Outcome,
+    value: u64,
+    routes: Option<pb::RouteTable>,
+    owner: Option<pb::Owner>,
+}
+
+/// Why one attempt produced no reply.
+pub(crate) enum AttemptError {
+    /// The RPC failed with a status (from the server or the transport).
+    Status(Status),
+    /// Our per-attempt timer fired: the request may be executing right now.
+    TimedOut,
+}
+
+/// What the retry loop knows so far about a call that has no value yet.
+#[derive(Debug, Default)]
+pub(crate) struct Unsettled {
+    /// Some attempt may have taken effect.
+    pub(crate) maybe_taken: bool,
+    /// The last reason an attempt did not produce a value.
+    pub(crate) last: String,
+}
+
+impl Unsettled {
+    /// The final error once no more attempts will be made.
+    pub(crate) fn into_error(self, kind: FailureKind) -> ClientError {
+        let detail = if self.last.is_empty() {
+            "no attempt was made before the deadline".into()
+        } else {
+            self.last
+        };
+        if self.maybe_taken {
+            ClientError::unknown(detail)
+        } else {
+            ClientError::failed(kind, detail)
+        }
+    }
+}
+
+impl Client {
+    /// A client that learns the route table on its first call; does no IO.
+    pub fn new(cfg: ClientConfig) -> Result<Self, ClientError> {
+        cfg.validate()?;
+        let inner = Inner {
+            routes: RouteCache::default(),
+            seeds: Seeds::new(cfg.seeds.clone()),
+            channels: Channels::new(cfg.connect_timeout),
+            cfg,
+        };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// A client that has learned the route table from a seed, or an error if none answered in time.
+    pub async fn connect(cfg: ClientConfig) -> Result<Self, ClientError> {
+        let client = Self::new(cfg)?;
+        client.refresh_routes().await?;
+        Ok(client)
+    }
+
+    /// Asks the seeds (round-robin, with backoff) for their route table; keeps it when newer than ours.
+    ///
+    /// Uses `GetCurSeq(0)` with `route_version = 0`: a read, so a lost reply consumes nothing.
+    pub async fn refresh_routes(&self) -> Result<Arc<Routes>, ClientError> {
+        let cfg = &self.inner.cfg;
+        let mut budget = Budget::until(cfg, Instant::now() + cfg.deadline);
+        let mut state = Unsettled::default();
+        while let Some(timeout) = budget.start_attempt(Instant::now()) {
+            let addr = self.inner.seeds.next().to_owned();
+            match self.send_single(Op::Get, &addr, Uid(0), 0, timeout).await {
+                Ok(reply) => {
+                    self.inner.routes.offer(reply.routes);
+                    match self.routes() {
+                        Some(r) => return Ok(r),
+                        None => state.last = format!("{addr} has no route table yet"),
+                    }
+                }
+                Err(AttemptError::Status(s)) => state.last = format!("{addr}: {}", s.message()),
+                Err(AttemptError::TimedOut) => state.last = format!("{addr}: timed out"),
+            }
+            self.back_off(&mut budget).await;
+        }
+        Err(state.into_error(FailureKind::Unavailable))
+    }
+
+    /// The cached route table, if one was learned.
+    pub fn routes(&self) -> Option<Arc<Routes>> {
+        self.inner.routes.get()
+    }
+
+    /// The configuration this client runs with.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.cfg
+    }
+
+    /// The next seq of `uid`. On error no number is returned; see [`ClientError`] for whether one may
+    /// have been consumed.
+    pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
+        let (value, owner) = self.single(Op::Fetch, uid).await?;
+        Ok(Fetched { uid, seq: value, owner })
+    }
+
+    /// The last seq handed out for `uid` (P5). A read: a lost reply is a `Failed`, never `Unknown`.
+    pub async fn get_cur_seq(&self, uid: Uid) -> Result<CurSeq, ClientError> {
+        let (value, owner) = self.single(Op::Get, uid).await?;
+        Ok(CurSeq {
+            uid,
+            cur_seq: value,
+            owner,
+        })
+    }
+
+    async fn single(&self, op: Op, uid: Uid) -> Result<(u64, Option<Owner>), ClientError> {
+        let cfg = &self.inner.cfg;
+        let mut budget = Budget::until(cfg, Instant::now() + cfg.deadline);
+        let mut state = Unsettled::default();
+        loop {
+            let routes = self.routes();
+            let addr = match target_addr(routes.as_deref(), uid, &self.inner.seeds) {
+                Ok(a) => a,
+                Err(e) if state.maybe_taken => return Err(ClientError::unknown(e.to_string())),
+                Err(e) => return Err(e),
+            };
+            let Some(timeout) = budget.start_attempt(Instant::now()) else {
+                break;
+            };
+            let version = routes.as_ref().map_or(0, |r| r.version());
+            let reply = match self.send_single(op, &addr, uid, version, timeout).await {
+                Ok(r) => r,
+                Err(AttemptError::TimedOut) => {
+                    state.maybe_taken |= op.consumes();
+                    state.last = format!("{addr}: attempt timed out after {timeout:?}");
+                    self.back_off(&mut budget).await;
+                    continue;
+                }
+                Err(AttemptError::Status(s)) => {
+                    let verdict = classify(&s);
+                    state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
+                    state.last = format!("{addr}: {}: {}", s.code(), s.message());
+                    if verdict.invalid_argument {
+                        return Err(state.into_error(FailureKind::InvalidArgument));
+                    }
+                    if !verdict.retry {
+                        return Err(state.into_error(FailureKind::Unavailable));
+                    }
+                    self.back_off(&mut budget).await;
+                    continue;
+                }
+            };
+            let changed = self.inner.routes.offer(reply.routes);
+            match reply.outcome {
+                pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
+                    return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
+                }
+                pb::Outcome::NotOwner => {
+                    state.last = format!("{addr}: not the owner of uid {uid}");
+                    if changed {
+                        tracing::debug!(%uid, %addr, "not owner; resending with the new route table");
+                        continue;
+                    }
+                }
+                pb::Outcome::NotReady => state.last = format!("{addr}: owner of uid {uid} is not ready"),
+                pb::Outcome::Ok | pb::Outcome::Unspecified => {
+                    // A reply that breaks the contract: the server did something, we cannot tell what.
+                    state.maybe_taken |= op.consumes();
+                    state.last = format!("{addr}: malformed reply (outcome {:?}, value 0)", reply.outcome);
+                }
+            }
+            self.back_off(&mut budget).await;
+        }
+        Err(state.into_error(FailureKind::Unavailable))
+    }
+
+    /// Sleeps a jittered backoff, never past the budget's deadline.
+    pub(crate) async fn back_off(&self, budget: &mut Budget) {
+        let jitter = rand::random::<f64>();
+        tokio::time::sleep_until(budget.next_try_at(Instant::now(), jitter)).await;
+    }
+
+    /// The channel to `addr`; channels to addresses that are neither seeds nor routed may be dropped.
+    pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<tonic::transport::Channel>, Status> {
+        let routes = self.routes();
+        let seeds = self.inner.seeds.all();
+        let keep = |a: &str| {
+            seeds.iter().any(|s| s == a) || routes.as_ref().is_some_and(|r| r.entries().iter().any(|e| e.addr == a))
+        };
+        // A bad address is refused before anything is sent.
+        let channel = self
+            .inner
+            .channels
+            .get(addr, keep)
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(AllocServiceClient::new(channel))
+    }
+
+    async fn send_single(
+        &self,
+        op: Op,
+        addr: &str,
+        uid: Uid,
+        route_version: u64,
+        timeout: Duration,
+    ) -> Result<SingleReply, AttemptError> {
+        let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
+        let call = async {
+            match op {
+                Op::Fetch => {
+                    let mut req = tonic::Request::new(pb::FetchNextSeqRequest {
+                        uid: uid.0,
+                        route_version,
+                    });
+                    req.set_timeout(timeout);
+                    client.fetch_next_seq(req).await.map(|r| {
+                        let r = r.into_inner();
+                        SingleReply {
+                            outcome: r.outcome(),
+                            value: r.seq,
+                            routes: r.routes,
+                            owner: r.owner,
+                        }
+                    })
+                }
+                Op::Get => {
+                    let mut req = tonic::Request::new(pb::GetCurSeqRequest {
+                        uid: uid.0,
+                        route_version,
+                    });
+                    req.set_timeout(timeout);
+                    client.get_cur_seq(req).await.map(|r| {
+                        let r = r.into_inner();
+                        SingleReply {
+                            outcome: r.outcome(),
+                            value: r.cur_seq,
+                            routes: r.routes,
+                            owner: r.owner,
+                        }
+                    })
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(status)) => Err(AttemptError::Status(status)),
+            Err(_) => Err(AttemptError::TimedOut),
+        }
+    }
+}
