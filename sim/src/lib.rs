@@ -19,3 +19,4 @@
 
 pub mod checks;
 pub mod history;
+pub mod proxy;
