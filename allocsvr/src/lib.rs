@@ -1,1 +1,35 @@
-//! placeholder
+//! AllocSvr of seqsvr-rs: owns sections of one set under leases, keeps `cur_seq` of every uid of
+//! its sections in memory and answers `FetchNextSeq` from memory, raising a section's durable
+//! ceiling `max_seq` by `step` through the StoreSvr before it is reached.
+//!
+//! Modules, from pure decision logic to IO:
+//! - [`lease`]: lease arithmetic from send time, gain wait (pure, takes `now`).
+//! - [`section`]: one section's memory, `try_next` and prefetch decisions (pure, no IO).
+//! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
+//! - [`config`]: flags and the set's parameters, validated.
+//! - [`node`]: registration, renewal, gaining/letting go, the bumper, shutdown.
+//! - [`service`]: the `AllocService` gRPC data plane.
+//! - [`error`], [`metrics`].
+//!
+//! Promises kept here: P1 (per-uid increase; reload on every gain), P2 (never above the
+//! acknowledged ceiling), P4 with the store's epochs (lease from send time, gain wait, fenced
+//! bumps), P5 (GetCurSeq), P6 (dense per-uid counters, one step reserved at a time).
+//!
+//! Start in-process with [`Node::start`]; the `allocsvr` binary wraps it with flags, logging,
+//! metrics and signal handling.
+//!
+//! Deliberately left out: durable state (an AllocSvr is stateless between restarts) and
+//! routing of requests to the owner (the client library does that with the route table).
+
+pub mod config;
+pub mod error;
+pub mod lease;
+pub mod metrics;
+pub mod node;
+pub mod owned;
+pub mod section;
+pub mod service;
+
+pub use config::{Cli, NodeConfig, Params, UnsafeSwitches};
+pub use error::Error;
+pub use node::Node;

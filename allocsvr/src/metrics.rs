@@ -1,0 +1,56 @@
+//! Metric handles, registered once at start so that the hot path only bumps an atomic.
+//!
+//! The Prometheus exporter itself is installed by the binary (`--metrics-listen`): a recorder is
+//! process-global, and tests start many nodes in one process. Without a recorder every handle is
+//! a no-op.
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+/// Handles of every metric the AllocSvr exports.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Seqs handed out.
+    pub fetch_ok: Counter,
+    /// Fetches answered NOT_OWNER.
+    pub fetch_not_owner: Counter,
+    /// Fetches answered NOT_READY.
+    pub fetch_not_ready: Counter,
+    /// Bump RPCs sent (one may carry many sections).
+    pub bump_rpcs: Counter,
+    /// Sections raised by an acknowledged bump.
+    pub bump_sections: Counter,
+    /// Bump RPCs that failed or timed out (retried with the same new_max).
+    pub bump_failures: Counter,
+    /// Time from sending a Bump to its reply, seconds.
+    pub bump_latency: Histogram,
+    /// 1 while the lease is valid, else 0.
+    pub lease_valid: Gauge,
+    /// Sections currently held (any state).
+    pub sections_held: Gauge,
+    /// Times the lease ran out and everything was dropped.
+    pub lease_lost: Counter,
+}
+
+impl Metrics {
+    /// Registers every handle with the global recorder (no-op handles when none is installed).
+    pub fn new() -> Self {
+        Self {
+            fetch_ok: counter!("allocsvr_fetch_total", "outcome" => "ok"),
+            fetch_not_owner: counter!("allocsvr_fetch_total", "outcome" => "not_owner"),
+            fetch_not_ready: counter!("allocsvr_fetch_total", "outcome" => "not_ready"),
+            bump_rpcs: counter!("allocsvr_bump_rpcs_total"),
+            bump_sections: counter!("allocsvr_bump_sections_total"),
+            bump_failures: counter!("allocsvr_bump_failures_total"),
+            bump_latency: histogram!("allocsvr_bump_latency_seconds"),
+            lease_valid: gauge!("allocsvr_lease_valid"),
+            sections_held: gauge!("allocsvr_sections_held"),
+            lease_lost: counter!("allocsvr_lease_lost_total"),
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,671 @@
+//! The AllocSvr runtime: registration, lease renewal, gaining and letting go of sections, the
+//! background bumper, the gRPC server and shutdown (DESIGN.md §4 rules 1–10).
+//!
+//! Tasks and what they own:
+//! - the **renewal task** owns the [`Lease`]: every `renew_interval` it notes `t_send`, sends
+//!   Renew, and on a confirming reply extends the lease from `t_send`, publishes it, and diffs
+//!   the grants against the held sections: a section no longer granted (or granted under another
+//!   epoch, or handed over) is dropped at once; a new one is inserted as not-ready and handed to a
+//!   gain task. When the lease runs out everything is dropped; UNKNOWN_INCARNATION drops
+//!   everything and registers again.
+//! - a **gain task** loads the new sections linearizably, sets every uid's base to the loaded
+//!   `max_seq` and queues all of them for ONE Bump (rule 5).
+//! - the **bumper** drains the queue into Bump RPCs (≤ 10,000 items each), retries a lost bump
+//!   with the same `new_max` until it is acknowledged, refused as stale, or the lease is lost
+//!   (rule 6), and wakes the fetches waiting for it.
+//!
+//! Deliberately left out: the arbiter (on the StoreSvr leader) and any persistence: an AllocSvr
+//! is stateless between restarts, a restart is a new incarnation.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use seqsvr_client::store::{StoreClient, StoreError, StoreTimeouts};
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
+use seqsvr_proto::{Epoch, Incarnation, SectionId};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{NodeConfig, Params};
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::metrics::Metrics;
+use crate::owned::{Owned, Slot};
+use crate::section::{Section, SectionSpec};
+use crate::service::Service;
+
+/// Most items in one Bump RPC (the store refuses more than 10,000).
+const MAX_BUMP_ITEMS: usize = 10_000;
+/// Attempts of the Load of newly gained sections before giving them up until the next renewal.
+const LOAD_ATTEMPTS: u32 = 5;
+/// Longest wait between two attempts of a registration or a bump retry.
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Deadline of the Release sent at shutdown.
+const SHUTDOWN_RELEASE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// State shared by the service and the background tasks.
+pub(crate) struct Inner {
+    pub cfg: NodeConfig,
+    pub params: Params,
+    /// Address registered in the route table.
+    pub advertise: String,
+    pub store: StoreClient,
+    pub owned: Owned,
+    pub incarnation: AtomicU64,
+    pub routes: RwLock<Option<Arc<pb::RouteTable>>>,
+    pub route_version: AtomicU64,
+    pub bump_tx: mpsc::UnboundedSender<Vec<Arc<Slot>>>,
+    /// Memory of dropped sections, only under `--unsafe-keep-memory`.
+    kept: Mutex<HashMap<SectionId, Vec<u64>>>,
+    pub metrics: Metrics,
+    stopping: AtomicBool,
+}
+
+/// A running AllocSvr.
+pub struct Node {
+    inner: Arc<Inner>,
+    local_addr: SocketAddr,
+    stop_tx: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    server: JoinHandle<()>,
+}
+
+impl Node {
+    /// Binds the data-plane address, registers with the store (retrying until
+    /// `cfg.start_timeout`), and starts serving. Sections are served once granted by renewals.
+    pub async fn start(cfg: NodeConfig) -> Result<Node, Error> {
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| Error::Startup(format!("cannot bind {}: {e}", cfg.listen)))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| Error::Startup(format!("no local address: {e}")))?;
+        let advertise = cfg.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+        let store = StoreClient::new(cfg.store.clone(), StoreTimeouts::default()).map_err(Error::Startup)?;
+        let switches = cfg.unsafe_switches;
+        if switches.any() {
+            warn!(
+                ?switches,
+                "!!! UNSAFE TEST SWITCHES ON: this AllocSvr deliberately breaks the ownership protocol !!!"
+            );
+        }
+
+        let deadline = tokio::time::Instant::now() + cfg.start_timeout;
+        let (incarnation, params) = register(&store, &cfg, &advertise, Some(deadline)).await?;
+        info!(
+            node_id = %cfg.node_id, %incarnation, set_id = params.set_id, sections = ?params.sections,
+            %local_addr, %advertise, "registered"
+        );
+        let (bump_tx, bump_rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            owned: Owned::new(params.sections.start, params.section_count()),
+            cfg,
+            params,
+            advertise,
+            store,
+            incarnation: AtomicU64::new(incarnation.0),
+            routes: RwLock::new(None),
+            route_version: AtomicU64::new(0),
+            bump_tx,
+            kept: Mutex::new(HashMap::new()),
+            metrics: Metrics::new(),
+            stopping: AtomicBool::new(false),
+        });
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(renew_loop(inner.clone(), stop_rx.clone())),
+            tokio::spawn(bumper(inner.clone(), bump_rx, stop_rx.clone())),
+        ];
+        let server = spawn_server(inner.clone(), listener, stop_rx).await;
+        Ok(Node {
+            inner,
+            local_addr,
+            stop_tx,
+            tasks,
+            server,
+        })
+    }
+
+    /// The bound data-plane address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The current incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        Incarnation(self.inner.incarnation.load(Ordering::Acquire))
+    }
+
+    /// Number of sections currently held (any state).
+    pub fn sections_held(&self) -> usize {
+        self.inner.owned.held_count()
+    }
+
+    /// Stops serving every section at once, releases them (bounded deadline) and stops the server.
+    pub async fn shutdown(self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        let _ = self.stop_tx.send(true);
+        self.inner.owned.set_lease_until(None);
+        let dropped = self.inner.owned.drop_all();
+        wake(&dropped);
+        info!(sections = dropped.len(), "shutting down: stopped serving every section");
+        if !dropped.is_empty() {
+            let store = self.inner.store.with_timeouts(StoreTimeouts {
+                attempt: SHUTDOWN_RELEASE_DEADLINE,
+                overall: SHUTDOWN_RELEASE_DEADLINE,
+            });
+            let req = pb::ReleaseRequest {
+                incarnation: self.inner.incarnation.load(Ordering::Acquire),
+                sections: ranges(dropped.iter().map(|s| s.id)),
+            };
+            match store.release(req).await {
+                Ok(r) => info!(released = r.released, "released sections"),
+                Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
+            }
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
+    }
+}
+
+async fn spawn_server(
+    inner: Arc<Inner>,
+    listener: tokio::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<AllocServiceServer<Service>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(seqsvr_proto::FILE_DESCRIPTOR_SET)
+        .build_v1();
+    let service = AllocServiceServer::new(Service::new(inner));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tokio::spawn(async move {
+        let mut builder = tonic::transport::Server::builder();
+        let router = builder.add_service(health_service).add_service(service);
+        let router = match reflection {
+            Ok(r) => router.add_service(r),
+            Err(e) => {
+                warn!(error = %e, "gRPC reflection unavailable");
+                router
+            }
+        };
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = router.serve_with_incoming_shutdown(incoming, shutdown).await {
+            error!(error = %e, "gRPC server failed");
+        }
+    })
+}
+
+/// Registers until the store answers (or `deadline` passes): a new incarnation and the set's
+/// validated parameters.
+async fn register(
+    store: &StoreClient,
+    cfg: &NodeConfig,
+    advertise: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<(Incarnation, Params), Error> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let req = pb::RegisterRequest {
+            node_id: cfg.node_id.0,
+            addr: advertise.to_string(),
+        };
+        let last = match store.register(req).await {
+            Ok(reply) => {
+                let params = reply
+                    .params
+                    .as_ref()
+                    .ok_or_else(|| Error::Startup("register reply without params".into()))
+                    .and_then(|p| Params::from_proto(p).map_err(Error::Startup))?;
+                if reply.incarnation == 0 {
+                    return Err(Error::Startup("register reply with incarnation 0".into()));
+                }
+                return Ok((Incarnation(reply.incarnation), params));
+            }
+            Err(StoreError::Rejected(status)) => {
+                return Err(Error::Startup(format!("store refused registration: {status}")));
+            }
+            Err(e @ StoreError::Unavailable { .. }) => e.to_string(),
+        };
+        if deadline.is_some_and(|d| tokio::time::Instant::now() + backoff >= d) {
+            return Err(Error::Unavailable(format!(
+                "no store accepted the registration: {last}"
+            )));
+        }
+        warn!(%last, "registration failed, retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+    }
+}
+
+/// Compresses section ids (any order) into sorted half-open ranges.
+fn ranges(ids: impl Iterator<Item = SectionId>) -> Vec<pb::SectionRange> {
+    let mut ids: Vec<u64> = ids.map(|s| s.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut out: Vec<pb::SectionRange> = Vec::new();
+    for id in ids {
+        match out.last_mut() {
+            Some(r) if r.end == id => r.end += 1,
+            _ => out.push(pb::SectionRange { begin: id, end: id + 1 }),
+        }
+    }
+    out
+}
+
+/// Wakes every fetch waiting on a bump of these slots (they will find the slot gone).
+fn wake(slots: &[Arc<Slot>]) {
+    for s in slots {
+        s.bumped.notify_waiters();
+    }
+}
+
+impl Inner {
+    fn incarnation(&self) -> Incarnation {
+        Incarnation(self.incarnation.load(Ordering::Acquire))
+    }
+
+    /// Lets dropped slots go: under `--unsafe-keep-memory` their memory is kept for a regain.
+    fn let_go(&self, dropped: &[Arc<Slot>]) {
+        if self.cfg.unsafe_switches.keep_memory {
+            let mut kept = self.kept.lock().unwrap();
+            for slot in dropped {
+                let memory = slot.section.lock().unwrap().take_memory();
+                if !memory.is_empty() {
+                    kept.insert(slot.id, memory);
+                }
+            }
+        }
+        wake(dropped);
+        self.metrics.sections_held.set(self.owned.held_count() as f64);
+    }
+
+    fn drop_everything(&self, why: &str) {
+        let dropped = self.owned.drop_all();
+        if !dropped.is_empty() {
+            warn!(sections = dropped.len(), why, "stopped serving every section");
+        }
+        self.let_go(&dropped);
+    }
+
+    fn store_routes(&self, version: u64, routes: Option<pb::RouteTable>) {
+        if let Some(table) = routes {
+            let old = self.route_version.load(Ordering::Acquire);
+            if table.version >= old {
+                if table.version != old {
+                    info!(from = old, to = table.version, "route version changed");
+                }
+                *self.routes.write().unwrap() = Some(Arc::new(table));
+                self.route_version.store(version.max(old), Ordering::Release);
+            }
+        }
+    }
+
+    /// Diffs a confirming renewal's grants against the held sections (rule 9), inserts newly
+    /// gained ones as not-ready and returns them, with the handover ranges to release.
+    fn apply_grants(&self, reply: &pb::RenewReply, t_obs: Instant) -> (Vec<Arc<Slot>>, Vec<pb::SectionRange>) {
+        let p = &self.params;
+        let first = p.sections.start;
+        let mut desired: Vec<Option<(Epoch, bool)>> = vec![None; p.section_count()];
+        for g in &reply.grants {
+            let (begin, end) = (g.section_begin.max(first), g.section_end.min(p.sections.end));
+            if begin != g.section_begin || end != g.section_end {
+                warn!(?g, set = ?p.sections, "grant outside the set's sections ignored in part");
+            }
+            for s in begin..end {
+                desired[(s - first) as usize] = Some((Epoch(g.epoch), g.no_wait));
+            }
+        }
+        for h in &reply.handover {
+            for s in h.begin.max(first)..h.end.min(p.sections.end) {
+                desired[(s - first) as usize] = None;
+            }
+        }
+
+        let held = self.owned.snapshot();
+        let incarnation = self.incarnation();
+        let mut changes = Vec::new();
+        let mut gained = Vec::new();
+        for (i, (held, want)) in held.into_iter().zip(desired).enumerate() {
+            let id = SectionId(first + i as u64);
+            match (held, want) {
+                (Some((epoch, _)), Some((want_epoch, _))) if epoch == want_epoch => {}
+                (None, None) => {}
+                (_, None) => changes.push((id, None)),
+                (_, Some((epoch, no_wait))) => {
+                    let serve_after = if self.cfg.unsafe_switches.skip_lease_wait {
+                        t_obs
+                    } else {
+                        p.timings.serve_after(t_obs, no_wait)
+                    };
+                    let spec = SectionSpec {
+                        section_size: p.section_size,
+                        step: p.step,
+                        unsafe_serve_before_ack: self.cfg.unsafe_switches.serve_before_bump_ack,
+                    };
+                    let slot = Arc::new(Slot::new(Section::new(id, epoch, spec, serve_after), incarnation));
+                    gained.push(slot.clone());
+                    changes.push((id, Some(slot)));
+                }
+            }
+        }
+        if !changes.is_empty() {
+            let dropped = self.owned.replace(changes);
+            if !dropped.is_empty() {
+                info!(sections = ?ranges(dropped.iter().map(|s| s.id)), "let go of sections");
+            }
+            if !gained.is_empty() {
+                info!(sections = ?ranges(gained.iter().map(|s| s.id)), "gained sections (loading)");
+            }
+            self.let_go(&dropped);
+        }
+        (gained, reply.handover.clone())
+    }
+}
+
+async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
+    let p = inner.params.clone();
+    let store = inner.store.with_timeouts(StoreTimeouts {
+        attempt: p.renew_interval,
+        overall: p.renew_interval,
+    });
+    let mut lease = Lease::default();
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {}
+            _ = stop.changed() => return,
+        }
+        next += p.renew_interval;
+        let now = tokio::time::Instant::now();
+        if next < now {
+            next = now + p.renew_interval;
+        }
+        if inner.stopping.load(Ordering::Acquire) {
+            return;
+        }
+        let t_send = Instant::now();
+        let req = pb::RenewRequest {
+            incarnation: inner.incarnation().0,
+            route_version: inner.route_version.load(Ordering::Acquire),
+        };
+        match store.renew(req).await {
+            Ok(reply) if reply.status == pb::RenewStatus::Ok as i32 => {
+                let was_valid = lease.is_valid(t_send);
+                lease.confirmed(t_send, &p.timings);
+                inner.owned.set_lease_until(lease.valid_until());
+                if !was_valid {
+                    info!(until_ms = p.timings.owner_validity().as_millis() as u64, "lease gained");
+                }
+                inner.metrics.lease_valid.set(1.0);
+                inner.store_routes(reply.route_version, reply.routes.clone());
+                if inner.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                let (gained, handover) = inner.apply_grants(&reply, Instant::now());
+                if !gained.is_empty() {
+                    tokio::spawn(gain(inner.clone(), gained));
+                }
+                if !handover.is_empty() {
+                    tokio::spawn(release(inner.clone(), handover));
+                }
+            }
+            Ok(reply) if reply.status == pb::RenewStatus::UnknownIncarnation as i32 => {
+                warn!(incarnation = %inner.incarnation(), "store does not know this incarnation any more");
+                lease.revoke();
+                inner.owned.set_lease_until(None);
+                inner.metrics.lease_valid.set(0.0);
+                inner.drop_everything("unknown incarnation");
+                let registered = tokio::select! {
+                    r = register(&inner.store, &inner.cfg, &inner.advertise, None) => r,
+                    _ = stop.changed() => return,
+                };
+                match registered {
+                    Ok((incarnation, params)) => {
+                        if params != inner.params {
+                            error!(old = ?inner.params, new = ?params, "set parameters changed; keeping the old ones");
+                        }
+                        inner.incarnation.store(incarnation.0, Ordering::Release);
+                        info!(%incarnation, "registered again");
+                    }
+                    Err(e) => error!(error = %e, "registration failed"),
+                }
+                next = tokio::time::Instant::now();
+            }
+            Ok(reply) => warn!(status = reply.status, "renewal with unknown status ignored"),
+            Err(e) => debug!(error = %e, "renewal failed"),
+        }
+        let now = Instant::now();
+        if !lease.is_valid(now) && inner.owned.held_count() > 0 {
+            inner.metrics.lease_lost.increment(1);
+            inner.metrics.lease_valid.set(0.0);
+            lease.revoke();
+            inner.owned.set_lease_until(None);
+            inner.drop_everything("lease ran out");
+        }
+    }
+}
+
+/// Loads newly gained sections, sets their base and queues them for one Bump (rule 5).
+async fn gain(inner: Arc<Inner>, slots: Vec<Arc<Slot>>) {
+    let req = pb::LoadRequest {
+        sections: ranges(slots.iter().map(|s| s.id)),
+    };
+    let mut backoff = Duration::from_millis(50);
+    let mut reply = None;
+    for attempt in 1..=LOAD_ATTEMPTS {
+        if !slots.iter().any(|s| inner.owned.is_held(s)) {
+            return;
+        }
+        match inner.store.load(req.clone()).await {
+            Ok(r) => {
+                reply = Some(r);
+                break;
+            }
+            Err(e) => {
+                warn!(attempt, error = %e, "load of gained sections failed");
+                if matches!(e, StoreError::Rejected(_)) {
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+    }
+    let Some(reply) = reply else {
+        // Give them up; the next renewal gains them again through the normal path.
+        let dropped: Vec<_> = slots.into_iter().filter(|s| inner.owned.remove_if_held(s)).collect();
+        inner.let_go(&dropped);
+        return;
+    };
+    let states: HashMap<u64, &pb::SectionState> = reply.sections.iter().map(|s| (s.section, s)).collect();
+    let mut to_bump = Vec::with_capacity(slots.len());
+    let mut lost = Vec::new();
+    for slot in slots {
+        let Some(st) = states.get(&slot.id.0) else {
+            warn!(section = %slot.id, "load reply lacks a section");
+            lost.push(slot);
+            continue;
+        };
+        if st.epoch != slot.epoch.0 || st.owner_incarnation != slot.incarnation.0 {
+            info!(section = %slot.id, epoch = st.epoch, owner = st.owner_incarnation, "grant moved on before load");
+            lost.push(slot);
+            continue;
+        }
+        let kept = if inner.cfg.unsafe_switches.keep_memory {
+            inner.kept.lock().unwrap().remove(&slot.id)
+        } else {
+            None
+        };
+        let started = {
+            let mut s = slot.section.lock().unwrap();
+            s.loaded(st.max_seq, kept);
+            s.maybe_prefetch().is_some()
+        };
+        if started {
+            to_bump.push(slot);
+        }
+    }
+    let dropped: Vec<_> = lost.into_iter().filter(|s| inner.owned.remove_if_held(s)).collect();
+    inner.let_go(&dropped);
+    if !to_bump.is_empty() {
+        let _ = inner.bump_tx.send(to_bump);
+    }
+}
+
+/// Releases handed-over sections (already dropped) so their next owner need not wait.
+async fn release(inner: Arc<Inner>, sections: Vec<pb::SectionRange>) {
+    let req = pb::ReleaseRequest {
+        incarnation: inner.incarnation().0,
+        sections,
+    };
+    match inner.store.release(req).await {
+        Ok(r) => info!(released = r.released, "handed sections over"),
+        Err(e) => warn!(error = %e, "release after handover failed; the next owner waits out the lease"),
+    }
+}
+
+async fn bumper(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Vec<Arc<Slot>>>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let mut batch = tokio::select! {
+            m = rx.recv() => match m { Some(m) => m, None => return },
+            _ = stop.changed() => return,
+        };
+        while batch.len() < MAX_BUMP_ITEMS {
+            match rx.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        for chunk in batch.chunks(MAX_BUMP_ITEMS) {
+            run_bump(&inner, chunk).await;
+        }
+    }
+}
+
+fn abandon(inner: &Inner, slot: &Arc<Slot>, drop_it: bool) {
+    slot.section.lock().unwrap().bump_abandoned();
+    if drop_it && inner.owned.remove_if_held(slot) {
+        inner.let_go(std::slice::from_ref(slot));
+    }
+    slot.bumped.notify_waiters();
+}
+
+/// Sends one Bump for `slots` and retries it unchanged until it is answered (rule 6).
+async fn run_bump(inner: &Inner, slots: &[Arc<Slot>]) {
+    let mut pending: Vec<(Arc<Slot>, u64)> = slots
+        .iter()
+        .filter_map(|s| s.section.lock().unwrap().bump_in_flight().map(|t| (s.clone(), t)))
+        .collect();
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let incarnation = inner.incarnation();
+        let stopping = inner.stopping.load(Ordering::Acquire);
+        let lease_ok = inner.owned.lease_valid(Instant::now());
+        pending.retain(|(slot, _)| {
+            let keep = !stopping && lease_ok && slot.incarnation == incarnation && inner.owned.is_held(slot);
+            if !keep {
+                abandon(inner, slot, false);
+            }
+            keep
+        });
+        if pending.is_empty() {
+            return;
+        }
+        let req = pb::BumpRequest {
+            incarnation: incarnation.0,
+            items: pending
+                .iter()
+                .map(|(slot, new_max)| pb::BumpItem {
+                    section: slot.id.0,
+                    epoch: slot.epoch.0,
+                    new_max: *new_max,
+                })
+                .collect(),
+        };
+        let sent = Instant::now();
+        inner.metrics.bump_rpcs.increment(1);
+        match inner.store.bump(req).await {
+            Ok(reply) if reply.results.len() == pending.len() => {
+                inner.metrics.bump_latency.record(sent.elapsed().as_secs_f64());
+                for ((slot, new_max), r) in pending.iter().zip(&reply.results) {
+                    let same_epoch = r.epoch == 0 || r.epoch == slot.epoch.0;
+                    match pb::BumpOutcome::try_from(r.outcome) {
+                        Ok(pb::BumpOutcome::Applied | pb::BumpOutcome::NoOp)
+                            if same_epoch && r.section == slot.id.0 =>
+                        {
+                            slot.section.lock().unwrap().bump_acked(*new_max);
+                            inner.metrics.bump_sections.increment(1);
+                            debug!(section = %slot.id, new_max, "bump acknowledged");
+                            slot.bumped.notify_waiters();
+                        }
+                        Ok(pb::BumpOutcome::StaleEpoch) => {
+                            info!(section = %slot.id, epoch = %slot.epoch, "bump refused: stale epoch, letting go");
+                            abandon(inner, slot, true);
+                        }
+                        other => {
+                            warn!(section = %slot.id, outcome = ?other, result = ?r, "unexpected bump result, letting go");
+                            abandon(inner, slot, true);
+                        }
+                    }
+                }
+                return;
+            }
+            Ok(reply) => {
+                error!(
+                    items = pending.len(),
+                    results = reply.results.len(),
+                    "bump reply does not match the request"
+                );
+                inner.metrics.bump_failures.increment(1);
+            }
+            Err(StoreError::Rejected(status)) => {
+                warn!(%status, "bump refused; letting the sections go");
+                for (slot, _) in &pending {
+                    abandon(inner, slot, true);
+                }
+                return;
+            }
+            Err(e @ StoreError::Unavailable { .. }) => {
+                inner.metrics.bump_failures.increment(1);
+                warn!(error = %e, items = pending.len(), "bump outcome unknown; retrying with the same new_max");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_compress_sorted_runs() {
+        type Case = (&'static [u64], &'static [(u64, u64)]);
+        let cases: [Case; 4] = [
+            (&[], &[]),
+            (&[3], &[(3, 4)]),
+            (&[5, 3, 4, 9, 10, 4], &[(3, 6), (9, 11)]),
+            (&[0, 2, 4], &[(0, 1), (2, 3), (4, 5)]),
+        ];
+        for (ids, expected) in cases {
+            let got: Vec<(u64, u64)> = ranges(ids.iter().map(|i| SectionId(*i)))
+                .into_iter()
+                .map(|r| (r.begin, r.end))
+                .collect();
+            assert_eq!(got, expected, "{ids:?}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The map of owned sections and the published lease end, read on every fetch.
+//!
+//! The map is a `RwLock<Vec<Option<Arc<Slot>>>>` indexed by `section - first section of the
+//! set`: a fetch takes the read lock, indexes, and locks one section's short `std::sync::Mutex`;
+//! the renewal task takes the write lock only when ownership actually changes. The lease end is
+//! an atomic (nanoseconds since a base `Instant`), read inside the section lock so that the check
+//! and the increment are one critical section (DESIGN.md §4 rule 7).
+//!
+//! Deliberately left out: deciding what to own (see `node`) and how to serve (see `service`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use seqsvr_proto::{Epoch, Incarnation, SectionId};
+use tokio::sync::Notify;
+
+use crate::section::Section;
+
+/// One owned section: fixed identity outside the lock, memory inside it.
+#[derive(Debug)]
+pub struct Slot {
+    pub id: SectionId,
+    /// The epoch it was granted under; a different epoch in a later grant means a new slot.
+    pub epoch: Epoch,
+    /// The incarnation that holds it (bumps are sent under it).
+    pub incarnation: Incarnation,
+    pub section: Mutex<Section>,
+    /// Woken when a bump of this section was acknowledged or abandoned.
+    pub bumped: Notify,
+}
+
+impl Slot {
+    pub fn new(section: Section, incarnation: Incarnation) -> Self {
+        Self {
+            id: section.id(),
+            epoch: section.epoch(),
+            incarnation,
+            section: Mutex::new(section),
+            bumped: Notify::new(),
+        }
+    }
+}
+
+/// All sections of the set this node may hold, and its lease.
+pub struct Owned {
+    first_section: u64,
+    slots: RwLock<Vec<Option<Arc<Slot>>>>,
+    clock_base: Instant,
+    /// Lease end as nanoseconds since `clock_base`; 0 = no lease.
+    lease_until_nanos: AtomicU64,
+}
+
+impl Owned {
+    /// An empty map for the sections `[first_section, first_section + count)`.
+    pub fn new(first_section: u64, count: usize) -> Self {
+        Self {
+            first_section,
+            slots: RwLock::new(vec![None; count]),
+            clock_base: Instant::now(),
+            lease_until_nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn index(&self, section: SectionId) -> Option<usize> {
+        section.0.checked_sub(self.first_section).map(|i| i as usize)
+    }
+
+    /// Runs `f` on the slot of `section` (None when not held) under the map's read lock.
+    pub fn with<R>(&self, section: SectionId, f: impl FnOnce(Option<&Arc<Slot>>) -> R) -> R {
+        let slots = self.slots.read().unwrap();
+        f(self.index(section).and_then(|i| slots.get(i)).and_then(Option::as_ref))
+    }
+
+    /// The end of the lease, if there is one.
+    pub fn lease_until(&self) -> Option<Instant> {
+        match self.lease_until_nanos.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(self.clock_base + std::time::Duration::from_nanos(n)),
+        }
+    }
+
+    /// Publishes the lease end (None = revoked).
+    pub fn set_lease_until(&self, until: Option<Instant>) {
+        let nanos = until.map_or(0, |u| {
+            u64::try_from(u.saturating_duration_since(self.clock_base).as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1)
+        });
+        self.lease_until_nanos.store(nanos, Ordering::Release);
+    }
+
+    /// Whether the lease is valid at `now`.
+    pub fn lease_valid(&self, now: Instant) -> bool {
+        self.lease_until().is_some_and(|u| now < u)
+    }
+
+    /// Whether `slot` is still the held slot of its section (not dropped or replaced).
+    pub fn is_held(&self, slot: &Arc<Slot>) -> bool {
+        self.with(slot.id, |held| held.is_some_and(|h| Arc::ptr_eq(h, slot)))
+    }
+
+    /// Every held slot, in section order.
+    pub fn held(&self) -> Vec<Arc<Slot>> {
+        self.slots.read().unwrap().iter().flatten().cloned().collect()
+    }
+
+    /// Number of held sections.
+    pub fn held_count(&self) -> usize {
+        self.slots.read().unwrap().iter().flatten().count()
+    }
+
+    /// The slot at position `i` of the set (for diffing grants).
+    pub fn snapshot(&self) -> Vec<Option<(Epoch, Arc<Slot>)>> {
+        self.slots
+            .read()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_ref().map(|s| (s.epoch, s.clone())))
+            .collect()
+    }
+
+    /// Applies ownership changes in one write: `(section, new slot or None)`. Returns the slots
+    /// that were replaced or dropped.
+    pub fn replace(&self, changes: Vec<(SectionId, Option<Arc<Slot>>)>) -> Vec<Arc<Slot>> {
+        let mut slots = self.slots.write().unwrap();
+        let mut dropped = Vec::new();
+        for (section, new) in changes {
+            let Some(i) = self.index(section).filter(|i| *i < slots.len()) else {
+                continue;
+            };
+            if let Some(old) = std::mem::replace(&mut slots[i], new) {
+                dropped.push(old);
+            }
+        }
+        dropped
+    }
+
+    /// Drops `slot` if it is still the held one; true when it was.
+    pub fn remove_if_held(&self, slot: &Arc<Slot>) -> bool {
+        let mut slots = self.slots.write().unwrap();
+        match self.index(slot.id).and_then(|i| slots.get_mut(i)) {
+            Some(held) if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, slot)) => {
+                *held = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops every held section at once (lease lost, superseded, shutdown).
+    pub fn drop_all(&self) -> Vec<Arc<Slot>> {
+        let mut slots = self.slots.write().unwrap();
+        slots.iter_mut().filter_map(Option::take).collect()
+    }
+}

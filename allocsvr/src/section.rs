@@ -1,0 +1,434 @@
+//! The memory of one owned section, pure: no IO, no clock reads, no locks (the caller holds one
+//! short `std::sync::Mutex` around it and passes `now` and the lease end read inside that lock,
+//! DESIGN.md §4 rule 7).
+//!
+//! Promises kept here:
+//! - **P1**: `cur_seq` of a uid only grows; every served seq is `cur_seq + 1`.
+//! - **P2**: a seq is served only if it is ≤ `max_seq`, the ceiling the store *acknowledged*; an
+//!   in-flight bump raises nothing until its reply is applied with [`Section::bump_acked`].
+//! - **P6**: with no faults a uid's consecutive seqs differ by exactly 1.
+//! - Rules 4/5: nothing is served before the section was loaded, its first bump acknowledged and
+//!   `serve_after` passed.
+//!
+//! Memory: the dense `cur_seq` array (8 bytes per uid) is allocated on the first fetch that
+//! touches the section and filled with the loaded base; an untouched section costs only this
+//! struct. Eager allocation of every owned section would cost gigabytes with the default
+//! `uid_limit` of 2^32.
+//!
+//! Deliberately left out: the bump RPC itself, waiting, and ownership decisions (see `node`).
+
+use std::time::Instant;
+
+use seqsvr_proto::{Epoch, SectionId};
+
+/// What a fetch of one uid found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The seq handed out (now the uid's `cur_seq`).
+    Served(u64),
+    /// The acknowledged ceiling is reached: a bump must be acknowledged first.
+    NeedBump,
+    /// Owned, but not servable yet: not loaded, or the gain wait has not passed.
+    NotReady,
+    /// The lease has run out: nothing may be served.
+    LeaseExpired,
+}
+
+/// What a read of a uid's `cur_seq` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peek {
+    /// The uid's `cur_seq` (the loaded base when the uid was not fetched under this epoch).
+    Value(u64),
+    /// Owned, but not readable yet (see [`Next::NotReady`]).
+    NotReady,
+    /// The lease has run out.
+    LeaseExpired,
+}
+
+/// Fixed properties of a section that come from the set's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct SectionSpec {
+    /// Uids per section.
+    pub section_size: u64,
+    /// How much one bump raises `max_seq`.
+    pub step: u64,
+    /// Negative control `--unsafe-serve-before-bump-ack`: treat an in-flight bump as acknowledged.
+    pub unsafe_serve_before_ack: bool,
+}
+
+/// One owned section under one epoch.
+#[derive(Debug)]
+pub struct Section {
+    id: SectionId,
+    epoch: Epoch,
+    spec: SectionSpec,
+    /// `max_seq` as loaded when the section was gained; `None` until the Load reply arrived.
+    base: Option<u64>,
+    /// The acknowledged ceiling: nothing above it is ever served.
+    max_seq: u64,
+    /// `cur_seq` per uid offset; empty until the first fetch touches the section.
+    cur: Vec<u64>,
+    /// Highest seq issued in the section under this epoch (the base before any).
+    hi: u64,
+    /// `new_max` of the bump in flight, if any: at most one per section.
+    bump_in_flight: Option<u64>,
+    /// Serving starts at this instant (lease wait of a gained section).
+    serve_after: Instant,
+}
+
+impl Section {
+    /// A section just granted under `epoch`, not loaded yet.
+    pub fn new(id: SectionId, epoch: Epoch, spec: SectionSpec, serve_after: Instant) -> Self {
+        assert!(spec.section_size > 0 && spec.step > 0, "validated parameters");
+        Self {
+            id,
+            epoch,
+            spec,
+            base: None,
+            max_seq: 0,
+            cur: Vec::new(),
+            hi: 0,
+            bump_in_flight: None,
+            serve_after,
+        }
+    }
+
+    /// The Load reply: every uid's `cur_seq` starts at the loaded `max_seq` (rule 5). `kept` is
+    /// only ever `Some` under the negative control `--unsafe-keep-memory`: memory of an earlier
+    /// epoch, which may lie below seqs another owner has issued since.
+    pub fn loaded(&mut self, max_seq: u64, kept: Option<Vec<u64>>) {
+        debug_assert!(self.base.is_none(), "a section is loaded once per epoch");
+        self.base = Some(max_seq);
+        self.max_seq = max_seq;
+        self.hi = max_seq;
+        self.cur = kept
+            .filter(|k| k.len() as u64 == self.spec.section_size)
+            .unwrap_or_default();
+    }
+
+    pub fn id(&self) -> SectionId {
+        self.id
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// The acknowledged ceiling.
+    pub fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+
+    /// The highest seq issued under this epoch.
+    pub fn hi(&self) -> u64 {
+        self.hi
+    }
+
+    /// `new_max` of the bump in flight.
+    pub fn bump_in_flight(&self) -> Option<u64> {
+        self.bump_in_flight
+    }
+
+    /// Bytes of uid memory held (for the ≤ 8.5 bytes/uid budget).
+    pub fn memory_bytes(&self) -> usize {
+        self.cur.capacity() * size_of::<u64>()
+    }
+
+    fn servable(&self, now: Instant, lease_until: Option<Instant>) -> Result<u64, Next> {
+        if lease_until.is_none_or(|until| now >= until) {
+            return Err(Next::LeaseExpired);
+        }
+        match self.base {
+            Some(base) if now >= self.serve_after => Ok(base),
+            _ => Err(Next::NotReady),
+        }
+    }
+
+    fn ceiling(&self) -> u64 {
+        match self.bump_in_flight {
+            Some(target) if self.spec.unsafe_serve_before_ack => self.max_seq.max(target),
+            _ => self.max_seq,
+        }
+    }
+
+    /// Hands out the next seq of the uid at `offset`, checking the lease (`lease_until`, read by
+    /// the caller inside the same lock) and the gain wait against `now`.
+    pub fn try_next(&mut self, offset: usize, now: Instant, lease_until: Option<Instant>) -> Next {
+        let base = match self.servable(now, lease_until) {
+            Ok(base) => base,
+            Err(why) => return why,
+        };
+        assert!(
+            (offset as u64) < self.spec.section_size,
+            "offset {offset} outside section"
+        );
+        let ceiling = self.ceiling();
+        let cur = self.cur.get(offset).copied().unwrap_or(base);
+        let next = match cur.checked_add(1) {
+            Some(next) if next <= ceiling => next,
+            _ => return Next::NeedBump,
+        };
+        if self.cur.is_empty() {
+            self.cur = vec![base; self.spec.section_size as usize];
+        }
+        self.cur[offset] = next;
+        self.hi = self.hi.max(next);
+        debug_assert!(next <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
+        Next::Served(next)
+    }
+
+    /// `cur_seq` of the uid at `offset` (P5), under the same checks as a fetch.
+    pub fn cur_seq(&self, offset: usize, now: Instant, lease_until: Option<Instant>) -> Peek {
+        match self.servable(now, lease_until) {
+            Ok(base) => Peek::Value(self.cur.get(offset).copied().unwrap_or(base)),
+            Err(Next::LeaseExpired) => Peek::LeaseExpired,
+            Err(_) => Peek::NotReady,
+        }
+    }
+
+    /// Headroom below which the next bump is started in the background (rule 8).
+    fn watermark(&self) -> u64 {
+        (self.spec.step / 2).max(1)
+    }
+
+    /// Starts a bump when the headroom `max_seq - hi` fell below the watermark and none is in
+    /// flight; returns its `new_max` (`max_seq + step`), which the caller must send and, when the
+    /// reply is lost, resend unchanged (rule 6).
+    pub fn maybe_prefetch(&mut self) -> Option<u64> {
+        if self.base.is_none() || self.bump_in_flight.is_some() {
+            return None;
+        }
+        if self.max_seq.saturating_sub(self.hi) >= self.watermark() {
+            return None;
+        }
+        let new_max = self.max_seq.checked_add(self.spec.step)?;
+        self.bump_in_flight = Some(new_max);
+        Some(new_max)
+    }
+
+    /// The store acknowledged `max_seq >= new_max` under this section's epoch.
+    pub fn bump_acked(&mut self, new_max: u64) {
+        self.max_seq = self.max_seq.max(new_max);
+        if self.bump_in_flight.is_some_and(|t| t <= new_max) {
+            self.bump_in_flight = None;
+        }
+    }
+
+    /// The bump will not be acknowledged (section lost, lease lost): allow a new one later.
+    pub fn bump_abandoned(&mut self) {
+        self.bump_in_flight = None;
+    }
+
+    /// Takes the uid memory away, for the negative control `--unsafe-keep-memory` only.
+    pub fn take_memory(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.cur)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    const SIZE: u64 = 8;
+    const STEP: u64 = 4;
+
+    fn spec(unsafe_serve_before_ack: bool) -> SectionSpec {
+        SectionSpec {
+            section_size: SIZE,
+            step: STEP,
+            unsafe_serve_before_ack,
+        }
+    }
+
+    fn loaded(base: u64, now: Instant) -> Section {
+        let mut s = Section::new(SectionId(3), Epoch(1), spec(false), now);
+        s.loaded(base, None);
+        s
+    }
+
+    #[test]
+    fn nothing_is_served_before_load_wait_and_first_ack() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(10));
+        let wait = t0 + Duration::from_millis(100);
+        let mut s = Section::new(SectionId(1), Epoch(2), spec(false), wait);
+        // (step, at, expected)
+        assert_eq!(s.try_next(0, t0, lease), Next::NotReady, "not loaded");
+        assert_eq!(s.maybe_prefetch(), None, "no bump before load");
+        s.loaded(100, None);
+        assert_eq!(s.try_next(0, t0, lease), Next::NotReady, "gain wait");
+        assert_eq!(s.cur_seq(0, t0, lease), Peek::NotReady, "gain wait applies to reads");
+        let after = wait;
+        assert_eq!(
+            s.try_next(0, after, lease),
+            Next::NeedBump,
+            "loaded base is the ceiling"
+        );
+        assert_eq!(s.maybe_prefetch(), Some(104));
+        assert_eq!(s.maybe_prefetch(), None, "one bump in flight");
+        assert_eq!(
+            s.try_next(0, after, lease),
+            Next::NeedBump,
+            "in-flight bump raises nothing"
+        );
+        s.bump_acked(104);
+        assert_eq!(s.try_next(0, after, lease), Next::Served(101));
+        assert_eq!(s.cur_seq(0, after, lease), Peek::Value(101));
+        assert_eq!(
+            s.cur_seq(1, after, lease),
+            Peek::Value(100),
+            "untouched uid reads the base"
+        );
+    }
+
+    #[test]
+    fn lease_is_checked_at_the_increment() {
+        let t0 = Instant::now();
+        let mut s = loaded(0, t0);
+        s.maybe_prefetch();
+        s.bump_acked(STEP);
+        let cases = [
+            (None, Next::LeaseExpired),
+            (Some(t0), Next::LeaseExpired),
+            (Some(t0 + Duration::from_nanos(1)), Next::Served(1)),
+        ];
+        for (lease_until, expected) in cases {
+            assert_eq!(s.try_next(0, t0, lease_until), expected, "{lease_until:?}");
+        }
+        assert_eq!(s.cur_seq(0, t0, None), Peek::LeaseExpired);
+    }
+
+    #[test]
+    fn prefetch_starts_below_half_a_step_and_ceiling_holds() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(1));
+        let mut s = loaded(0, t0);
+        assert_eq!(s.maybe_prefetch(), Some(4));
+        s.bump_acked(4);
+        // (uid, expected outcome, expected prefetch target after it)
+        let cases = [
+            (0, Next::Served(1), None),
+            (0, Next::Served(2), None),
+            (1, Next::Served(1), None),
+            (0, Next::Served(3), Some(8)),
+            (0, Next::Served(4), None),
+            (0, Next::NeedBump, None),
+        ];
+        for (i, (uid, expected, prefetch)) in cases.into_iter().enumerate() {
+            assert_eq!(s.try_next(uid, t0, lease), expected, "case {i}");
+            assert_eq!(s.maybe_prefetch(), prefetch, "case {i}");
+        }
+        s.bump_acked(8);
+        assert_eq!(s.try_next(0, t0, lease), Next::Served(5));
+    }
+
+    #[test]
+    fn unsafe_serve_before_ack_serves_above_the_acknowledged_ceiling() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(1));
+        let mut s = Section::new(SectionId(0), Epoch(1), spec(true), t0);
+        s.loaded(10, None);
+        s.maybe_prefetch();
+        assert_eq!(
+            s.try_next(0, t0, lease),
+            Next::Served(11),
+            "negative control serves unacked"
+        );
+    }
+
+    #[test]
+    fn memory_is_allocated_on_first_fetch_and_stays_within_budget() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(1));
+        let mut s = loaded(0, t0);
+        assert_eq!(s.memory_bytes(), 0);
+        s.maybe_prefetch();
+        s.bump_acked(STEP);
+        s.try_next(5, t0, lease);
+        assert!(s.memory_bytes() as f64 <= 8.5 * SIZE as f64);
+        assert!(s.memory_bytes() >= 8 * SIZE as usize);
+    }
+
+    #[test]
+    fn kept_memory_is_used_only_when_given() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(1));
+        let mut s = Section::new(SectionId(0), Epoch(2), spec(false), t0);
+        s.loaded(100, Some(vec![7; SIZE as usize]));
+        s.maybe_prefetch();
+        s.bump_acked(104);
+        assert_eq!(
+            s.try_next(0, t0, lease),
+            Next::Served(8),
+            "old memory reused (negative control)"
+        );
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Fetch(usize),
+        Prefetch,
+        Ack,
+        LoseAck,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..SIZE as usize).prop_map(Op::Fetch),
+            2 => Just(Op::Prefetch),
+            2 => Just(Op::Ack),
+            1 => Just(Op::LoseAck),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn seqs_per_uid_strictly_increase_and_never_exceed_max_seq(
+            base in 0u64..1_000,
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            let t0 = Instant::now();
+            let lease = Some(t0 + Duration::from_secs(1));
+            let mut s = loaded(base, t0);
+            let mut last = vec![base; SIZE as usize];
+            let mut acked = base;
+            let mut served = 0;
+            for op in ops {
+                match op {
+                    Op::Fetch(uid) => match s.try_next(uid, t0, lease) {
+                        Next::Served(seq) => {
+                            prop_assert!(seq > last[uid], "seq {} after {}", seq, last[uid]);
+                            prop_assert!(seq <= acked, "seq {} above acked {}", seq, acked);
+                            last[uid] = seq;
+                            served += 1;
+                        }
+                        Next::NeedBump => prop_assert!(last[uid] + 1 > acked),
+                        other => prop_assert!(false, "unexpected {:?}", other),
+                    },
+                    Op::Prefetch => {
+                        if let Some(target) = s.maybe_prefetch() {
+                            prop_assert_eq!(target, acked + STEP);
+                        }
+                    }
+                    Op::Ack => {
+                        if let Some(target) = s.bump_in_flight() {
+                            s.bump_acked(target);
+                            acked = target;
+                        }
+                    }
+                    Op::LoseAck => s.bump_abandoned(),
+                }
+                prop_assert!(s.hi() <= s.max_seq());
+                prop_assert_eq!(s.max_seq(), acked);
+            }
+            // P6: without faults, no uid skipped a number.
+            prop_assert_eq!(last.iter().map(|l| l - base).sum::<u64>(), served);
+        }
+    }
+}

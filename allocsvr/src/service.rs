@@ -1,0 +1,252 @@
+//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq).
+//!
+//! Hot path of a fetch: read lock on the section map, one short lock of the section, in which the
+//! lease end and `now` are read and the seq is incremented (rule 7), reply. No `.await` while a
+//! lock is held. When the acknowledged ceiling is reached the fetch waits, without any lock, for
+//! the section's in-flight bump — at most [`BUMP_WAIT`] — then answers NOT_READY.
+//!
+//! Every reply carries the node's route version, the route table when the caller's version is
+//! older, and always with NOT_OWNER. `owner` names (section, node, incarnation, epoch) so callers
+//! and the simulator can check P4.
+//!
+//! P5: GetCurSeq answers the uid's `cur_seq`, or the loaded base for a uid not fetched since this
+//! node gained the section — which can be above anything ever issued (the base is a ceiling).
+//!
+//! Deliberately left out: forwarding to the owner (the client routes) and waiting for the lease
+//! wait of a gained section (NOT_READY tells the caller to come back).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use seqsvr_proto::Uid;
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_server::AllocService;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::node::Inner;
+use crate::owned::Slot;
+use crate::section::{Next, Peek};
+
+/// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
+pub const BUMP_WAIT: Duration = Duration::from_millis(500);
+/// Most uids in one BatchFetchNextSeq.
+pub const MAX_BATCH: usize = 1_000;
+/// Bound on re-checks while waiting for a bump (each is woken by an ack or an abandon).
+const MAX_WAKEUPS: u32 = 8;
+
+/// Outcome of one fetch attempt.
+enum Step {
+    Served {
+        seq: u64,
+        owner: pb::Owner,
+    },
+    NotOwner,
+    NotReady,
+    /// The ceiling is reached; a bump is in flight on this slot.
+    Wait(Arc<Slot>),
+}
+
+/// The `AllocService` implementation.
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+impl Service {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
+    fn check_uid(&self, uid: u64) -> Result<Uid, Error> {
+        let limit = self.inner.params.uid_limit;
+        if uid >= limit {
+            return Err(Error::InvalidArgument(format!("uid {uid} is outside [0, {limit})")));
+        }
+        Ok(Uid(uid))
+    }
+
+    fn owner(&self, slot: &Slot) -> pb::Owner {
+        pb::Owner {
+            section: slot.id.0,
+            node_id: self.inner.cfg.node_id.0,
+            incarnation: slot.incarnation.0,
+            epoch: slot.epoch.0,
+        }
+    }
+
+    /// The node's route version and, when the caller's is older (or `always`), the table.
+    fn routes_for(&self, caller_version: u64, always: bool) -> (u64, Option<pb::RouteTable>) {
+        let version = self.inner.route_version.load(Ordering::Acquire);
+        if caller_version < version || always {
+            let table = self.inner.routes.read().unwrap().as_ref().map(|t| (**t).clone());
+            (version, table)
+        } else {
+            (version, None)
+        }
+    }
+
+    fn fetch_once(&self, uid: Uid) -> Step {
+        let size = self.inner.params.section_size;
+        let (section, offset) = (uid.section(size), uid.offset(size));
+        let (step, prefetch) = self.inner.owned.with(section, |slot| {
+            let Some(slot) = slot else {
+                return (Step::NotOwner, None);
+            };
+            let mut s = slot.section.lock().unwrap();
+            let now = Instant::now();
+            let next = s.try_next(offset, now, self.inner.owned.lease_until());
+            let step = match next {
+                Next::Served(seq) => Step::Served {
+                    seq,
+                    owner: self.owner(slot),
+                },
+                Next::NeedBump => Step::Wait(slot.clone()),
+                Next::NotReady | Next::LeaseExpired => return (Step::NotReady, None),
+            };
+            let prefetch = s.maybe_prefetch().map(|_| slot.clone());
+            (step, prefetch)
+        });
+        if let Some(slot) = prefetch {
+            let _ = self.inner.bump_tx.send(vec![slot]);
+        }
+        step
+    }
+
+    /// Fetches one uid, waiting for an in-flight bump until `deadline` at most.
+    async fn fetch(&self, uid: Uid, deadline: tokio::time::Instant) -> Step {
+        for _ in 0..MAX_WAKEUPS {
+            let slot = match self.fetch_once(uid) {
+                Step::Wait(slot) => slot,
+                other => return other,
+            };
+            let notified = slot.bumped.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // The bump may have been acknowledged between the first try and `enable`.
+            match self.fetch_once(uid) {
+                Step::Wait(_) => {}
+                other => return other,
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        Step::NotReady
+    }
+
+    fn count(&self, step: &Step) {
+        let m = &self.inner.metrics;
+        match step {
+            Step::Served { .. } => m.fetch_ok.increment(1),
+            Step::NotOwner => m.fetch_not_owner.increment(1),
+            Step::NotReady | Step::Wait(_) => m.fetch_not_ready.increment(1),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl AllocService for Service {
+    async fn fetch_next_seq(
+        &self,
+        request: Request<pb::FetchNextSeqRequest>,
+    ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
+        let req = request.into_inner();
+        let uid = self.check_uid(req.uid)?;
+        let step = self.fetch(uid, tokio::time::Instant::now() + BUMP_WAIT).await;
+        self.count(&step);
+        let (outcome, seq, owner) = match step {
+            Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
+            Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
+            Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
+        };
+        let (route_version, routes) = self.routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
+        Ok(Response::new(pb::FetchNextSeqReply {
+            outcome: outcome as i32,
+            seq,
+            route_version,
+            routes,
+            owner,
+        }))
+    }
+
+    async fn get_cur_seq(
+        &self,
+        request: Request<pb::GetCurSeqRequest>,
+    ) -> Result<Response<pb::GetCurSeqReply>, Status> {
+        let req = request.into_inner();
+        let uid = self.check_uid(req.uid)?;
+        let size = self.inner.params.section_size;
+        let (section, offset) = (uid.section(size), uid.offset(size));
+        let (outcome, cur_seq, owner) = self.inner.owned.with(section, |slot| {
+            let Some(slot) = slot else {
+                return (pb::Outcome::NotOwner, 0, None);
+            };
+            let s = slot.section.lock().unwrap();
+            match s.cur_seq(offset, Instant::now(), self.inner.owned.lease_until()) {
+                Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
+                Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
+            }
+        });
+        let (route_version, routes) = self.routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
+        Ok(Response::new(pb::GetCurSeqReply {
+            outcome: outcome as i32,
+            cur_seq,
+            route_version,
+            routes,
+            owner,
+        }))
+    }
+
+    async fn batch_fetch_next_seq(
+        &self,
+        request: Request<pb::BatchFetchNextSeqRequest>,
+    ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
+        let req = request.into_inner();
+        if req.uids.is_empty() || req.uids.len() > MAX_BATCH {
+            return Err(
+                Error::InvalidArgument(format!("a batch needs 1..={MAX_BATCH} uids, got {}", req.uids.len())).into(),
+            );
+        }
+        for (i, uid) in req.uids.iter().enumerate() {
+            self.check_uid(*uid)
+                .map_err(|e| Error::InvalidArgument(format!("uids[{i}]: {e}")))?;
+        }
+        let deadline = tokio::time::Instant::now() + BUMP_WAIT;
+        let mut outcomes = Vec::with_capacity(req.uids.len());
+        let mut seqs = Vec::with_capacity(req.uids.len());
+        let mut owners: Vec<pb::Owner> = Vec::new();
+        let mut any_not_owner = false;
+        // Occurrences are served in request order, so a repeated uid gets increasing seqs.
+        for uid in &req.uids {
+            let step = self.fetch(Uid(*uid), deadline).await;
+            self.count(&step);
+            match step {
+                Step::Served { seq, owner } => {
+                    outcomes.push(pb::Outcome::Ok as i32);
+                    seqs.push(seq);
+                    if !owners.iter().any(|o| o.section == owner.section) {
+                        owners.push(owner);
+                    }
+                }
+                Step::NotOwner => {
+                    any_not_owner = true;
+                    outcomes.push(pb::Outcome::NotOwner as i32);
+                    seqs.push(0);
+                }
+                Step::NotReady | Step::Wait(_) => {
+                    outcomes.push(pb::Outcome::NotReady as i32);
+                    seqs.push(0);
+                }
+            }
+        }
+        let (route_version, routes) = self.routes_for(req.route_version, any_not_owner);
+        Ok(Response::new(pb::BatchFetchNextSeqReply {
+            outcomes,
+            seqs,
+            route_version,
+            routes,
+            owners,
+        }))
+    }
+}
