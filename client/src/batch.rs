@@ -67,12 +67,22 @@ impl Client {
 
     /// The next seq of every uid with one result per uid, in request order.
     ///
-    /// The outer error is for the call as a whole (empty or oversized input): nothing was sent.
+    /// The outer error is for the call as a whole (oversized input, a uid outside the cached table):
+    /// nothing was sent.
     pub async fn batch_fetch_each(&self, uids: &[Uid]) -> Result<Vec<Result<Fetched, ClientError>>, ClientError> {
         if uids.len() > MAX_UIDS_PER_CALL {
             return Err(ClientError::failed(
                 FailureKind::InvalidArgument,
                 format!("{} uids in one call; at most {MAX_UIDS_PER_CALL}", uids.len()),
+            ));
+        }
+        // Refuse the whole call before anything is sent rather than serve part of it.
+        if let Some(routes) = self.routes()
+            && let Some(bad) = uids.iter().find(|u| u.0 >= routes.uid_limit())
+        {
+            return Err(ClientError::failed(
+                FailureKind::InvalidArgument,
+                format!("uid {bad} is outside [0, {})", routes.uid_limit()),
             ));
         }
         let deadline = Instant::now() + self.inner.cfg.deadline;

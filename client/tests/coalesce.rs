@@ -1,0 +1,102 @@
+//! The coalescer shares batch RPCs among concurrent callers, and each caller still gets its own seq.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{FakeAlloc, table};
+use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig, FailureKind};
+use seqsvr_proto::Uid;
+
+async fn client_for(seed: &str) -> Client {
+    let cfg = ClientConfig {
+        deadline: Duration::from_secs(5),
+        ..ClientConfig::new([seed])
+    };
+    Client::connect(cfg).await.expect("connect")
+}
+
+#[tokio::test]
+async fn concurrent_callers_share_rpcs_and_each_gets_its_own_seq() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    a.state.delay_ms.store(20, Ordering::SeqCst);
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+
+    let callers: Vec<_> = (0..200)
+        .map(|_| {
+            let c = coalescer.clone();
+            tokio::spawn(async move { c.fetch_next_seq(Uid(7)).await })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for c in callers {
+        seqs.push(c.await.unwrap().expect("every caller is served").seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=200).collect::<Vec<u64>>(), "each caller got a distinct seq");
+    let rpcs = a.data_rpcs();
+    assert_eq!(a.state.fetch_rpcs.load(Ordering::SeqCst), 0, "only batch RPCs");
+    assert!(rpcs <= 20, "200 calls took {rpcs} RPCs");
+    assert_eq!(a.batches().iter().map(Vec::len).sum::<usize>(), 200);
+}
+
+#[tokio::test]
+async fn coalesced_callers_of_two_owners_get_their_own_uids_seqs() {
+    let a = FakeAlloc::start().await;
+    let b = FakeAlloc::start().await;
+    let split = table(1, &[(0, 5, &a.addr), (5, 10, &b.addr)]);
+    a.set_routes(split.clone());
+    b.set_routes(split);
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+
+    let callers: Vec<_> = (0..100u64)
+        .map(|i| {
+            let c = coalescer.clone();
+            let uid = Uid(i * 10); // 0..990: half on A, half on B
+            tokio::spawn(async move { (uid, c.fetch_next_seq(uid).await) })
+        })
+        .collect();
+    for c in callers {
+        let (uid, got) = c.await.unwrap();
+        let got = got.unwrap();
+        assert_eq!((got.uid, got.seq), (uid, 1));
+    }
+    assert!(a.batches().iter().flatten().all(|&u| u < 500));
+    assert!(b.batches().iter().flatten().all(|&u| u >= 500));
+}
+
+#[tokio::test]
+async fn full_queue_refuses_at_once_without_sending() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let client = client_for(&a.addr).await;
+    a.state.delay_ms.store(300, Ordering::SeqCst);
+    let cfg = CoalescerConfig {
+        queue_capacity: 1,
+        max_batch: 1,
+        max_in_flight: 1,
+    };
+    let coalescer = Arc::new(Coalescer::new(client, cfg).unwrap());
+    let callers: Vec<_> = (0..5)
+        .map(|_| {
+            let c = coalescer.clone();
+            tokio::spawn(async move { c.fetch_next_seq(Uid(1)).await })
+        })
+        .collect();
+    let mut served = 0;
+    let mut refused = 0;
+    for c in callers {
+        match c.await.unwrap() {
+            Ok(_) => served += 1,
+            Err(e) => {
+                assert_eq!(e.failure_kind(), Some(FailureKind::Unavailable), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused >= 1 && served >= 1, "served {served}, refused {refused}");
+    assert_eq!(a.cur_seq(1), served, "refused calls consumed nothing");
+}

@@ -1,0 +1,285 @@
+//! In-process fake AllocService servers on 127.0.0.1:0 for the client's black-box tests.
+//!
+//! A fake serves the uids its own route table assigns to its address (a per-uid counter from 1),
+//! answers NOT_OWNER (with its table when the caller's is older) for the rest, and can be told to
+//! answer NOT_READY a number of times, to never answer, to refuse every call with INVALID_ARGUMENT, or
+//! to delay every reply. It counts RPCs and records the uids of every batch it receives.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seqsvr_proto::pb::alloc_service_server::{AllocService, AllocServiceServer};
+use seqsvr_proto::{Routes, Uid, pb};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+/// A route table of `section_size` 100 and `uid_limit` 1,000 (10 sections) from `(begin, end, addr)`.
+pub fn table(version: u64, entries: &[(u64, u64, &str)]) -> pb::RouteTable {
+    pb::RouteTable {
+        version,
+        section_size: 100,
+        uid_limit: 1_000,
+        entries: entries
+            .iter()
+            .enumerate()
+            .map(|(i, &(begin, end, addr))| pb::RouteEntry {
+                set_id: 0,
+                section_begin: begin,
+                section_end: end,
+                node_id: i as u64 + 1,
+                incarnation: i as u64 + 11,
+                addr: addr.into(),
+            })
+            .collect(),
+    }
+}
+
+/// What a fake does and saw.
+#[derive(Default)]
+pub struct FakeState {
+    pub addr: String,
+    routes: Mutex<Option<pb::RouteTable>>,
+    seqs: Mutex<HashMap<u64, u64>>,
+    /// Every RPC received, of any kind.
+    pub rpcs: AtomicU64,
+    pub fetch_rpcs: AtomicU64,
+    pub get_rpcs: AtomicU64,
+    pub batch_rpcs: AtomicU64,
+    /// The uids of every batch RPC, in arrival order.
+    pub batches: Mutex<Vec<Vec<u64>>>,
+    /// Answer NOT_READY this many more times (per uid asked).
+    pub not_ready_left: AtomicU64,
+    /// Never answer.
+    pub hang: AtomicBool,
+    /// Refuse every call with INVALID_ARGUMENT.
+    pub invalid: AtomicBool,
+    /// Delay every reply by this many milliseconds, after its numbers were handed out.
+    pub delay_ms: AtomicU64,
+}
+
+/// A running fake server; stopped when dropped.
+pub struct FakeAlloc {
+    pub addr: String,
+    pub state: Arc<FakeState>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeAlloc {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeAlloc {
+    /// Starts a fake with no route table (it answers NOT_OWNER to everything until one is set).
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        let addr = listener.local_addr().unwrap().to_string();
+        let state = Arc::new(FakeState {
+            addr: addr.clone(),
+            ..FakeState::default()
+        });
+        let svc = AllocServiceServer::new(Svc(state.clone()));
+        let task = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(TcpListenerStream::new(listener))
+                .await
+                .expect("fake server");
+        });
+        Self { addr, state, task }
+    }
+
+    pub fn set_routes(&self, table: pb::RouteTable) {
+        *self.state.routes.lock().unwrap() = Some(table);
+    }
+
+    pub fn rpcs(&self) -> u64 {
+        self.state.rpcs.load(Ordering::SeqCst)
+    }
+
+    pub fn data_rpcs(&self) -> u64 {
+        self.state.fetch_rpcs.load(Ordering::SeqCst) + self.state.batch_rpcs.load(Ordering::SeqCst)
+    }
+
+    pub fn batches(&self) -> Vec<Vec<u64>> {
+        self.state.batches.lock().unwrap().clone()
+    }
+
+    /// Last seq handed out for `uid` (0 if none).
+    pub fn cur_seq(&self, uid: u64) -> u64 {
+        self.state.seqs.lock().unwrap().get(&uid).copied().unwrap_or(0)
+    }
+}
+
+/// The answer for one uid.
+struct Decision {
+    outcome: pb::Outcome,
+    seq: u64,
+    owner: Option<pb::Owner>,
+}
+
+impl FakeState {
+    async fn gate(&self) -> Result<(), Status> {
+        self.rpcs.fetch_add(1, Ordering::SeqCst);
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if self.invalid.load(Ordering::SeqCst) {
+            return Err(Status::invalid_argument("fake refuses everything"));
+        }
+        Ok(())
+    }
+
+    /// Holds a reply that was already decided (numbers consumed) for `delay_ms`.
+    async fn slow_reply(&self) {
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+    }
+
+    /// The table to embed for a caller at `version`, and the server's version.
+    fn routes_for(&self, version: u64) -> (u64, Option<pb::RouteTable>) {
+        let routes = self.routes.lock().unwrap();
+        match routes.as_ref() {
+            Some(t) => (t.version, (version < t.version).then(|| t.clone())),
+            None => (0, None),
+        }
+    }
+
+    fn decide(&self, uid: u64, consume: bool) -> Result<Decision, Status> {
+        let table = self.routes.lock().unwrap().clone();
+        let Some(table) = table else {
+            return Ok(Decision {
+                outcome: pb::Outcome::NotOwner,
+                seq: 0,
+                owner: None,
+            });
+        };
+        if uid >= table.uid_limit {
+            return Err(Status::invalid_argument(format!(
+                "uid {uid} outside [0, {})",
+                table.uid_limit
+            )));
+        }
+        let routes = Routes::new(table).expect("test tables are valid");
+        let target = routes.lookup(Uid(uid)).unwrap();
+        if target.addr != self.addr {
+            return Ok(Decision {
+                outcome: pb::Outcome::NotOwner,
+                seq: 0,
+                owner: None,
+            });
+        }
+        let ready = self
+            .not_ready_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err();
+        if !ready {
+            return Ok(Decision {
+                outcome: pb::Outcome::NotReady,
+                seq: 0,
+                owner: None,
+            });
+        }
+        let mut seqs = self.seqs.lock().unwrap();
+        let cur = seqs.entry(uid).or_insert(0);
+        if consume {
+            *cur += 1;
+        }
+        Ok(Decision {
+            outcome: pb::Outcome::Ok,
+            seq: *cur,
+            owner: Some(pb::Owner {
+                section: target.section.0,
+                node_id: target.node_id.0,
+                incarnation: target.incarnation.0,
+                epoch: 1,
+            }),
+        })
+    }
+}
+
+struct Svc(Arc<FakeState>);
+
+#[tonic::async_trait]
+impl AllocService for Svc {
+    async fn fetch_next_seq(
+        &self,
+        req: Request<pb::FetchNextSeqRequest>,
+    ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
+        let s = &self.0;
+        s.fetch_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let req = req.into_inner();
+        let d = s.decide(req.uid, true)?;
+        s.slow_reply().await;
+        let (route_version, routes) = s.routes_for(req.route_version);
+        Ok(Response::new(pb::FetchNextSeqReply {
+            outcome: d.outcome as i32,
+            seq: d.seq,
+            route_version,
+            routes,
+            owner: d.owner,
+        }))
+    }
+
+    async fn get_cur_seq(&self, req: Request<pb::GetCurSeqRequest>) -> Result<Response<pb::GetCurSeqReply>, Status> {
+        let s = &self.0;
+        s.get_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let req = req.into_inner();
+        let d = s.decide(req.uid, false)?;
+        let (route_version, routes) = s.routes_for(req.route_version);
+        Ok(Response::new(pb::GetCurSeqReply {
+            outcome: d.outcome as i32,
+            cur_seq: d.seq,
+            route_version,
+            routes,
+            owner: d.owner,
+        }))
+    }
+
+    async fn batch_fetch_next_seq(
+        &self,
+        req: Request<pb::BatchFetchNextSeqRequest>,
+    ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
+        let s = &self.0;
+        s.batch_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let req = req.into_inner();
+        if req.uids.is_empty() || req.uids.len() > 1_000 {
+            return Err(Status::invalid_argument(format!("{} uids in a batch", req.uids.len())));
+        }
+        s.batches.lock().unwrap().push(req.uids.clone());
+        let mut reply = pb::BatchFetchNextSeqReply::default();
+        for &uid in &req.uids {
+            let d = s.decide(uid, true)?;
+            reply.outcomes.push(d.outcome as i32);
+            reply.seqs.push(d.seq);
+            if let Some(o) = d.owner
+                && !reply.owners.iter().any(|x| x.section == o.section)
+            {
+                reply.owners.push(o);
+            }
+        }
+        s.slow_reply().await;
+        let (route_version, routes) = s.routes_for(req.route_version);
+        reply.route_version = route_version;
+        reply.routes = routes;
+        Ok(Response::new(reply))
+    }
+}
+
+/// An address on which nothing listens (bound, then closed).
+pub async fn dead_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().to_string()
+}

@@ -1,0 +1,224 @@
+//! Black-box tests of `Client` against fake AllocService servers on loopback.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{FakeAlloc, dead_addr, table};
+use seqsvr_client::{Client, ClientConfig, ClientError, FailureKind};
+use seqsvr_proto::Uid;
+use tokio::time::Instant;
+
+fn config(seeds: &[&str]) -> ClientConfig {
+    ClientConfig {
+        deadline: Duration::from_secs(3),
+        attempt_timeout: Duration::from_millis(500),
+        backoff_base: Duration::from_millis(5),
+        backoff_max: Duration::from_millis(50),
+        ..ClientConfig::new(seeds.iter().copied())
+    }
+}
+
+/// One fake owning every section, and a client that learned its table.
+async fn one_owner() -> (FakeAlloc, Client) {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let client = Client::connect(config(&[&a.addr])).await.expect("connect");
+    (a, client)
+}
+
+#[tokio::test]
+async fn connect_learns_the_route_table_from_a_seed() {
+    let (a, client) = one_owner().await;
+    let routes = client.routes().expect("routes learned at connect");
+    assert_eq!(routes.version(), 1);
+    assert_eq!(routes.lookup(Uid(999)).unwrap().addr, a.addr);
+    assert_eq!(a.data_rpcs(), 0, "connect uses a read, never a fetch");
+}
+
+#[tokio::test]
+async fn stale_route_table_is_corrected_in_one_retry() {
+    let a = FakeAlloc::start().await;
+    let b = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let client = Client::connect(config(&[&a.addr])).await.unwrap();
+    assert_eq!(client.routes().unwrap().version(), 1);
+
+    // Everything moved to B; A knows, the client does not.
+    let moved = table(2, &[(0, 10, &b.addr)]);
+    a.set_routes(moved.clone());
+    b.set_routes(moved);
+
+    let got = client.fetch_next_seq(Uid(42)).await.unwrap();
+    assert_eq!(got.seq, 1);
+    assert_eq!(
+        (a.data_rpcs(), b.data_rpcs()),
+        (1, 1),
+        "one NOT_OWNER from A, then B serves"
+    );
+    assert_eq!(client.routes().unwrap().version(), 2);
+    let owner = got.owner.expect("owner reported");
+    assert_eq!(owner.section.0, 0);
+
+    // The corrected table is kept: the next call goes straight to B.
+    assert_eq!(client.fetch_next_seq(Uid(42)).await.unwrap().seq, 2);
+    assert_eq!((a.data_rpcs(), b.data_rpcs()), (1, 2));
+}
+
+#[tokio::test]
+async fn batch_splits_uids_by_owner_and_keeps_request_order() {
+    let a = FakeAlloc::start().await;
+    let b = FakeAlloc::start().await;
+    let split = table(1, &[(0, 5, &a.addr), (5, 10, &b.addr)]);
+    a.set_routes(split.clone());
+    b.set_routes(split);
+    let client = Client::connect(config(&[&a.addr])).await.unwrap();
+
+    let uids = [5, 550, 7, 999, 0, 5, 501].map(Uid);
+    let got = client.batch_fetch(&uids).await.unwrap();
+    let pairs: Vec<(u64, u64)> = got.iter().map(|f| (f.uid.0, f.seq)).collect();
+    assert_eq!(pairs, [(5, 1), (550, 1), (7, 1), (999, 1), (0, 1), (5, 2), (501, 1)]);
+    assert_eq!(a.batches(), vec![vec![5, 7, 0, 5]], "A gets only its uids, in order");
+    assert_eq!(b.batches(), vec![vec![550, 999, 501]], "B gets only its uids, in order");
+    assert_eq!(got[1].owner.unwrap().section.0, 5);
+    assert_eq!(got[3].owner.unwrap().section.0, 9);
+}
+
+#[tokio::test]
+async fn batch_of_many_uids_is_sent_in_rpcs_of_at_most_1000() {
+    let (a, client) = one_owner().await;
+    let uids: Vec<Uid> = (0..2_500).map(|i| Uid(i % 500)).collect();
+    let got = client.batch_fetch(&uids).await.unwrap();
+    assert_eq!(got.len(), 2_500);
+    for (i, f) in got.iter().enumerate() {
+        assert_eq!(f.uid, uids[i]);
+        assert_eq!(f.seq, i as u64 / 500 + 1, "uid {} occurrence {}", f.uid, i / 500);
+    }
+    let sizes: Vec<usize> = a.batches().iter().map(Vec::len).collect();
+    assert_eq!(sizes.len(), 3, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 1_000), "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), 2_500);
+}
+
+#[tokio::test]
+async fn silent_server_gives_unknown_within_the_deadline_never_a_number() {
+    let (a, _) = one_owner().await;
+    let cfg = ClientConfig {
+        deadline: Duration::from_millis(600),
+        attempt_timeout: Duration::from_millis(200),
+        ..config(&[&a.addr])
+    };
+    let client = Client::connect(cfg).await.unwrap();
+    a.state.hang.store(true, Ordering::SeqCst);
+
+    let started = Instant::now();
+    let err = client.fetch_next_seq(Uid(1)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(err.is_unknown(), "{err}");
+    assert!(took < Duration::from_millis(900), "took {took:?}");
+    assert!(took >= Duration::from_millis(400), "gave up early: {took:?}");
+
+    let err = client.batch_fetch(&[Uid(1), Uid(2)]).await.unwrap_err();
+    assert!(err.is_unknown(), "{err}");
+
+    // A read that timed out consumed nothing.
+    let err = client.get_cur_seq(Uid(1)).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Unavailable), "{err}");
+}
+
+#[tokio::test]
+async fn timed_out_fetch_is_unknown_even_though_the_server_served_it() {
+    let (a, _) = one_owner().await;
+    let cfg = ClientConfig {
+        deadline: Duration::from_millis(500),
+        attempt_timeout: Duration::from_millis(100),
+        ..config(&[&a.addr])
+    };
+    let client = Client::connect(cfg).await.unwrap();
+    a.state.delay_ms.store(150, Ordering::SeqCst);
+
+    let err = client.fetch_next_seq(Uid(3)).await.unwrap_err();
+    assert!(err.is_unknown(), "{err}");
+    // The server handed numbers out for requests whose replies the client gave up on.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while a.cur_seq(3) == 0 {
+        assert!(Instant::now() < deadline, "fake never served the timed-out request");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_failure_not_an_unknown() {
+    let dead = dead_addr().await;
+    let cfg = ClientConfig {
+        deadline: Duration::from_millis(500),
+        ..config(&[&dead])
+    };
+    let client = Client::new(cfg.clone()).unwrap();
+    let err = client.fetch_next_seq(Uid(1)).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Unavailable), "{err}");
+    let err = Client::connect(cfg).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Unavailable), "{err}");
+}
+
+#[tokio::test]
+async fn invalid_argument_is_surfaced_and_not_retried() {
+    let (a, client) = one_owner().await;
+    a.state.invalid.store(true, Ordering::SeqCst);
+    let err = client.fetch_next_seq(Uid(1)).await.unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Failed { kind: FailureKind::InvalidArgument, detail } if detail.contains("fake refuses")),
+        "{err}"
+    );
+    assert_eq!(a.data_rpcs(), 1, "sent once");
+
+    let err = client.batch_fetch(&[Uid(1), Uid(2)]).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument), "{err}");
+    assert_eq!(a.data_rpcs(), 2, "the batch was sent once");
+}
+
+#[tokio::test]
+async fn uid_outside_the_table_is_refused_before_sending() {
+    let (a, client) = one_owner().await;
+    let err = client.fetch_next_seq(Uid(1_000)).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument), "{err}");
+    let err = client.batch_fetch(&[Uid(1), Uid(u64::MAX)]).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument), "{err}");
+    assert_eq!(a.data_rpcs(), 0, "nothing sent");
+}
+
+#[tokio::test]
+async fn not_ready_is_retried_until_served() {
+    let (a, client) = one_owner().await;
+    a.state.not_ready_left.store(3, Ordering::SeqCst);
+    let got = client.fetch_next_seq(Uid(8)).await.unwrap();
+    assert_eq!(got.seq, 1);
+    assert_eq!(a.data_rpcs(), 4, "three NOT_READY, then served");
+
+    a.state.not_ready_left.store(1, Ordering::SeqCst);
+    let got = client.batch_fetch(&[Uid(8), Uid(9)]).await.unwrap();
+    assert_eq!(got.iter().map(|f| f.seq).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(
+        a.batches(),
+        vec![vec![8, 9], vec![8]],
+        "only the NOT_READY uid is resent"
+    );
+}
+
+#[tokio::test]
+async fn not_owner_without_a_newer_table_fails_at_the_deadline_as_a_failure() {
+    let a = FakeAlloc::start().await;
+    let b = FakeAlloc::start().await;
+    // Both believe B owns everything, but B has no table of its own: it answers NOT_OWNER.
+    a.set_routes(table(1, &[(0, 10, &b.addr)]));
+    let cfg = ClientConfig {
+        deadline: Duration::from_millis(300),
+        ..config(&[&a.addr])
+    };
+    let client = Client::connect(cfg).await.unwrap();
+    let err = client.fetch_next_seq(Uid(1)).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Unavailable), "{err}");
+    assert!(b.data_rpcs() >= 2, "retried with backoff");
+    assert!(b.data_rpcs() < 64, "bounded: {}", b.data_rpcs());
+}
