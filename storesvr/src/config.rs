@@ -117,19 +117,18 @@ pub const MAX_SECTIONS: u64 = 1 << 20;
 
 impl Config {
     /// Parses flags, merging a `--config` file under them.
-    pub fn parse_with_file() -> Result<Self, String> {
+    /// clap errors (including `--help`) come back as `Err(Ok(e))` so the caller
+    /// can let clap print them with the right exit code; file errors as `Err(Err(msg))`.
+    pub fn parse_with_file() -> Result<Self, Result<clap::Error, String>> {
         let args: Vec<String> = std::env::args().collect();
-        let first = Config::try_parse_from(&args).map_err(|e| e.to_string());
-        let file = match (&first, find_config_arg(&args)) {
-            (_, Some(path)) => path,
-            (Ok(c), None) => return Ok(c.clone()),
-            (Err(e), None) => return Err(e.clone()),
+        let Some(file) = find_config_arg(&args) else {
+            return Config::try_parse_from(&args).map_err(Ok);
         };
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read config file {file}: {e}"))?;
+        let text = std::fs::read_to_string(&file).map_err(|e| Err(format!("cannot read config file {file}: {e}")))?;
         let mut merged = vec![args[0].clone()];
-        merged.extend(file_args(&text)?);
+        merged.extend(file_args(&text).map_err(Err)?);
         merged.extend(args[1..].iter().cloned());
-        Config::try_parse_from(merged).map_err(|e| e.to_string())
+        Config::try_parse_from(merged).map_err(Ok)
     }
 
     /// Checks relations between values; the error names the option to fix.

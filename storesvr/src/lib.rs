@@ -11,13 +11,16 @@
 //! quorum that synced it), P3 (`max_seq` only grows) and the store half of P4
 //! (bumps are fenced by epoch inside the state machine).
 
+pub mod admin;
 pub mod arbiter;
 pub mod config;
 pub mod error;
 pub mod kv;
 pub mod log_store;
 pub mod network;
+pub mod node;
 pub mod raft_types;
+pub mod service;
 pub mod sm_store;
 pub mod state;
 pub mod writer;

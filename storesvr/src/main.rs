@@ -1,1 +1,70 @@
-fn main() {}
+//! `storesvr`: run one StoreSvr replica until SIGTERM or Ctrl-C.
+
+use std::process::ExitCode;
+use storesvr::config::Config;
+use storesvr::node::StoreNode;
+
+fn main() -> ExitCode {
+    let config = match Config::parse_with_file() {
+        Ok(c) => c,
+        // clap prints help and version (exit 0) and usage errors (exit 2) itself.
+        Err(Ok(e)) => e.exit(),
+        Err(Err(e)) => {
+            eprintln!("storesvr: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = config.validate() {
+        eprintln!("storesvr: invalid configuration: {e}");
+        return ExitCode::from(2);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("storesvr: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> ExitCode {
+    if config.unsafe_skip_epoch_fence {
+        tracing::warn!("UNSAFE: --unsafe-skip-epoch-fence is on; bumps are not fenced (negative control only)");
+    }
+    if let Some(addr) = config.metrics_listen
+        && let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+    {
+        eprintln!("storesvr: cannot serve metrics on {addr}: {e}");
+        return ExitCode::FAILURE;
+    }
+    let node = match StoreNode::start(config).await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("storesvr: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("storesvr: cannot listen for SIGTERM: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    ExitCode::SUCCESS
+}

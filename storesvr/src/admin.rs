@@ -1,0 +1,157 @@
+//! `AdminService`: Raft membership changes, on the leader.
+//!
+//! A new replica joins as a learner, catches up (by snapshot when the log it
+//! needs was purged), and only then becomes a voter, so adding a replica never
+//! makes a quorum wait for an empty node. Node ids are never reused: the state
+//! machine remembers every id that was ever a member.
+//!
+//! Left out: leader transfer (not in openraft 0.9) and joint changes of
+//! several replicas at once.
+
+use crate::error::StoreError;
+use crate::node::Ctx;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers};
+use seqsvr_proto::pb;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// How long a new replica may take to catch up before the call gives up.
+pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct AdminSvc {
+    pub ctx: Arc<Ctx>,
+}
+
+impl AdminSvc {
+    fn reply(&self, log_index: u64) -> pb::MembershipReply {
+        let m = self.ctx.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        pb::MembershipReply {
+            not_leader: None,
+            voters: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            log_index,
+        }
+    }
+
+    fn not_leader(&self, id: Option<u64>) -> pb::MembershipReply {
+        pb::MembershipReply {
+            not_leader: Some(self.ctx.leader_hint(id)),
+            ..Default::default()
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.ctx.raft.metrics().borrow().current_leader == Some(self.ctx.node_id)
+    }
+
+    async fn change(&self, changes: ChangeMembers<u64, BasicNode>) -> Result<pb::MembershipReply, StoreError> {
+        match tokio::time::timeout(CATCH_UP_TIMEOUT, self.ctx.raft.change_membership(changes, false)).await {
+            Err(_) => Err(StoreError::Unavailable(
+                "membership change did not commit in time".into(),
+            )),
+            Ok(Ok(r)) => Ok(self.reply(r.log_id.index)),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => Ok(self.not_leader(f.leader_id)),
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(StoreError::FailedPrecondition(e.to_string()))
+            }
+            Ok(Err(RaftError::Fatal(e))) => Err(StoreError::Fatal(e.to_string())),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::admin_service_server::AdminService for AdminSvc {
+    async fn add_replica(&self, req: Request<pb::AddReplicaRequest>) -> Result<Response<pb::MembershipReply>, Status> {
+        let req = req.into_inner();
+        if req.node_id == 0 {
+            return Err(StoreError::InvalidArgument("node_id must be > 0".into()).into());
+        }
+        if req
+            .addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
+            return Err(StoreError::InvalidArgument(format!("addr must be host:port, got {:?}", req.addr)).into());
+        }
+        if !self.is_leader() {
+            return Ok(Response::new(self.not_leader(None)));
+        }
+        let used = self
+            .ctx
+            .state
+            .read()
+            .expect("state lock poisoned")
+            .set
+            .replica_ids_ever
+            .contains(&req.node_id);
+        if used {
+            return Err(StoreError::FailedPrecondition(format!(
+                "node id {} was a member before; node ids are never reused, pick a new one",
+                req.node_id
+            ))
+            .into());
+        }
+        tracing::info!(node_id = req.node_id, addr = %req.addr, "adding replica as learner");
+        let added = tokio::time::timeout(
+            CATCH_UP_TIMEOUT,
+            self.ctx
+                .raft
+                .add_learner(req.node_id, BasicNode::new(req.addr.clone()), true),
+        )
+        .await;
+        match added {
+            Err(_) => return Err(StoreError::Unavailable("the new replica did not catch up in time".into()).into()),
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                return Ok(Response::new(self.not_leader(f.leader_id)));
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                return Err(StoreError::FailedPrecondition(e.to_string()).into());
+            }
+            Ok(Err(RaftError::Fatal(e))) => return Err(StoreError::Fatal(e.to_string()).into()),
+        }
+        tracing::info!(node_id = req.node_id, "learner caught up; promoting to voter");
+        Ok(Response::new(
+            self.change(ChangeMembers::AddVoterIds(BTreeSet::from([req.node_id])))
+                .await?,
+        ))
+    }
+
+    async fn remove_replica(
+        &self,
+        req: Request<pb::RemoveReplicaRequest>,
+    ) -> Result<Response<pb::MembershipReply>, Status> {
+        let req = req.into_inner();
+        if !self.is_leader() {
+            return Ok(Response::new(self.not_leader(None)));
+        }
+        let (is_voter, is_learner, voters) = {
+            let m = self.ctx.raft.metrics().borrow().clone();
+            let mem = m.membership_config.membership();
+            let voters: Vec<u64> = mem.voter_ids().collect();
+            (
+                voters.contains(&req.node_id),
+                mem.learner_ids().any(|l| l == req.node_id),
+                voters.len(),
+            )
+        };
+        let ids = BTreeSet::from([req.node_id]);
+        let changes = if is_voter {
+            if voters <= 1 {
+                return Err(StoreError::FailedPrecondition("cannot remove the last voter".into()).into());
+            }
+            ChangeMembers::RemoveVoters(ids)
+        } else if is_learner {
+            ChangeMembers::RemoveNodes(ids)
+        } else {
+            return Err(StoreError::InvalidArgument(format!("node {} is not a member", req.node_id)).into());
+        };
+        tracing::info!(node_id = req.node_id, "removing replica");
+        Ok(Response::new(self.change(changes).await?))
+    }
+}

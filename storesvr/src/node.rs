@@ -1,0 +1,330 @@
+//! Wiring of one StoreSvr replica: storage, Raft, the writer, the arbiter
+//! loop and the gRPC server (StoreService, RaftService, AdminService, health,
+//! reflection) on one listener.
+//!
+//! Start-up refuses a data dir that belongs to another node id (a wiped or
+//! copied directory must not come back under an old identity). `--bootstrap`
+//! initializes the group only when the log is empty, so repeating it on a
+//! restart is harmless; the first leader then writes the set's parameters
+//! (`Init`), which every later leader finds already present.
+//!
+//! Left out: TLS, authentication, and several sets per process.
+
+use crate::arbiter::{self, Liveness, Plan};
+use crate::config::Config;
+use crate::kv::{KvStore, SledKv};
+use crate::log_store::LogStore;
+use crate::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
+use crate::raft_types::{Node, Raft};
+use crate::sm_store::{SharedState, StateMachineStore};
+use crate::state::{Command, SetParams};
+use crate::writer::Writer;
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use seqsvr_proto::pb;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long one Raft write may take before the caller hears "unavailable".
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the arbiter looks at liveness and ownership.
+pub const ARBITER_TICK: Duration = Duration::from_millis(100);
+
+/// Everything the services need, shared.
+pub struct Ctx {
+    pub node_id: u64,
+    pub config: Config,
+    pub raft: Raft,
+    pub state: SharedState,
+    pub writer: Writer,
+    pub liveness: Mutex<Liveness>,
+    /// The arbiter's latest plan (its `handover` part is read by renewals).
+    pub plan: Mutex<Plan>,
+    /// Route table cached by route version.
+    pub routes: Mutex<Option<pb::RouteTable>>,
+}
+
+/// A running replica.
+pub struct StoreNode {
+    pub ctx: Arc<Ctx>,
+    pub local_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    arbiter: JoinHandle<()>,
+}
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("data dir {dir}: {source}")]
+    DataDir { dir: String, source: std::io::Error },
+    #[error("data dir {dir} belongs to node {found}, not {wanted}: node ids are never reused")]
+    WrongNode { dir: String, found: String, wanted: u64 },
+    #[error("storage: {0}")]
+    Storage(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+impl Config {
+    /// The set parameters this replica proposes at bootstrap.
+    pub fn set_params(&self) -> SetParams {
+        SetParams {
+            set_id: self.set_id,
+            section_size: self.section_size,
+            uid_limit: self.uid_limit,
+            step: self.step,
+            lease_ms: self.lease_ms,
+            renew_interval_ms: self.renew_interval_ms,
+            drift_ppm: self.drift_ppm,
+            margin_ms: self.margin_ms,
+            section_begin: 0,
+            section_end: self.uid_limit.div_ceil(self.section_size),
+        }
+    }
+}
+
+fn claim_data_dir(dir: &Path, node_id: u64) -> Result<(), StartError> {
+    let io = |source| StartError::DataDir {
+        dir: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let marker = dir.join("NODE_ID");
+    match std::fs::read_to_string(&marker) {
+        Ok(found) if found.trim() == node_id.to_string() => Ok(()),
+        Ok(found) => Err(StartError::WrongNode {
+            dir: dir.display().to_string(),
+            found: found.trim().into(),
+            wanted: node_id,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&marker, format!("{node_id}\n")).map_err(io)?;
+            std::fs::File::open(&marker).and_then(|f| f.sync_all()).map_err(io)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+impl StoreNode {
+    /// Opens storage, starts Raft and serves on `config.listen`.
+    pub async fn start(config: Config) -> Result<Self, StartError> {
+        config.validate().map_err(StartError::Config)?;
+        claim_data_dir(&config.data_dir, config.node_id)?;
+        let kv: Arc<dyn KvStore> =
+            Arc::new(
+                SledKv::open(&config.data_dir.join("raft")).map_err(|source| StartError::DataDir {
+                    dir: config.data_dir.display().to_string(),
+                    source,
+                })?,
+            );
+        let log_store = LogStore::new(kv.clone());
+        let sm = StateMachineStore::open(kv, config.unsafe_skip_epoch_fence)
+            .map_err(|e| StartError::Storage(e.to_string()))?;
+        let state = sm.shared();
+        let raft_config = openraft::Config {
+            cluster_name: format!("seqsvr-set-{}", config.set_id),
+            election_timeout_min: config.election_min_ms,
+            election_timeout_max: config.election_max_ms,
+            heartbeat_interval: config.heartbeat_ms,
+            install_snapshot_timeout: 2_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+        let network = Network {
+            dial: Arc::new(config.dial_map().map_err(StartError::Config)?),
+        };
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+
+        if config.bootstrap {
+            let initialized = raft
+                .is_initialized()
+                .await
+                .map_err(|e| StartError::Raft(e.to_string()))?;
+            if initialized {
+                tracing::info!("--bootstrap ignored: this replica already has Raft state");
+            } else {
+                let members: BTreeMap<u64, Node> = config
+                    .peer_map()
+                    .map_err(StartError::Config)?
+                    .into_iter()
+                    .map(|(id, a)| (id, BasicNode::new(a)))
+                    .collect();
+                raft.initialize(members.clone())
+                    .await
+                    .map_err(|e| StartError::Raft(e.to_string()))?;
+                tracing::info!(?members, "bootstrapped a new Raft group");
+            }
+        }
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+
+        let ctx = Arc::new(Ctx {
+            node_id: config.node_id,
+            writer: Writer::start(raft.clone()),
+            raft: raft.clone(),
+            state,
+            config,
+            liveness: Mutex::new(Liveness::default()),
+            plan: Mutex::new(Plan::default()),
+            routes: Mutex::new(None),
+        });
+
+        let (health_reporter, health) = tonic_health::server::health_reporter();
+        health_reporter
+            .set_serving::<pb::store_service_server::StoreServiceServer<crate::service::StoreSvc>>()
+            .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(seqsvr_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| StartError::Raft(format!("reflection: {e}")))?;
+        let store = pb::store_service_server::StoreServiceServer::new(crate::service::StoreSvc { ctx: ctx.clone() })
+            .max_decoding_message_size(16 << 20)
+            .max_encoding_message_size(16 << 20);
+        let peers = pb::raft_service_server::RaftServiceServer::new(RaftPeerService { raft: raft.clone() })
+            .max_decoding_message_size(MAX_PEER_MESSAGE)
+            .max_encoding_message_size(MAX_PEER_MESSAGE);
+        let admin = pb::admin_service_server::AdminServiceServer::new(crate::admin::AdminSvc { ctx: ctx.clone() });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(health)
+                .add_service(reflection)
+                .add_service(store)
+                .add_service(peers)
+                .add_service(admin)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                }),
+        );
+        let arbiter = tokio::spawn(arbiter_loop(ctx.clone()));
+        tracing::info!(node_id = ctx.node_id, %local_addr, "storesvr serving");
+        Ok(Self {
+            ctx,
+            local_addr,
+            stop: Some(stop),
+            server,
+            arbiter,
+        })
+    }
+
+    /// Stops serving and shuts Raft down.
+    pub async fn shutdown(mut self) {
+        self.arbiter.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.server).await;
+        let _ = self.ctx.raft.shutdown().await;
+    }
+}
+
+impl Ctx {
+    /// Where a caller should send leader-only requests.
+    pub fn leader_hint(&self, leader_id: Option<u64>) -> pb::LeaderHint {
+        let m = self.raft.metrics().borrow().clone();
+        let id = leader_id.or(m.current_leader).unwrap_or(0);
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        pb::LeaderHint {
+            leader_id: id,
+            leader_addr: addr,
+        }
+    }
+
+    pub fn detect(&self) -> Duration {
+        Duration::from_millis(self.config.detect_ms)
+    }
+}
+
+/// Leadership bookkeeping plus one arbiter decision per tick, on the leader only.
+async fn arbiter_loop(ctx: Arc<Ctx>) {
+    let mut tick = tokio::time::interval(ARBITER_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let is_leader = {
+            let m = ctx.raft.metrics().borrow().clone();
+            m.state == ServerState::Leader && m.current_leader == Some(ctx.node_id)
+        };
+        {
+            let mut live = ctx.liveness.lock().expect("liveness lock poisoned");
+            match (is_leader, live.is_leader()) {
+                (true, false) => {
+                    tracing::info!(
+                        "became leader: liveness restarts now, nobody is declared dead for one detection interval"
+                    );
+                    live.become_leader(Instant::now());
+                }
+                (false, true) => live.step_down(),
+                _ => {}
+            }
+        }
+        if !is_leader {
+            continue;
+        }
+        let needs_init = ctx.state.read().expect("state lock poisoned").set.params.is_none();
+        if needs_init {
+            let params = ctx.config.set_params();
+            match ctx.writer.write(Command::Init(params.clone()), WRITE_TIMEOUT).await {
+                Ok(r) => tracing::info!(?params, ?r, "set initialized"),
+                Err(e) => tracing::warn!(?e, "writing the set parameters failed; retrying"),
+            }
+            continue;
+        }
+        let (plan, warn) = {
+            let st = ctx.state.read().expect("state lock poisoned");
+            let live = ctx.liveness.lock().expect("liveness lock poisoned");
+            let alive = arbiter::alive(&st.set, &live, Instant::now(), ctx.detect());
+            let p = arbiter::plan(&st.set, &alive);
+            let warn = st.set.params.as_ref() != Some(&ctx.config.set_params());
+            (p, warn)
+        };
+        if warn {
+            tracing::debug!(
+                "this replica's set flags differ from the parameters stored at bootstrap; the stored ones apply"
+            );
+        }
+        let cmd = plan.command();
+        if !plan.expire.is_empty() {
+            tracing::info!(expire = ?plan.expire, "declaring AllocSvr incarnations dead");
+        }
+        if !plan.moves.is_empty() {
+            tracing::info!(moves = ?plan.moves, "moving sections");
+        }
+        *ctx.plan.lock().expect("plan lock poisoned") = plan;
+        if let Some(cmd) = cmd
+            && let Err(e) = ctx.writer.write(cmd, WRITE_TIMEOUT).await
+        {
+            tracing::warn!(?e, "arbiter write failed; retrying next tick");
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The client-facing `StoreService` (control plane for AllocSvrs and tools).
+//!
+//! Writes go through the batching writer; linearizable reads (`Renew`,
+//! `Load`) pass openraft's ReadIndex (`ensure_linearizable`) before reading
+//! the applied state, so they never see a deposed leader's stale view.
+//! `GetRoutes` and `Status` read local state on any replica. A replica that is
+//! not the leader answers leader-only calls with `not_leader` set.
+//!
+//! Bad input is refused before anything is proposed, and the state machine
+//! checks again at apply time, so a refused request changes nothing.
+
+use crate::error::StoreError;
+use crate::node::{Ctx, WRITE_TIMEOUT};
+use crate::sm_store::SmData;
+use crate::state::{BumpItem, BumpOutcome, Command, CommandResult, SetParams, SetState};
+use crate::writer::WriteError;
+use openraft::error::{CheckIsLeaderError, RaftError};
+use seqsvr_proto::pb;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Request, Response, Status};
+
+/// Most bump items in one request (more than the sections of a maximal set would need per call).
+pub const MAX_BUMP_ITEMS: usize = 65_536;
+/// Most sections named by one Load.
+pub const MAX_LOAD_SECTIONS: u64 = 1 << 20;
+/// Longest accepted AllocSvr address.
+const MAX_ADDR_LEN: usize = 256;
+
+pub struct StoreSvc {
+    pub ctx: Arc<Ctx>,
+}
+
+/// A leader-only call either proceeds or tells the caller where the leader is.
+enum Led<T> {
+    Here(T),
+    Elsewhere(pb::LeaderHint),
+}
+
+impl StoreSvc {
+    fn data<T>(&self, f: impl FnOnce(&SmData) -> T) -> T {
+        f(&self.ctx.state.read().expect("state lock poisoned"))
+    }
+
+    fn params(&self) -> Result<SetParams, StoreError> {
+        self.data(|d| d.set.params.clone())
+            .ok_or_else(|| StoreError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
+    }
+
+    async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, StoreError> {
+        match self.ctx.writer.write(cmd, WRITE_TIMEOUT).await {
+            Ok(r) => Ok(Led::Here(r)),
+            Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.ctx.leader_hint(id))),
+            Err(WriteError::Unavailable(m)) => Err(StoreError::Unavailable(m)),
+        }
+    }
+
+    async fn linearizable(&self) -> Result<Led<()>, StoreError> {
+        match tokio::time::timeout(WRITE_TIMEOUT, self.ctx.raft.ensure_linearizable()).await {
+            Err(_) => Err(StoreError::Unavailable(
+                "no quorum answered the read index in time".into(),
+            )),
+            Ok(Ok(_)) => Ok(Led::Here(())),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Ok(Led::Elsewhere(self.ctx.leader_hint(f.leader_id)))
+            }
+            Ok(Err(RaftError::APIError(e))) => Err(StoreError::Unavailable(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(StoreError::Fatal(e.to_string())),
+        }
+    }
+
+    /// The route table of the current state, rebuilt only when its version changed.
+    fn route_table(&self) -> Result<pb::RouteTable, StoreError> {
+        let version = self.data(|d| d.set.route_version);
+        let mut cache = self.ctx.routes.lock().expect("routes lock poisoned");
+        if let Some(t) = cache.as_ref().filter(|t| t.version == version) {
+            return Ok(t.clone());
+        }
+        let t = self
+            .data(|d| build_routes(&d.set))
+            .ok_or_else(|| StoreError::Unavailable("the set is not initialized yet".into()))?;
+        *cache = Some(t.clone());
+        Ok(t)
+    }
+}
+
+fn unexpected(r: CommandResult) -> StoreError {
+    StoreError::Unavailable(format!("unexpected state machine result {r:?}"))
+}
+
+/// Route table of a set: runs of sections with the same owner.
+pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
+    let p = set.params.as_ref()?;
+    let entries = set
+        .owner_runs()
+        .into_iter()
+        .map(|(b, e, owner)| {
+            let rec = set.allocsvrs.get(&owner);
+            pb::RouteEntry {
+                set_id: p.set_id,
+                section_begin: b,
+                section_end: e,
+                node_id: rec.map_or(0, |r| r.node_id),
+                incarnation: rec.map_or(0, |r| r.incarnation),
+                addr: rec.map(|r| r.addr.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    Some(pb::RouteTable {
+        version: set.route_version,
+        section_size: p.section_size,
+        uid_limit: p.uid_limit,
+        entries,
+    })
+}
+
+pub fn params_to_pb(p: &SetParams) -> pb::SetParams {
+    pb::SetParams {
+        set_id: p.set_id,
+        section_size: p.section_size,
+        uid_limit: p.uid_limit,
+        step: p.step,
+        lease_ms: p.lease_ms,
+        renew_interval_ms: p.renew_interval_ms,
+        drift_ppm: p.drift_ppm,
+        margin_ms: p.margin_ms,
+        sections: Some(pb::SectionRange {
+            begin: p.section_begin,
+            end: p.section_end,
+        }),
+    }
+}
+
+fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<(u64, u64)>, StoreError> {
+    if ranges.is_empty() {
+        return Err(StoreError::InvalidArgument("no sections given".into()));
+    }
+    let mut total = 0u64;
+    let mut out = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        if r.begin >= r.end || r.end > p.section_end || r.begin < p.section_begin {
+            return Err(StoreError::InvalidArgument(format!(
+                "section range [{}, {}) is empty or outside this set's sections [{}, {})",
+                r.begin, r.end, p.section_begin, p.section_end
+            )));
+        }
+        total += r.end - r.begin;
+        if total > limit {
+            return Err(StoreError::InvalidArgument(format!(
+                "more than {limit} sections in one request"
+            )));
+        }
+        out.push((r.begin, r.end));
+    }
+    Ok(out)
+}
+
+fn check_addr(addr: &str) -> Result<(), StoreError> {
+    let ok = addr.len() <= MAX_ADDR_LEN
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidArgument(format!(
+            "addr must be host:port, got {addr:?}"
+        )))
+    }
+}
+
+fn outcome_pb(o: BumpOutcome) -> i32 {
+    match o {
+        BumpOutcome::Applied => pb::BumpOutcome::Applied as i32,
+        BumpOutcome::NoOp => pb::BumpOutcome::NoOp as i32,
+        BumpOutcome::StaleEpoch => pb::BumpOutcome::StaleEpoch as i32,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::store_service_server::StoreService for StoreSvc {
+    async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterReply>, Status> {
+        let req = req.into_inner();
+        if req.node_id == 0 {
+            return Err(StoreError::InvalidArgument("node_id must be > 0".into()).into());
+        }
+        check_addr(&req.addr)?;
+        let params = self.params()?;
+        let incarnation = match self
+            .write(Command::Register {
+                node_id: req.node_id,
+                addr: req.addr.clone(),
+            })
+            .await?
+        {
+            Led::Elsewhere(hint) => {
+                return Ok(Response::new(pb::RegisterReply {
+                    not_leader: Some(hint),
+                    ..Default::default()
+                }));
+            }
+            Led::Here(CommandResult::Registered { incarnation }) => incarnation,
+            Led::Here(other) => return Err(unexpected(other).into()),
+        };
+        self.ctx
+            .liveness
+            .lock()
+            .expect("liveness lock poisoned")
+            .record(incarnation, Instant::now());
+        tracing::info!(node_id = req.node_id, incarnation, addr = %req.addr, "AllocSvr registered");
+        Ok(Response::new(pb::RegisterReply {
+            not_leader: None,
+            incarnation,
+            params: Some(params_to_pb(&params)),
+        }))
+    }
+
+    async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::RenewReply>, Status> {
+        let req = req.into_inner();
+        if let Led::Elsewhere(hint) = self.linearizable().await? {
+            return Ok(Response::new(pb::RenewReply {
+                not_leader: Some(hint),
+                ..Default::default()
+            }));
+        }
+        let (known, grants, route_version) = self.data(|d| {
+            let known = d.set.allocsvrs.contains_key(&req.incarnation);
+            let grants: Vec<pb::Grant> = d
+                .set
+                .runs()
+                .into_iter()
+                .filter(|(_, _, s)| s.owner == req.incarnation)
+                .map(|(b, e, s)| pb::Grant {
+                    section_begin: b,
+                    section_end: e,
+                    epoch: s.epoch,
+                    no_wait: s.no_wait,
+                })
+                .collect();
+            (known, grants, d.set.route_version)
+        });
+        if !known {
+            return Ok(Response::new(pb::RenewReply {
+                status: pb::RenewStatus::UnknownIncarnation as i32,
+                route_version,
+                ..Default::default()
+            }));
+        }
+        self.ctx
+            .liveness
+            .lock()
+            .expect("liveness lock poisoned")
+            .record(req.incarnation, Instant::now());
+        let handover = self
+            .ctx
+            .plan
+            .lock()
+            .expect("plan lock poisoned")
+            .handover
+            .get(&req.incarnation)
+            .map(|runs| {
+                runs.iter()
+                    .map(|&(begin, end)| pb::SectionRange { begin, end })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let routes = if req.route_version < route_version {
+            Some(self.route_table()?)
+        } else {
+            None
+        };
+        Ok(Response::new(pb::RenewReply {
+            not_leader: None,
+            status: pb::RenewStatus::Ok as i32,
+            grants,
+            handover,
+            route_version,
+            routes,
+        }))
+    }
+
+    async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
+        let req = req.into_inner();
+        let p = self.params()?;
+        let ranges = check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?;
+        match self
+            .write(Command::Release {
+                incarnation: req.incarnation,
+                ranges,
+            })
+            .await?
+        {
+            Led::Elsewhere(hint) => Ok(Response::new(pb::ReleaseReply {
+                not_leader: Some(hint),
+                released: 0,
+            })),
+            Led::Here(CommandResult::Released { count }) => {
+                tracing::info!(incarnation = req.incarnation, count, "sections released");
+                Ok(Response::new(pb::ReleaseReply {
+                    not_leader: None,
+                    released: count,
+                }))
+            }
+            Led::Here(CommandResult::UnknownIncarnation) => Err(StoreError::FailedPrecondition(format!(
+                "incarnation {} is not registered (superseded or expired): register again",
+                req.incarnation
+            ))
+            .into()),
+            Led::Here(other) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn bump(&self, req: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
+        let req = req.into_inner();
+        let p = self.params()?;
+        if req.items.is_empty() || req.items.len() > MAX_BUMP_ITEMS {
+            return Err(StoreError::InvalidArgument(format!(
+                "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
+                req.items.len()
+            ))
+            .into());
+        }
+        let mut items = Vec::with_capacity(req.items.len());
+        for i in &req.items {
+            if !(p.section_begin..p.section_end).contains(&i.section) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "unknown section {} (this set has [{}, {}))",
+                    i.section, p.section_begin, p.section_end
+                ))
+                .into());
+            }
+            items.push(BumpItem {
+                section: i.section,
+                epoch: i.epoch,
+                new_max: i.new_max,
+            });
+        }
+        if !self.data(|d| d.set.allocsvrs.contains_key(&req.incarnation)) {
+            return Err(StoreError::FailedPrecondition(format!(
+                "unknown incarnation {}: register first",
+                req.incarnation
+            ))
+            .into());
+        }
+        let started = Instant::now();
+        let n = items.len();
+        match self
+            .write(Command::Bump {
+                incarnation: req.incarnation,
+                items,
+            })
+            .await?
+        {
+            Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {
+                not_leader: Some(hint),
+                results: vec![],
+            })),
+            Led::Here(CommandResult::Bumped(results)) => {
+                metrics::counter!("storesvr_bump_items_total").increment(n as u64);
+                metrics::histogram!("storesvr_bump_seconds").record(started.elapsed().as_secs_f64());
+                let results = results
+                    .into_iter()
+                    .map(|r| pb::BumpResult {
+                        section: r.section,
+                        outcome: outcome_pb(r.outcome),
+                        max_seq: r.max_seq,
+                        epoch: r.epoch,
+                    })
+                    .collect();
+                Ok(Response::new(pb::BumpReply {
+                    not_leader: None,
+                    results,
+                }))
+            }
+            Led::Here(CommandResult::UnknownIncarnation) => Err(StoreError::FailedPrecondition(format!(
+                "unknown incarnation {}: register first",
+                req.incarnation
+            ))
+            .into()),
+            Led::Here(CommandResult::Invalid(m)) => Err(StoreError::InvalidArgument(m).into()),
+            Led::Here(other) => Err(unexpected(other).into()),
+        }
+    }
+
+    async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
+        let req = req.into_inner();
+        let p = self.params()?;
+        let ranges = check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?;
+        if let Led::Elsewhere(hint) = self.linearizable().await? {
+            return Ok(Response::new(pb::LoadReply {
+                not_leader: Some(hint),
+                sections: vec![],
+            }));
+        }
+        let sections = self.data(|d| {
+            ranges
+                .iter()
+                .flat_map(|&(b, e)| b..e)
+                .filter_map(|section| {
+                    d.set.section(section).map(|s| pb::SectionState {
+                        section,
+                        max_seq: s.max_seq,
+                        epoch: s.epoch,
+                        owner_incarnation: s.owner,
+                    })
+                })
+                .collect()
+        });
+        Ok(Response::new(pb::LoadReply {
+            not_leader: None,
+            sections,
+        }))
+    }
+
+    async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Result<Response<pb::GetRoutesReply>, Status> {
+        Ok(Response::new(pb::GetRoutesReply {
+            routes: Some(self.route_table()?),
+        }))
+    }
+
+    async fn status(&self, _req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
+        let m = self.ctx.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        let members = membership
+            .nodes()
+            .map(|(id, n)| pb::ReplicaInfo {
+                node_id: *id,
+                addr: n.addr.clone(),
+                voter: voters.contains(id),
+            })
+            .collect();
+        let leader_id = m.current_leader.unwrap_or(0);
+        let leader_addr = membership
+            .get_node(&leader_id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        let now = Instant::now();
+        let detect = self.ctx.detect();
+        let reply = self.data(|d| {
+            let live = self.ctx.liveness.lock().expect("liveness lock poisoned");
+            let alive = crate::arbiter::alive(&d.set, &live, now, detect);
+            let allocsvrs = d
+                .set
+                .allocsvrs
+                .values()
+                .map(|r| pb::AllocSvrInfo {
+                    node_id: r.node_id,
+                    incarnation: r.incarnation,
+                    addr: r.addr.clone(),
+                    alive: alive.contains(&r.incarnation),
+                    last_renew_ms_ago: live
+                        .last_seen(r.incarnation)
+                        .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
+                    sections_owned: d.set.sections.iter().filter(|s| s.owner == r.incarnation).count() as u64,
+                })
+                .collect();
+            pb::StatusReply {
+                node_id: self.ctx.node_id,
+                set_id: self.ctx.config.set_id,
+                leader_id,
+                leader_addr,
+                term: m.current_term,
+                // openraft 0.9 does not publish the committed index; the leader's
+                // applied index equals it once applied, followers trail by one heartbeat.
+                committed_index: m.last_applied.map_or(0, |l| l.index),
+                applied_index: d.last_applied.map_or(0, |l| l.index),
+                last_log_index: m.last_log_index.unwrap_or(0),
+                members,
+                allocsvrs,
+                route_version: d.set.route_version,
+                sections_total: d.set.sections.len() as u64,
+                sections_owned: d.set.sections.iter().filter(|s| s.owner != 0).count() as u64,
+                max_seq_high: d.set.sections.iter().map(|s| s.max_seq).max().unwrap_or(0),
+                params: d.set.params.as_ref().map(params_to_pb),
+                max_seq_sum: d.set.sections.iter().fold(0u64, |a, s| a.wrapping_add(s.max_seq)),
+            }
+        });
+        Ok(Response::new(reply))
+    }
+}
