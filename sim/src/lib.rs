@@ -18,5 +18,6 @@
 //! are real, so a seed fixes the workload and the fault schedule, not the interleaving.
 
 pub mod checks;
+pub mod cluster;
 pub mod history;
 pub mod proxy;
