@@ -1,0 +1,302 @@
+//! A StoreSvr group of real processes on loopback, for black-box tests.
+//!
+//! Every process is killed when the `Cluster` drops (also when a test fails).
+//! Readiness is polled with a deadline; nothing sleeps and hopes.
+
+#![allow(dead_code)]
+
+use seqsvr_client::store::{Seed, StoreClient, StoreTimeouts};
+use seqsvr_proto::pb;
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SECTIONS: u64 = 10;
+
+/// Flags every replica of the test group gets.
+pub fn set_args() -> Vec<String> {
+    [
+        "--section-size=100000",
+        "--uid-limit=1000000",
+        "--step=1000",
+        "--snapshot-logs=20",
+        "--lease-ms=3000",
+        "--detect-ms=2000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub addrs: BTreeMap<u64, String>,
+    procs: BTreeMap<u64, Child>,
+}
+
+impl Cluster {
+    /// Starts `n` replicas; node 1 bootstraps the group.
+    pub fn start(n: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, free_addr())).collect();
+        let mut c = Self {
+            dir,
+            addrs,
+            procs: BTreeMap::new(),
+        };
+        for id in 1..=n {
+            c.spawn(id, id == 1);
+        }
+        c
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("store{id}"))
+    }
+
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("store{id}.log"))
+    }
+
+    pub fn spawn(&mut self, id: u64, bootstrap: bool) {
+        let peers: Vec<String> = self
+            .addrs
+            .iter()
+            .filter(|(i, _)| **i <= 3)
+            .map(|(i, a)| format!("{i}={a}"))
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_storesvr"));
+        cmd.arg(format!("--node-id={id}"))
+            .arg(format!("--listen={}", self.addrs[&id]))
+            .arg(format!("--data-dir={}", self.data_dir(id).display()))
+            .arg(format!("--peers={}", peers.join(",")))
+            .args(set_args())
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if bootstrap {
+            cmd.arg("--bootstrap");
+        }
+        let child = cmd.spawn().expect("spawn storesvr");
+        self.procs.insert(id, child);
+    }
+
+    /// Adds a replica process under a new id (not yet a member).
+    pub fn spawn_new(&mut self, id: u64) -> String {
+        let addr = free_addr();
+        self.addrs.insert(id, addr.clone());
+        self.spawn(id, false);
+        addr
+    }
+
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut c) = self.procs.remove(&id) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self, id: u64) {
+        self.kill(id);
+        self.spawn(id, false);
+    }
+
+    pub fn running(&self) -> Vec<u64> {
+        self.procs.keys().copied().collect()
+    }
+
+    pub fn client(&self) -> StoreClient {
+        let seeds = self
+            .addrs
+            .iter()
+            .map(|(id, a)| Seed {
+                node_id: Some(seqsvr_proto::NodeId(*id)),
+                addr: a.clone(),
+            })
+            .collect();
+        StoreClient::new(
+            seeds,
+            StoreTimeouts {
+                attempt: Duration::from_millis(800),
+                overall: Duration::from_secs(10),
+            },
+        )
+        .unwrap()
+    }
+
+    /// A client of one replica only (no leader following beyond it).
+    pub fn client_of(&self, id: u64) -> pb::store_service_client::StoreServiceClient<tonic::transport::Channel> {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addrs[&id]))
+            .unwrap()
+            .connect_lazy();
+        pb::store_service_client::StoreServiceClient::new(ch)
+    }
+
+    pub async fn status_of(&self, id: u64) -> Option<pb::StatusReply> {
+        let mut c = self.client_of(id);
+        let mut req = tonic::Request::new(pb::StatusRequest {});
+        req.set_timeout(Duration::from_millis(500));
+        c.status(req).await.ok().map(|r| r.into_inner())
+    }
+
+    /// Waits until a running replica reports itself leader of an initialized set.
+    pub async fn wait_leader(&self, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        loop {
+            for id in self.running() {
+                if let Some(s) = self.status_of(id).await
+                    && s.leader_id == id
+                    && s.params.is_some()
+                {
+                    return id;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no leader within {within:?}; logs in {}",
+                self.dir.path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until replica `id` has applied at least `index`.
+    pub async fn wait_applied(&self, id: u64, index: u64, within: Duration) -> pb::StatusReply {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.status_of(id).await
+                && s.applied_index >= index
+            {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} did not apply {index} within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn dump_logs(&self) {
+        for id in self.addrs.keys() {
+            if let Ok(s) = std::fs::read_to_string(self.log_path(*id)) {
+                eprintln!("===== store{id} =====\n{s}");
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
+        for (_, mut c) in std::mem::take(&mut self.procs) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A pretend AllocSvr: registers, then renews in the background so the arbiter keeps it alive.
+pub struct FakeOwner {
+    pub incarnation: u64,
+    renew: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOwner {
+    pub async fn register(client: &StoreClient, node_id: u64) -> Self {
+        let reply = client
+            .register(pb::RegisterRequest {
+                node_id,
+                addr: format!("127.0.0.1:{}", 40_000 + node_id),
+            })
+            .await
+            .expect("register");
+        let incarnation = reply.incarnation;
+        let c = client.clone();
+        let renew = tokio::spawn(async move {
+            loop {
+                let _ = c
+                    .renew(pb::RenewRequest {
+                        incarnation,
+                        route_version: 0,
+                    })
+                    .await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        Self { incarnation, renew }
+    }
+
+    /// Waits until the arbiter granted this owner `section`; returns its epoch.
+    pub async fn epoch_of(&self, client: &StoreClient, section: u64, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(r) = client
+                .renew(pb::RenewRequest {
+                    incarnation: self.incarnation,
+                    route_version: 0,
+                })
+                .await
+                && let Some(g) = r
+                    .grants
+                    .iter()
+                    .find(|g| (g.section_begin..g.section_end).contains(&section))
+            {
+                return g.epoch;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "section {section} not granted within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for FakeOwner {
+    fn drop(&mut self) {
+        self.renew.abort();
+    }
+}
+
+pub async fn bump(client: &StoreClient, incarnation: u64, section: u64, epoch: u64, new_max: u64) -> pb::BumpResult {
+    let r = client
+        .bump(pb::BumpRequest {
+            incarnation,
+            items: vec![pb::BumpItem {
+                section,
+                epoch,
+                new_max,
+            }],
+        })
+        .await
+        .expect("bump");
+    r.results[0]
+}
+
+pub async fn load(client: &StoreClient, section: u64) -> pb::SectionState {
+    let r = client
+        .load(pb::LoadRequest {
+            sections: vec![pb::SectionRange {
+                begin: section,
+                end: section + 1,
+            }],
+        })
+        .await
+        .expect("load");
+    r.sections[0]
+}
