@@ -21,3 +21,5 @@ pub mod checks;
 pub mod cluster;
 pub mod history;
 pub mod proxy;
+pub mod schedule;
+pub mod stats;
