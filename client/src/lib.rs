@@ -8,6 +8,7 @@
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//! - [`admin::AdminClient`] runs operator actions (StoreSvr membership) for `seqctl`.
 //!
 //! Promise kept here (DESIGN.md §3): a call never returns a number it did not get from an owner's OK
 //! reply, and a call that timed out or lost its reply is reported as [`ClientError::Unknown`] — "may
@@ -31,6 +32,7 @@
 //! Deliberately left out: any cache of seqs, and learning routes from StoreSvr (the data plane hands
 //! them out, so an application needs only AllocSvr addresses).
 
+pub mod admin;
 mod batch;
 mod client;
 mod coalesce;

@@ -136,6 +136,15 @@ impl Budget {
         }
     }
 
+    /// A budget with the default backoff and attempt bound of [`ClientConfig`].
+    pub(crate) fn with_timeouts(attempt_timeout: Duration, deadline: Instant) -> Self {
+        let defaults = ClientConfig::default();
+        Self {
+            attempt_timeout,
+            ..Self::until(&defaults, deadline)
+        }
+    }
+
     /// Starts an attempt: its timeout, or `None` when the deadline or the attempt count is used up.
     pub(crate) fn start_attempt(&mut self, now: Instant) -> Option<Duration> {
         if self.attempts >= self.max_attempts {
