@@ -1,0 +1,267 @@
+//! Black-box tests of the AllocSvr: a real node in-process on 127.0.0.1:0 against a fake
+//! StoreService (tests/common/fake_store.rs).
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{FakeStore, client, fetch, fetch_ok, poll, start, test_params};
+use seqsvr_proto::pb;
+use tonic::Code;
+
+const SECTIONS: u64 = 10;
+const SECTION_SIZE: u64 = 10;
+const STEP: u64 = 5;
+const READY: Duration = Duration::from_secs(5);
+/// lease 600 ms, drift 1 %, margin 50 ms: what a gained section waits and what a renewal buys.
+const GAIN_WAIT: Duration = Duration::from_millis(656);
+const OWNER_VALIDITY: Duration = Duration::from_millis(544);
+
+async fn store(auto_assign: bool) -> FakeStore {
+    FakeStore::start(test_params(SECTIONS, SECTION_SIZE, STEP), auto_assign).await
+}
+
+#[tokio::test]
+async fn seqs_per_uid_strictly_increase_across_step_boundaries() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let uids = [0u64, 1, 9, 10, 55, 99];
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    for &uid in &uids {
+        last.insert(uid, fetch_ok(&mut c, uid, READY).await);
+    }
+    // Many fetches per uid cross many step boundaries (step 5); every seq is exactly one more
+    // than the previous one (P1, P6) and never above the committed ceiling (P2).
+    for round in 0..60 {
+        for &uid in &uids {
+            let seq = fetch_ok(&mut c, uid, READY).await;
+            let prev = last.insert(uid, seq).unwrap();
+            assert_eq!(seq, prev + 1, "uid {uid} round {round}");
+            assert!(seq <= store.max_seq(uid / SECTION_SIZE), "P2: uid {uid} seq {seq}");
+        }
+    }
+    // A batch may repeat a uid: each occurrence gets its own, increasing seq.
+    let reply = c
+        .batch_fetch_next_seq(pb::BatchFetchNextSeqRequest {
+            uids: vec![0, 0, 55, 0],
+            route_version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reply.outcomes.iter().all(|o| *o == pb::Outcome::Ok as i32), "{reply:?}");
+    let s0 = last[&0];
+    assert_eq!(reply.seqs, vec![s0 + 1, s0 + 2, last[&55] + 1, s0 + 3]);
+    assert_eq!(
+        reply.owners.len(),
+        2,
+        "one owner per served section: {:?}",
+        reply.owners
+    );
+    assert!(reply.routes.is_some(), "route version 0 is older: table embedded");
+    // GetCurSeq reads the last seq handed out (P5), or the base for an untouched uid.
+    let cur = c
+        .get_cur_seq(pb::GetCurSeqRequest {
+            uid: 0,
+            route_version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((cur.outcome, cur.cur_seq), (pb::Outcome::Ok as i32, s0 + 3));
+    // Bumps are batched and prefetched: far fewer store writes than fetches.
+    let bumps = store.with(|s| s.bump_rpcs);
+    assert!(bumps <= 6 * 61 / STEP + 2, "{bumps} bump rpcs");
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn gained_section_waits_the_lease_unless_released() {
+    let store = store(false).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let inc = store.last_incarnation();
+    assert_eq!(fetch(&mut c, 0).await.outcome, pb::Outcome::NotOwner as i32);
+    let assigned = Instant::now();
+    store.with(|s| {
+        s.assign(0, 5, inc, false);
+        s.assign(5, 10, inc, true);
+    });
+    // The released half is served as soon as it is loaded and bumped.
+    fetch_ok(&mut c, 50, READY).await;
+    let released_served = assigned.elapsed();
+    // The other half is not served before the gain wait (t_obs is after `assigned`).
+    let waited = {
+        fetch_ok(&mut c, 0, READY).await;
+        assigned.elapsed()
+    };
+    assert!(waited >= GAIN_WAIT, "served after {waited:?}, before the gain wait");
+    assert!(
+        released_served < GAIN_WAIT,
+        "released section waited {released_served:?}"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn section_removed_from_grants_answers_not_owner_with_routes() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 15, READY).await;
+    store.with(|s| s.unassign(1, 2));
+    let version = store.with(|s| s.route_version);
+    // A bump refused as stale can drop the section before the renewal brings the new table, so
+    // poll until the reply carries the new version; every non-OK answer must be NOT_OWNER + routes.
+    let routes = poll("section 1 dropped with new routes", READY, || {
+        let mut c = c.clone();
+        async move {
+            let r = fetch(&mut c, 15).await;
+            if r.outcome == pb::Outcome::Ok as i32 {
+                return None;
+            }
+            assert_eq!(r.outcome, pb::Outcome::NotOwner as i32, "{r:?}");
+            let routes = r.routes.expect("NOT_OWNER embeds the route table");
+            (routes.version >= version).then_some(routes)
+        }
+    })
+    .await;
+    let routes = seqsvr_proto::Routes::new(routes).unwrap();
+    assert_eq!(routes.lookup(seqsvr_proto::Uid(15)).unwrap().incarnation.0, 0);
+    // Other sections are still served; a caller with the current version gets no table.
+    let r = c
+        .fetch_next_seq(pb::FetchNextSeqRequest {
+            uid: 25,
+            route_version: version,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.outcome, pb::Outcome::Ok as i32);
+    assert!(r.routes.is_none());
+    let owner = r.owner.unwrap();
+    assert_eq!(
+        (owner.section, owner.node_id, owner.incarnation),
+        (2, 1, store.last_incarnation())
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_resumes_above_every_seq_given_before() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    for i in 0..40 {
+        let uid = (i * 7) % (SECTIONS * SECTION_SIZE);
+        last.insert(uid, fetch_ok(&mut c, uid, READY).await);
+    }
+    let first_incarnation = node.incarnation();
+    node.shutdown().await;
+    assert!(
+        store.with(|s| s.sections.iter().all(|x| x.owner == 0)),
+        "shutdown releases"
+    );
+
+    let node = start(1, &store).await;
+    assert_ne!(node.incarnation(), first_incarnation);
+    let mut c = client(&node).await;
+    for (&uid, &before) in &last {
+        let seq = fetch_ok(&mut c, uid, READY).await;
+        assert!(seq > before, "uid {uid}: {seq} after restart, {before} before");
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn lost_bump_reply_is_retried_with_the_same_new_max() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 3, READY).await;
+    store.with(|s| s.lose_bump_replies = 2);
+    let mut prev = 0;
+    for _ in 0..(3 * STEP) {
+        let seq = fetch_ok(&mut c, 3, READY).await;
+        assert!(seq > prev);
+        assert!(seq <= store.max_seq(0), "P2: {seq} above the committed ceiling");
+        prev = seq;
+    }
+    let log: Vec<u64> = store.with(|s| s.bump_log.iter().filter(|b| b.0 == 0).map(|b| b.2).collect());
+    let repeated = log.windows(2).filter(|w| w[0] == w[1]).count();
+    assert!(repeated >= 2, "lost replies were retried unchanged: {log:?}");
+    assert!(log.windows(2).all(|w| w[0] <= w[1]), "{log:?}");
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_requests_get_invalid_argument() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let limit = SECTIONS * SECTION_SIZE;
+    let err = c
+        .fetch_next_seq(pb::FetchNextSeqRequest {
+            uid: limit,
+            route_version: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("outside"), "{}", err.message());
+    let err = c
+        .get_cur_seq(pb::GetCurSeqRequest {
+            uid: u64::MAX,
+            route_version: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let batches: [(Vec<u64>, &str); 3] = [
+        (vec![], "1..=1000"),
+        (vec![1; 1_001], "1..=1000"),
+        (vec![1, 2, limit], "uids[2]"),
+    ];
+    for (uids, message) in batches {
+        let n = uids.len();
+        let err = c
+            .batch_fetch_next_seq(pb::BatchFetchNextSeqRequest { uids, route_version: 0 })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "batch of {n}");
+        assert!(err.message().contains(message), "{}", err.message());
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn renewal_failure_stops_serving_once_the_lease_runs_out() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let before = fetch_ok(&mut c, 42, READY).await;
+    store.with(|s| s.unavailable = true);
+    let cut = Instant::now();
+    // No renewal sent after `cut` is confirmed, so the lease ends before cut + OWNER_VALIDITY.
+    tokio::time::sleep_until((cut + OWNER_VALIDITY).into()).await;
+    for uid in [42, 0, 99] {
+        let r = fetch(&mut c, uid).await;
+        assert_ne!(
+            r.outcome,
+            pb::Outcome::Ok as i32,
+            "uid {uid} served after the lease ran out: {r:?}"
+        );
+    }
+    poll("memory dropped", READY, || async {
+        (node.sections_held() == 0).then_some(())
+    })
+    .await;
+    // Renewals succeed again: sections are regained through the normal path, above the old seqs.
+    store.with(|s| s.unavailable = false);
+    let after = fetch_ok(&mut c, 42, READY).await;
+    assert!(after > before, "{after} after regain, {before} before");
+    node.shutdown().await;
+}
