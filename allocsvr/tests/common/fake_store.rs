@@ -222,7 +222,7 @@ impl StoreService for Svc {
         Ok(Response::new(pb::RegisterReply {
             not_leader: None,
             incarnation: inc,
-            params: Some(st.params.clone()),
+            params: Some(st.params),
         }))
     }
 
@@ -350,7 +350,7 @@ impl StoreService for Svc {
         st.check()?;
         Ok(Response::new(pb::StatusReply {
             route_version: st.route_version,
-            params: Some(st.params.clone()),
+            params: Some(st.params),
             ..Default::default()
         }))
     }
