@@ -103,6 +103,11 @@ pub struct Config {
     #[arg(long, default_value_t = 5_000)]
     pub snapshot_logs: u64,
 
+    /// Log entries kept after a snapshot, so a briefly lagging replica catches up from the log
+    /// instead of by snapshot.
+    #[arg(long, default_value_t = 1_000)]
+    pub keep_logs: u64,
+
     /// Serve Prometheus metrics over HTTP on this address.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,

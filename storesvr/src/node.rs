@@ -137,7 +137,7 @@ impl StoreNode {
             heartbeat_interval: config.heartbeat_ms,
             install_snapshot_timeout: 2_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_logs),
-            max_in_snapshot_log_to_keep: 1_000,
+            max_in_snapshot_log_to_keep: config.keep_logs,
             ..Default::default()
         }
         .validate()

@@ -22,6 +22,7 @@ pub fn set_args() -> Vec<String> {
         "--uid-limit=1000000",
         "--step=1000",
         "--snapshot-logs=20",
+        "--keep-logs=0",
         "--lease-ms=3000",
         "--detect-ms=2000",
     ]
