@@ -5,7 +5,9 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use common::store::FakeReplica;
 use common::{FakeAlloc, dead_addr, table};
+use seqsvr_proto::pb;
 use serde_json::Value;
 
 struct Run {
@@ -127,4 +129,159 @@ async fn timed_out_fetch_exits_3_unknown_outcome() {
     assert_eq!(run.code, 3, "{}", run.stderr);
     assert!(run.stderr.contains("outcome unknown"), "{}", run.stderr);
     assert!(run.stdout.is_empty(), "never a number: {}", run.stdout);
+}
+
+/// A two-replica set: node 1 follows, node 2 leads; node 3 is listed as a member but unreachable.
+async fn store_set() -> (FakeReplica, FakeReplica, String) {
+    let r1 = FakeReplica::start(1).await;
+    let r2 = FakeReplica::start(2).await;
+    let dead = dead_addr().await;
+    let members = vec![
+        pb::ReplicaInfo {
+            node_id: 1,
+            addr: r1.addr.clone(),
+            voter: true,
+        },
+        pb::ReplicaInfo {
+            node_id: 2,
+            addr: r2.addr.clone(),
+            voter: true,
+        },
+        pb::ReplicaInfo {
+            node_id: 3,
+            addr: dead.clone(),
+            voter: true,
+        },
+    ];
+    let alloc = pb::AllocSvrInfo {
+        node_id: 7,
+        incarnation: 70,
+        addr: "127.0.0.1:7100".into(),
+        alive: true,
+        last_renew_ms_ago: 120,
+        sections_owned: 10,
+    };
+    for (r, alive) in [(&r1, false), (&r2, true)] {
+        *r.state.status.lock().unwrap() = pb::StatusReply {
+            node_id: r.state.node_id,
+            set_id: 0,
+            leader_id: 2,
+            leader_addr: r2.addr.clone(),
+            term: 4,
+            committed_index: 90 + r.state.node_id,
+            applied_index: 90 + r.state.node_id,
+            last_log_index: 95,
+            members: members.clone(),
+            allocsvrs: vec![pb::AllocSvrInfo { alive, ..alloc.clone() }],
+            route_version: 3,
+            sections_total: 10,
+            sections_owned: 10,
+            ..Default::default()
+        };
+        *r.state.routes.lock().unwrap() = Some(table(3, &[(0, 4, "127.0.0.1:7100"), (4, 10, "")]));
+        *r.state.voters.lock().unwrap() = vec![1, 2, 3];
+    }
+    *r1.state.not_leader.lock().unwrap() = Some(pb::LeaderHint {
+        leader_id: 2,
+        leader_addr: r2.addr.clone(),
+    });
+    (r1, r2, dead)
+}
+
+#[tokio::test]
+async fn status_shows_the_leaders_view_and_each_members_own() {
+    let (r1, r2, _dead) = store_set().await;
+    let store = r1.addr.clone();
+    let run = seqctl(
+        &["--store", &store, "--json", "--attempt-timeout-ms", "300", "status"],
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["answered_by"], 2, "the leader's view is preferred");
+    assert_eq!(v["term"], 4);
+    assert_eq!(v["allocsvrs"][0]["alive"], true);
+    assert_eq!(v["allocsvrs"][0]["incarnation"], 70);
+    let members = v["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    assert_eq!(members[0]["view"]["committed_index"], 91);
+    assert_eq!(members[1]["view"]["committed_index"], 92);
+    assert!(members[2]["error"].is_string(), "unreachable member: {}", members[2]);
+
+    let run = seqctl(&["--store", &store, "--attempt-timeout-ms", "300", "status"], &[]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!("leader 2 ({})", r2.addr)),
+        "{}",
+        run.stdout
+    );
+    let row = |id: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap_or_else(|| panic!("no row {id}: {}", run.stdout))
+            .to_owned()
+    };
+    assert!(row("2").contains("leader"), "{}", run.stdout);
+    assert!(row("1").contains("follower"), "{}", run.stdout);
+    assert!(row("3").contains("unreachable"), "{}", run.stdout);
+    assert!(row("7").contains("127.0.0.1:7100"), "allocsvr row: {}", run.stdout);
+}
+
+#[tokio::test]
+async fn routes_prints_owners_and_unowned_ranges() {
+    let (r1, _r2, _dead) = store_set().await;
+    let run = seqctl(&["--routes-never-a-flag"], &[]).await;
+    assert_eq!(run.code, 2, "unknown flags are usage errors");
+
+    let run = seqctl(&["routes"], &[("SEQCTL_STORE", &r1.addr)]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with("route version 3, section_size 100, uid_limit 1000"),
+        "{}",
+        run.stdout
+    );
+    let first = run.stdout.lines().nth(2).expect("a first entry row");
+    assert!(
+        first.contains("[0, 4)") && first.contains("[0, 400)") && first.contains("127.0.0.1:7100"),
+        "{first}"
+    );
+    assert!(run.stdout.contains("(unowned)"), "{}", run.stdout);
+
+    let run = seqctl(&["--json", "routes"], &[("SEQCTL_STORE", &r1.addr)]).await;
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["version"], 3);
+    assert_eq!(v["entries"][1]["section_begin"], 4);
+    assert_eq!(v["entries"][1]["addr"], "");
+}
+
+#[tokio::test]
+async fn replica_commands_follow_the_leader_hint() {
+    let (r1, r2, _dead) = store_set().await;
+    let run = seqctl(
+        &["--store", &r1.addr, "--json", "replica", "add", "4", "127.0.0.1:7004"],
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["voters"], serde_json::json!([1, 2, 3, 4]));
+    assert_eq!(
+        (r1.admin_calls(), r2.admin_calls()),
+        (1, 1),
+        "one hop from follower to leader"
+    );
+
+    let run = seqctl(&["--store", &r2.addr, "replica", "remove", "3"], &[]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("voters 1,2,4"), "{}", run.stdout);
+
+    // Refused by the leader as a bad request: exit 2, not retried.
+    let run = seqctl(&["--store", &r2.addr, "replica", "add", "2", "127.0.0.1:7002"], &[]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(r2.admin_calls(), 2, "the refused add was not retried");
+    let run = seqctl(&["--store", &r2.addr, "replica", "add", "5", "not an address"], &[]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
 }

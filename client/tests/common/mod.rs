@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod store;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
