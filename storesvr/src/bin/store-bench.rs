@@ -1,0 +1,267 @@
+//! `store-bench`: how fast a 3-replica StoreSvr group commits bumps, next to
+//! how fast this machine's disk syncs.
+//!
+//! One run measures (1) serial `write + fdatasync` on the data dir's disk,
+//! then (2) starts a 3-replica group of real `storesvr` processes on loopback
+//! and drives committed bumps at concurrency 1, 16 and 64, single-section and
+//! batched (10 sections per request), printing throughput and latency and the
+//! two targets of the StoreSvr issue as ratios against the fsync baseline.
+//!
+//! It starts and kills its own processes and stops by itself (bounded by
+//! `--duration` per case).
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::store_service_client::StoreServiceClient;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+#[derive(Parser, Debug)]
+#[command(name = "store-bench")]
+struct Args {
+    /// Seconds per measured case.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Serial fsyncs for the disk baseline.
+    #[arg(long, default_value_t = 1_000)]
+    fsyncs: usize,
+    /// Where replicas keep their data (default: a temp dir on the same disk as the target dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Sections bumped per request in the batched mode.
+    #[arg(long, default_value_t = 10)]
+    batch: u64,
+}
+
+const SECTIONS: u64 = 100;
+static NEXT_MAX: AtomicU64 = AtomicU64::new(1_000_000);
+
+struct Group {
+    procs: Vec<Child>,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+fn free_addr() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+}
+
+fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+    let buf = vec![0u8; 4096];
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        f.write_all(&buf).unwrap();
+        f.sync_data().unwrap();
+        h.record(t.elapsed().as_nanos() as u64).unwrap();
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    (rate, Duration::from_nanos(h.value_at_quantile(0.5)))
+}
+
+async fn status(addr: &str) -> Option<pb::StatusReply> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?.connect().await.ok()?;
+    StoreServiceClient::new(ch).status(pb::StatusRequest {}).await.ok().map(|r| r.into_inner())
+}
+
+struct CaseResult {
+    items_per_sec: f64,
+    reqs_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn run_case(
+    client: StoreServiceClient<Channel>,
+    incarnation: u64,
+    epochs: Arc<Vec<u64>>,
+    concurrency: u64,
+    batch: u64,
+    seconds: u64,
+) -> CaseResult {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let mut client = client.clone();
+        let stop = stop.clone();
+        let epochs = epochs.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut h = Histogram::<u64>::new(3).unwrap();
+            let mut reqs = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Ever-growing ceilings, so nearly every item is applied rather than a no-op.
+                let next = NEXT_MAX.fetch_add(1, Ordering::Relaxed);
+                let items = (0..batch)
+                    .map(|k| {
+                        let section = (t * batch + k) % SECTIONS;
+                        pb::BumpItem { section, epoch: epochs[section as usize], new_max: next }
+                    })
+                    .collect();
+                let t0 = Instant::now();
+                let r = client.bump(pb::BumpRequest { incarnation, items }).await;
+                match r {
+                    Ok(r) if r.get_ref().not_leader.is_none() => {
+                        h.record(t0.elapsed().as_nanos() as u64).unwrap();
+                        reqs += 1;
+                    }
+                    other => panic!("bump failed: {other:?}"),
+                }
+            }
+            (h, reqs)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let mut reqs = 0;
+    for t in tasks {
+        let (th, r) = t.await.unwrap();
+        h.add(th).unwrap();
+        reqs += r;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    CaseResult {
+        items_per_sec: (reqs * batch) as f64 / secs,
+        reqs_per_sec: reqs as f64 / secs,
+        p50: Duration::from_nanos(h.value_at_quantile(0.5)),
+        p99: Duration::from_nanos(h.value_at_quantile(0.99)),
+    }
+}
+
+fn fmt_d(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let storesvr = exe_dir.join("storesvr");
+    if !storesvr.exists() {
+        eprintln!("store-bench: {} not found; build it first (cargo build --release -p storesvr)", storesvr.display());
+        return ExitCode::from(2);
+    }
+    let tmp = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir_in(exe_dir.parent().unwrap()),
+    }
+    .unwrap();
+
+    println!("machine: {} cores; data dir {}", std::thread::available_parallelism().map_or(0, |n| n.get()), tmp.path().display());
+    let (fsync_rate, fsync_p50) = fsync_baseline(tmp.path(), args.fsyncs);
+    println!("disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})", fsync_rate, fmt_d(fsync_p50), args.fsyncs);
+
+    let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
+    let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+    let mut group = Group { procs: Vec::new() };
+    for (i, addr) in addrs.iter().enumerate() {
+        let id = i + 1;
+        let log = std::fs::File::create(tmp.path().join(format!("store{id}.log"))).unwrap();
+        let mut cmd = Command::new(&storesvr);
+        cmd.arg(format!("--node-id={id}"))
+            .arg(format!("--listen={addr}"))
+            .arg(format!("--data-dir={}", tmp.path().join(format!("store{id}")).display()))
+            .arg(format!("--peers={}", peers.join(",")))
+            .arg(format!("--uid-limit={}", SECTIONS * 100_000))
+            .arg("--detect-ms=600000") // the benchmark's owner renews rarely
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if id == 1 {
+            cmd.arg("--bootstrap");
+        }
+        group.procs.push(cmd.spawn().unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        let mut found = None;
+        for a in &addrs {
+            if let Some(s) = status(a).await
+                && s.leader_id != 0
+                && s.params.is_some()
+            {
+                found = Some(addrs[s.leader_id as usize - 1].clone());
+            }
+        }
+        if let Some(l) = found {
+            break l;
+        }
+        if Instant::now() > deadline {
+            eprintln!("store-bench: no leader within 30 s; logs in {}", tmp.path().display());
+            return ExitCode::from(3);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}")).unwrap().tcp_nodelay(true).connect().await.unwrap();
+    let mut client = StoreServiceClient::new(ch);
+    let reg = client.register(pb::RegisterRequest { node_id: 1, addr: "127.0.0.1:9".into() }).await.unwrap().into_inner();
+    let incarnation = reg.incarnation;
+    let epochs = loop {
+        let r = client.renew(pb::RenewRequest { incarnation, route_version: 0 }).await.unwrap().into_inner();
+        let mut epochs = vec![0u64; SECTIONS as usize];
+        let mut covered = 0;
+        for g in &r.grants {
+            for s in g.section_begin..g.section_end {
+                epochs[s as usize] = g.epoch;
+                covered += 1;
+            }
+        }
+        if covered == SECTIONS {
+            break Arc::new(epochs);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    println!("\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10}", "conc", "mode", "bumps/s", "requests/s", "p50", "p99");
+    let mut results = Vec::new();
+    for &c in &[1u64, 16, 64] {
+        for (mode, batch) in [("single", 1), ("batched", args.batch)] {
+            let r = run_case(client.clone(), incarnation, epochs.clone(), c, batch, args.seconds).await;
+            println!(
+                "{:>5} {:>8} {:>14.0} {:>12.0} {:>10} {:>10}",
+                c,
+                mode,
+                r.items_per_sec,
+                r.reqs_per_sec,
+                fmt_d(r.p50),
+                fmt_d(r.p99)
+            );
+            results.push((c, mode, r));
+        }
+    }
+    let c64 = &results.iter().find(|(c, m, _)| *c == 64 && *m == "single").unwrap().2;
+    let c1 = &results.iter().find(|(c, m, _)| *c == 1 && *m == "single").unwrap().2;
+    let ratio_tput = c64.items_per_sec / fsync_rate;
+    let ratio_lat = c1.p50.as_secs_f64() / fsync_p50.as_secs_f64();
+    println!("\ntargets:");
+    println!(
+        "  c=64 committed bumps/s / serial fsyncs/s = {:.1}x (target > 1x): {}",
+        ratio_tput,
+        if ratio_tput > 1.0 { "MET" } else { "NOT MET" }
+    );
+    println!(
+        "  c=1 p50 bump latency / fsync p50 = {:.1}x (target <= 4x): {}",
+        ratio_lat,
+        if ratio_lat <= 4.0 { "MET" } else { "NOT MET" }
+    );
+    drop(group);
+    if ratio_tput > 1.0 && ratio_lat <= 4.0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
