@@ -24,7 +24,9 @@ pub struct ClientConfig {
     pub backoff_max: Duration,
     /// Upper bound on RPC rounds per call, whatever the deadline says.
     pub max_attempts: u32,
-    /// TCP connect timeout of each channel.
+    /// TCP connect timeout of each channel. Keep it below `attempt_timeout`: a connection that fails
+    /// to open within it is reported as "never sent" (a failure), while an attempt that runs out of
+    /// time first is an unknown outcome.
     pub connect_timeout: Duration,
 }
 

@@ -210,7 +210,7 @@ fn alloc_client(cli: &Cli) -> Result<Client, Failure> {
     let cfg = ClientConfig {
         deadline: Duration::from_millis(cli.timeout_ms),
         attempt_timeout: Duration::from_millis(cli.attempt_timeout_ms),
-        connect_timeout: Duration::from_millis(cli.attempt_timeout_ms),
+        connect_timeout: Duration::from_millis(cli.attempt_timeout_ms.div_ceil(2)),
         ..ClientConfig::new(seeds)
     };
     Ok(Client::new(cfg)?)
