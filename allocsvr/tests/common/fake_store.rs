@@ -35,6 +35,8 @@ pub struct State {
     pub auto_assign: bool,
     /// Every RPC fails with UNAVAILABLE.
     pub unavailable: bool,
+    /// Every Bump fails with UNAVAILABLE and changes nothing.
+    pub bump_unavailable: bool,
     /// Apply the next N bumps but answer UNAVAILABLE (a lost reply).
     pub lose_bump_replies: u32,
     /// Every bump item received, in order: (section, epoch, new_max).
@@ -276,6 +278,9 @@ impl StoreService for Svc {
         let req = req.into_inner();
         let mut st = self.state.lock().unwrap();
         st.check()?;
+        if st.bump_unavailable {
+            return Err(Status::unavailable("fake store refuses bumps"));
+        }
         if !st.nodes.contains_key(&req.incarnation) {
             return Err(Status::failed_precondition("unknown incarnation"));
         }
