@@ -151,6 +151,11 @@ impl Node {
     pub async fn shutdown(self) {
         self.inner.stopping.store(true, Ordering::Release);
         let _ = self.stop_tx.send(true);
+        // No renewal may re-grant or re-extend after this point: stop the tasks first.
+        for t in self.tasks {
+            t.abort();
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
         self.inner.owned.set_lease_until(None);
         let dropped = self.inner.owned.drop_all();
         wake(&dropped);
@@ -168,9 +173,6 @@ impl Node {
                 Ok(r) => info!(released = r.released, "released sections"),
                 Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
             }
-        }
-        for t in self.tasks {
-            t.abort();
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
     }
@@ -381,6 +383,8 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         overall: p.renew_interval,
     });
     let mut lease = Lease::default();
+    // Grants and map generation after the last diff: an unchanged renewal skips the diff.
+    let mut last_applied: Option<(Vec<pb::Grant>, Vec<pb::SectionRange>, u64)> = None;
     let mut next = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -413,7 +417,14 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 if inner.stopping.load(Ordering::Acquire) {
                     return;
                 }
+                let unchanged = last_applied.as_ref().is_some_and(|(g, h, generation)| {
+                    *g == reply.grants && *h == reply.handover && *generation == inner.owned.generation()
+                });
+                if unchanged {
+                    continue;
+                }
                 let (gained, handover) = inner.apply_grants(&reply, Instant::now());
+                last_applied = Some((reply.grants, reply.handover, inner.owned.generation()));
                 if !gained.is_empty() {
                     tokio::spawn(gain(inner.clone(), gained));
                 }

@@ -49,6 +49,8 @@ pub struct Owned {
     clock_base: Instant,
     /// Lease end as nanoseconds since `clock_base`; 0 = no lease.
     lease_until_nanos: AtomicU64,
+    /// Counts every change of the map, so that the renewal can skip diffing unchanged grants.
+    generation: AtomicU64,
 }
 
 impl Owned {
@@ -59,6 +61,7 @@ impl Owned {
             slots: RwLock::new(vec![None; count]),
             clock_base: Instant::now(),
             lease_until_nanos: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -95,6 +98,11 @@ impl Owned {
         self.lease_until().is_some_and(|u| now < u)
     }
 
+    /// Changes whenever a slot is inserted or removed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// Whether `slot` is still the held slot of its section (not dropped or replaced).
     pub fn is_held(&self, slot: &Arc<Slot>) -> bool {
         self.with(slot.id, |held| held.is_some_and(|h| Arc::ptr_eq(h, slot)))
@@ -124,6 +132,7 @@ impl Owned {
     /// that were replaced or dropped.
     pub fn replace(&self, changes: Vec<(SectionId, Option<Arc<Slot>>)>) -> Vec<Arc<Slot>> {
         let mut slots = self.slots.write().unwrap();
+        self.generation.fetch_add(1, Ordering::AcqRel);
         let mut dropped = Vec::new();
         for (section, new) in changes {
             let Some(i) = self.index(section).filter(|i| *i < slots.len()) else {
@@ -142,6 +151,7 @@ impl Owned {
         match self.index(slot.id).and_then(|i| slots.get_mut(i)) {
             Some(held) if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, slot)) => {
                 *held = None;
+                self.generation.fetch_add(1, Ordering::AcqRel);
                 true
             }
             _ => false,
@@ -151,6 +161,7 @@ impl Owned {
     /// Drops every held section at once (lease lost, superseded, shutdown).
     pub fn drop_all(&self) -> Vec<Arc<Slot>> {
         let mut slots = self.slots.write().unwrap();
+        self.generation.fetch_add(1, Ordering::AcqRel);
         slots.iter_mut().filter_map(Option::take).collect()
     }
 }
