@@ -21,5 +21,8 @@ pub mod checks;
 pub mod cluster;
 pub mod history;
 pub mod proxy;
+pub mod run;
 pub mod schedule;
 pub mod stats;
+pub mod topology;
+pub mod workload;

@@ -7,9 +7,12 @@
 use clap::{Parser, Subcommand};
 use sim::checks::{self, Report};
 use sim::history::History;
+use sim::run::RunOpts;
+use sim::topology::SetArgs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Start a real cluster behind proxies, run a seeded workload and fault schedule, check P1–P6.
+    Run(RunArgs),
     /// Re-check a saved history (JSON lines) offline.
     Check {
         /// History file written by `sim run`.
@@ -31,6 +36,138 @@ enum Cmd {
         #[arg(long)]
         max_seqs: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Seed of the workload and the fault schedule (random when absent; always printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long the workload runs, e.g. 90s, 5m, 1500ms.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Where logs, data dirs and the history go (default: a fresh dir under the temp dir).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Where the storesvr and allocsvr binaries are (default: next to sim, then target/release,
+    /// then target/debug).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Concurrent workload clients.
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// Calls per second per client (upper bound).
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Inject no faults: P6 gaps become violations.
+    #[arg(long)]
+    no_faults: bool,
+    #[arg(long, default_value_t = 100_000)]
+    section_size: u64,
+    #[arg(long, default_value_t = 2_000_000)]
+    uid_limit: u64,
+    #[arg(long, default_value_t = 10_000)]
+    step: u64,
+    #[arg(long, default_value_t = 3_000)]
+    lease_ms: u64,
+    #[arg(long, default_value_t = 2_000)]
+    detect_ms: u64,
+    #[arg(long, default_value_t = 300)]
+    election_min_ms: u64,
+    #[arg(long, default_value_t = 600)]
+    election_max_ms: u64,
+    /// Negative control, passed to every StoreSvr: must make the run exit 1.
+    #[arg(long)]
+    unsafe_skip_epoch_fence: bool,
+    /// Negative control, passed to every AllocSvr.
+    #[arg(long)]
+    unsafe_skip_lease_wait: bool,
+    /// Negative control, passed to every AllocSvr.
+    #[arg(long)]
+    unsafe_serve_before_bump_ack: bool,
+    /// Negative control, passed to every AllocSvr.
+    #[arg(long)]
+    unsafe_keep_memory: bool,
+}
+
+/// Parses `90s`, `5m`, `1500ms`, `1h` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 90s or 5m"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if d.is_zero() {
+        return Err("duration must be positive".into());
+    }
+    Ok(d)
+}
+
+impl RunArgs {
+    /// Semantic checks clap cannot do; a failure is exit 2.
+    fn validate(&self) -> Result<(), String> {
+        if self.clients == 0 || self.clients > 256 {
+            return Err("--clients must be in 1..=256".into());
+        }
+        if !(self.rate > 0.0 && self.rate <= 100_000.0) {
+            return Err("--rate must be in (0, 100000]".into());
+        }
+        if self.section_size == 0 || self.uid_limit < self.section_size {
+            return Err("--uid-limit must be at least --section-size (> 0)".into());
+        }
+        if self.uid_limit / self.section_size > 10_000 {
+            return Err("at most 10,000 sections in a simulation".into());
+        }
+        if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
+            return Err("--election-min-ms must be in 1..=--election-max-ms".into());
+        }
+        Ok(())
+    }
+
+    fn into_opts(self, seed: u64, replay: String) -> RunOpts {
+        let flag = |on: bool, name: &str| on.then(|| name.to_string());
+        let store_extra = [flag(self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence")]
+            .into_iter()
+            .flatten()
+            .collect();
+        let alloc_extra = [
+            flag(self.unsafe_skip_lease_wait, "--unsafe-skip-lease-wait"),
+            flag(self.unsafe_serve_before_bump_ack, "--unsafe-serve-before-bump-ack"),
+            flag(self.unsafe_keep_memory, "--unsafe-keep-memory"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        RunOpts {
+            seed,
+            duration: self.duration,
+            data_dir: self.data_dir,
+            bin_dir: self.bin_dir,
+            clients: self.clients,
+            rate_per_client: self.rate,
+            faults: !self.no_faults,
+            set: SetArgs {
+                section_size: self.section_size,
+                uid_limit: self.uid_limit,
+                step: self.step,
+                lease_ms: self.lease_ms,
+                detect_ms: self.detect_ms,
+                election_min_ms: self.election_min_ms,
+                election_max_ms: self.election_max_ms,
+                store_extra,
+                alloc_extra,
+            },
+            replay,
+        }
+    }
 }
 
 const EXIT_VIOLATION: u8 = 1;
@@ -51,6 +188,65 @@ fn main() -> ExitCode {
     };
     match cli.cmd {
         Cmd::Check { file, max_seqs } => check(&file, max_seqs.as_deref()),
+        Cmd::Run(args) => run(args),
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    if let Err(e) = args.validate() {
+        eprintln!("sim run: {e}");
+        return ExitCode::from(EXIT_BAD_OPTIONS);
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let mut replay: Vec<String> = std::env::args().collect();
+    if args.seed.is_none() {
+        replay.push(format!("--seed={seed}"));
+    }
+    let opts = args.into_opts(seed, replay.join(" "));
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sim run: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_HARNESS);
+        }
+    };
+    // Dropping the run (Ctrl-C) and then the runtime drops the cluster, which kills every process.
+    let result = rt.block_on(async {
+        tokio::select! {
+            r = sim::run::run(opts) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    });
+    drop(rt);
+    match result {
+        Ok(v) if v.passed() => {
+            println!("sim: PASS (seed {seed})");
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            println!(
+                "sim: FAIL (seed {seed}): {} violations, {} crashes, {} panics",
+                v.violations,
+                v.crashes.len(),
+                v.panics
+            );
+            ExitCode::from(EXIT_VIOLATION)
+        }
+        Err(e) => {
+            eprintln!("sim run: harness failure (seed {seed}): {e:#}");
+            ExitCode::from(EXIT_HARNESS)
+        }
     }
 }
 
@@ -89,5 +285,27 @@ fn judge(history: &History, max: Option<&BTreeMap<u64, u64>>) -> ExitCode {
         ExitCode::from(EXIT_VIOLATION)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        let cases = [
+            ("90s", 90_000),
+            ("5m", 300_000),
+            ("1500ms", 1_500),
+            ("2", 2_000),
+            ("1h", 3_600_000),
+        ];
+        for (s, ms) in cases {
+            assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        }
+        for bad in ["", "s", "5x", "0s", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }
