@@ -265,3 +265,48 @@ async fn renewal_failure_stops_serving_once_the_lease_runs_out() {
     assert!(after > before, "{after} after regain, {before} before");
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn handover_stops_serving_and_releases() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 20, READY).await;
+    store.with(|s| s.handover = vec![pb::SectionRange { begin: 2, end: 4 }]);
+    poll("sections 2..4 released", READY, || async {
+        store.with(|s| (s.sections[2].owner == 0 && s.sections[3].owner == 0).then_some(()))
+    })
+    .await;
+    assert_ne!(fetch(&mut c, 20).await.outcome, pb::Outcome::Ok as i32);
+    assert_ne!(fetch(&mut c, 39).await.outcome, pb::Outcome::Ok as i32);
+    assert_eq!(
+        fetch(&mut c, 40).await.outcome,
+        pb::Outcome::Ok as i32,
+        "other sections still served"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_incarnation_drops_everything_and_registers_again() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let before = fetch_ok(&mut c, 77, READY).await;
+    let old = node.incarnation();
+    // The store declares the incarnation dead and gives its sections to nobody; the node must
+    // re-register (a new incarnation, auto-assigned the unowned sections) and reload.
+    store.with(|s| {
+        s.nodes.remove(&old.0);
+        s.unassign(0, SECTIONS);
+    });
+    poll("registered again", READY, || async {
+        (node.incarnation() != old).then_some(())
+    })
+    .await;
+    let after = fetch_ok(&mut c, 77, READY).await;
+    assert!(after > before, "{after} after re-registration, {before} before");
+    let owner = fetch(&mut c, 77).await.owner.unwrap();
+    assert_eq!(owner.incarnation, node.incarnation().0);
+    node.shutdown().await;
+}

@@ -35,6 +35,8 @@ pub struct State {
     pub auto_assign: bool,
     /// Every RPC fails with UNAVAILABLE.
     pub unavailable: bool,
+    /// Sections every Renew asks the node to hand over.
+    pub handover: Vec<pb::SectionRange>,
     /// Every Bump fails with UNAVAILABLE and changes nothing.
     pub bump_unavailable: bool,
     /// Apply the next N bumps but answer UNAVAILABLE (a lost reply).
@@ -242,7 +244,7 @@ impl StoreService for Svc {
             not_leader: None,
             status: pb::RenewStatus::Ok as i32,
             grants: st.grants(req.incarnation),
-            handover: vec![],
+            handover: st.handover.clone(),
             route_version: st.route_version,
             routes: (req.route_version < st.route_version).then(|| st.routes()),
         }))
