@@ -10,6 +10,7 @@ use sim::history::History;
 use sim::run::RunOpts;
 use sim::topology::SetArgs;
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,6 +27,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Print the fault schedule a `run` with these options would follow, without running it.
+    Plan(RunArgs),
     /// Start a real cluster behind proxies, run a seeded workload and fault schedule, check P1–P6.
     Run(RunArgs),
     /// Re-check a saved history (JSON lines) offline.
@@ -189,7 +192,33 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Check { file, max_seqs } => check(&file, max_seqs.as_deref()),
         Cmd::Run(args) => run(args),
+        Cmd::Plan(args) => print_plan(args),
     }
+}
+
+fn print_plan(args: RunArgs) -> ExitCode {
+    if let Err(e) = args.validate() {
+        eprintln!("sim plan: {e}");
+        return ExitCode::from(EXIT_BAD_OPTIONS);
+    }
+    let Some(seed) = args.seed else {
+        eprintln!("sim plan: --seed is required");
+        return ExitCode::from(EXIT_BAD_OPTIONS);
+    };
+    let opts = args.into_opts(seed, String::new());
+    let mut out = std::io::stdout().lock();
+    for f in sim::run::schedule_for(&opts) {
+        let delay = if f.delay.is_zero() {
+            String::new()
+        } else {
+            format!(" delay {:?}", f.delay)
+        };
+        // A closed pipe (`| head`) just ends the listing.
+        if writeln!(out, "{:>8.1?} {:<24} hold {:?}{delay}", f.at, f.kind.name(), f.hold).is_err() {
+            break;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn run(args: RunArgs) -> ExitCode {
