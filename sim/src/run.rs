@@ -1,0 +1,574 @@
+//! `sim run`: one seeded simulation from start to verdict.
+//!
+//! Phases: start 3 StoreSvrs, wait for a leader; start 3 AllocSvrs, wait until all own sections
+//! and every section serves; run the workload while the fault injector follows the seeded
+//! schedule and a poller records `max_seq` (P3); heal everything; verify that every touched uid
+//! is served again; read every section's final `max_seq` linearizably (P2); stop the cluster;
+//! read the history back from disk and run every checker over it.
+//!
+//! Deliberately left out: operator moves (`seqctl`) under load and StoreSvr membership changes;
+//! they need the admin flows to exist first.
+
+use crate::checks;
+use crate::cluster::{Cluster, find_binary};
+use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo, write_max_seqs};
+use crate::proxy::LinkMode;
+use crate::schedule::{FaultKind, PlannedFault, ScheduleParams, plan};
+use crate::stats;
+use crate::topology::{N, SetArgs, Topology, alloc_name, data_dir, store_name};
+use crate::workload::{Counters, Recorder, WorkloadParams, hot_uids, run_client, run_pinned};
+use anyhow::{Context, bail};
+use seqsvr_client::store::{StoreClient, StoreTimeouts};
+use seqsvr_client::{Client, ClientConfig};
+use seqsvr_proto::pb;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::time::{Instant, sleep};
+
+/// Everything one run needs, validated by the caller.
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    pub seed: u64,
+    pub duration: Duration,
+    pub data_dir: Option<PathBuf>,
+    pub bin_dir: Option<PathBuf>,
+    pub clients: u32,
+    pub rate_per_client: f64,
+    pub faults: bool,
+    pub set: SetArgs,
+    pub replay: String,
+}
+
+/// The verdict of a run that completed (a harness failure is an `Err` instead).
+pub struct Verdict {
+    pub violations: usize,
+    pub crashes: Vec<String>,
+    pub panics: usize,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.violations == 0 && self.crashes.is_empty() && self.panics == 0
+    }
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL_EVERY: Duration = Duration::from_millis(500);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+struct Shared {
+    cluster: AsyncMutex<Cluster>,
+    topo: Topology,
+    store: StoreClient,
+    history: Arc<HistoryWriter>,
+    sections: u64,
+    faults_done: AtomicU64,
+    crashes: Mutex<Vec<String>>,
+}
+
+pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
+    let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
+    let store_bin = find_binary("storesvr", opts.bin_dir.as_deref())?;
+    let alloc_bin = find_binary("allocsvr", opts.bin_dir.as_deref())?;
+    println!("sim: seed {} data dir {}", opts.seed, dir.display());
+    println!("sim: replay with: {}", opts.replay);
+
+    let topo = Topology::new().await?;
+    let mut cluster = Cluster::new(&dir.join("logs"))?;
+    for i in 1..=N {
+        cluster.spawn(topo.store_spec(i, &store_bin, &dir, &opts.set))?;
+    }
+    let store = StoreClient::new(
+        topo.store_seeds(),
+        StoreTimeouts {
+            attempt: Duration::from_millis(500),
+            overall: Duration::from_secs(5),
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
+    wait_for_leader(&store).await?;
+    for i in 1..=N {
+        cluster.spawn(topo.alloc_spec(i, &alloc_bin, &opts.set))?;
+    }
+    wait_for_owners(&store).await?;
+    let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
+
+    let clock = RunClock::start();
+    let mut info = RunInfo {
+        seed: opts.seed,
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        step: opts.set.step,
+        lease_ms: opts.set.lease_ms,
+        fault_free: !opts.faults,
+        replay: opts.replay.clone(),
+        verify_from_ns: None,
+    };
+    let history_path = dir.join("history.jsonl");
+    let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
+    let shared = Arc::new(Shared {
+        cluster: AsyncMutex::new(cluster),
+        topo,
+        store,
+        history: history.clone(),
+        sections,
+        faults_done: AtomicU64::new(0),
+        crashes: Mutex::new(Vec::new()),
+    });
+    let counters = Arc::new(Counters::default());
+    let rec = Arc::new(Recorder {
+        history: history.clone(),
+        counters: counters.clone(),
+        touched: Default::default(),
+    });
+    let client_cfg = ClientConfig::new(shared.topo.client_seeds());
+    let probe = Client::connect(client_cfg.clone()).await.context("client connect")?;
+    serve_every_section(&probe, &rec, &opts, Instant::now() + READY_TIMEOUT).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let wp = WorkloadParams {
+        seed: opts.seed,
+        clients: opts.clients,
+        rate_per_client: opts.rate_per_client,
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        hot_per_section: 4,
+        max_batch: 16,
+    };
+    let hot = Arc::new(hot_uids(&wp));
+    let mut workers = Vec::new();
+    for c in 1..=opts.clients {
+        let client = Client::connect(client_cfg.clone()).await.context("client connect")?;
+        workers.push(tokio::spawn(run_client(
+            client,
+            c,
+            wp.clone(),
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    for (&a, proxy) in &shared.topo.client_alloc {
+        workers.push(tokio::spawn(run_pinned(
+            proxy.addr().to_string(),
+            crate::workload::PINNED_CLIENT_BASE + a as u32,
+            WorkloadParams {
+                rate_per_client: opts.rate_per_client / 2.0,
+                ..wp.clone()
+            },
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        )));
+    }
+    let background_stop = Arc::new(AtomicBool::new(false));
+    let poller = tokio::spawn(poll_loop(shared.clone(), background_stop.clone()));
+    let progress = tokio::spawn(progress_loop(shared.clone(), counters.clone(), background_stop.clone()));
+    let schedule = schedule_for(&opts);
+    println!("sim: {} faults scheduled over {:?}", schedule.len(), opts.duration);
+    let start = Instant::now();
+    let injector = tokio::spawn(inject_all(shared.clone(), schedule, start));
+    tokio::time::sleep_until(start + opts.duration).await;
+    injector.await.context("fault injector")??;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.context("workload client")?;
+    }
+
+    heal_everything(&shared).await?;
+    let verify_from = clock.now_ns();
+    let touched: Vec<u64> = {
+        let t = rec.touched.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<u64> = t.iter().copied().collect();
+        v.sort_unstable();
+        v
+    };
+    println!("sim: healed; verifying {} touched uids are served again", touched.len());
+    verify_served(&probe, &rec, &touched).await;
+    background_stop.store(true, Ordering::Relaxed);
+    poller.await.context("poller")?;
+    progress.await.context("progress")?;
+
+    let final_max = final_load(&shared.store, sections).await?;
+    history.write(&Record::Poll(Poll {
+        at_ns: clock.now_ns(),
+        source: "leader".into(),
+        max_seqs: final_max.iter().map(|(&s, &m)| (s, m)).collect(),
+        sum: None,
+    }))?;
+    let max_path = dir.join("max_seqs.json");
+    write_max_seqs(&max_path, &final_max)?;
+    info.verify_from_ns = Some(verify_from);
+    history.write(&Record::Info(info))?;
+    history.flush()?;
+
+    let (panics, crashes) = {
+        let mut cluster = shared.cluster.lock().await;
+        let exits = cluster.take_unexpected_exits();
+        cluster.kill_all();
+        let mut crashes = shared.crashes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        crashes.extend(exits.into_iter().map(|(n, s)| format!("{n}: {s}")));
+        (cluster.scan_panics()?, crashes)
+    };
+
+    let h = History::read(&history_path)?;
+    let report = checks::check_all(&h, Some(&final_max))?;
+    print!("{}", report.render(&h));
+    let unavail = stats::unavailability(&h.calls, &h.faults, h.info.section_size);
+    println!("faults: {} injected", h.faults.len());
+    for (kind, (n, p50, p99, max)) in stats::per_kind(&h.faults, &unavail) {
+        println!("  {kind:<24} x{n:<3} unavailability p50 {p50:?} p99 {p99:?} max {max:?}");
+    }
+    for p in &panics {
+        println!("PANIC in {}: {}", p.process, p.line);
+    }
+    for c in &crashes {
+        println!("CRASH: {c}");
+    }
+    println!("history: {}  max_seqs: {}", history_path.display(), max_path.display());
+    println!(
+        "re-check with: sim check {} --max-seqs {}",
+        history_path.display(),
+        max_path.display()
+    );
+    println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
+    Ok(Verdict {
+        violations: report.total_violations(),
+        crashes,
+        panics: panics.len(),
+    })
+}
+
+/// The fault schedule of a run (empty with faults off).
+pub fn schedule_for(opts: &RunOpts) -> Vec<PlannedFault> {
+    if !opts.faults {
+        return vec![];
+    }
+    plan(
+        opts.seed,
+        &ScheduleParams {
+            duration: opts.duration,
+            lease: Duration::from_millis(opts.set.lease_ms),
+            election_max: Duration::from_millis(opts.set.election_max_ms),
+            detect: Duration::from_millis(opts.set.detect_ms),
+            warmup: Duration::from_secs(3),
+            cooldown: Duration::from_secs(5),
+        },
+    )
+}
+
+async fn wait_for_leader(store: &StoreClient) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(s) = store.status().await
+            && s.leader_id != 0
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("no StoreSvr leader within {READY_TIMEOUT:?}");
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every AllocSvr owns some sections and no section is unowned.
+async fn wait_for_owners(store: &StoreClient) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(r) = store.get_routes().await
+            && let Some(t) = r.routes
+        {
+            let owners: HashSet<u64> = t.entries.iter().map(|e| e.node_id).collect();
+            if owners.len() == N as usize && t.entries.iter().all(|e| e.incarnation != 0) {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("AllocSvrs did not all own sections within {READY_TIMEOUT:?}");
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One recorded fetch of the first uid of every section, until each has been served once.
+async fn serve_every_section(probe: &Client, rec: &Recorder, opts: &RunOpts, deadline: Instant) -> anyhow::Result<()> {
+    let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
+    let mut left: Vec<u64> = (0..sections).map(|s| s * opts.set.section_size).collect();
+    while !left.is_empty() {
+        let served: HashSet<u64> = rec.batch(probe, 0, &left).await.into_iter().collect();
+        left.retain(|u| !served.contains(u));
+        if Instant::now() > deadline {
+            bail!("{} sections not served within {READY_TIMEOUT:?}", left.len());
+        }
+        if !left.is_empty() {
+            sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64]) {
+    let deadline = Instant::now() + VERIFY_TIMEOUT;
+    let mut left: Vec<u64> = touched.to_vec();
+    while !left.is_empty() && Instant::now() < deadline {
+        let mut served = HashSet::new();
+        for chunk in left.chunks(500) {
+            served.extend(rec.batch(probe, 0, chunk).await);
+        }
+        left.retain(|u| !served.contains(u));
+        if !left.is_empty() {
+            sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn final_load(store: &StoreClient, sections: u64) -> anyhow::Result<BTreeMap<u64, u64>> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let req = pb::LoadRequest {
+            sections: vec![pb::SectionRange {
+                begin: 0,
+                end: sections,
+            }],
+        };
+        match store.load(req).await {
+            Ok(r) if r.not_leader.is_none() && r.sections.len() as u64 == sections => {
+                return Ok(r.sections.iter().map(|s| (s.section, s.max_seq)).collect());
+            }
+            Ok(_) | Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(200)).await,
+            Ok(r) => bail!("final Load returned {} of {sections} sections", r.sections.len()),
+            Err(e) => bail!("final Load failed: {e}"),
+        }
+    }
+}
+
+async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let clock = shared.history.clock();
+    let replicas: Vec<(
+        u64,
+        pb::store_service_client::StoreServiceClient<tonic::transport::Channel>,
+    )> = shared
+        .topo
+        .store_addr
+        .iter()
+        .filter_map(|(&i, a)| {
+            let ep = tonic::transport::Endpoint::from_shared(format!("http://{a}")).ok()?;
+            let ch = ep
+                .connect_timeout(Duration::from_millis(300))
+                .timeout(Duration::from_millis(500))
+                .connect_lazy();
+            Some((i, pb::store_service_client::StoreServiceClient::new(ch)))
+        })
+        .collect();
+    while !stop.load(Ordering::Relaxed) {
+        let req = pb::LoadRequest {
+            sections: vec![pb::SectionRange {
+                begin: 0,
+                end: shared.sections,
+            }],
+        };
+        if let Ok(r) = shared.store.load(req).await
+            && r.not_leader.is_none()
+        {
+            let _ = shared.history.write(&Record::Poll(Poll {
+                at_ns: clock.now_ns(),
+                source: "leader".into(),
+                max_seqs: r.sections.iter().map(|s| (s.section, s.max_seq)).collect(),
+                sum: None,
+            }));
+        }
+        for (i, c) in &replicas {
+            let mut c = c.clone();
+            if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(500), c.status(pb::StatusRequest {})).await {
+                let _ = shared.history.write(&Record::Poll(Poll {
+                    at_ns: clock.now_ns(),
+                    source: format!("replica-{i}"),
+                    max_seqs: vec![],
+                    sum: Some(r.into_inner().max_seq_sum),
+                }));
+            }
+        }
+        let _ = shared.history.flush();
+        sleep(POLL_EVERY).await;
+    }
+}
+
+async fn progress_loop(shared: Arc<Shared>, counters: Arc<Counters>, stop: Arc<AtomicBool>) {
+    let started = Instant::now();
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        sleep(Duration::from_millis(200)).await;
+        if last.elapsed() < PROGRESS_EVERY {
+            continue;
+        }
+        last = Instant::now();
+        let restarted = restart_crashed(&shared).await;
+        println!(
+            "sim: {:>5.0?} calls {} failed {} unknown {} faults {} crashes {}",
+            started.elapsed(),
+            counters.calls.load(Ordering::Relaxed),
+            counters.failed.load(Ordering::Relaxed),
+            counters.unknown.load(Ordering::Relaxed),
+            shared.faults_done.load(Ordering::Relaxed),
+            restarted,
+        );
+    }
+}
+
+/// Restarts processes that exited without the simulator asking; each such exit is a finding.
+async fn restart_crashed(shared: &Shared) -> usize {
+    let mut cluster = shared.cluster.lock().await;
+    let exits = cluster.take_unexpected_exits();
+    let mut crashes = shared.crashes.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, status) in exits {
+        println!("sim: CRASH {name} exited by itself ({status}); restarting it");
+        crashes.push(format!("{name}: {status}"));
+        let _ = cluster.start(&name);
+    }
+    crashes.len()
+}
+
+async fn heal_everything(shared: &Shared) -> anyhow::Result<()> {
+    shared.topo.heal_all();
+    let mut cluster = shared.cluster.lock().await;
+    let names: Vec<String> = cluster.names().map(String::from).collect();
+    for n in names {
+        cluster.resume(&n)?;
+        if !cluster.is_running(&n) {
+            cluster.start(&n)?;
+        }
+    }
+    Ok(())
+}
+
+async fn inject_all(shared: Arc<Shared>, schedule: Vec<PlannedFault>, start: Instant) -> anyhow::Result<()> {
+    for (n, f) in schedule.into_iter().enumerate() {
+        tokio::time::sleep_until(start + f.at).await;
+        let clock = shared.history.clock();
+        let start_ns = clock.now_ns();
+        let target = inject(&shared, &f).await?;
+        println!("sim: fault {} {} on {target} for {:?}", n + 1, f.kind.name(), f.hold);
+        let end_ns = clock.now_ns();
+        shared.history.write(&Record::Fault(FaultSpan {
+            id: n as u64 + 1,
+            kind: f.kind.name().into(),
+            target,
+            start_ns,
+            end_ns,
+        }))?;
+        shared.faults_done.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+async fn store_leader(shared: &Shared) -> Option<u64> {
+    shared
+        .store
+        .status()
+        .await
+        .ok()
+        .map(|s| s.leader_id)
+        .filter(|&l| l != 0)
+}
+
+async fn owner_of(shared: &Shared, pick: u64) -> u64 {
+    let section = pick % shared.sections.max(1);
+    if let Ok(r) = shared.store.get_routes().await
+        && let Some(t) = r.routes
+        && let Some(e) = t
+            .entries
+            .iter()
+            .find(|e| e.section_begin <= section && section < e.section_end)
+        && (1..=N).contains(&e.node_id)
+    {
+        return e.node_id;
+    }
+    pick % N + 1
+}
+
+/// Applies one fault, waits its hold, heals it. Returns the target's name.
+async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let topo = &shared.topo;
+    match f.kind {
+        FaultKind::KillAllocOwner | FaultKind::KillStoreLeader | FaultKind::KillStoreFollower => {
+            let name = match f.kind {
+                FaultKind::KillAllocOwner => alloc_name(owner_of(shared, f.pick).await),
+                FaultKind::KillStoreLeader => store_name(store_leader(shared).await.unwrap_or(f.pick % N + 1)),
+                _ => {
+                    let leader = store_leader(shared).await.unwrap_or(0);
+                    let followers: Vec<u64> = (1..=N).filter(|&i| i != leader).collect();
+                    store_name(followers[(f.pick % followers.len() as u64) as usize])
+                }
+            };
+            shared.cluster.lock().await.kill(&name)?;
+            sleep(f.hold).await;
+            shared.cluster.lock().await.start(&name)?;
+            Ok(name)
+        }
+        FaultKind::PauseAllocShort
+        | FaultKind::PauseAllocLong
+        | FaultKind::PauseAllocVeryLong
+        | FaultKind::PauseStoreLeader => {
+            let name = match f.kind {
+                FaultKind::PauseStoreLeader => store_name(store_leader(shared).await.unwrap_or(f.pick % N + 1)),
+                _ => alloc_name(owner_of(shared, f.pick).await),
+            };
+            shared.cluster.lock().await.pause(&name)?;
+            sleep(f.hold).await;
+            shared.cluster.lock().await.resume(&name)?;
+            Ok(name)
+        }
+        FaultKind::CutAllocFromStore => {
+            let a = owner_of(shared, f.pick).await;
+            for j in 1..=N {
+                topo.alloc_store[&(a, j)].set(LinkMode::DROP);
+            }
+            sleep(f.hold).await;
+            for j in 1..=N {
+                topo.alloc_store[&(a, j)].set(LinkMode::PASS);
+            }
+            Ok(alloc_name(a))
+        }
+        FaultKind::PartitionStoreLeader => {
+            let l = store_leader(shared).await.unwrap_or(f.pick % N + 1);
+            let links: Vec<(u64, u64)> = (1..=N).filter(|&j| j != l).flat_map(|j| [(l, j), (j, l)]).collect();
+            for k in &links {
+                topo.raft[k].set(LinkMode::DROP);
+            }
+            sleep(f.hold).await;
+            for k in &links {
+                topo.raft[k].set(LinkMode::PASS);
+            }
+            Ok(store_name(l))
+        }
+        FaultKind::DelayLinks => {
+            for p in topo.all_proxies() {
+                p.set(LinkMode::delay(f.delay));
+            }
+            sleep(f.hold).await;
+            topo.heal_all();
+            Ok(format!("all links +{:?}", f.delay))
+        }
+        FaultKind::TermAlloc => {
+            let name = alloc_name(owner_of(shared, f.pick).await);
+            let clean = shared
+                .cluster
+                .lock()
+                .await
+                .terminate(&name, Duration::from_secs(5))
+                .await?;
+            if !clean {
+                println!("sim: {name} did not exit within 5 s of SIGTERM; killed");
+            }
+            sleep(f.hold).await;
+            shared.cluster.lock().await.start(&name)?;
+            Ok(name)
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The simulated cluster's wiring: 3 StoreSvr replicas and 3 AllocSvrs on loopback, with a
+//! [`Proxy`] on every link: StoreSvr↔StoreSvr (each direction, through `--dial`),
+//! AllocSvr→StoreSvr (through `--store`), client→AllocSvr (through `--advertise`, so the route
+//! table itself points clients at the proxies).
+//!
+//! Deliberately left out: more than one set, and more or fewer than 3+3 processes.
+
+use crate::cluster::ProcSpec;
+use crate::proxy::{LinkMode, Proxy};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Replica and AllocSvr ids run 1..=N.
+pub const N: u64 = 3;
+
+/// Set parameters passed to every StoreSvr.
+#[derive(Clone, Debug)]
+pub struct SetArgs {
+    pub section_size: u64,
+    pub uid_limit: u64,
+    pub step: u64,
+    pub lease_ms: u64,
+    pub detect_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Extra flags for every StoreSvr (negative controls).
+    pub store_extra: Vec<String>,
+    /// Extra flags for every AllocSvr (negative controls).
+    pub alloc_extra: Vec<String>,
+}
+
+/// Every address and proxy of one run.
+pub struct Topology {
+    pub store_addr: BTreeMap<u64, SocketAddr>,
+    pub alloc_addr: BTreeMap<u64, SocketAddr>,
+    /// (from replica, to replica) → proxy.
+    pub raft: BTreeMap<(u64, u64), Proxy>,
+    /// (allocsvr, replica) → proxy.
+    pub alloc_store: BTreeMap<(u64, u64), Proxy>,
+    /// allocsvr → proxy that clients use.
+    pub client_alloc: BTreeMap<u64, Proxy>,
+}
+
+/// A free loopback port, found by binding port 0 and letting go (racy, but only against other
+/// processes grabbing ephemeral ports in the same instant).
+fn free_addr() -> io::Result<SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+pub fn store_name(id: u64) -> String {
+    format!("storesvr-{id}")
+}
+
+pub fn alloc_name(id: u64) -> String {
+    format!("allocsvr-{id}")
+}
+
+impl Topology {
+    pub async fn new() -> io::Result<Self> {
+        let mut t = Topology {
+            store_addr: BTreeMap::new(),
+            alloc_addr: BTreeMap::new(),
+            raft: BTreeMap::new(),
+            alloc_store: BTreeMap::new(),
+            client_alloc: BTreeMap::new(),
+        };
+        for i in 1..=N {
+            t.store_addr.insert(i, free_addr()?);
+            t.alloc_addr.insert(i, free_addr()?);
+        }
+        for i in 1..=N {
+            for j in (1..=N).filter(|&j| j != i) {
+                t.raft.insert(
+                    (i, j),
+                    Proxy::start(format!("store{i}->store{j}"), t.store_addr[&j]).await?,
+                );
+            }
+            for j in 1..=N {
+                t.alloc_store.insert(
+                    (i, j),
+                    Proxy::start(format!("alloc{i}->store{j}"), t.store_addr[&j]).await?,
+                );
+            }
+            t.client_alloc
+                .insert(i, Proxy::start(format!("client->alloc{i}"), t.alloc_addr[&i]).await?);
+        }
+        Ok(t)
+    }
+
+    fn peers(&self) -> String {
+        self.store_addr
+            .iter()
+            .map(|(i, a)| format!("{i}={a}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn store_spec(&self, id: u64, bin: &Path, data_dir: &Path, set: &SetArgs) -> ProcSpec {
+        let dial: Vec<String> = (1..=N)
+            .filter(|&j| j != id)
+            .map(|j| format!("{j}={}", self.raft[&(id, j)].addr()))
+            .collect();
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={}", self.store_addr[&id]),
+            format!("--data-dir={}", data_dir.join(store_name(id)).display()),
+            format!("--peers={}", self.peers()),
+            format!("--dial={}", dial.join(",")),
+            format!("--section-size={}", set.section_size),
+            format!("--uid-limit={}", set.uid_limit),
+            format!("--step={}", set.step),
+            format!("--lease-ms={}", set.lease_ms),
+            format!("--detect-ms={}", set.detect_ms),
+            format!("--election-min-ms={}", set.election_min_ms),
+            format!("--election-max-ms={}", set.election_max_ms),
+        ];
+        if id == 1 {
+            args.push("--bootstrap".into());
+        }
+        args.extend(set.store_extra.iter().cloned());
+        ProcSpec {
+            name: store_name(id),
+            bin: bin.to_path_buf(),
+            args,
+        }
+    }
+
+    pub fn alloc_spec(&self, id: u64, bin: &Path, set: &SetArgs) -> ProcSpec {
+        let store: Vec<String> = (1..=N)
+            .map(|j| format!("{j}={}", self.alloc_store[&(id, j)].addr()))
+            .collect();
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={}", self.alloc_addr[&id]),
+            format!("--advertise={}", self.client_alloc[&id].addr()),
+            format!("--store={}", store.join(",")),
+        ];
+        args.extend(set.alloc_extra.iter().cloned());
+        ProcSpec {
+            name: alloc_name(id),
+            bin: bin.to_path_buf(),
+            args,
+        }
+    }
+
+    /// Direct StoreSvr addresses (no proxy) for the simulator's own observer.
+    pub fn store_seeds(&self) -> Vec<seqsvr_client::store::Seed> {
+        self.store_addr
+            .iter()
+            .map(|(&i, a)| seqsvr_client::store::Seed {
+                node_id: Some(seqsvr_proto::NodeId(i)),
+                addr: a.to_string(),
+            })
+            .collect()
+    }
+
+    /// The client→AllocSvr proxy addresses, as client seeds.
+    pub fn client_seeds(&self) -> Vec<String> {
+        self.client_alloc.values().map(|p| p.addr().to_string()).collect()
+    }
+
+    pub fn all_proxies(&self) -> impl Iterator<Item = &Proxy> {
+        self.raft
+            .values()
+            .chain(self.alloc_store.values())
+            .chain(self.client_alloc.values())
+    }
+
+    /// Every link back to pass (the final heal).
+    pub fn heal_all(&self) {
+        for p in self.all_proxies() {
+            p.set(LinkMode::PASS);
+        }
+    }
+}
+
+/// Per-run data directory: `--data-dir` or a fresh one under the system temp dir.
+pub fn data_dir(given: Option<&Path>, seed: u64) -> io::Result<PathBuf> {
+    let dir = match given {
+        Some(d) => d.to_path_buf(),
+        None => std::env::temp_dir().join(format!("seqsvr-sim-{seed}-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

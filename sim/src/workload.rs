@@ -1,0 +1,395 @@
+//! The seeded workload: concurrent clients of the real client library calling fetch, batch fetch
+//! and get over hot uids (a few in every section, hit again and again, where ordering bugs show)
+//! and cold uids (anywhere in the uid space), every call recorded in the history.
+//!
+//! A call's outcome comes straight from the client library: `Ok`, `ClientError::Failed` (certainly
+//! not taken) or `ClientError::Unknown` (may have taken a number). A batch is recorded per outcome
+//! group (`batch_fetch_each`), so the uids that were served keep their values.
+//!
+//! Deliberately left out: open-loop load. Each client waits for its call before the next, at a
+//! bounded rate, so that the history stays a few hundred MB at most on a long run.
+
+use crate::history::{Call, CallKind, HistoryWriter, Outcome, OwnerTag, Record};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use seqsvr_client::{Client, ClientError, Fetched, Owner};
+use seqsvr_proto::Uid;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Shape of the workload.
+#[derive(Clone, Debug)]
+pub struct WorkloadParams {
+    pub seed: u64,
+    pub clients: u32,
+    /// Calls per second per client (upper bound).
+    pub rate_per_client: f64,
+    pub section_size: u64,
+    pub uid_limit: u64,
+    /// Hot uids per section.
+    pub hot_per_section: u64,
+    /// Largest batch.
+    pub max_batch: usize,
+}
+
+/// Counters for the progress line.
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub calls: AtomicU64,
+    pub failed: AtomicU64,
+    pub unknown: AtomicU64,
+}
+
+/// The hot uids: `hot_per_section` seeded offsets in every section.
+pub fn hot_uids(p: &WorkloadParams) -> Vec<u64> {
+    let mut rng = StdRng::seed_from_u64(p.seed ^ 0x5eed_0000_0000_0001);
+    let sections = p.uid_limit.div_ceil(p.section_size);
+    let mut out = Vec::new();
+    for s in 0..sections {
+        let first = s * p.section_size;
+        let size = p.section_size.min(p.uid_limit - first);
+        for _ in 0..p.hot_per_section {
+            out.push(first + rng.random_range(0..size));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn owner_tag(o: &Owner) -> OwnerTag {
+    OwnerTag {
+        section: o.section.0,
+        node_id: o.node_id.0,
+        incarnation: o.incarnation.0,
+        epoch: o.epoch.0,
+    }
+}
+
+fn error_outcome(e: &ClientError) -> Outcome {
+    if e.is_unknown() {
+        Outcome::Unknown
+    } else {
+        Outcome::Failed
+    }
+}
+
+/// Records calls and keeps the set of touched uids (for the final liveness check).
+pub struct Recorder {
+    pub history: Arc<HistoryWriter>,
+    pub counters: Arc<Counters>,
+    pub touched: Arc<Mutex<HashSet<u64>>>,
+}
+
+impl Recorder {
+    fn record(&self, call: Call) {
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        match call.outcome {
+            Outcome::Ok => {}
+            Outcome::Failed => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Unknown => {
+                self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Err(e) = self.history.write(&Record::Call(call)) {
+            tracing::error!(error = %e, "history write failed");
+        }
+    }
+
+    fn touch(&self, uids: &[u64]) {
+        let mut t = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        t.extend(uids.iter().copied());
+    }
+
+    /// One `FetchNextSeq`, recorded.
+    pub async fn fetch(&self, client: &Client, client_id: u32, uid: u64) {
+        self.touch(&[uid]);
+        let (id, invoke_ns) = self.history.begin();
+        let r = client.fetch_next_seq(Uid(uid)).await;
+        let complete_ns = self.history.clock().now_ns();
+        let base = Call {
+            id,
+            client: client_id,
+            kind: CallKind::Fetch,
+            uids: vec![uid],
+            invoke_ns,
+            complete_ns,
+            outcome: Outcome::Ok,
+            values: vec![],
+            owners: vec![],
+            error: None,
+        };
+        self.record(match r {
+            Ok(f) => Call {
+                values: vec![f.seq],
+                owners: f.owner.iter().map(owner_tag).collect(),
+                ..base
+            },
+            Err(e) => Call {
+                outcome: error_outcome(&e),
+                error: Some(e.to_string()),
+                ..base
+            },
+        });
+    }
+
+    /// One `GetCurSeq`, recorded.
+    pub async fn get(&self, client: &Client, client_id: u32, uid: u64) {
+        self.touch(&[uid]);
+        let (id, invoke_ns) = self.history.begin();
+        let r = client.get_cur_seq(Uid(uid)).await;
+        let complete_ns = self.history.clock().now_ns();
+        let base = Call {
+            id,
+            client: client_id,
+            kind: CallKind::Get,
+            uids: vec![uid],
+            invoke_ns,
+            complete_ns,
+            outcome: Outcome::Ok,
+            values: vec![],
+            owners: vec![],
+            error: None,
+        };
+        self.record(match r {
+            Ok(c) => Call {
+                values: vec![c.cur_seq],
+                owners: c.owner.iter().map(owner_tag).collect(),
+                ..base
+            },
+            Err(e) => Call {
+                outcome: error_outcome(&e),
+                error: Some(e.to_string()),
+                ..base
+            },
+        });
+    }
+
+    /// One batch fetch, recorded as up to three calls (ok / failed / unknown uids) sharing the
+    /// same times. Returns the uids that were served.
+    pub async fn batch(&self, client: &Client, client_id: u32, uids: &[u64]) -> Vec<u64> {
+        self.touch(uids);
+        let (id, invoke_ns) = self.history.begin();
+        let wanted: Vec<Uid> = uids.iter().map(|&u| Uid(u)).collect();
+        let r = client.batch_fetch_each(&wanted).await;
+        let complete_ns = self.history.clock().now_ns();
+        let base = Call {
+            id,
+            client: client_id,
+            kind: CallKind::BatchFetch,
+            uids: vec![],
+            invoke_ns,
+            complete_ns,
+            outcome: Outcome::Ok,
+            values: vec![],
+            owners: vec![],
+            error: None,
+        };
+        let each = match r {
+            Ok(each) => each,
+            Err(e) => {
+                self.record(Call {
+                    uids: uids.to_vec(),
+                    outcome: error_outcome(&e),
+                    error: Some(e.to_string()),
+                    ..base
+                });
+                return vec![];
+            }
+        };
+        let mut ok = base.clone();
+        let mut failed = Call {
+            outcome: Outcome::Failed,
+            ..base.clone()
+        };
+        let mut unknown = Call {
+            outcome: Outcome::Unknown,
+            ..base
+        };
+        for (uid, r) in uids.iter().zip(each) {
+            match r {
+                Ok(Fetched { seq, owner, .. }) => {
+                    ok.uids.push(*uid);
+                    ok.values.push(seq);
+                    if let Some(o) = owner.as_ref().map(owner_tag)
+                        && !ok.owners.contains(&o)
+                    {
+                        ok.owners.push(o);
+                    }
+                }
+                Err(e) => {
+                    let target = if e.is_unknown() { &mut unknown } else { &mut failed };
+                    target.uids.push(*uid);
+                    target.error.get_or_insert_with(|| e.to_string());
+                }
+            }
+        }
+        let served = ok.uids.clone();
+        for (n, mut c) in [ok, failed, unknown]
+            .into_iter()
+            .filter(|c| !c.uids.is_empty())
+            .enumerate()
+        {
+            if n > 0 {
+                c.id = self.history.begin().0;
+            }
+            self.record(c);
+        }
+        served
+    }
+}
+
+/// Runs one client until `stop` is set.
+pub async fn run_client(
+    client: Client,
+    client_id: u32,
+    p: WorkloadParams,
+    hot: Arc<Vec<u64>>,
+    rec: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = StdRng::seed_from_u64(
+        p.seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(client_id as u64),
+    );
+    let period = Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let pick_uid = |rng: &mut StdRng| {
+        if rng.random_bool(0.8) && !hot.is_empty() {
+            hot[rng.random_range(0..hot.len())]
+        } else {
+            rng.random_range(0..p.uid_limit)
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        tick.tick().await;
+        let roll = rng.random_range(0..100);
+        if roll < 60 {
+            let uid = pick_uid(&mut rng);
+            rec.fetch(&client, client_id, uid).await;
+        } else if roll < 80 {
+            let n = rng.random_range(2..=p.max_batch.max(2));
+            let uids: Vec<u64> = (0..n).map(|_| pick_uid(&mut rng)).collect();
+            rec.batch(&client, client_id, &uids).await;
+        } else {
+            let uid = hot[rng.random_range(0..hot.len().max(1))];
+            rec.get(&client, client_id, uid).await;
+        }
+    }
+}
+
+/// Client ids of pinned clients start here (their NOT_OWNER answers are expected, so the
+/// unavailability statistics leave them out).
+pub const PINNED_CLIENT_BASE: u32 = 1000;
+
+/// A client pinned to one AllocSvr that ignores routing: it keeps asking that node for hot uids of
+/// every section, as a client with a stale route cache (or a request stuck in the network) would.
+/// This is what lets a stale owner show itself: the routing client library learns new routes
+/// within a reply or two and stops asking the old owner, so without a pinned client a broken
+/// lease (negative control `--unsafe-skip-lease-wait`) would rarely be exercised.
+pub async fn run_pinned(
+    addr: String,
+    client_id: u32,
+    p: WorkloadParams,
+    hot: Arc<Vec<u64>>,
+    rec: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+) {
+    use seqsvr_proto::pb;
+    let Ok(ep) = tonic::transport::Endpoint::from_shared(format!("http://{addr}")) else {
+        return;
+    };
+    let channel = ep
+        .connect_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(1))
+        .connect_lazy();
+    let mut alloc = pb::alloc_service_client::AllocServiceClient::new(channel);
+    let mut rng = StdRng::seed_from_u64(p.seed.wrapping_add(0xa110c).wrapping_add(client_id as u64));
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !stop.load(Ordering::Relaxed) && !hot.is_empty() {
+        tick.tick().await;
+        let uid = hot[rng.random_range(0..hot.len())];
+        rec.touch(&[uid]);
+        let (id, invoke_ns) = rec.history.begin();
+        let r = tokio::time::timeout(
+            Duration::from_secs(1),
+            alloc.fetch_next_seq(pb::FetchNextSeqRequest { uid, route_version: 0 }),
+        )
+        .await;
+        let complete_ns = rec.history.clock().now_ns();
+        let mut call = Call {
+            id,
+            client: client_id,
+            kind: CallKind::Fetch,
+            uids: vec![uid],
+            invoke_ns,
+            complete_ns,
+            outcome: Outcome::Unknown,
+            values: vec![],
+            owners: vec![],
+            error: None,
+        };
+        match r {
+            Ok(Ok(reply)) => {
+                let reply = reply.into_inner();
+                if reply.outcome == pb::Outcome::Ok as i32 {
+                    call.outcome = Outcome::Ok;
+                    call.values = vec![reply.seq];
+                    call.owners = reply
+                        .owner
+                        .iter()
+                        .map(|o| OwnerTag {
+                            section: o.section,
+                            node_id: o.node_id,
+                            incarnation: o.incarnation,
+                            epoch: o.epoch,
+                        })
+                        .collect();
+                } else {
+                    // NOT_OWNER / NOT_READY: an answer that says nothing was handed out.
+                    call.outcome = Outcome::Failed;
+                    call.error = Some(format!("outcome {}", reply.outcome));
+                }
+            }
+            // A transport error or a timeout may have reached the server: unknown, never "absent".
+            Ok(Err(status)) => call.error = Some(status.to_string()),
+            Err(_) => call.error = Some("timed out".into()),
+        }
+        rec.record(call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> WorkloadParams {
+        WorkloadParams {
+            seed: 9,
+            clients: 2,
+            rate_per_client: 10.0,
+            section_size: 100,
+            uid_limit: 1_050,
+            hot_per_section: 3,
+            max_batch: 8,
+        }
+    }
+
+    #[test]
+    fn hot_uids_cover_every_section_and_depend_only_on_the_seed() {
+        let p = params();
+        let a = hot_uids(&p);
+        assert_eq!(a, hot_uids(&p));
+        let sections: HashSet<u64> = a.iter().map(|u| u / p.section_size).collect();
+        assert_eq!(sections.len(), 11, "the short last section too");
+        assert!(a.iter().all(|&u| u < p.uid_limit));
+        assert_ne!(a, hot_uids(&WorkloadParams { seed: 10, ..p }));
+    }
+}
