@@ -160,19 +160,20 @@ impl Node {
         let dropped = self.inner.owned.drop_all();
         wake(&dropped);
         info!(sections = dropped.len(), "shutting down: stopped serving every section");
-        if !dropped.is_empty() {
-            let store = self.inner.store.with_timeouts(StoreTimeouts {
-                attempt: SHUTDOWN_RELEASE_DEADLINE,
-                overall: SHUTDOWN_RELEASE_DEADLINE,
-            });
-            let req = pb::ReleaseRequest {
-                incarnation: self.inner.incarnation.load(Ordering::Acquire),
-                sections: ranges(dropped.iter().map(|s| s.id)),
-            };
-            match store.release(req).await {
-                Ok(r) => info!(released = r.released, "released sections"),
-                Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
-            }
+        // Always tell the store we are leaving, even with nothing held: it then forgets this
+        // incarnation and reassigns at once instead of waiting to detect our death.
+        let store = self.inner.store.with_timeouts(StoreTimeouts {
+            attempt: SHUTDOWN_RELEASE_DEADLINE,
+            overall: SHUTDOWN_RELEASE_DEADLINE,
+        });
+        let req = pb::ReleaseRequest {
+            incarnation: self.inner.incarnation.load(Ordering::Acquire),
+            sections: ranges(dropped.iter().map(|s| s.id)),
+            leaving: true,
+        };
+        match store.release(req).await {
+            Ok(r) => info!(released = r.released, "released sections and left"),
+            Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
     }
@@ -540,6 +541,7 @@ async fn release(inner: Arc<Inner>, sections: Vec<pb::SectionRange>) {
     let req = pb::ReleaseRequest {
         incarnation: inner.incarnation().0,
         sections,
+        leaving: false,
     };
     match inner.store.release(req).await {
         Ok(r) => info!(released = r.released, "handed sections over"),

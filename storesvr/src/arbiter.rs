@@ -261,6 +261,7 @@ mod tests {
             &Command::Release {
                 incarnation: incs[0],
                 ranges: vec![(5, 10)],
+                leaving: false,
             },
             false,
         );

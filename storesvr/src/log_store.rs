@@ -44,6 +44,26 @@ impl LogStore {
         Self { kv }
     }
 
+    /// Forgets, before Raft starts, that this node was a leader (or knew one) before it stopped.
+    ///
+    /// openraft 0.9 restores a node whose persisted vote is committed and its own as leader at
+    /// once, without an election, and answers `ensure_linearizable` with
+    /// `max(first log of its term, committed)`. After a restart `committed` may lag what this
+    /// leader acknowledged before it died, so such a read can miss acknowledged bumps (seen in
+    /// `acknowledged_bump_survives_leader_kill_and_full_restart`). An uncommitted vote keeps
+    /// term and `voted_for` (all Raft needs persisted) and makes the node win a fresh election,
+    /// whose new no-op entry covers everything committed before.
+    pub async fn demote_vote_for_startup(&mut self) -> Result<(), StorageError> {
+        if let Some(mut vote) = self.read_vote().await?
+            && vote.committed
+        {
+            vote.committed = false;
+            self.save_vote(&vote).await?;
+            tracing::info!(%vote, "restarting: persisted vote marked uncommitted, a new election decides the leader");
+        }
+        Ok(())
+    }
+
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
         match self.kv.get(Space::Meta, key).map_err(read_err)? {
             Some(bytes) => Ok(Some(postcard::from_bytes(&bytes).map_err(read_err)?)),

@@ -126,7 +126,11 @@ impl StoreNode {
                     source,
                 })?,
             );
-        let log_store = LogStore::new(kv.clone());
+        let mut log_store = LogStore::new(kv.clone());
+        log_store
+            .demote_vote_for_startup()
+            .await
+            .map_err(|e| StartError::Storage(e.to_string()))?;
         let sm = StateMachineStore::open(kv, config.unsafe_skip_epoch_fence)
             .map_err(|e| StartError::Storage(e.to_string()))?;
         let state = sm.shared();
@@ -208,10 +212,10 @@ impl StoreNode {
             .max_encoding_message_size(MAX_PEER_MESSAGE);
         let admin = pb::admin_service_server::AdminServiceServer::new(crate::admin::AdminSvc { ctx: ctx.clone() });
         let (stop, stopped) = oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .add_service(health)
                 .add_service(reflection)
                 .add_service(store)

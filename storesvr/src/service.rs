@@ -282,11 +282,16 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
         let req = req.into_inner();
         let p = self.params()?;
-        let ranges = check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?;
+        let ranges = if req.leaving && req.sections.is_empty() {
+            Vec::new()
+        } else {
+            check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?
+        };
         match self
             .write(Command::Release {
                 incarnation: req.incarnation,
                 ranges,
+                leaving: req.leaving,
             })
             .await?
         {
@@ -295,7 +300,12 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 released: 0,
             })),
             Led::Here(CommandResult::Released { count }) => {
-                tracing::info!(incarnation = req.incarnation, count, "sections released");
+                tracing::info!(
+                    incarnation = req.incarnation,
+                    count,
+                    leaving = req.leaving,
+                    "sections released"
+                );
                 Ok(Response::new(pb::ReleaseReply {
                     not_leader: None,
                     released: count,

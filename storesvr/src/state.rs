@@ -101,9 +101,11 @@ pub enum Command {
         incarnation: u64,
         items: Vec<BumpItem>,
     },
+    /// The owner gives sections up; `leaving` also forgets the incarnation (clean shutdown).
     Release {
         incarnation: u64,
         ranges: Vec<(u64, u64)>,
+        leaving: bool,
     },
     /// Arbiter decision: forget dead incarnations, then apply the moves.
     Assign {
@@ -164,7 +166,11 @@ impl SetState {
             Command::Init(_) => CommandResult::Initialized { fresh: false },
             Command::Register { node_id, addr } => self.register(*node_id, addr),
             Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, skip_epoch_fence),
-            Command::Release { incarnation, ranges } => self.release(&params, *incarnation, ranges),
+            Command::Release {
+                incarnation,
+                ranges,
+                leaving,
+            } => self.release(&params, *incarnation, ranges, *leaving),
             Command::Assign { expire, moves } => self.assign(&params, expire, moves),
         }
     }
@@ -234,7 +240,7 @@ impl SetState {
         CommandResult::Bumped(results)
     }
 
-    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[(u64, u64)]) -> CommandResult {
+    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[(u64, u64)], leaving: bool) -> CommandResult {
         if !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
@@ -250,7 +256,10 @@ impl SetState {
                 }
             }
         }
-        if count > 0 {
+        if leaving {
+            self.allocsvrs.remove(&incarnation);
+        }
+        if count > 0 || leaving {
             self.route_version += 1;
         }
         CommandResult::Released { count }
@@ -487,7 +496,8 @@ mod tests {
             st.apply(
                 &Command::Release {
                     incarnation: a,
-                    ranges: vec![(5, 10)]
+                    ranges: vec![(5, 10)],
+                    leaving: false,
                 },
                 false
             ),
@@ -508,6 +518,25 @@ mod tests {
         let s = st.section(7).unwrap();
         assert_eq!((s.owner, s.epoch, s.no_wait), (b, 3, true));
         assert_eq!(st.owner_runs(), vec![(0, 5, a), (5, 10, b)]);
+    }
+
+    #[test]
+    fn leaving_release_forgets_the_incarnation() {
+        let (mut st, a) = ready();
+        let v = st.route_version;
+        let r = st.apply(
+            &Command::Release {
+                incarnation: a,
+                ranges: vec![(0, 10)],
+                leaving: true,
+            },
+            false,
+        );
+        assert_eq!(r, CommandResult::Released { count: 10 });
+        assert!(st.allocsvrs.is_empty());
+        assert!(st.route_version > v);
+        assert!(st.sections.iter().all(|s| s.owner == 0 && s.no_wait));
+        assert_eq!(bump(&mut st, a, 0, 2, 10), CommandResult::UnknownIncarnation);
     }
 
     #[test]
@@ -564,7 +593,7 @@ mod tests {
                 let inc = st.allocsvrs.keys().next().copied().unwrap_or(0);
                 let cmd = match kind {
                     0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section, epoch, new_max: val }] },
-                    1 => Command::Release { incarnation: inc, ranges: vec![(section, section + 2)] },
+                    1 => Command::Release { incarnation: inc, ranges: vec![(section, section + 2)], leaving: epoch == 3 },
                     2 => Command::Register { node_id: epoch, addr: "x".into() },
                     _ => Command::Assign { expire: vec![], moves: vec![Move { begin: 0, end: 10, from: 0, to: inc }] },
                 };

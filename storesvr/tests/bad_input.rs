@@ -220,6 +220,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
             .release(pb::ReleaseRequest {
                 incarnation: 424_242,
                 sections: vec![pb::SectionRange { begin: 0, end: 1 }],
+                leaving: false,
             })
             .await,
     );

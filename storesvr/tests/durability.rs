@@ -108,6 +108,7 @@ async fn stale_epoch_bump_is_refused_and_lower_bump_changes_nothing() {
         .release(pb::ReleaseRequest {
             incarnation: owner.incarnation,
             sections: vec![pb::SectionRange { begin: 5, end: 6 }],
+            leaving: false,
         })
         .await
         .unwrap();

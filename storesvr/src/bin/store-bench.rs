@@ -56,12 +56,20 @@ impl Drop for Group {
 }
 
 fn free_addr() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
 }
 
 fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
     let path = dir.join("fsync-probe");
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
     let buf = vec![0u8; 4096];
     let mut h = Histogram::<u64>::new(3).unwrap();
     let start = Instant::now();
@@ -77,8 +85,16 @@ fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
 }
 
 async fn status(addr: &str) -> Option<pb::StatusReply> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?.connect().await.ok()?;
-    StoreServiceClient::new(ch).status(pb::StatusRequest {}).await.ok().map(|r| r.into_inner())
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect()
+        .await
+        .ok()?;
+    StoreServiceClient::new(ch)
+        .status(pb::StatusRequest {})
+        .await
+        .ok()
+        .map(|r| r.into_inner())
 }
 
 struct CaseResult {
@@ -112,7 +128,11 @@ async fn run_case(
                 let items = (0..batch)
                     .map(|k| {
                         let section = (t * batch + k) % SECTIONS;
-                        pb::BumpItem { section, epoch: epochs[section as usize], new_max: next }
+                        pb::BumpItem {
+                            section,
+                            epoch: epochs[section as usize],
+                            new_max: next,
+                        }
                     })
                     .collect();
                 let t0 = Instant::now();
@@ -156,7 +176,10 @@ async fn main() -> ExitCode {
     let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let storesvr = exe_dir.join("storesvr");
     if !storesvr.exists() {
-        eprintln!("store-bench: {} not found; build it first (cargo build --release -p storesvr)", storesvr.display());
+        eprintln!(
+            "store-bench: {} not found; build it first (cargo build --release -p storesvr)",
+            storesvr.display()
+        );
         return ExitCode::from(2);
     }
     let tmp = match &args.dir {
@@ -165,12 +188,25 @@ async fn main() -> ExitCode {
     }
     .unwrap();
 
-    println!("machine: {} cores; data dir {}", std::thread::available_parallelism().map_or(0, |n| n.get()), tmp.path().display());
+    println!(
+        "machine: {} cores; data dir {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        tmp.path().display()
+    );
     let (fsync_rate, fsync_p50) = fsync_baseline(tmp.path(), args.fsyncs);
-    println!("disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})", fsync_rate, fmt_d(fsync_p50), args.fsyncs);
+    println!(
+        "disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})",
+        fsync_rate,
+        fmt_d(fsync_p50),
+        args.fsyncs
+    );
 
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
-    let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+    let peers: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
     let mut group = Group { procs: Vec::new() };
     for (i, addr) in addrs.iter().enumerate() {
         let id = i + 1;
@@ -178,7 +214,10 @@ async fn main() -> ExitCode {
         let mut cmd = Command::new(&storesvr);
         cmd.arg(format!("--node-id={id}"))
             .arg(format!("--listen={addr}"))
-            .arg(format!("--data-dir={}", tmp.path().join(format!("store{id}")).display()))
+            .arg(format!(
+                "--data-dir={}",
+                tmp.path().join(format!("store{id}")).display()
+            ))
             .arg(format!("--peers={}", peers.join(",")))
             .arg(format!("--uid-limit={}", SECTIONS * 100_000))
             .arg("--detect-ms=600000") // the benchmark's owner renews rarely
@@ -210,12 +249,31 @@ async fn main() -> ExitCode {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}")).unwrap().tcp_nodelay(true).connect().await.unwrap();
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}"))
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
     let mut client = StoreServiceClient::new(ch);
-    let reg = client.register(pb::RegisterRequest { node_id: 1, addr: "127.0.0.1:9".into() }).await.unwrap().into_inner();
+    let reg = client
+        .register(pb::RegisterRequest {
+            node_id: 1,
+            addr: "127.0.0.1:9".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     let incarnation = reg.incarnation;
     let epochs = loop {
-        let r = client.renew(pb::RenewRequest { incarnation, route_version: 0 }).await.unwrap().into_inner();
+        let r = client
+            .renew(pb::RenewRequest {
+                incarnation,
+                route_version: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
         let mut epochs = vec![0u64; SECTIONS as usize];
         let mut covered = 0;
         for g in &r.grants {
@@ -230,7 +288,10 @@ async fn main() -> ExitCode {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
 
-    println!("\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10}", "conc", "mode", "bumps/s", "requests/s", "p50", "p99");
+    println!(
+        "\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10}",
+        "conc", "mode", "bumps/s", "requests/s", "p50", "p99"
+    );
     let mut results = Vec::new();
     for &c in &[1u64, 16, 64] {
         for (mode, batch) in [("single", 1), ("batched", args.batch)] {
@@ -263,5 +324,9 @@ async fn main() -> ExitCode {
         if ratio_lat <= 4.0 { "MET" } else { "NOT MET" }
     );
     drop(group);
-    if ratio_tput > 1.0 && ratio_lat <= 4.0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if ratio_tput > 1.0 && ratio_lat <= 4.0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
