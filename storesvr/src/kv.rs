@@ -43,6 +43,8 @@ pub struct SledKv {
     db: sled::Db,
     db_file: File,
     blob_dir: PathBuf,
+    /// Blob files already synced: each sync only syncs the new ones (and then the directory).
+    synced_blobs: std::sync::Mutex<std::collections::BTreeSet<std::ffi::OsString>>,
 }
 
 fn to_io(e: sled::Error) -> io::Error {
@@ -68,6 +70,7 @@ impl SledKv {
             db,
             db_file,
             blob_dir: dir.join("blobs"),
+            synced_blobs: Default::default(),
         })
     }
 
@@ -126,13 +129,26 @@ impl KvStore for SledKv {
     fn sync(&self) -> io::Result<()> {
         self.db.flush().map_err(to_io)?;
         self.db_file.sync_data()?;
-        // Large values live in blob files that sled writes without fsync.
-        if let Ok(entries) = std::fs::read_dir(&self.blob_dir) {
-            for e in entries.flatten() {
+        // Large values live in blob files that sled writes without fsync. Sync the ones not
+        // synced before, then the directory entry that names them; forget deleted ones.
+        let Ok(entries) = std::fs::read_dir(&self.blob_dir) else {
+            return Ok(());
+        };
+        let mut synced = self.synced_blobs.lock().expect("blob set lock poisoned");
+        let mut present = std::collections::BTreeSet::new();
+        let mut fresh = false;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if !synced.contains(&name) {
                 File::open(e.path())?.sync_data()?;
+                fresh = true;
             }
+            present.insert(name);
+        }
+        if fresh {
             File::open(&self.blob_dir)?.sync_all()?;
         }
+        *synced = present;
         Ok(())
     }
 }

@@ -11,6 +11,9 @@
 //! quorum that synced it), P3 (`max_seq` only grows) and the store half of P4
 //! (bumps are fenced by epoch inside the state machine).
 
+// openraft's storage traits fix the error type to its (large) `StorageError`.
+#![allow(clippy::result_large_err)]
+
 pub mod admin;
 pub mod arbiter;
 pub mod config;

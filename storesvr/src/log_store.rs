@@ -21,10 +21,43 @@ const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
 const PURGED: &[u8] = b"last_purged";
 
-/// Log store handle; cheap to clone (clones share the same storage).
+/// Log store handle; cheap to clone (clones share the same storage and flusher).
 #[derive(Clone)]
 pub struct LogStore {
     kv: Arc<dyn KvStore>,
+    flusher: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+}
+
+/// Syncs appended entries on its own thread and only then reports them durable.
+///
+/// `append` inserts the entries (so they are readable for replication at once) and hands the
+/// callback here; openraft goes on replicating while the leader's own sync runs. Callbacks that
+/// queue up while a sync runs share the next one (group commit of the local log). A sync is a
+/// barrier over every write before it, so a callback is only ever fired by a sync that began after
+/// its entries were inserted.
+fn start_flusher(kv: Arc<dyn KvStore>) -> std::sync::mpsc::Sender<LogFlushed<TypeConfig>> {
+    let (tx, rx) = std::sync::mpsc::channel::<LogFlushed<TypeConfig>>();
+    std::thread::Builder::new()
+        .name("log-flusher".into())
+        .spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut batch = vec![first];
+                batch.extend(rx.try_iter());
+                let res = kv.sync();
+                if let Err(e) = &res {
+                    tracing::error!(error = %e, "syncing the raft log failed; the node stops");
+                }
+                for cb in batch {
+                    cb.log_io_completed(
+                        res.as_ref()
+                            .map(|_| ())
+                            .map_err(|e| io::Error::new(e.kind(), e.to_string())),
+                    );
+                }
+            }
+        })
+        .expect("spawning the log flusher thread");
+    tx
 }
 
 fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -41,7 +74,8 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 
 impl LogStore {
     pub fn new(kv: Arc<dyn KvStore>) -> Self {
-        Self { kv }
+        let flusher = start_flusher(kv.clone());
+        Self { kv, flusher }
     }
 
     /// Forgets, before Raft starts, that this node was a leader (or knew one) before it stopped.
@@ -167,23 +201,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .into_iter()
             .map(|e| (e.log_id.index.to_be_bytes().to_vec(), encode(&e)))
             .collect();
-        let res = self
-            .blocking(move |kv| {
-                kv.insert_batch(Space::Log, items)?;
-                kv.sync()
-            })
-            .await;
-        match res {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let err = write_err(io::Error::new(e.kind(), e.to_string()));
-                callback.log_io_completed(Err(e));
-                Err(err)
-            }
-        }
+        // An in-memory insert into sled: cheap enough for the async worker. Durability is the
+        // flusher's job; the callback fires only after its sync.
+        self.kv.insert_batch(Space::Log, items).map_err(write_err)?;
+        self.flusher
+            .send(callback)
+            .map_err(|_| write_err(io::Error::other("log flusher stopped")))?;
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
