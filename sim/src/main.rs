@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use sim::checks::{self, Report};
 use sim::history::History;
 use sim::run::RunOpts;
+use sim::schedule::{CI_PROFILE, FaultKind};
 use sim::topology::SetArgs;
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -65,6 +66,16 @@ struct RunArgs {
     /// Inject no faults: P6 gaps become violations.
     #[arg(long)]
     no_faults: bool,
+    /// Fault kinds scheduled first, in this order (comma-separated names as `sim plan` prints
+    /// them); the run is refused (exit 2) when the duration cannot fit them.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    must_include: Vec<FaultKind>,
+    /// The CI profile: `--must-include kill-alloc-owner,kill-store-leader,pause-alloc-1.5-lease`.
+    #[arg(long, conflicts_with = "must_include")]
+    ci: bool,
+    /// Draw the seeded faults only from these kinds (comma-separated); every kind when absent.
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    fault_kinds: Vec<FaultKind>,
     #[arg(long, default_value_t = 100_000)]
     section_size: u64,
     #[arg(long, default_value_t = 2_000_000)]
@@ -114,6 +125,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn parse_kind(s: &str) -> Result<FaultKind, String> {
+    FaultKind::from_name(s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown fault kind {s:?} (one of {})", names.join(", "))
+    })
+}
+
 impl RunArgs {
     /// Semantic checks clap cannot do; a failure is exit 2.
     fn validate(&self) -> Result<(), String> {
@@ -131,6 +149,9 @@ impl RunArgs {
         }
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
+        }
+        if self.no_faults && (self.ci || !self.must_include.is_empty() || !self.fault_kinds.is_empty()) {
+            return Err("--no-faults excludes --ci, --must-include and --fault-kinds".into());
         }
         Ok(())
     }
@@ -157,6 +178,12 @@ impl RunArgs {
             clients: self.clients,
             rate_per_client: self.rate,
             faults: !self.no_faults,
+            must_include: if self.ci {
+                CI_PROFILE.to_vec()
+            } else {
+                self.must_include
+            },
+            fault_kinds: self.fault_kinds,
             set: SetArgs {
                 section_size: self.section_size,
                 uid_limit: self.uid_limit,
@@ -170,6 +197,22 @@ impl RunArgs {
             },
             replay,
         }
+    }
+}
+
+/// The run's schedule, refused when the `--must-include` kinds do not fit in the duration.
+fn checked_schedule(opts: &RunOpts) -> Result<Vec<sim::schedule::PlannedFault>, String> {
+    let schedule = sim::run::schedule_for(opts);
+    let missing = sim::schedule::missing(&schedule, &opts.must_include);
+    if missing.is_empty() {
+        Ok(schedule)
+    } else {
+        let names: Vec<&str> = missing.iter().map(|k| k.name()).collect();
+        Err(format!(
+            "--duration {:?} is too short to fit the required faults {}",
+            opts.duration,
+            names.join(", ")
+        ))
     }
 }
 
@@ -206,8 +249,15 @@ fn print_plan(args: RunArgs) -> ExitCode {
         return ExitCode::from(EXIT_BAD_OPTIONS);
     };
     let opts = args.into_opts(seed, String::new());
+    let schedule = match checked_schedule(&opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sim plan: {e}");
+            return ExitCode::from(EXIT_BAD_OPTIONS);
+        }
+    };
     let mut out = std::io::stdout().lock();
-    for f in sim::run::schedule_for(&opts) {
+    for f in schedule {
         let delay = if f.delay.is_zero() {
             String::new()
         } else {
@@ -243,6 +293,10 @@ fn run(args: RunArgs) -> ExitCode {
         replay.push(format!("--seed={seed}"));
     }
     let opts = args.into_opts(seed, replay.join(" "));
+    if let Err(e) = checked_schedule(&opts) {
+        eprintln!("sim run: {e}");
+        return ExitCode::from(EXIT_BAD_OPTIONS);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

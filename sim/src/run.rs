@@ -39,6 +39,10 @@ pub struct RunOpts {
     pub clients: u32,
     pub rate_per_client: f64,
     pub faults: bool,
+    /// Fault kinds scheduled first, in order (CI profile, negative controls).
+    pub must_include: Vec<FaultKind>,
+    /// Kinds the seeded draws pick from; every kind when empty.
+    pub fault_kinds: Vec<FaultKind>,
     pub set: SetArgs,
     pub replay: String,
 }
@@ -56,6 +60,8 @@ impl Verdict {
     }
 }
 
+type ReplicaClient = pb::store_service_client::StoreServiceClient<tonic::transport::Channel>;
+
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -65,6 +71,8 @@ struct Shared {
     cluster: AsyncMutex<Cluster>,
     topo: Topology,
     store: StoreClient,
+    /// One direct client per StoreSvr replica (no proxy): Status polls and leader confirmation.
+    replicas: Vec<(u64, ReplicaClient)>,
     history: Arc<HistoryWriter>,
     sections: u64,
     faults_done: AtomicU64,
@@ -113,6 +121,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
     let shared = Arc::new(Shared {
         cluster: AsyncMutex::new(cluster),
+        replicas: replica_clients(&topo),
         topo,
         store,
         history: history.clone(),
@@ -224,6 +233,17 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     for (kind, (n, p50, p99, max)) in stats::per_kind(&h.faults, &unavail) {
         println!("  {kind:<24} x{n:<3} unavailability p50 {p50:?} p99 {p99:?} max {max:?}");
     }
+    for (f, u) in h.faults.iter().zip(&unavail) {
+        println!(
+            "  fault {:<3} at {:>7.1?} {:<24} on {} for {:.1?}; unavailability {:.1?}",
+            f.id,
+            Duration::from_nanos(f.start_ns),
+            f.kind,
+            f.target,
+            Duration::from_nanos(f.end_ns.saturating_sub(f.start_ns)),
+            u
+        );
+    }
     for p in &panics {
         println!("PANIC in {}: {}", p.process, p.line);
     }
@@ -258,6 +278,8 @@ pub fn schedule_for(opts: &RunOpts) -> Vec<PlannedFault> {
             detect: Duration::from_millis(opts.set.detect_ms),
             warmup: Duration::from_secs(3),
             cooldown: Duration::from_secs(5),
+            must_include: opts.must_include.clone(),
+            kinds: opts.fault_kinds.clone(),
         },
     )
 }
@@ -348,14 +370,8 @@ async fn final_load(store: &StoreClient, sections: u64) -> anyhow::Result<BTreeM
     }
 }
 
-async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
-    let clock = shared.history.clock();
-    let replicas: Vec<(
-        u64,
-        pb::store_service_client::StoreServiceClient<tonic::transport::Channel>,
-    )> = shared
-        .topo
-        .store_addr
+fn replica_clients(topo: &Topology) -> Vec<(u64, ReplicaClient)> {
+    topo.store_addr
         .iter()
         .filter_map(|(&i, a)| {
             let ep = tonic::transport::Endpoint::from_shared(format!("http://{a}")).ok()?;
@@ -363,9 +379,13 @@ async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_millis(500))
                 .connect_lazy();
-            Some((i, pb::store_service_client::StoreServiceClient::new(ch)))
+            Some((i, ReplicaClient::new(ch)))
         })
-        .collect();
+        .collect()
+}
+
+async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    let clock = shared.history.clock();
     while !stop.load(Ordering::Relaxed) {
         let req = pb::LoadRequest {
             sections: vec![pb::SectionRange {
@@ -383,7 +403,7 @@ async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
                 sum: None,
             }));
         }
-        for (i, c) in &replicas {
+        for (i, c) in &shared.replicas {
             let mut c = c.clone();
             if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(500), c.status(pb::StatusRequest {})).await {
                 let _ = shared.history.write(&Record::Poll(Poll {
@@ -467,65 +487,120 @@ async fn inject_all(shared: Arc<Shared>, schedule: Vec<PlannedFault>, start: Ins
     Ok(())
 }
 
+/// How long the injector looks for a fault's intended target before it falls back to a seeded
+/// guess (and says so in the target's name).
+const TARGET_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The StoreSvr leader, confirmed by the replica itself (its own Status names itself leader; the
+/// highest term wins if two still do). Retried for [`TARGET_TIMEOUT`].
 async fn store_leader(shared: &Shared) -> Option<u64> {
-    shared
-        .store
-        .status()
-        .await
-        .ok()
-        .map(|s| s.leader_id)
-        .filter(|&l| l != 0)
-}
-
-async fn owner_of(shared: &Shared, pick: u64) -> u64 {
-    let section = pick % shared.sections.max(1);
-    if let Ok(r) = shared.store.get_routes().await
-        && let Some(t) = r.routes
-        && let Some(e) = t
-            .entries
-            .iter()
-            .find(|e| e.section_begin <= section && section < e.section_end)
-        && (1..=N).contains(&e.node_id)
-    {
-        return e.node_id;
+    let deadline = Instant::now() + TARGET_TIMEOUT;
+    loop {
+        let mut best: Option<(u64, u64)> = None;
+        for (i, c) in &shared.replicas {
+            let mut c = c.clone();
+            if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(500), c.status(pb::StatusRequest {})).await {
+                let r = r.into_inner();
+                if r.leader_id == *i && best.is_none_or(|(term, _)| r.term > term) {
+                    best = Some((r.term, *i));
+                }
+            }
+        }
+        if let Some((_, id)) = best {
+            return Some(id);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(100)).await;
     }
-    pick % N + 1
 }
 
-/// Applies one fault, waits its hold, heals it. Returns the target's name.
+/// The StoreSvr leader's name, or a seeded guess marked as such.
+async fn leader_target(shared: &Shared, pick: u64) -> (String, String) {
+    match store_leader(shared).await {
+        Some(l) => (store_name(l), format!("{} (leader)", store_name(l))),
+        None => {
+            let n = store_name(pick % N + 1);
+            (n.clone(), format!("{n} (no leader found; guessed)"))
+        }
+    }
+}
+
+/// The AllocSvr that owns section `pick % sections` in the store's route table (retried for
+/// [`TARGET_TIMEOUT`]), with a description naming the sections it owns; a seeded guess, marked
+/// as such, when no owner is known.
+async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
+    let section = pick % shared.sections.max(1);
+    let deadline = Instant::now() + TARGET_TIMEOUT;
+    loop {
+        if let Ok(r) = shared.store.get_routes().await
+            && let Some(t) = r.routes
+            && let Some(e) = t
+                .entries
+                .iter()
+                .find(|e| e.section_begin <= section && section < e.section_end)
+            && (1..=N).contains(&e.node_id)
+            && e.incarnation != 0
+        {
+            let owned: Vec<String> = t
+                .entries
+                .iter()
+                .filter(|o| o.node_id == e.node_id && o.incarnation == e.incarnation)
+                .map(|o| format!("{}..{}", o.section_begin, o.section_end))
+                .collect();
+            let desc = format!("{} (owner of sections {})", alloc_name(e.node_id), owned.join(","));
+            return (e.node_id, desc);
+        }
+        if Instant::now() > deadline {
+            let a = pick % N + 1;
+            return (a, format!("{} (no owner found; guessed)", alloc_name(a)));
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Applies one fault, waits its hold, heals it. Returns the target's description.
 async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
     let topo = &shared.topo;
     match f.kind {
         FaultKind::KillAllocOwner | FaultKind::KillStoreLeader | FaultKind::KillStoreFollower => {
-            let name = match f.kind {
-                FaultKind::KillAllocOwner => alloc_name(owner_of(shared, f.pick).await),
-                FaultKind::KillStoreLeader => store_name(store_leader(shared).await.unwrap_or(f.pick % N + 1)),
+            let (name, desc) = match f.kind {
+                FaultKind::KillAllocOwner => {
+                    let (a, desc) = owner_of(shared, f.pick).await;
+                    (alloc_name(a), desc)
+                }
+                FaultKind::KillStoreLeader => leader_target(shared, f.pick).await,
                 _ => {
                     let leader = store_leader(shared).await.unwrap_or(0);
                     let followers: Vec<u64> = (1..=N).filter(|&i| i != leader).collect();
-                    store_name(followers[(f.pick % followers.len() as u64) as usize])
+                    let n = store_name(followers[(f.pick % followers.len() as u64) as usize]);
+                    (n.clone(), n)
                 }
             };
             shared.cluster.lock().await.kill(&name)?;
             sleep(f.hold).await;
             shared.cluster.lock().await.start(&name)?;
-            Ok(name)
+            Ok(desc)
         }
         FaultKind::PauseAllocShort
         | FaultKind::PauseAllocLong
         | FaultKind::PauseAllocVeryLong
         | FaultKind::PauseStoreLeader => {
-            let name = match f.kind {
-                FaultKind::PauseStoreLeader => store_name(store_leader(shared).await.unwrap_or(f.pick % N + 1)),
-                _ => alloc_name(owner_of(shared, f.pick).await),
+            let (name, desc) = match f.kind {
+                FaultKind::PauseStoreLeader => leader_target(shared, f.pick).await,
+                _ => {
+                    let (a, desc) = owner_of(shared, f.pick).await;
+                    (alloc_name(a), desc)
+                }
             };
             shared.cluster.lock().await.pause(&name)?;
             sleep(f.hold).await;
             shared.cluster.lock().await.resume(&name)?;
-            Ok(name)
+            Ok(desc)
         }
         FaultKind::CutAllocFromStore => {
-            let a = owner_of(shared, f.pick).await;
+            let (a, desc) = owner_of(shared, f.pick).await;
             for j in 1..=N {
                 topo.alloc_store[&(a, j)].set(LinkMode::DROP);
             }
@@ -533,10 +608,15 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
             for j in 1..=N {
                 topo.alloc_store[&(a, j)].set(LinkMode::PASS);
             }
-            Ok(alloc_name(a))
+            Ok(desc)
         }
         FaultKind::PartitionStoreLeader => {
-            let l = store_leader(shared).await.unwrap_or(f.pick % N + 1);
+            let l = store_leader(shared).await;
+            let desc = match l {
+                Some(l) => format!("{} (leader)", store_name(l)),
+                None => format!("{} (no leader found; guessed)", store_name(f.pick % N + 1)),
+            };
+            let l = l.unwrap_or(f.pick % N + 1);
             let links: Vec<(u64, u64)> = (1..=N).filter(|&j| j != l).flat_map(|j| [(l, j), (j, l)]).collect();
             for k in &links {
                 topo.raft[k].set(LinkMode::DROP);
@@ -545,7 +625,7 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
             for k in &links {
                 topo.raft[k].set(LinkMode::PASS);
             }
-            Ok(store_name(l))
+            Ok(desc)
         }
         FaultKind::DelayLinks => {
             for p in topo.all_proxies() {
@@ -556,7 +636,8 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
             Ok(format!("all links +{:?}", f.delay))
         }
         FaultKind::TermAlloc => {
-            let name = alloc_name(owner_of(shared, f.pick).await);
+            let (a, desc) = owner_of(shared, f.pick).await;
+            let name = alloc_name(a);
             let clean = shared
                 .cluster
                 .lock()
@@ -568,7 +649,7 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
             }
             sleep(f.hold).await;
             shared.cluster.lock().await.start(&name)?;
-            Ok(name)
+            Ok(desc)
         }
     }
 }

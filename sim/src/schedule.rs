@@ -6,6 +6,10 @@
 //! statistics. Targets are chosen at injection time from a seeded `pick` (e.g. "the owner of
 //! section `pick % sections`"), because who leads or owns what is only known then.
 //!
+//! Two knobs shape a schedule without giving up the seed: `must_include` puts given kinds first,
+//! in order, so that a CI run is guaranteed to contain them instead of hoping the seed draws them;
+//! `kinds` narrows the seeded draws to the kinds that exercise one rule (negative controls).
+//!
 //! Deliberately left out: overlapping faults. They find more bugs but make each one harder to
 //! explain; a later version can add a "storm" phase.
 
@@ -55,6 +59,11 @@ impl FaultKind {
         FaultKind::TermAlloc,
     ];
 
+    /// The kind with this [`FaultKind::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// Stable name used in histories and reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -73,8 +82,16 @@ impl FaultKind {
     }
 }
 
-/// Timing parameters the schedule is derived from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The kinds a CI run must contain: a SIGKILL of a section owner, a SIGKILL of the StoreSvr
+/// leader and a SIGSTOP of an owner longer than the lease.
+pub const CI_PROFILE: [FaultKind; 3] = [
+    FaultKind::KillAllocOwner,
+    FaultKind::KillStoreLeader,
+    FaultKind::PauseAllocLong,
+];
+
+/// Timing and shape parameters the schedule is derived from.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduleParams {
     pub duration: Duration,
     pub lease: Duration,
@@ -86,6 +103,10 @@ pub struct ScheduleParams {
     pub warmup: Duration,
     /// No fault is active in the last part of the run (heal, then verify).
     pub cooldown: Duration,
+    /// Kinds scheduled first, in this order, before any seeded draw.
+    pub must_include: Vec<FaultKind>,
+    /// Kinds the seeded draws pick from; every kind when empty.
+    pub kinds: Vec<FaultKind>,
 }
 
 /// One planned fault.
@@ -103,16 +124,19 @@ pub struct PlannedFault {
 }
 
 /// Builds the schedule for one seed. Faults are sorted, never overlap, and all end (hold plus
-/// the recovery quiet time) before `duration - cooldown`.
+/// the recovery quiet time) before `duration - cooldown`. The `must_include` kinds come first;
+/// [`missing`] tells whether they all fitted.
 pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let ms = |d: Duration| d.as_millis() as u64;
     let recovery = p.lease + p.detect;
     let end = p.duration.saturating_sub(p.cooldown);
+    let pool: &[FaultKind] = if p.kinds.is_empty() { &FaultKind::ALL } else { &p.kinds };
+    let mut forced = p.must_include.iter().copied();
     let mut t = p.warmup;
     let mut out = Vec::new();
     loop {
-        let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
+        let kind = forced.next().unwrap_or_else(|| pool[rng.random_range(0..pool.len())]);
         let lease = ms(p.lease);
         let hold_ms = match kind {
             FaultKind::KillAllocOwner | FaultKind::KillStoreLeader | FaultKind::KillStoreFollower => {
@@ -149,6 +173,16 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
     out
 }
 
+/// The `must_include` kinds a schedule lacks (the run was too short to fit them), in order.
+pub fn missing(schedule: &[PlannedFault], must_include: &[FaultKind]) -> Vec<FaultKind> {
+    must_include
+        .iter()
+        .enumerate()
+        .filter(|&(i, k)| schedule.get(i).is_none_or(|f| f.kind != *k))
+        .map(|(_, &k)| k)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +195,8 @@ mod tests {
             detect: Duration::from_millis(2_000),
             warmup: Duration::from_secs(3),
             cooldown: Duration::from_secs(5),
+            must_include: vec![],
+            kinds: vec![],
         }
     }
 
@@ -219,6 +255,53 @@ mod tests {
         for k in FaultKind::ALL {
             assert!(s.iter().any(|f| f.kind == k), "{k:?} never scheduled");
         }
+    }
+
+    #[test]
+    fn must_include_kinds_come_first_in_order_for_every_seed() {
+        let p = ScheduleParams {
+            must_include: CI_PROFILE.to_vec(),
+            ..params(90)
+        };
+        for seed in 0..50 {
+            let s = plan(seed, &p);
+            let head: Vec<FaultKind> = s.iter().take(3).map(|f| f.kind).collect();
+            assert_eq!(head, CI_PROFILE, "seed {seed}");
+            assert!(missing(&s, &CI_PROFILE).is_empty(), "seed {seed}");
+            assert_eq!(s[0].at, p.warmup);
+        }
+    }
+
+    #[test]
+    fn must_include_that_does_not_fit_is_reported_missing() {
+        let p = ScheduleParams {
+            must_include: CI_PROFILE.to_vec(),
+            ..params(20)
+        };
+        let s = plan(1, &p);
+        assert!(s.len() < 3);
+        assert_eq!(missing(&s, &CI_PROFILE), CI_PROFILE[s.len()..].to_vec());
+    }
+
+    #[test]
+    fn draws_stay_inside_the_given_kinds() {
+        let kinds = vec![FaultKind::CutAllocFromStore, FaultKind::PauseAllocShort];
+        let p = ScheduleParams {
+            kinds: kinds.clone(),
+            ..params(600)
+        };
+        let s = plan(5, &p);
+        assert!(s.len() > 10);
+        assert!(s.iter().all(|f| kinds.contains(&f.kind)), "{s:?}");
+        assert!(kinds.iter().all(|k| s.iter().any(|f| f.kind == *k)));
+    }
+
+    #[test]
+    fn kind_names_round_trip() {
+        for k in FaultKind::ALL {
+            assert_eq!(FaultKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(FaultKind::from_name("nope"), None);
     }
 
     #[test]
