@@ -1,0 +1,566 @@
+//! A whole seqsvr-rs cluster of real processes on loopback, for the end-to-end tests: 3 `storesvr`
+//! replicas (one Raft group, node 1 bootstraps it) and 2 `allocsvr` nodes, driven through the real
+//! client library.
+//!
+//! Every process logs to its own file in a temp dir and is killed when the [`Cluster`] drops, also
+//! when a test panics (then the tail of every log is printed first). Addresses are fixed at start so
+//! that a process restarted after a kill comes back where the route table and its peers expect it.
+//! Readiness is always polled with a deadline; nothing sleeps and hopes.
+//!
+//! The `storesvr` and `seqctl` binaries belong to other packages: they are taken from the directory
+//! of the `allocsvr` binary, so `cargo build --workspace --bins` must have run first (a stale binary
+//! there is used as is).
+//!
+//! Deliberately left out: network faults (the simulator injects those) and more than one set.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use seqsvr_client::store::{Seed, StoreClient, StoreTimeouts};
+use seqsvr_client::{Client, ClientConfig, Fetched, MAX_UIDS_PER_RPC};
+use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
+use seqsvr_proto::{NodeId, Uid, pb};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+/// Uids per section.
+pub const SECTION_SIZE: u64 = 100_000;
+/// The cluster serves `[0, UID_LIMIT)`.
+pub const UID_LIMIT: u64 = 2_000_000;
+/// Sections of the one set.
+pub const SECTIONS: u64 = UID_LIMIT / SECTION_SIZE;
+/// How much one bump raises a section's ceiling.
+pub const STEP: u64 = 1_000;
+/// AllocSvr lease.
+pub const LEASE: Duration = Duration::from_millis(3_000);
+/// How long the arbiter waits for a renewal before declaring an AllocSvr dead.
+pub const DETECT: Duration = Duration::from_millis(2_000);
+/// StoreSvr replicas.
+pub const STORES: [u64; 3] = [1, 2, 3];
+/// AllocSvr nodes.
+pub const ALLOCS: [u64; 2] = [1, 2];
+/// Lines of each log printed when a test fails.
+const LOG_TAIL_LINES: usize = 120;
+/// Interval of every readiness poll.
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Which kind of process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Store,
+    Alloc,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Store => "store",
+            Role::Alloc => "alloc",
+        }
+    }
+}
+
+/// A binary built next to `allocsvr`; fails with what to do when it is missing.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_allocsvr")).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} not found: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// A loopback address of its own for one cluster: the processes' outgoing connections take their
+/// ephemeral ports on 127.0.0.1, so they can never grab a port picked here between the pick and
+/// the process binding it (a restarted process binds its old port again).
+fn private_loopback_ip() -> String {
+    let [a, b, c]: [u8; 3] = rand::random();
+    format!("127.{}.{b}.{}", a.clamp(1, 254), c.clamp(1, 254))
+}
+
+fn free_addr(ip: &str) -> String {
+    let l = TcpListener::bind((ip, 0)).expect("bind an ephemeral port on a private loopback address");
+    l.local_addr().expect("local addr").to_string()
+}
+
+/// Polls `f` every [`POLL_EVERY`] until it returns `Some`, or panics after `within`.
+pub async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// Three StoreSvr replicas and two AllocSvrs as OS processes.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    pub store_addrs: BTreeMap<u64, String>,
+    pub alloc_addrs: BTreeMap<u64, String>,
+    alloc_metrics: BTreeMap<u64, String>,
+    procs: BTreeMap<(Role, u64), Child>,
+}
+
+impl Cluster {
+    /// Starts every process (node 1 bootstraps the group); does not wait for anything.
+    pub fn start() -> Self {
+        // Fail early, with what to do, when a binary is missing.
+        sibling_bin("storesvr");
+        sibling_bin("allocsvr");
+        let ip = private_loopback_ip();
+        let mut c = Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            store_addrs: STORES.iter().map(|id| (*id, free_addr(&ip))).collect(),
+            alloc_addrs: ALLOCS.iter().map(|id| (*id, free_addr(&ip))).collect(),
+            alloc_metrics: ALLOCS.iter().map(|id| (*id, free_addr(&ip))).collect(),
+            procs: BTreeMap::new(),
+        };
+        c.start_all();
+        c
+    }
+
+    /// Starts every process that is not running.
+    pub fn start_all(&mut self) {
+        for id in STORES {
+            self.start_store(id);
+        }
+        for id in ALLOCS {
+            self.start_alloc(id);
+        }
+    }
+
+    fn log_path(&self, role: Role, id: u64) -> PathBuf {
+        self.dir.path().join(format!("{}{id}.log", role.name()))
+    }
+
+    fn spawn(&mut self, role: Role, id: u64, mut cmd: Command) {
+        assert!(
+            !self.procs.contains_key(&(role, id)),
+            "{}{id} is already running",
+            role.name()
+        );
+        let path = self.log_path(role, id);
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open log");
+        let _ = writeln!(log, "----- harness: starting {}{id} -----", role.name());
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}{id}: {e}", role.name()));
+        self.procs.insert((role, id), child);
+    }
+
+    /// Starts StoreSvr replica `id` on its address and data dir (bootstrap flag only on node 1; it
+    /// does nothing once the data dir holds a group).
+    pub fn start_store(&mut self, id: u64) {
+        if self.procs.contains_key(&(Role::Store, id)) {
+            return;
+        }
+        let peers: Vec<String> = self.store_addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
+        let mut cmd = Command::new(sibling_bin("storesvr"));
+        cmd.arg(format!("--node-id={id}"))
+            .arg(format!("--listen={}", self.store_addrs[&id]))
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join(format!("store{id}")).display()
+            ))
+            .arg(format!("--peers={}", peers.join(",")))
+            .arg(format!("--section-size={SECTION_SIZE}"))
+            .arg(format!("--uid-limit={UID_LIMIT}"))
+            .arg(format!("--step={STEP}"))
+            .arg(format!("--lease-ms={}", LEASE.as_millis()))
+            .arg(format!("--detect-ms={}", DETECT.as_millis()))
+            .env("RUST_LOG", "info,openraft=warn");
+        if id == 1 {
+            cmd.arg("--bootstrap");
+        }
+        self.spawn(Role::Store, id, cmd);
+    }
+
+    /// Starts AllocSvr `id` (a new incarnation) on its fixed data-plane and metrics addresses.
+    pub fn start_alloc(&mut self, id: u64) {
+        if self.procs.contains_key(&(Role::Alloc, id)) {
+            return;
+        }
+        let mut cmd = Command::new(sibling_bin("allocsvr"));
+        cmd.arg(format!("--node-id={id}"))
+            .arg(format!("--listen={}", self.alloc_addrs[&id]))
+            .arg(format!("--store={}", self.store_seeds_flag()))
+            .arg(format!("--metrics-listen={}", self.alloc_metrics[&id]))
+            .env("RUST_LOG", "info");
+        self.spawn(Role::Alloc, id, cmd);
+    }
+
+    /// `1=addr,2=addr,3=addr`, as `allocsvr --store` and `seqctl --store` take it.
+    pub fn store_seeds_flag(&self) -> String {
+        let seeds: Vec<String> = self.store_addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
+        seeds.join(",")
+    }
+
+    /// Comma-separated AllocSvr addresses, as `seqctl --alloc` takes them.
+    pub fn alloc_seeds_flag(&self) -> String {
+        let seeds: Vec<&str> = self.alloc_addrs.values().map(String::as_str).collect();
+        seeds.join(",")
+    }
+
+    /// SIGKILLs a process and reaps it (no-op when it is not running).
+    pub fn kill(&mut self, role: Role, id: u64) {
+        if let Some(mut c) = self.procs.remove(&(role, id)) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILLs all five processes.
+    pub fn kill_all(&mut self) {
+        for (_, mut c) in std::mem::take(&mut self.procs) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM to a running process without waiting for it.
+    pub fn sigterm(&mut self, role: Role, id: u64) {
+        let child = self.procs.get(&(role, id)).expect("process is running");
+        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid fits i32"));
+        kill(pid, Signal::SIGTERM).expect("send SIGTERM");
+    }
+
+    /// Waits until a process exited (after a SIGTERM) and reaps it; panics after `within`.
+    pub async fn wait_exit(&mut self, role: Role, id: u64, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.procs.get_mut(&(role, id)).expect("process was running");
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.procs.remove(&(role, id));
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}{id} did not exit within {within:?}",
+                role.name()
+            );
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+
+    /// Every running process of `role`, by id.
+    pub fn running(&self, role: Role) -> Vec<u64> {
+        self.procs
+            .keys()
+            .filter(|(r, _)| *r == role)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// A StoreService client over every replica, following leader hints.
+    pub fn store_client(&self) -> StoreClient {
+        let seeds = self
+            .store_addrs
+            .iter()
+            .map(|(id, a)| Seed {
+                node_id: Some(NodeId(*id)),
+                addr: a.clone(),
+            })
+            .collect();
+        let timeouts = StoreTimeouts {
+            attempt: Duration::from_millis(800),
+            overall: Duration::from_secs(5),
+        };
+        StoreClient::new(seeds, timeouts).expect("store client")
+    }
+
+    /// The Status of one replica alone (no hint following), or `None` when it does not answer.
+    pub async fn store_status_of(&self, id: u64) -> Option<pb::StatusReply> {
+        let seed = Seed {
+            node_id: Some(NodeId(id)),
+            addr: self.store_addrs[&id].clone(),
+        };
+        let short = Duration::from_millis(500);
+        let client = StoreClient::new(
+            vec![seed],
+            StoreTimeouts {
+                attempt: short,
+                overall: short,
+            },
+        )
+        .ok()?;
+        client.status().await.ok()
+    }
+
+    /// The running replica that reports itself the leader of an initialized set.
+    pub async fn wait_store_leader(&self, within: Duration) -> u64 {
+        poll("a StoreSvr leader", within, || async {
+            for id in self.running(Role::Store) {
+                if let Some(s) = self.store_status_of(id).await
+                    && s.leader_id == id
+                    && s.params.is_some()
+                {
+                    return Some(id);
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    /// The store's current route table (from the leader, through hints).
+    pub async fn store_routes(&self) -> Option<pb::RouteTable> {
+        self.store_client().get_routes().await.ok()?.routes
+    }
+
+    /// A client-library client seeded with both AllocSvrs.
+    pub fn client_config(&self) -> ClientConfig {
+        ClientConfig::new(self.alloc_addrs.values().cloned())
+    }
+
+    /// A client that has learned the route table.
+    pub async fn client(&self) -> Client {
+        Client::connect(self.client_config()).await.expect("client connects")
+    }
+
+    /// A raw data-plane client of one AllocSvr (connects lazily).
+    pub fn alloc_rpc(&self, id: u64) -> AllocServiceClient<Channel> {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.alloc_addrs[&id]))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_millis(200))
+            .timeout(Duration::from_secs(2));
+        AllocServiceClient::new(endpoint.connect_lazy())
+    }
+
+    /// Waits until the store's route table gives every section to a running AllocSvr and every
+    /// running AllocSvr some sections (the arbiter's planned moves are done), then until every
+    /// section is served.
+    pub async fn wait_settled(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        poll(
+            "every section owned, every running AllocSvr owning some",
+            within,
+            || async {
+                let routes = self.store_routes().await?;
+                let running = self.running(Role::Alloc);
+                let owned = routes
+                    .entries
+                    .iter()
+                    .all(|e| e.incarnation != 0 && running.contains(&e.node_id));
+                let balanced = running.iter().all(|id| routes.entries.iter().any(|e| e.node_id == *id));
+                (owned && balanced).then_some(())
+            },
+        )
+        .await;
+        self.wait_serving(within.saturating_sub(started.elapsed())).await;
+        started.elapsed()
+    }
+
+    /// Waits until every section is served: a `GetCurSeq` (which consumes nothing) of the first uid
+    /// of every section is answered OK through the client library. Each round uses a fresh client,
+    /// so a route table learned while sections were moving cannot pin it to a dead node.
+    pub async fn wait_serving(&self, within: Duration) -> Duration {
+        let started = Instant::now();
+        let cfg = ClientConfig {
+            deadline: Duration::from_millis(500),
+            attempt_timeout: Duration::from_millis(300),
+            connect_timeout: Duration::from_millis(200),
+            ..self.client_config()
+        };
+        let mut pending: Vec<u64> = (0..SECTIONS).collect();
+        loop {
+            let client = Client::new(cfg.clone()).expect("client config");
+            let mut still = Vec::new();
+            for s in pending {
+                if client.get_cur_seq(Uid(s * SECTION_SIZE)).await.is_err() {
+                    still.push(s);
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < within,
+                "sections {pending:?} not served within {within:?}"
+            );
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+
+    /// The value of one AllocSvr's `allocsvr_fetch_total{outcome=...}` counter (0 when not yet
+    /// exported).
+    pub async fn fetch_counter(&self, id: u64, outcome: &str) -> u64 {
+        let body = poll("metrics page", Duration::from_secs(5), || {
+            http_get(&self.alloc_metrics[&id], "/metrics")
+        })
+        .await;
+        let key = format!("allocsvr_fetch_total{{outcome=\"{outcome}\"}}");
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(&key)
+                    .map(|v| v.trim().parse::<f64>().expect("counter value") as u64)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Prints the last lines of every log.
+    pub fn dump_logs(&self) {
+        let mut keys: Vec<(Role, u64)> = STORES.iter().map(|id| (Role::Store, *id)).collect();
+        keys.extend(ALLOCS.iter().map(|id| (Role::Alloc, *id)));
+        for (role, id) in keys {
+            let Ok(s) = std::fs::read_to_string(self.log_path(role, id)) else {
+                continue;
+            };
+            let lines: Vec<&str> = s.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "===== {}{id} (last {} lines) =====\n{}",
+                role.name(),
+                tail.len(),
+                tail.join("\n")
+            );
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
+        self.kill_all();
+    }
+}
+
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let io = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    };
+    tokio::time::timeout(Duration::from_secs(2), io).await.ok()?
+}
+
+/// `count` uids spread over every section, including the first and last uid of each.
+pub fn spread_uids(per_section: u64) -> Vec<Uid> {
+    assert!(per_section >= 2);
+    let mut uids = Vec::new();
+    for s in 0..SECTIONS {
+        let base = s * SECTION_SIZE;
+        uids.push(Uid(base));
+        uids.push(Uid(base + SECTION_SIZE - 1));
+        for k in 1..per_section - 1 {
+            uids.push(Uid(base + (k * 7_919) % SECTION_SIZE));
+        }
+    }
+    uids.sort_unstable_by_key(|u| u.0);
+    uids.dedup();
+    uids
+}
+
+/// The last seq seen per uid; every new one must be strictly above it (P1 for sequential callers).
+#[derive(Debug, Default)]
+pub struct Tracker {
+    last: HashMap<u64, u64>,
+    /// Seqs recorded.
+    pub served: u64,
+}
+
+impl Tracker {
+    /// Records a fetched seq; panics when it does not increase the uid's last one.
+    pub fn record(&mut self, f: &Fetched) {
+        assert_ne!(f.seq, 0, "uid {} was given seq 0", f.uid);
+        if let Some(prev) = self.last.insert(f.uid.0, f.seq) {
+            assert!(
+                f.seq > prev,
+                "P1 violated: uid {} was given {} after {prev} (owner {:?})",
+                f.uid,
+                f.seq,
+                f.owner
+            );
+        }
+        self.served += 1;
+    }
+
+    /// The last seq of `uid`, if any.
+    pub fn last(&self, uid: Uid) -> Option<u64> {
+        self.last.get(&uid.0).copied()
+    }
+
+    /// Fetches `copies` seqs of `uid` in batch calls of at most one RPC each (one RPC serves a
+    /// repeated uid in request order): raises the section's high-water mark by `copies`, so with
+    /// `copies > step` the owner must commit at least one bump through the store.
+    pub async fn fetch_hot(&mut self, client: &Client, uid: Uid, copies: usize) {
+        let mut left = copies;
+        while left > 0 {
+            let n = left.min(MAX_UIDS_PER_RPC);
+            let got = client
+                .batch_fetch(&vec![uid; n])
+                .await
+                .unwrap_or_else(|e| panic!("hot fetch of {uid}: {e}"));
+            assert_eq!(got.len(), n);
+            for f in &got {
+                assert_eq!(f.uid, uid);
+                self.record(f);
+            }
+            left -= n;
+        }
+    }
+
+    /// Fetches every uid once (batch fetches, retrying the ones that failed) until all were served;
+    /// panics after `within`. Returns how long it took.
+    pub async fn fetch_each_once(&mut self, client: &Client, uids: &[Uid], within: Duration) -> Duration {
+        let started = Instant::now();
+        let mut pending = uids.to_vec();
+        let mut last_error = String::new();
+        while !pending.is_empty() {
+            assert!(
+                started.elapsed() < within,
+                "{} of {} uids not served within {within:?}; last error: {last_error}",
+                pending.len(),
+                uids.len()
+            );
+            let results = client.batch_fetch_each(&pending).await.expect("batch is well formed");
+            let mut still = Vec::new();
+            for (uid, r) in pending.iter().zip(results) {
+                match r {
+                    Ok(f) => self.record(&f),
+                    Err(e) => {
+                        last_error = e.to_string();
+                        still.push(*uid);
+                    }
+                }
+            }
+            pending = still;
+            if !pending.is_empty() {
+                tokio::time::sleep(POLL_EVERY).await;
+            }
+        }
+        started.elapsed()
+    }
+}
