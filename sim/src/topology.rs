@@ -43,9 +43,28 @@ pub struct Topology {
     pub client_alloc: BTreeMap<u64, Proxy>,
 }
 
-/// A free loopback port, found by binding port 0 and letting go (racy, but only against other
-/// processes grabbing ephemeral ports in the same instant).
+/// A free loopback port for a server process. Chosen below the kernel's ephemeral port range:
+/// a port from `bind(0)` would be let go before the server binds it, and while a server is down
+/// between a SIGKILL and its restart, any outgoing connection of any process could take it as its
+/// local port. Below the ephemeral range only another explicit bind can, and a random pick makes
+/// that unlikely even for simulations running side by side. Falls back to `bind(0)` when the
+/// range leaves no room below it.
 fn free_addr() -> io::Result<SocketAddr> {
+    use rand::Rng;
+    let ephemeral_start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    const LOW: u16 = 10_000;
+    if ephemeral_start > LOW + 1_000 {
+        let mut rng = rand::rng();
+        for _ in 0..200 {
+            let port = rng.random_range(LOW..ephemeral_start);
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                return l.local_addr();
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
@@ -176,12 +195,22 @@ impl Topology {
     }
 }
 
-/// Per-run data directory: `--data-dir` or a fresh one under the system temp dir.
+/// Per-run data directory: `--data-dir` or a fresh one under the system temp dir. A directory
+/// that already holds a run's server data is refused: the StoreSvrs would restore an old set
+/// with other ports and the history would mix two runs.
 pub fn data_dir(given: Option<&Path>, seed: u64) -> io::Result<PathBuf> {
     let dir = match given {
         Some(d) => d.to_path_buf(),
         None => std::env::temp_dir().join(format!("seqsvr-sim-{seed}-{}", std::process::id())),
     };
+    for i in 1..=N {
+        if dir.join(store_name(i)).exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already holds a run; give an empty --data-dir", dir.display()),
+            ));
+        }
+    }
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }

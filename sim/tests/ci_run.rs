@@ -1,0 +1,53 @@
+//! The CI simulation: `sim run` as a process against the real binaries, with a fixed seed and
+//! the `--ci` profile, which guarantees a SIGKILL of a section owner, a SIGKILL of the StoreSvr
+//! leader and a SIGSTOP of an owner longer than the lease (3 s lease, 4.5 s pause), followed by
+//! seeded faults of every kind. It must pass every check, and the summary must show those three
+//! faults hitting the intended targets (an owner with its sections, a self-declared leader).
+//!
+//! About 2 minutes on a debug build (120 s of workload, about 12 faults). Needs `cargo build --workspace --bins` first.
+
+mod common;
+
+use std::time::Duration;
+
+const SEED: &str = "20250101";
+
+#[test]
+fn ci_profile_run_keeps_every_promise_through_owner_kill_leader_kill_and_long_pause() {
+    let run = common::sim_run(
+        "ci",
+        &["--seed", SEED, "--duration", "120s", "--ci"],
+        Duration::from_secs(360),
+    );
+    assert_eq!(run.code, Some(0), "{}", run.explain());
+    let out = &run.stdout;
+    assert!(out.contains(&format!("sim: PASS (seed {SEED})")), "{}", run.explain());
+    assert!(out.contains("violations: 0 "), "{}", run.explain());
+    assert!(
+        common::ok_calls(out) > 10_000,
+        "too few ok calls to mean anything: {}",
+        run.explain()
+    );
+    let fault_lines: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("fault ")).collect();
+    let has = |kind: &str, target: &str| {
+        fault_lines
+            .iter()
+            .any(|l| l.contains(&format!(" {kind} ")) && l.contains(target))
+    };
+    assert!(
+        has("kill-alloc-owner", "(owner of sections "),
+        "no SIGKILL of a section owner: {}",
+        run.explain()
+    );
+    assert!(
+        has("kill-store-leader", "(leader)"),
+        "no SIGKILL of the StoreSvr leader: {}",
+        run.explain()
+    );
+    assert!(
+        has("pause-alloc-1.5-lease", "(owner of sections "),
+        "no pause of an owner longer than the lease: {}",
+        run.explain()
+    );
+    run.clean_up();
+}
