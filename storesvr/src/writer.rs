@@ -3,21 +3,25 @@
 //! openraft 0.9 pays one awaited log flush per `client_write` and does not
 //! group concurrent writes. Every write of this server goes through one task
 //! that takes everything queued (up to a bound) and proposes it as ONE entry,
-//! then hands each caller its own result. With one entry in flight, the
-//! commands that arrive meanwhile form the next entry, so the batch size grows
-//! with load and a single caller pays no extra latency.
+//! then hands each caller its own result. While the in-flight slots are busy,
+//! the commands that arrive meanwhile form the next entry, so the batch size
+//! grows with load and a single caller pays no extra latency.
 //!
-//! Left out: more than one entry in flight (a pipeline); one already exceeds
-//! the disk's serial sync rate by the batch factor.
+//! Up to `MAX_ENTRIES_IN_FLIGHT` entries are in flight at once, proposed in queue
+//! order. Left out: adapting batch size or pipeline depth to measured latency.
 
 use crate::raft_types::{Raft, Request};
 use crate::state::{Command, CommandResult};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::ClientWriteError;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Most commands in one entry; bounds entry size and apply time.
 pub const MAX_BATCH_COMMANDS: usize = 4_096;
+/// Entries proposed but not yet committed. More than one lets the next entry be appended and
+/// replicated while the previous one is still being synced by the followers.
+pub const MAX_ENTRIES_IN_FLIGHT: usize = 4;
 /// Most commands waiting; beyond it callers wait (backpressure).
 pub const QUEUE_DEPTH: usize = 16_384;
 
@@ -67,27 +71,47 @@ impl Writer {
 }
 
 async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
+    let in_flight = Arc::new(Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH_COMMANDS);
-    while rx.recv_many(&mut batch, MAX_BATCH_COMMANDS).await > 0 {
+    loop {
+        // Take a slot first, then whatever is queued: while every slot is busy the queue grows
+        // into the next entry, and a lone command with a free slot goes out at once.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut batch, MAX_BATCH_COMMANDS).await == 0 {
+            return;
+        }
         let (cmds, replies): (Vec<Command>, Vec<_>) = batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
-        let n = cmds.len();
-        metrics::histogram!("storesvr_entry_commands").record(n as f64);
-        match raft.client_write(Request { cmds }).await {
-            Ok(resp) => {
-                debug_assert_eq!(resp.data.results.len(), n);
-                for (reply, result) in replies.into_iter().zip(resp.data.results) {
-                    let _ = reply.send(Ok(result));
-                }
-            }
-            Err(e) => {
-                let err = match e {
-                    RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => WriteError::NotLeader(f.leader_id),
-                    other => WriteError::Unavailable(other.to_string()),
-                };
-                for reply in replies {
-                    let _ = reply.send(Err(err.clone()));
-                }
+        metrics::histogram!("storesvr_entry_commands").record(cmds.len() as f64);
+        // Submitting in this loop keeps entries in queue order; waiting for each commit happens
+        // in its own task so that the next entry can be proposed meanwhile.
+        match raft.client_write_ff(Request { cmds }).await {
+            Err(fatal) => fail_all(replies, WriteError::Unavailable(fatal.to_string())),
+            Ok(committed) => {
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match committed.await {
+                        Ok(Ok(resp)) => {
+                            debug_assert_eq!(resp.data.results.len(), replies.len());
+                            for (reply, result) in replies.into_iter().zip(resp.data.results) {
+                                let _ = reply.send(Ok(result));
+                            }
+                        }
+                        Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
+                            fail_all(replies, WriteError::NotLeader(f.leader_id))
+                        }
+                        Ok(Err(e)) => fail_all(replies, WriteError::Unavailable(e.to_string())),
+                        Err(_) => fail_all(replies, WriteError::Unavailable("raft dropped the write".into())),
+                    }
+                });
             }
         }
+    }
+}
+
+fn fail_all(replies: Vec<oneshot::Sender<Result<CommandResult, WriteError>>>, err: WriteError) {
+    for reply in replies {
+        let _ = reply.send(Err(err.clone()));
     }
 }
