@@ -116,3 +116,35 @@ async fn stale_epoch_bump_is_refused_and_lower_bump_changes_nothing() {
     assert_eq!(after.outcome, pb::BumpOutcome::StaleEpoch as i32);
     assert_eq!(load(&client, 5).await.max_seq, 2_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_bumps_share_raft_entries() {
+    let c = Cluster::start(3);
+    let leader = c.wait_leader(WAIT).await;
+    let client = c.client();
+    let owner = FakeOwner::register(&client, 1).await;
+    let mut epochs = Vec::new();
+    for s in 0..SECTIONS {
+        epochs.push(owner.epoch_of(&client, s, WAIT).await);
+    }
+    let before = c.status_of(leader).await.unwrap().last_log_index;
+    let n = 200u64;
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let client = client.clone();
+            let (inc, section) = (owner.incarnation, i % SECTIONS);
+            let epoch = epochs[section as usize];
+            tokio::spawn(async move { bump(&client, inc, section, epoch, 10_000 + i).await })
+        })
+        .collect();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_ne!(r.outcome, pb::BumpOutcome::StaleEpoch as i32);
+    }
+    let entries = c.status_of(leader).await.unwrap().last_log_index - before;
+    println!("{n} concurrent bumps used {entries} raft entries");
+    assert!(
+        entries * 4 <= n,
+        "{n} concurrent bumps used {entries} entries: not batched"
+    );
+}
