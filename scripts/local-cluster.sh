@@ -12,6 +12,8 @@ DATA=${SEQSVR_DATA:-./data/local-cluster}
 STORE_PORTS=(7101 7102 7103)
 ALLOC_PORTS=(7201 7202)
 BIN=target/release
+# Plain logs in the log files (no terminal colour codes).
+export NO_COLOR=1
 
 echo "building (release; the first build takes a few minutes)..."
 cargo build --release -p storesvr -p allocsvr -p seqsvr-client --bins
@@ -76,7 +78,8 @@ done
 
 $SEQCTL status
 echo
-echo "uid 42 gets: $($SEQCTL fetch 42), then $($SEQCTL fetch 42), then $($SEQCTL fetch 42)"
+echo "uid 42 fetched three times in one batch (each seq above the one before):"
+$SEQCTL batch 42 42 42
 cat <<MSG
 
 The cluster is serving. Data and logs: $DATA
