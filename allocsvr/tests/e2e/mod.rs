@@ -48,6 +48,8 @@ pub const DETECT: Duration = Duration::from_millis(2_000);
 pub const STORES: [u64; 3] = [1, 2, 3];
 /// AllocSvr nodes.
 pub const ALLOCS: [u64; 2] = [1, 2];
+/// Extra flags for every `allocsvr` (for negative controls run by hand, e.g. an unsafe switch).
+pub const EXTRA_ARGS_VAR: &str = "E2E_ALLOCSVR_EXTRA_ARGS";
 /// Lines of each log printed when a test fails.
 const LOG_TAIL_LINES: usize = 120;
 /// Interval of every readiness poll.
@@ -212,6 +214,11 @@ impl Cluster {
             .arg(format!("--store={}", self.store_seeds_flag()))
             .arg(format!("--metrics-listen={}", self.alloc_metrics[&id]))
             .env("RUST_LOG", "info");
+        // Negative controls by hand, e.g. `E2E_ALLOCSVR_EXTRA_ARGS=--unsafe-skip-lease-wait`
+        // must make the takeover test fail.
+        if let Ok(extra) = std::env::var(EXTRA_ARGS_VAR) {
+            cmd.args(extra.split_whitespace());
+        }
         self.spawn(Role::Alloc, id, cmd);
     }
 
