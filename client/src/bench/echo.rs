@@ -1,0 +1,132 @@
+//! The baseline of `alloc-bench`: a bare tonic `AllocService` that answers at once, from nothing.
+//!
+//! It runs as a child process of the benchmark (`alloc-bench --serve-echo ADDR`) so that the
+//! comparison is fair: one server process with tokio's default multi-thread runtime, as the real
+//! `allocsvr` binary has, and the same TCP options (`TCP_NODELAY`). Replies have the shape of the
+//! real ones (outcome, seq, route version, one `Owner` per distinct section) so that both pay the
+//! same encoding and bytes on the wire.
+//!
+//! Deliberately left out: health, reflection and metrics services (they cost nothing per call on
+//! the real server either), and any state: the seq is `uid + 1`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_server::{AllocService, AllocServiceServer};
+use tonic::{Request, Response, Status};
+
+/// Echo answers with the owner fields the real server would send; these are fixed stand-ins.
+const NODE_ID: u64 = 1;
+const INCARNATION: u64 = 1 << 20;
+const EPOCH: u64 = 1 << 10;
+
+/// Most uids per batch, as on the real server.
+const MAX_BATCH: usize = 1_000;
+
+/// The trivial `AllocService`.
+pub struct Echo {
+    /// Uids per section, to name the section in `Owner` as the real server does.
+    pub section_size: u64,
+}
+
+impl Echo {
+    fn owner(&self, uid: u64) -> pb::Owner {
+        pb::Owner {
+            section: uid / self.section_size,
+            node_id: NODE_ID,
+            incarnation: INCARNATION,
+            epoch: EPOCH,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl AllocService for Echo {
+    async fn fetch_next_seq(
+        &self,
+        request: Request<pb::FetchNextSeqRequest>,
+    ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
+        let req = request.into_inner();
+        Ok(Response::new(pb::FetchNextSeqReply {
+            outcome: pb::Outcome::Ok as i32,
+            seq: req.uid + 1,
+            route_version: req.route_version,
+            routes: None,
+            owner: Some(self.owner(req.uid)),
+        }))
+    }
+
+    async fn get_cur_seq(
+        &self,
+        request: Request<pb::GetCurSeqRequest>,
+    ) -> Result<Response<pb::GetCurSeqReply>, Status> {
+        let req = request.into_inner();
+        Ok(Response::new(pb::GetCurSeqReply {
+            outcome: pb::Outcome::Ok as i32,
+            cur_seq: req.uid,
+            route_version: req.route_version,
+            routes: None,
+            owner: Some(self.owner(req.uid)),
+        }))
+    }
+
+    async fn batch_fetch_next_seq(
+        &self,
+        request: Request<pb::BatchFetchNextSeqRequest>,
+    ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
+        let req = request.into_inner();
+        if req.uids.is_empty() || req.uids.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch needs 1..={MAX_BATCH} uids, got {}",
+                req.uids.len()
+            )));
+        }
+        let mut owners: Vec<pb::Owner> = Vec::new();
+        for uid in &req.uids {
+            let section = uid / self.section_size;
+            if !owners.iter().any(|o| o.section == section) {
+                owners.push(self.owner(*uid));
+            }
+        }
+        Ok(Response::new(pb::BatchFetchNextSeqReply {
+            outcomes: vec![pb::Outcome::Ok as i32; req.uids.len()],
+            seqs: req.uids.iter().map(|u| u + 1).collect(),
+            route_version: req.route_version,
+            routes: None,
+            owners,
+        }))
+    }
+}
+
+/// Runs the echo server on `addr` until the process is killed (the benchmark kills it).
+pub fn serve(addr: SocketAddr, section_size: u64) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("alloc-bench echo: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("alloc-bench echo: cannot bind {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let served = tonic::transport::Server::builder()
+            .add_service(AllocServiceServer::new(Echo { section_size }))
+            .serve_with_incoming(incoming)
+            .await;
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("alloc-bench echo: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
