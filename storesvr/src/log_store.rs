@@ -16,6 +16,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
@@ -25,39 +26,100 @@ const PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     kv: Arc<dyn KvStore>,
-    flusher: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+    durability: Durability,
 }
 
-/// Syncs appended entries on its own thread and only then reports them durable.
+enum FlushRequest {
+    /// Entries were inserted; call back once they are synced.
+    Append(LogFlushed<TypeConfig>),
+    /// Sync everything written so far (including the committed index) and answer.
+    Barrier(tokio::sync::oneshot::Sender<io::Result<()>>),
+}
+
+/// Commit-index watermarks, each stored as index + 1 (0 = none).
+#[derive(Default)]
+struct Watermarks {
+    /// Written by `save_committed` (not yet necessarily synced).
+    saved: AtomicU64,
+    /// Known to be on disk: the `saved` value read before the last successful sync.
+    durable: AtomicU64,
+}
+
+/// The log's flusher thread and what it knows about the committed index on disk.
 ///
 /// `append` inserts the entries (so they are readable for replication at once) and hands the
-/// callback here; openraft goes on replicating while the leader's own sync runs. Callbacks that
-/// queue up while a sync runs share the next one (group commit of the local log). A sync is a
-/// barrier over every write before it, so a callback is only ever fired by a sync that began after
-/// its entries were inserted.
-fn start_flusher(kv: Arc<dyn KvStore>) -> std::sync::mpsc::Sender<LogFlushed<TypeConfig>> {
-    let (tx, rx) = std::sync::mpsc::channel::<LogFlushed<TypeConfig>>();
-    std::thread::Builder::new()
-        .name("log-flusher".into())
-        .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut batch = vec![first];
-                batch.extend(rx.try_iter());
-                let res = kv.sync();
-                if let Err(e) = &res {
-                    tracing::error!(error = %e, "syncing the raft log failed; the node stops");
-                }
-                for cb in batch {
-                    cb.log_io_completed(
-                        res.as_ref()
+/// callback to the flusher; openraft goes on replicating while the leader's own sync runs.
+/// Requests that queue up while a sync runs share the next one (group commit of the local log).
+/// A sync is a barrier over every write before it, so a callback is only ever fired by a sync that
+/// began after its entries were inserted.
+///
+/// The committed index is saved without a sync of its own (that would put a second sync on
+/// every commit's path). Instead, before a replica exposes applied state through a local read it
+/// calls [`Durability::make_durable`], so that after a crash it replays at least that far and
+/// never shows an older state than it showed before (P3 on every replica).
+#[derive(Clone)]
+pub struct Durability {
+    tx: std::sync::mpsc::Sender<FlushRequest>,
+    marks: Arc<Watermarks>,
+}
+
+impl Durability {
+    /// `on_disk`: the committed index (plus one) found on disk at start.
+    fn start(kv: Arc<dyn KvStore>, on_disk: u64) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<FlushRequest>();
+        let marks = Arc::new(Watermarks {
+            saved: AtomicU64::new(on_disk),
+            durable: AtomicU64::new(on_disk),
+        });
+        let m = marks.clone();
+        std::thread::Builder::new()
+            .name("log-flusher".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    let saved = m.saved.load(Ordering::Acquire);
+                    let res = kv.sync();
+                    match &res {
+                        Ok(()) => {
+                            m.durable.fetch_max(saved, Ordering::AcqRel);
+                        }
+                        Err(e) => tracing::error!(error = %e, "syncing the raft log failed; the node stops"),
+                    }
+                    for req in batch {
+                        let r = res
+                            .as_ref()
                             .map(|_| ())
-                            .map_err(|e| io::Error::new(e.kind(), e.to_string())),
-                    );
+                            .map_err(|e| io::Error::new(e.kind(), e.to_string()));
+                        match req {
+                            FlushRequest::Append(cb) => cb.log_io_completed(r),
+                            FlushRequest::Barrier(tx) => {
+                                let _ = tx.send(r);
+                            }
+                        }
+                    }
                 }
-            }
-        })
-        .expect("spawning the log flusher thread");
-    tx
+            })
+            .expect("spawning the log flusher thread");
+        Self { tx, marks }
+    }
+
+    /// Makes sure a committed index of at least `index` is on disk (syncing if needed).
+    pub async fn make_durable(&self, index: u64) -> io::Result<()> {
+        if self.marks.durable.load(Ordering::Acquire) > index {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(FlushRequest::Barrier(tx))
+            .map_err(|_| io::Error::other("log flusher stopped"))?;
+        rx.await.map_err(|_| io::Error::other("log flusher stopped"))??;
+        if self.marks.durable.load(Ordering::Acquire) > index {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("committed index {index} is not saved yet")))
+        }
+    }
 }
 
 fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -74,8 +136,20 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 
 impl LogStore {
     pub fn new(kv: Arc<dyn KvStore>) -> Self {
-        let flusher = start_flusher(kv.clone());
-        Self { kv, flusher }
+        let on_disk = kv
+            .get(Space::Meta, COMMITTED)
+            .ok()
+            .flatten()
+            .and_then(|b| postcard::from_bytes::<Option<LogId>>(&b).ok())
+            .flatten()
+            .map_or(0, |c| c.index + 1);
+        let durability = Durability::start(kv.clone(), on_disk);
+        Self { kv, durability }
+    }
+
+    /// The flusher handle, for services that expose applied state.
+    pub fn durability(&self) -> Durability {
+        self.durability.clone()
     }
 
     /// Forgets, before Raft starts, that this node was a leader (or knew one) before it stopped.
@@ -181,11 +255,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not synced: losing it only means re-learning the committed index from
-        // the leader; it lets a restarted node re-apply its log early.
+        // No sync here (that would put a second sync on every commit's path): the flusher's next
+        // sync covers it, and `Durability::make_durable` forces one before a local read exposes
+        // state applied up to it.
         self.kv
             .insert_batch(Space::Meta, vec![(COMMITTED.to_vec(), encode(&committed))])
-            .map_err(write_err)
+            .map_err(write_err)?;
+        // Published only after the insert, so a sync that reads it covers it.
+        if let Some(c) = committed {
+            self.durability.marks.saved.fetch_max(c.index + 1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -204,8 +284,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // An in-memory insert into sled: cheap enough for the async worker. Durability is the
         // flusher's job; the callback fires only after its sync.
         self.kv.insert_batch(Space::Log, items).map_err(write_err)?;
-        self.flusher
-            .send(callback)
+        self.durability
+            .tx
+            .send(FlushRequest::Append(callback))
             .map_err(|_| write_err(io::Error::other("log flusher stopped")))?;
         Ok(())
     }

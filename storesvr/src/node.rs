@@ -13,17 +13,19 @@
 use crate::arbiter::{self, Liveness, Plan};
 use crate::config::Config;
 use crate::kv::{KvStore, SledKv};
-use crate::log_store::LogStore;
+use crate::log_store::{Durability, LogStore};
 use crate::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft_types::{Node, Raft};
 use crate::sm_store::{SharedState, StateMachineStore};
 use crate::state::{Command, SetParams};
 use crate::writer::Writer;
+use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
 use seqsvr_proto::pb;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -46,6 +48,13 @@ pub struct Ctx {
     pub plan: Mutex<Plan>,
     /// Route table cached by route version.
     pub routes: Mutex<Option<pb::RouteTable>>,
+    /// Makes the committed index durable before a local read exposes state applied up to it.
+    pub durability: Durability,
+    /// The committed index found on disk at start, plus one: local reads wait until the state
+    /// machine has replayed that far.
+    pub replay_to: u64,
+    /// Set once the state machine has replayed to `replay_to`.
+    pub restored: AtomicBool,
 }
 
 /// A running replica.
@@ -127,6 +136,11 @@ impl StoreNode {
                 })?,
             );
         let mut log_store = LogStore::new(kv.clone());
+        let durability = log_store.durability();
+        let startup_committed = log_store
+            .read_committed()
+            .await
+            .map_err(|e| StartError::Storage(e.to_string()))?;
         log_store
             .demote_vote_for_startup()
             .await
@@ -194,6 +208,9 @@ impl StoreNode {
             liveness: Mutex::new(Liveness::default()),
             plan: Mutex::new(Plan::default()),
             routes: Mutex::new(None),
+            durability,
+            replay_to: startup_committed.map_or(0, |c| c.index + 1),
+            restored: AtomicBool::new(false),
         });
 
         let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -262,6 +279,27 @@ impl Ctx {
             leader_id: id,
             leader_addr: addr,
         }
+    }
+
+    /// Whether local reads may be served. Before a local read exposes applied state its commit
+    /// index is made durable (`Durability::make_durable`), so after a restart the replica must
+    /// first replay to the committed index it found on disk: until then a local read could show
+    /// an older state than it showed before the crash (P3 on every replica).
+    pub fn is_restored(&self) -> bool {
+        if self.restored.load(Ordering::Acquire) {
+            return true;
+        }
+        let applied = self
+            .state
+            .read()
+            .expect("state lock poisoned")
+            .last_applied
+            .map_or(0, |l| l.index + 1);
+        let caught_up = applied >= self.replay_to;
+        if caught_up {
+            self.restored.store(true, Ordering::Release);
+        }
+        caught_up
     }
 
     pub fn detect(&self) -> Duration {

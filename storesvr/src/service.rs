@@ -47,6 +47,34 @@ impl StoreSvc {
             .ok_or_else(|| StoreError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
     }
 
+    /// Before a local read shows state applied up to `applied`, make that commit index durable,
+    /// so that this replica never shows an older state after a crash (see `Durability`).
+    async fn expose(&self, applied: Option<u64>) -> Result<(), StoreError> {
+        match applied {
+            None => Ok(()),
+            Some(index) => self
+                .ctx
+                .durability
+                .make_durable(index)
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("cannot persist the commit index: {e}"))),
+        }
+    }
+
+    fn applied(&self) -> Option<u64> {
+        self.data(|d| d.last_applied.map(|l| l.index))
+    }
+
+    fn check_restored(&self) -> Result<(), StoreError> {
+        if self.ctx.is_restored() {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(
+                "this replica is restoring its state after a restart (waiting for a leader's commit index)".into(),
+            ))
+        }
+    }
+
     async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, StoreError> {
         match self.ctx.writer.write(cmd, WRITE_TIMEOUT).await {
             Ok(r) => Ok(Led::Here(r)),
@@ -423,12 +451,15 @@ impl pb::store_service_server::StoreService for StoreSvc {
     }
 
     async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Result<Response<pb::GetRoutesReply>, Status> {
-        Ok(Response::new(pb::GetRoutesReply {
-            routes: Some(self.route_table()?),
-        }))
+        self.check_restored()?;
+        let routes = self.route_table()?;
+        // Read after the table: applied only grows, so this covers the state the table came from.
+        self.expose(self.applied()).await?;
+        Ok(Response::new(pb::GetRoutesReply { routes: Some(routes) }))
     }
 
     async fn status(&self, _req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
+        self.check_restored()?;
         let m = self.ctx.raft.metrics().borrow().clone();
         let membership = m.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();
@@ -486,6 +517,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 max_seq_sum: d.set.sections.iter().fold(0u64, |a, s| a.wrapping_add(s.max_seq)),
             }
         });
+        let applied = self.data(|d| d.last_applied.map(|l| l.index));
+        self.expose(applied).await?;
         Ok(Response::new(reply))
     }
 }

@@ -148,3 +148,52 @@ async fn concurrent_bumps_share_raft_entries() {
         "{n} concurrent bumps used {entries} entries: not batched"
     );
 }
+
+/// P3 on every replica: what a replica's local Status showed, it never shows less of after a
+/// SIGKILL and restart (it replays at least as far before answering again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_replica_shows_a_lower_max_seq_after_restart() {
+    let mut c = Cluster::start(3);
+    c.wait_leader(WAIT).await;
+    let client = c.client();
+    let owner = FakeOwner::register(&client, 1).await;
+    let epoch = owner.epoch_of(&client, 4, WAIT).await;
+    let mut seen = [0u64; 4];
+    for round in 1..=6u64 {
+        bump(&client, owner.incarnation, 4, epoch, round * 1_000).await;
+        let victim = 1 + round % 3;
+        // Read every replica's view right after the bump (a follower may trail by a heartbeat).
+        for id in 1..=3u64 {
+            if let Some(s) = c.status_of(id).await {
+                assert!(
+                    s.max_seq_sum >= seen[id as usize],
+                    "replica {id} went back: {} < {}",
+                    s.max_seq_sum,
+                    seen[id as usize]
+                );
+                seen[id as usize] = s.max_seq_sum;
+            }
+        }
+        c.kill(victim);
+        c.spawn(victim, false);
+        let deadline = std::time::Instant::now() + WAIT;
+        let s = loop {
+            if let Some(s) = c.status_of(victim).await {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {victim} did not answer after restart"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            s.max_seq_sum >= seen[victim as usize],
+            "replica {victim} showed {} before its restart and {} after",
+            seen[victim as usize],
+            s.max_seq_sum
+        );
+        seen[victim as usize] = s.max_seq_sum;
+        c.wait_leader(WAIT).await;
+    }
+}
