@@ -117,6 +117,11 @@ impl Sample {
         self.seqs as f64 / self.secs
     }
 
+    /// CPU used by processes the benchmark did not start, percent of one core.
+    pub fn foreign_pct(&self) -> f64 {
+        self.foreign_cpu * 100.0 / self.secs
+    }
+
     /// Latency at quantile `q`, microseconds.
     pub fn quantile_us(&self, q: f64) -> f64 {
         self.hist.value_at_quantile(q) as f64 / 1e3

@@ -98,6 +98,16 @@ struct Args {
     /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Before each case, wait until processes this benchmark did not start use less than this much
+    /// CPU (percent of one core), for at most --quiet-wait-secs.
+    #[arg(long, default_value_t = 30.0)]
+    quiet_below: f64,
+    /// Longest wait for a quiet machine before each case, seconds.
+    #[arg(long, default_value_t = 120)]
+    quiet_wait_secs: u64,
+    /// Times a case pair is measured again when foreign load during it was above --quiet-below.
+    #[arg(long, default_value_t = 2)]
+    noisy_retries: usize,
     /// Run only the raw cases with these names (unary, batch100, hot-unary, hot-batch100); skips the
     /// client library, memory and Redis parts. For profiling one case.
     #[arg(long, value_delimiter = ',')]
@@ -117,6 +127,9 @@ impl Args {
         }
         if !(1..=9).contains(&self.runs) {
             return Err("--runs must be in 1..=9".into());
+        }
+        if self.quiet_wait_secs > 3_600 || self.noisy_retries > 10 || !(0.0..=1_000.0).contains(&self.quiet_below) {
+            return Err("--quiet-wait-secs must be <= 3600, --noisy-retries <= 10, --quiet-below in 0..=1000".into());
         }
         if !(1..=100).contains(&self.memory_sections) {
             return Err("--memory-sections must be in 1..=100".into());
@@ -297,46 +310,70 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         println!("{}", report::header());
         for (shape, uids, case) in plan.iter_mut() {
             let n = channel_count(case.concurrency);
-            let e = load::raw(
-                &echo_clients[..n],
-                case.concurrency,
-                *shape,
-                uids.clone(),
-                route_version,
-                window,
-                echo_pids,
-            )
-            .await;
-            let items0 = store_bump_items(&cluster);
-            let a = load::raw(
-                &alloc_clients[..n],
-                case.concurrency,
-                *shape,
-                uids.clone(),
-                route_version,
-                window,
-                alloc_pids,
-            )
-            .await;
-            let items1 = store_bump_items(&cluster);
+            // The machine may be shared: measure a pair again (bounded) when foreign load was high.
+            let mut best: Option<(f64, Sample, Sample, Option<f64>)> = None;
+            for attempt in 0..=args.noisy_retries {
+                wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
+                let e = load::raw(
+                    &echo_clients[..n],
+                    case.concurrency,
+                    *shape,
+                    uids.clone(),
+                    route_version,
+                    window,
+                    echo_pids,
+                )
+                .await;
+                let items0 = store_bump_items(&cluster);
+                let a = load::raw(
+                    &alloc_clients[..n],
+                    case.concurrency,
+                    *shape,
+                    uids.clone(),
+                    route_version,
+                    window,
+                    alloc_pids,
+                )
+                .await;
+                let items1 = store_bump_items(&cluster);
+                check_alive(&mut procs, &[&e, &a])?;
+                let noise = e.foreign_pct().max(a.foreign_pct());
+                if noise > args.quiet_below {
+                    println!(
+                        "  (attempt {}: foreign load {noise:.0} % > {} %{})",
+                        attempt + 1,
+                        args.quiet_below,
+                        if attempt < args.noisy_retries {
+                            ", measuring again"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                let bumps = items0.zip(items1).map(|(i0, i1)| i1 - i0);
+                if best.as_ref().is_none_or(|(n, ..)| noise < *n) {
+                    best = Some((noise, e, a, bumps));
+                }
+                if noise <= args.quiet_below {
+                    break;
+                }
+            }
+            let (_, e, a, bumps) = best.expect("at least one attempt");
             println!("{}", report::row(&case.name, case.concurrency, "echo", &e));
             println!("{}", report::row(&case.name, case.concurrency, "alloc", &a));
             if case.name.starts_with("hot")
-                && let (Some(i0), Some(i1)) = (items0, items1)
+                && let Some(b) = bumps
             {
-                println!(
-                    "  {:.0} step boundaries crossed (committed bumps) during the AllocSvr case",
-                    i1 - i0
-                );
-                hot_bumps.push((case.name.clone(), i1 - i0));
+                println!("  {b:.0} step boundaries crossed (committed bumps) during the AllocSvr case");
+                hot_bumps.push((case.name.clone(), b));
             }
-            check_alive(&mut procs, &[&e, &a])?;
             case.runs.push((e, a));
         }
         if !args.only.is_empty() {
             continue;
         }
         for (c, samples) in coalesced.iter_mut() {
+            wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
             let s = load::coalesced(coalescer.clone(), *c, spread.clone(), window, alloc_pids).await;
             println!("{}", report::row("coalesced", *c, "alloc", &s));
             check_alive(&mut procs, &[&s])?;
@@ -344,6 +381,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         }
         let first = run as u64 * args.memory_sections;
         let sections = &memory_sections[first as usize..(first + args.memory_sections) as usize];
+        wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
         let b = memory(&alloc_clients, cluster.alloc_pid, sections, route_version).await?;
         println!(
             "memory: {} sections x {} uids touched: {:.2} bytes/uid of RSS",
@@ -368,6 +406,16 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         }
     }
     let after = read_store(&cluster).await?;
+    let noisy = plan
+        .iter()
+        .flat_map(|(_, _, c)| &c.runs)
+        .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > args.quiet_below)
+        .count();
+    println!(
+        "\npairs measured while processes this benchmark did not start used > {} % of a core: {noisy} of {}",
+        args.quiet_below,
+        plan.len() * args.runs
+    );
     let cases: Vec<Case> = plan.into_iter().map(|(_, _, c)| c).collect();
     let all_met = summarize(
         &cases,
@@ -382,6 +430,37 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     );
     drop(procs);
     Ok(all_met)
+}
+
+/// Waits (at most `limit`) until processes this benchmark did not start used less than `below_pct`
+/// percent of one core over half a second.
+async fn wait_quiet(ours: &[u32], below_pct: f64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let me = std::process::id();
+    let foreign = || {
+        let ours_cpu: f64 = ours.iter().chain([&me]).filter_map(|p| procs::cpu_seconds(*p)).sum();
+        procs::machine_busy_seconds().unwrap_or(0.0) - ours_cpu
+    };
+    let mut waited = false;
+    loop {
+        let f0 = foreign();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pct = (foreign() - f0) * 100.0 / 0.5;
+        if pct < below_pct {
+            if waited {
+                println!("  (machine quiet again: foreign load {pct:.0} %)");
+            }
+            return;
+        }
+        if Instant::now() >= deadline {
+            println!("  (gave up waiting for a quiet machine: foreign load {pct:.0} %)");
+            return;
+        }
+        if !waited {
+            println!("  (waiting for foreign load {pct:.0} % to drop below {below_pct} %)");
+            waited = true;
+        }
+    }
 }
 
 fn new_case(name: &str, concurrency: usize) -> Case {
