@@ -112,19 +112,28 @@ impl Client {
                 break;
             };
             let version = routes.as_ref().map_or(0, |r| r.version());
-            let rpcs = groups.iter().flat_map(|(addr, idx)| {
-                idx.chunks(MAX_UIDS_PER_RPC).map(move |chunk| async move {
+            // Owners are asked concurrently, but the RPCs of one owner one after another: every
+            // occurrence of a uid goes to the same owner, so repeated uids get increasing seqs in
+            // request order even when they span several RPCs.
+            let per_owner = groups.iter().map(|(addr, idx)| async move {
+                let mut out = Vec::new();
+                for chunk in idx.chunks(MAX_UIDS_PER_RPC) {
                     let batch: Vec<u64> = chunk.iter().map(|&i| uids[i].0).collect();
-                    (
+                    out.push((
                         addr.as_str(),
                         chunk,
                         self.send_batch(addr, batch, version, timeout).await,
-                    )
-                })
+                    ));
+                }
+                out
             });
             let mut rerouted = false;
             let mut wait = false;
-            for (addr, chunk, result) in join_all(rpcs).await {
+            let mut unreachable: Vec<&str> = Vec::new();
+            for (addr, chunk, result) in join_all(per_owner).await.into_iter().flatten() {
+                if result.is_err() && !unreachable.contains(&addr) {
+                    unreachable.push(addr);
+                }
                 let reply = match result {
                     Ok(reply) => reply,
                     Err(AttemptError::TimedOut) => {
@@ -197,6 +206,10 @@ impl Client {
                     }
                     pending.push(i);
                 }
+            }
+            // An owner that cannot be reached may be dead: its sections may have moved.
+            for addr in unreachable {
+                rerouted |= self.learn_routes_elsewhere(addr, timeout).await;
             }
             if !pending.is_empty() && (wait || !rerouted) {
                 self.back_off(&mut budget).await;

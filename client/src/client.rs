@@ -231,7 +231,9 @@ impl Client {
                 Err(AttemptError::TimedOut) => {
                     state.maybe_taken |= op.consumes();
                     state.last = format!("{addr}: attempt timed out after {timeout:?}");
-                    self.back_off(&mut budget).await;
+                    if !self.learn_routes_elsewhere(&addr, timeout).await {
+                        self.back_off(&mut budget).await;
+                    }
                     continue;
                 }
                 Err(AttemptError::Status(s)) => {
@@ -244,7 +246,10 @@ impl Client {
                     if !verdict.retry {
                         return Err(state.into_error(FailureKind::Unavailable));
                     }
-                    self.back_off(&mut budget).await;
+                    // The owner may be dead and its sections moved: ask someone else for routes.
+                    if !self.learn_routes_elsewhere(&addr, timeout).await {
+                        self.back_off(&mut budget).await;
+                    }
                     continue;
                 }
             };
@@ -270,6 +275,29 @@ impl Client {
             self.back_off(&mut budget).await;
         }
         Err(state.into_error(FailureKind::Unavailable))
+    }
+
+    /// After `avoid` failed, asks one other known AllocSvr (a seed or another routed owner) for
+    /// its route table, so that a client whose table names a dead owner learns where its sections
+    /// went. Returns whether the cached table changed. One bounded attempt; a read, so nothing is
+    /// consumed.
+    pub(crate) async fn learn_routes_elsewhere(&self, avoid: &str, timeout: Duration) -> bool {
+        let routes = self.routes();
+        let mut candidates: Vec<&str> = self.inner.seeds.all().iter().map(String::as_str).collect();
+        if let Some(r) = routes.as_deref() {
+            candidates.extend(r.entries().iter().map(|e| e.addr.as_str()));
+        }
+        candidates.retain(|a| !a.is_empty() && *a != avoid);
+        candidates.sort_unstable();
+        candidates.dedup();
+        if candidates.is_empty() {
+            return false;
+        }
+        let addr = candidates[rand::random_range(0..candidates.len())].to_owned();
+        match self.send_single(Op::Get, &addr, Uid(0), 0, timeout).await {
+            Ok(reply) => self.inner.routes.offer(reply.routes),
+            Err(_) => false,
+        }
     }
 
     /// Sleeps a jittered backoff, never past the budget's deadline.
