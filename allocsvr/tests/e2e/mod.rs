@@ -90,9 +90,15 @@ fn private_loopback_ip() -> String {
     format!("127.{}.{b}.{}", a.clamp(1, 254), c.clamp(1, 254))
 }
 
-fn free_addr(ip: &str) -> String {
-    let l = TcpListener::bind((ip, 0)).expect("bind an ephemeral port on a private loopback address");
-    l.local_addr().expect("local addr").to_string()
+/// `n` distinct free addresses on `ip` (all held open until every one is picked, so the kernel
+/// cannot hand the same port out twice).
+fn free_addrs(ip: &str, n: usize) -> Vec<String> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind((ip, 0)).expect("bind an ephemeral port on a private loopback address"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("local addr").to_string())
+        .collect()
 }
 
 /// Polls `f` every [`POLL_EVERY`] until it returns `Some`, or panics after `within`.
@@ -129,12 +135,12 @@ impl Cluster {
         // Fail early, with what to do, when a binary is missing.
         sibling_bin("storesvr");
         sibling_bin("allocsvr");
-        let ip = private_loopback_ip();
+        let mut addrs = free_addrs(&private_loopback_ip(), STORES.len() + 2 * ALLOCS.len()).into_iter();
         let mut c = Self {
             dir: tempfile::tempdir().expect("temp dir"),
-            store_addrs: STORES.iter().map(|id| (*id, free_addr(&ip))).collect(),
-            alloc_addrs: ALLOCS.iter().map(|id| (*id, free_addr(&ip))).collect(),
-            alloc_metrics: ALLOCS.iter().map(|id| (*id, free_addr(&ip))).collect(),
+            store_addrs: STORES.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
+            alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
+            alloc_metrics: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             procs: BTreeMap::new(),
         };
         c.start_all();
@@ -364,21 +370,28 @@ impl Cluster {
     /// section is served.
     pub async fn wait_settled(&self, within: Duration) -> Duration {
         let started = Instant::now();
-        poll(
-            "every section owned, every running AllocSvr owning some",
-            within,
-            || async {
-                let routes = self.store_routes().await?;
-                let running = self.running(Role::Alloc);
-                let owned = routes
+        let mut last = None;
+        loop {
+            let routes = self.store_routes().await;
+            let running = self.running(Role::Alloc);
+            if let Some(r) = &routes {
+                let owned = r
                     .entries
                     .iter()
                     .all(|e| e.incarnation != 0 && running.contains(&e.node_id));
-                let balanced = running.iter().all(|id| routes.entries.iter().any(|e| e.node_id == *id));
-                (owned && balanced).then_some(())
-            },
-        )
-        .await;
+                let balanced = running.iter().all(|id| r.entries.iter().any(|e| e.node_id == *id));
+                if owned && balanced {
+                    break;
+                }
+            }
+            last = routes.or(last);
+            assert!(
+                started.elapsed() < within,
+                "not every section owned by a running AllocSvr (running: {running:?}) within {within:?}; \
+                 last route table from the store: {last:?}"
+            );
+            tokio::time::sleep(POLL_EVERY).await;
+        }
         self.wait_serving(within.saturating_sub(started.elapsed())).await;
         started.elapsed()
     }
@@ -454,6 +467,11 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
+            for ((role, id), child) in &mut self.procs {
+                if let Ok(Some(status)) = child.try_wait() {
+                    eprintln!("===== {}{id} had exited: {status}", role.name());
+                }
+            }
             self.dump_logs();
         }
         self.kill_all();
