@@ -349,8 +349,9 @@ async fn bad_input_gets_invalid_argument_from_the_server_and_a_clear_error_from_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "client bug: Client::batch_fetch sends the RPCs of one call concurrently, so a uid repeated \
-            across two RPCs (more than 1,000 uids) gets seqs out of request order (client/src/batch.rs)"]
+#[ignore = "client bug: a uid repeated in one Client::batch_fetch call gets seqs out of request order: \
+            the RPCs of one call run concurrently, and occurrences answered NOT_READY are retried \
+            after later ones were served (client/src/batch.rs)"]
 async fn batch_of_a_uid_repeated_across_rpcs_gets_increasing_seqs_in_request_order() {
     let _quiet = QUIET.read().await;
     let c = started_cluster().await;

@@ -537,18 +537,21 @@ impl Tracker {
         self.last.get(&uid.0).copied()
     }
 
-    /// Fetches `copies` seqs of `uid` in batch calls of at most one RPC each (one RPC serves a
-    /// repeated uid in request order): raises the section's high-water mark by `copies`, so with
-    /// `copies > step` the owner must commit at least one bump through the store.
+    /// Fetches `copies` seqs of `uid` in batch calls of at most one RPC's worth each: raises the
+    /// section's high-water mark by `copies`, so with `copies > step` the owner must commit at
+    /// least one bump through the store. The seqs of one call must be distinct and above every
+    /// earlier one, but not in request order: the library retries occurrences answered
+    /// NOT_READY in a later round, after later occurrences were served.
     pub async fn fetch_hot(&mut self, client: &Client, uid: Uid, copies: usize) {
         let mut left = copies;
         while left > 0 {
             let n = left.min(MAX_UIDS_PER_RPC);
-            let got = client
+            let mut got = client
                 .batch_fetch(&vec![uid; n])
                 .await
                 .unwrap_or_else(|e| panic!("hot fetch of {uid}: {e}"));
             assert_eq!(got.len(), n);
+            got.sort_unstable_by_key(|f| f.seq);
             for f in &got {
                 assert_eq!(f.uid, uid);
                 self.record(f);
