@@ -103,10 +103,10 @@ struct Args {
     #[arg(long, default_value_t = 30.0)]
     quiet_below: f64,
     /// Longest wait for a quiet machine before each case, seconds.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 20)]
     quiet_wait_secs: u64,
     /// Times a case pair is measured again when foreign load during it was above --quiet-below.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 1)]
     noisy_retries: usize,
     /// Run only the raw cases with these names (unary, batch100, hot-unary, hot-batch100); skips the
     /// client library, memory and Redis parts. For profiling one case.
