@@ -78,8 +78,10 @@ done
 
 $SEQCTL status
 echo
-echo "uid 42 fetched three times in one batch (each seq above the one before):"
-$SEQCTL batch 42 42 42
+echo "uid 42 fetched three times (each seq above the one before):"
+$SEQCTL fetch 42
+$SEQCTL fetch 42 | tail -n +2
+$SEQCTL fetch 42 | tail -n +2
 cat <<MSG
 
 The cluster is serving. Data and logs: $DATA
