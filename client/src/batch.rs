@@ -36,7 +36,9 @@ struct Slot {
 }
 
 impl Client {
-    /// The next seq of every uid, in request order (a uid listed twice gets two increasing seqs).
+    /// The next seq of every uid, results in request order. A uid listed twice gets two distinct
+    /// seqs, both above every seq of calls that completed before this one; the occurrences of one
+    /// call are concurrent requests, so which of them gets the larger seq is not promised.
     ///
     /// All or nothing for the caller: on error no seq is returned. The error is
     /// [`ClientError::Unknown`] when any uid may have consumed a number — including when some uids were
