@@ -358,18 +358,23 @@ mod tests {
         }
     }
 
+    fn register(st: &mut SetState, node_id: u64) -> u64 {
+        match st.apply(
+            &Command::Register {
+                node_id,
+                addr: format!("n{node_id}"),
+            },
+            false,
+        ) {
+            CommandResult::Registered { incarnation } => incarnation,
+            other => panic!("register: {other:?}"),
+        }
+    }
+
     fn ready() -> (SetState, u64) {
         let mut st = SetState::default();
         st.apply(&Command::Init(params()), false);
-        let CommandResult::Registered { incarnation } = st.apply(
-            &Command::Register {
-                node_id: 1,
-                addr: "a".into(),
-            },
-            false,
-        ) else {
-            panic!()
-        };
+        let incarnation = register(&mut st, 1);
         st.apply(
             &Command::Assign {
                 expire: vec![],
@@ -433,15 +438,7 @@ mod tests {
     #[test]
     fn stale_epoch_bump_is_refused_after_a_move() {
         let (mut st, a) = ready();
-        let CommandResult::Registered { incarnation: b } = st.apply(
-            &Command::Register {
-                node_id: 2,
-                addr: "b".into(),
-            },
-            false,
-        ) else {
-            panic!()
-        };
+        let b = register(&mut st, 2);
         st.apply(
             &Command::Assign {
                 expire: vec![],
@@ -483,15 +480,7 @@ mod tests {
     #[test]
     fn release_then_assign_needs_no_wait() {
         let (mut st, a) = ready();
-        let CommandResult::Registered { incarnation: b } = st.apply(
-            &Command::Register {
-                node_id: 2,
-                addr: "b".into(),
-            },
-            false,
-        ) else {
-            panic!()
-        };
+        let b = register(&mut st, 2);
         assert_eq!(
             st.apply(
                 &Command::Release {
@@ -542,15 +531,7 @@ mod tests {
     #[test]
     fn re_registration_supersedes_the_old_incarnation() {
         let (mut st, a) = ready();
-        let CommandResult::Registered { incarnation: a2 } = st.apply(
-            &Command::Register {
-                node_id: 1,
-                addr: "a".into(),
-            },
-            false,
-        ) else {
-            panic!()
-        };
+        let a2 = register(&mut st, 1);
         assert!(a2 > a);
         assert_eq!(bump(&mut st, a, 0, 1, 10), CommandResult::UnknownIncarnation);
     }
