@@ -379,9 +379,14 @@ impl Inner {
 
 async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
     let p = inner.params.clone();
+    // A renewal may take longer than the renew interval (slow links, a ReadIndex round to the
+    // followers): the lease counts from `t_send`, so a late confirmation still extends it. Waiting
+    // up to half a lease keeps the lease alive over round trips of more than a second, where
+    // giving up after one interval would lose it (seen in the simulator's delay-links fault).
+    let renew_timeout = p.renew_interval.max(p.timings.lease / 2);
     let store = inner.store.with_timeouts(StoreTimeouts {
-        attempt: p.renew_interval,
-        overall: p.renew_interval,
+        attempt: renew_timeout,
+        overall: renew_timeout,
     });
     let mut lease = Lease::default();
     // Grants and map generation after the last diff: an unchanged renewal skips the diff.
