@@ -289,21 +289,27 @@ async fn main() -> ExitCode {
     };
 
     println!(
-        "\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10}",
-        "conc", "mode", "bumps/s", "requests/s", "p50", "p99"
+        "\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10} {:>10} {:>12}",
+        "conc", "mode", "bumps/s", "requests/s", "p50", "p99", "entries/s", "reqs/entry"
     );
     let mut results = Vec::new();
     for &c in &[1u64, 16, 64] {
         for (mode, batch) in [("single", 1), ("batched", args.batch)] {
+            let log_before = status(&leader).await.map_or(0, |s| s.last_log_index);
+            let started = Instant::now();
             let r = run_case(client.clone(), incarnation, epochs.clone(), c, batch, args.seconds).await;
+            let entries = status(&leader).await.map_or(0, |s| s.last_log_index).saturating_sub(log_before);
+            let entries_per_sec = entries as f64 / started.elapsed().as_secs_f64();
             println!(
-                "{:>5} {:>8} {:>14.0} {:>12.0} {:>10} {:>10}",
+                "{:>5} {:>8} {:>14.0} {:>12.0} {:>10} {:>10} {:>10.0} {:>12.1}",
                 c,
                 mode,
                 r.items_per_sec,
                 r.reqs_per_sec,
                 fmt_d(r.p50),
-                fmt_d(r.p99)
+                fmt_d(r.p99),
+                entries_per_sec,
+                r.reqs_per_sec / entries_per_sec.max(1e-9)
             );
             results.push((c, mode, r));
         }
