@@ -298,7 +298,10 @@ async fn main() -> ExitCode {
             let log_before = status(&leader).await.map_or(0, |s| s.last_log_index);
             let started = Instant::now();
             let r = run_case(client.clone(), incarnation, epochs.clone(), c, batch, args.seconds).await;
-            let entries = status(&leader).await.map_or(0, |s| s.last_log_index).saturating_sub(log_before);
+            let entries = status(&leader)
+                .await
+                .map_or(0, |s| s.last_log_index)
+                .saturating_sub(log_before);
             let entries_per_sec = entries as f64 / started.elapsed().as_secs_f64();
             println!(
                 "{:>5} {:>8} {:>14.0} {:>12.0} {:>10} {:>10} {:>10.0} {:>12.1}",
