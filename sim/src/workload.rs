@@ -107,46 +107,37 @@ impl Recorder {
 
     /// One `FetchNextSeq`, recorded.
     pub async fn fetch(&self, client: &Client, client_id: u32, uid: u64) {
-        self.touch(&[uid]);
-        let (id, invoke_ns) = self.history.begin();
-        let r = client.fetch_next_seq(Uid(uid)).await;
-        let complete_ns = self.history.clock().now_ns();
-        let base = Call {
-            id,
-            client: client_id,
-            kind: CallKind::Fetch,
-            uids: vec![uid],
-            invoke_ns,
-            complete_ns,
-            outcome: Outcome::Ok,
-            values: vec![],
-            owners: vec![],
-            error: None,
-        };
-        self.record(match r {
-            Ok(f) => Call {
-                values: vec![f.seq],
-                owners: f.owner.iter().map(owner_tag).collect(),
-                ..base
-            },
-            Err(e) => Call {
-                outcome: error_outcome(&e),
-                error: Some(e.to_string()),
-                ..base
-            },
-        });
+        self.single(client_id, uid, CallKind::Fetch, client.fetch_next_seq(Uid(uid)), |f| {
+            (f.seq, f.owner)
+        })
+        .await;
     }
 
     /// One `GetCurSeq`, recorded.
     pub async fn get(&self, client: &Client, client_id: u32, uid: u64) {
+        self.single(client_id, uid, CallKind::Get, client.get_cur_seq(Uid(uid)), |c| {
+            (c.cur_seq, c.owner)
+        })
+        .await;
+    }
+
+    /// Runs one single-uid call and records it with its value and owner (or its error).
+    async fn single<T>(
+        &self,
+        client_id: u32,
+        uid: u64,
+        kind: CallKind,
+        call: impl std::future::Future<Output = Result<T, ClientError>>,
+        value_and_owner: impl FnOnce(T) -> (u64, Option<Owner>),
+    ) {
         self.touch(&[uid]);
         let (id, invoke_ns) = self.history.begin();
-        let r = client.get_cur_seq(Uid(uid)).await;
+        let r = call.await;
         let complete_ns = self.history.clock().now_ns();
         let base = Call {
             id,
             client: client_id,
-            kind: CallKind::Get,
+            kind,
             uids: vec![uid],
             invoke_ns,
             complete_ns,
@@ -156,11 +147,14 @@ impl Recorder {
             error: None,
         };
         self.record(match r {
-            Ok(c) => Call {
-                values: vec![c.cur_seq],
-                owners: c.owner.iter().map(owner_tag).collect(),
-                ..base
-            },
+            Ok(v) => {
+                let (value, owner) = value_and_owner(v);
+                Call {
+                    values: vec![value],
+                    owners: owner.iter().map(owner_tag).collect(),
+                    ..base
+                }
+            }
             Err(e) => Call {
                 outcome: error_outcome(&e),
                 error: Some(e.to_string()),
