@@ -263,6 +263,16 @@ fn print_plan(args: RunArgs) -> ExitCode {
         } else {
             format!(" delay {:?}", f.delay)
         };
+        let delay = match f.phases {
+            None => delay,
+            Some(h) => format!(
+                "{delay} (drop {:?}, hold {:?}, pass {:?}, drop {:?})",
+                h.drop_first,
+                h.hold,
+                sim::schedule::RELEASE_WINDOW,
+                h.drop_after
+            ),
+        };
         // A closed pipe (`| head`) just ends the listing.
         if writeln!(out, "{:>8.1?} {:<24} hold {:?}{delay}", f.at, f.kind.name(), f.hold).is_err() {
             break;

@@ -13,7 +13,7 @@ use crate::checks;
 use crate::cluster::{Cluster, find_binary};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo, write_max_seqs};
 use crate::proxy::LinkMode;
-use crate::schedule::{FaultKind, PlannedFault, ScheduleParams, plan};
+use crate::schedule::{FaultKind, PlannedFault, RELEASE_WINDOW, ScheduleParams, plan};
 use crate::stats;
 use crate::topology::{N, SetArgs, Topology, alloc_name, data_dir, store_name};
 use crate::workload::{Counters, Recorder, WorkloadParams, hot_uids, run_client, run_pinned};
@@ -608,6 +608,26 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
             for j in 1..=N {
                 topo.alloc_store[&(a, j)].set(LinkMode::PASS);
             }
+            Ok(desc)
+        }
+        FaultKind::HoldAllocToStore => {
+            let (a, desc) = owner_of(shared, f.pick).await;
+            let phases = f.phases.context("a hold fault without its phases")?;
+            let set = |mode: LinkMode| {
+                for j in 1..=N {
+                    topo.alloc_store[&(a, j)].set(mode);
+                }
+            };
+            for (mode, how_long) in [
+                (LinkMode::DROP, phases.drop_first),
+                (LinkMode::HOLD, phases.hold),
+                (LinkMode::PASS, RELEASE_WINDOW),
+                (LinkMode::DROP, phases.drop_after),
+            ] {
+                set(mode);
+                sleep(how_long).await;
+            }
+            set(LinkMode::PASS);
             Ok(desc)
         }
         FaultKind::PartitionStoreLeader => {

@@ -36,6 +36,13 @@ pub enum FaultKind {
     PauseStoreLeader,
     /// Drop every AllocSvr→StoreSvr link of one AllocSvr while clients still reach it.
     CutAllocFromStore,
+    /// A bump delayed in the network: every AllocSvr→StoreSvr link of one owner drops for the
+    /// detection interval (renewals lost, the arbiter moves its sections), holds (buffers) for
+    /// 0.8–1.5 s, passes for [`RELEASE_WINDOW`] (the held bytes land in order, after the new
+    /// owner's Load, while the old owner's lease still runs), then drops again for a lease plus
+    /// a second (the old owner cannot rejoin and take its range back before the new owner has
+    /// served). See [`HoldPhases`].
+    HoldAllocToStore,
     /// Drop every link between the StoreSvr leader and the other replicas (both ways).
     PartitionStoreLeader,
     /// Delay every link by a few hundred ms.
@@ -45,7 +52,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillAllocOwner,
         FaultKind::KillStoreLeader,
         FaultKind::KillStoreFollower,
@@ -57,6 +64,7 @@ impl FaultKind {
         FaultKind::PartitionStoreLeader,
         FaultKind::DelayLinks,
         FaultKind::TermAlloc,
+        FaultKind::HoldAllocToStore,
     ];
 
     /// The kind with this [`FaultKind::name`].
@@ -75,6 +83,7 @@ impl FaultKind {
             FaultKind::PauseAllocVeryLong => "pause-alloc-3-lease",
             FaultKind::PauseStoreLeader => "pause-store-leader",
             FaultKind::CutAllocFromStore => "cut-alloc-from-store",
+            FaultKind::HoldAllocToStore => "hold-alloc-to-store",
             FaultKind::PartitionStoreLeader => "partition-store-leader",
             FaultKind::DelayLinks => "delay-links",
             FaultKind::TermAlloc => "term-alloc",
@@ -121,6 +130,27 @@ pub struct PlannedFault {
     pub pick: u64,
     /// Link delay for [`FaultKind::DelayLinks`]; zero otherwise.
     pub delay: Duration,
+    /// The phases of a [`FaultKind::HoldAllocToStore`] (they add up to `hold`); `None` otherwise.
+    pub phases: Option<HoldPhases>,
+}
+
+/// How long the held bytes of a [`FaultKind::HoldAllocToStore`] flow before the links drop again.
+pub const RELEASE_WINDOW: Duration = Duration::from_millis(200);
+
+/// Phases of a [`FaultKind::HoldAllocToStore`], in order: drop, hold, pass for
+/// [`RELEASE_WINDOW`], drop again, then pass for good.
+///
+/// Why this shape: a hold from the start would also buffer the renewal in flight, whose answer
+/// (UNKNOWN_INCARNATION, a ReadIndex) reaches the owner before the bump's (a Raft write), and the
+/// owner would stop at once; dropping first loses that renewal. And if the links simply passed
+/// after the release, the old owner would register again at once and the arbiter would hand its
+/// range back to it before the new owner's lease wait is over, so nobody who loaded the old
+/// `max_seq` would ever serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldPhases {
+    pub drop_first: Duration,
+    pub hold: Duration,
+    pub drop_after: Duration,
 }
 
 /// Builds the schedule for one seed. Faults are sorted, never overlap, and all end (hold plus
@@ -147,11 +177,24 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             FaultKind::PauseAllocVeryLong => lease * 3,
             FaultKind::PauseStoreLeader => 2 * ms(p.election_max),
             FaultKind::CutAllocFromStore => rng.random_range(lease / 2..=lease * 2),
+            FaultKind::HoldAllocToStore => 0, // from its phases below
+
             FaultKind::PartitionStoreLeader => rng.random_range(1_000..=4_000),
             FaultKind::DelayLinks => rng.random_range(1_000..=4_000),
             FaultKind::TermAlloc => rng.random_range(0..=1_000),
         };
-        let hold = Duration::from_millis(hold_ms);
+        // The hold ends past the detection interval by enough for the arbiter to move the
+        // sections and the new owner to load them (a renew interval, 500 ms by default, plus an
+        // arbiter tick); the second drop outlasts the new owner's lease wait.
+        let phases = (kind == FaultKind::HoldAllocToStore).then(|| HoldPhases {
+            drop_first: p.detect,
+            hold: Duration::from_millis(rng.random_range(800..=1_500)),
+            drop_after: p.lease + Duration::from_secs(1),
+        });
+        let hold = match phases {
+            Some(h) => h.drop_first + h.hold + RELEASE_WINDOW + h.drop_after,
+            None => Duration::from_millis(hold_ms),
+        };
         let delay = match kind {
             FaultKind::DelayLinks => Duration::from_millis(rng.random_range(20..=300)),
             _ => Duration::ZERO,
@@ -167,6 +210,7 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             hold,
             pick,
             delay,
+            phases,
         });
         t += hold + quiet;
     }
@@ -246,6 +290,27 @@ mod tests {
             if let Some(ms) = want {
                 assert_eq!(f.hold, Duration::from_millis(ms), "{f:?}");
             }
+        }
+    }
+
+    #[test]
+    fn holds_drop_for_detection_then_hold_then_drop_for_more_than_a_lease() {
+        let p = ScheduleParams {
+            kinds: vec![FaultKind::HoldAllocToStore],
+            ..params(600)
+        };
+        let s = plan(9, &p);
+        assert!(s.len() > 10);
+        for f in &s {
+            assert_eq!(f.kind, FaultKind::HoldAllocToStore);
+            let h = f.phases.expect("phases of a hold");
+            assert_eq!(h.drop_first, p.detect);
+            assert!(
+                h.hold >= Duration::from_millis(800) && h.hold <= Duration::from_millis(1_500),
+                "{f:?}"
+            );
+            assert!(h.drop_after > p.lease, "{f:?}");
+            assert_eq!(f.hold, h.drop_first + h.hold + RELEASE_WINDOW + h.drop_after);
         }
     }
 

@@ -205,8 +205,12 @@ impl SetState {
         CommandResult::Registered { incarnation }
     }
 
+    /// Applies a fenced bump. Under `skip_fence` (the `--unsafe-skip-epoch-fence` negative control)
+    /// the store has no fence at all: it applies any bump that raises `max_seq`, whatever the
+    /// item's epoch, the section's owner or whether the incarnation is still registered, and,
+    /// knowing no epochs, echoes each item's own epoch in its result (so the caller cannot tell).
     fn bump(&mut self, p: &SetParams, incarnation: u64, items: &[BumpItem], skip_fence: bool) -> CommandResult {
-        if !self.allocsvrs.contains_key(&incarnation) {
+        if !skip_fence && !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
         if let Some(bad) = items
@@ -233,7 +237,7 @@ impl SetState {
                     section: item.section,
                     outcome,
                     max_seq: s.max_seq,
-                    epoch: s.epoch,
+                    epoch: if skip_fence { item.epoch } else { s.epoch },
                 }
             })
             .collect();
@@ -462,8 +466,9 @@ mod tests {
         };
         assert_eq!(r[0].outcome, BumpOutcome::StaleEpoch);
         assert_eq!(st.section(2).unwrap().max_seq, 0);
-        // The unsafe switch lets the stale owner through: the negative control works.
-        st.apply(
+        // The unsafe switch lets the stale owner through and echoes its own epoch, so that the
+        // stale owner takes the bump as acknowledged: the negative control works.
+        let r = st.apply(
             &Command::Bump {
                 incarnation: a,
                 items: vec![BumpItem {
@@ -474,7 +479,45 @@ mod tests {
             },
             true,
         );
+        let CommandResult::Bumped(r) = r else { panic!("{r:?}") };
+        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 9));
         assert_eq!(st.section(2).unwrap().max_seq, 9);
+    }
+
+    #[test]
+    fn without_the_fence_an_expired_incarnation_still_bumps() {
+        let (mut st, a) = ready();
+        let b = register(&mut st, 2);
+        st.apply(
+            &Command::Assign {
+                expire: vec![a],
+                moves: vec![Move {
+                    begin: 0,
+                    end: 10,
+                    from: a,
+                    to: b,
+                }],
+            },
+            false,
+        );
+        let late = Command::Bump {
+            incarnation: a,
+            items: vec![BumpItem {
+                section: 4,
+                epoch: 1,
+                new_max: 50,
+            }],
+        };
+        assert_eq!(st.clone().apply(&late, false), CommandResult::UnknownIncarnation);
+        let CommandResult::Bumped(r) = st.apply(&late, true) else {
+            panic!()
+        };
+        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 50));
+        assert_eq!(
+            st.section(4).unwrap().epoch,
+            2,
+            "the fence-less store leaves the epoch alone"
+        );
     }
 
     #[test]
