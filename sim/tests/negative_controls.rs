@@ -86,3 +86,70 @@ fn keeping_memory_across_epochs_goes_backwards_and_is_caught() {
         &["P1"],
     );
 }
+
+/// Rule 6 broken (serve nothing above an unacknowledged ceiling): an owner cut from the store
+/// (clients still reach it) starts a prefetch bump that never lands and, with the switch, serves
+/// up to its target; its lease runs out; the new owner loads the old `max_seq` M and serves from
+/// M + 1 again. A step of 10 makes a hot uid cross M within a second of the cut; a 5 s lease with
+/// 1 s detection leaves the cut owner about 4 s of serving, and the new owner loads M long before
+/// the cut ends, so even a cut that ends inside the old lease cannot save it (the late bump is
+/// refused as stale). Seed 5 draws cuts of 5.1 s, 7.4 s and 3.9 s (`sim plan`).
+#[test]
+fn serving_before_the_bump_is_acknowledged_repeats_seqs_and_is_caught() {
+    let kinds = "cut-alloc-from-store";
+    expect_violation(
+        "neg-serve-before-ack",
+        &[
+            "--seed",
+            "5",
+            "--duration",
+            "50s",
+            "--step",
+            "10",
+            "--lease-ms",
+            "5000",
+            "--detect-ms",
+            "1000",
+            "--must-include",
+            "cut-alloc-from-store,cut-alloc-from-store,cut-alloc-from-store",
+            "--fault-kinds",
+            kinds,
+            "--unsafe-serve-before-bump-ack",
+        ],
+        &["P1", "P2"],
+    );
+}
+
+/// Rule 6 broken (fenced bumps), `--unsafe-skip-epoch-fence` on every StoreSvr: the store applies
+/// any bump and echoes its epoch. `hold-alloc-to-store` drops one owner's store links for the 1 s
+/// detection interval (its sections move; the new owner loads M at once but waits out the 5 s
+/// lease), holds them about a second (a bump retry waits in the network), lets the held bytes
+/// through for 200 ms (the bump lands after the new owner's Load, while the old owner's lease
+/// still runs) and drops them again for 6 s (the old owner can neither learn that it is dead nor
+/// rejoin and take its range back). When the bump's ack beats the reply of the renewal released
+/// with it, the old owner serves above M (to its pinned client) until its lease ends, and the
+/// new owner serves from M + 1 again. That race is won about one time in three, so the seed
+/// schedules five holds.
+#[test]
+fn skipping_the_epoch_fence_lets_a_late_bump_through_and_is_caught() {
+    let kinds = "hold-alloc-to-store";
+    expect_violation(
+        "neg-epoch-fence",
+        &[
+            "--seed",
+            "1",
+            "--duration",
+            "90s",
+            "--step",
+            "20",
+            "--lease-ms",
+            "5000",
+            "--detect-ms",
+            "1000",
+            "--fault-kinds",
+            kinds,
+            "--unsafe-skip-epoch-fence",
+        ],
+        &["P1", "P2"],
+    );
+}
