@@ -1,7 +1,8 @@
 //! A small durable key-value trait and its sled 0.34 implementation.
 //!
-//! The Raft log store and the snapshot store write through this trait so that
-//! the storage engine can be swapped without touching Raft code. What matters
+//! The vote, the log's metadata and the state machine snapshot are written
+//! through this trait so that the storage engine can be swapped without
+//! touching Raft code (the log's entries live in `segment_log`). What matters
 //! is `sync`: openraft is told that a vote or an append is durable only after
 //! `sync` returned, and sled's own `flush` is only `sync_file_range` (not a
 //! barrier), so `sync` flushes and then `fdatasync`s the db file and any blob
@@ -14,31 +15,16 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Independent key spaces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Space {
-    /// Raft log entries keyed by big-endian index.
-    Log,
-    /// Vote, committed log id, purged log id, snapshot.
-    Meta,
-}
-
-/// The storage operations the Raft stores need.
+/// The storage operations the Raft stores need: vote, committed and purged log ids, snapshot.
 pub trait KvStore: Send + Sync + 'static {
-    fn get(&self, space: Space, key: &[u8]) -> io::Result<Option<Vec<u8>>>;
-    fn insert_batch(&self, space: Space, items: Vec<(Vec<u8>, Vec<u8>)>) -> io::Result<()>;
-    /// Removes keys in `[from, to)`; `to = None` means to the end.
-    fn remove_range(&self, space: Space, from: &[u8], to: Option<&[u8]>) -> io::Result<()>;
-    /// Key-value pairs in `[from, to)`, in key order.
-    fn range(&self, space: Space, from: &[u8], to: Option<&[u8]>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>>;
-    fn last(&self, space: Space) -> io::Result<Option<(Vec<u8>, Vec<u8>)>>;
+    fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>>;
+    fn insert_batch(&self, items: Vec<(Vec<u8>, Vec<u8>)>) -> io::Result<()>;
     /// Makes every write before this call durable.
     fn sync(&self) -> io::Result<()>;
 }
 
 /// sled 0.34 with the background flusher off: durability is decided by `sync`.
 pub struct SledKv {
-    log: sled::Tree,
     meta: sled::Tree,
     db: sled::Db,
     db_file: File,
@@ -61,11 +47,9 @@ impl SledKv {
             .flush_every_ms(None)
             .open()
             .map_err(to_io)?;
-        let log = db.open_tree("raft_log").map_err(to_io)?;
         let meta = db.open_tree("raft_meta").map_err(to_io)?;
         let db_file = File::open(dir.join("db"))?;
         Ok(Self {
-            log,
             meta,
             db,
             db_file,
@@ -73,57 +57,19 @@ impl SledKv {
             synced_blobs: Default::default(),
         })
     }
-
-    fn tree(&self, space: Space) -> &sled::Tree {
-        match space {
-            Space::Log => &self.log,
-            Space::Meta => &self.meta,
-        }
-    }
 }
 
 impl KvStore for SledKv {
-    fn get(&self, space: Space, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
-        Ok(self.tree(space).get(key).map_err(to_io)?.map(|v| v.to_vec()))
+    fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.meta.get(key).map_err(to_io)?.map(|v| v.to_vec()))
     }
 
-    fn insert_batch(&self, space: Space, items: Vec<(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
+    fn insert_batch(&self, items: Vec<(Vec<u8>, Vec<u8>)>) -> io::Result<()> {
         let mut batch = sled::Batch::default();
         for (k, v) in items {
             batch.insert(k, v);
         }
-        self.tree(space).apply_batch(batch).map_err(to_io)
-    }
-
-    fn remove_range(&self, space: Space, from: &[u8], to: Option<&[u8]>) -> io::Result<()> {
-        let tree = self.tree(space);
-        let mut batch = sled::Batch::default();
-        let iter = match to {
-            Some(to) => tree.range(from..to),
-            None => tree.range(from..),
-        };
-        for kv in iter {
-            batch.remove(kv.map_err(to_io)?.0);
-        }
-        tree.apply_batch(batch).map_err(to_io)
-    }
-
-    fn range(&self, space: Space, from: &[u8], to: Option<&[u8]>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let tree = self.tree(space);
-        let iter = match to {
-            Some(to) => tree.range(from..to),
-            None => tree.range(from..),
-        };
-        iter.map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(to_io))
-            .collect()
-    }
-
-    fn last(&self, space: Space) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-        Ok(self
-            .tree(space)
-            .last()
-            .map_err(to_io)?
-            .map(|(k, v)| (k.to_vec(), v.to_vec())))
+        self.meta.apply_batch(batch).map_err(to_io)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -160,22 +106,15 @@ mod tests {
     #[test]
     fn writes_survive_reopen_after_sync() {
         let dir = tempfile::tempdir().unwrap();
+        let big = vec![7u8; 2 << 20]; // large enough to become a sled blob
         {
             let kv = SledKv::open(dir.path()).unwrap();
-            let big = vec![7u8; 2 << 20]; // large enough to become a sled blob
-            kv.insert_batch(Space::Log, vec![(1u64.to_be_bytes().to_vec(), b"a".to_vec())])
-                .unwrap();
-            kv.insert_batch(Space::Log, vec![(2u64.to_be_bytes().to_vec(), big)])
-                .unwrap();
-            kv.insert_batch(Space::Meta, vec![(b"vote".to_vec(), b"v".to_vec())])
-                .unwrap();
+            kv.insert_batch(vec![(b"snapshot".to_vec(), big.clone())]).unwrap();
+            kv.insert_batch(vec![(b"vote".to_vec(), b"v".to_vec())]).unwrap();
             kv.sync().unwrap();
         }
         let kv = SledKv::open(dir.path()).unwrap();
-        assert_eq!(kv.get(Space::Meta, b"vote").unwrap(), Some(b"v".to_vec()));
-        assert_eq!(kv.range(Space::Log, &[], None).unwrap().len(), 2);
-        assert_eq!(kv.last(Space::Log).unwrap().unwrap().1.len(), 2 << 20);
-        kv.remove_range(Space::Log, &2u64.to_be_bytes(), None).unwrap();
-        assert_eq!(kv.range(Space::Log, &[], None).unwrap().len(), 1);
+        assert_eq!(kv.get(b"vote").unwrap(), Some(b"v".to_vec()));
+        assert_eq!(kv.get(b"snapshot").unwrap(), Some(big));
     }
 }

@@ -23,6 +23,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod raft_types;
+pub mod segment_log;
 pub mod service;
 pub mod sm_store;
 pub mod state;

@@ -1,22 +1,27 @@
-//! The Raft log and vote, on [`KvStore`](crate::kv::KvStore).
+//! The Raft log and vote: entries in a [`SegmentLog`], vote and log metadata on [`KvStore`].
 //!
 //! Every method that openraft relies on for durability (`save_vote`, `append`,
-//! `truncate`, `purge`) writes and then `sync`s before it returns or calls the
+//! `truncate`, `purge`) writes and then syncs before it returns or calls the
 //! flush callback: an acknowledged append is on disk. Each call completes before
-//! openraft issues the next, so vote and log IO are never reordered. The
-//! blocking sled work runs on tokio's blocking pool, not on a runtime worker.
+//! openraft issues the next, so vote and log IO are never reordered. Blocking
+//! syncs run on the flusher thread or tokio's blocking pool, not on a runtime worker.
 //!
-//! Left out: caching entries in memory (reads hit sled's own cache).
+//! The committed index lives in memory and is written to the key-value store only by
+//! the flusher, right after a sync of the log that covers it: it can never be on
+//! disk ahead of the entries it names (they are in another file).
+//!
+//! Left out: caching entries in memory (reads are `pread`s from the page cache).
 
-use crate::kv::{KvStore, Space};
+use crate::kv::KvStore;
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::segment_log::SegmentLog;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 const VOTE: &[u8] = b"vote";
 const COMMITTED: &[u8] = b"committed";
@@ -26,22 +31,25 @@ const PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     kv: Arc<dyn KvStore>,
+    log: Arc<SegmentLog>,
     durability: Durability,
 }
 
 enum FlushRequest {
     /// Entries were inserted; call back once they are synced.
     Append(LogFlushed<TypeConfig>),
-    /// Sync everything written so far (including the committed index) and answer.
+    /// Sync the log, then write and sync the committed index, and answer.
     Barrier(tokio::sync::oneshot::Sender<io::Result<()>>),
 }
 
 /// Commit-index watermarks, each stored as index + 1 (0 = none).
 #[derive(Default)]
 struct Watermarks {
-    /// Written by `save_committed` (not yet necessarily synced).
+    /// The latest committed log id openraft reported (`save_committed`), in memory only.
+    latest: Mutex<Option<LogId>>,
+    /// Index + 1 of `latest`.
     saved: AtomicU64,
-    /// Known to be on disk: the `saved` value read before the last successful sync.
+    /// Known to be on disk: the committed index the flusher last wrote and synced.
     durable: AtomicU64,
 }
 
@@ -53,8 +61,8 @@ struct Watermarks {
 /// A sync is a barrier over every write before it, so a callback is only ever fired by a sync that
 /// began after its entries were inserted.
 ///
-/// The committed index is saved without a sync of its own (that would put a second sync on
-/// every commit's path). Instead, before a replica exposes applied state through a local read it
+/// The committed index is not synced on every commit (that would put a second sync on every
+/// commit's path). Instead, before a replica exposes applied state through a local read it
 /// calls [`Durability::make_durable`], so that after a crash it replays at least that far and
 /// never shows an older state than it showed before (P3 on every replica).
 #[derive(Clone)]
@@ -65,9 +73,10 @@ pub struct Durability {
 
 impl Durability {
     /// `on_disk`: the committed index (plus one) found on disk at start.
-    fn start(kv: Arc<dyn KvStore>, on_disk: u64) -> Self {
+    fn start(kv: Arc<dyn KvStore>, log: Arc<SegmentLog>, on_disk: u64) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<FlushRequest>();
         let marks = Arc::new(Watermarks {
+            latest: Mutex::new(None),
             saved: AtomicU64::new(on_disk),
             durable: AtomicU64::new(on_disk),
         });
@@ -78,13 +87,22 @@ impl Durability {
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
-                    let saved = m.saved.load(Ordering::Acquire);
-                    let res = kv.sync();
-                    match &res {
-                        Ok(()) => {
-                            m.durable.fetch_max(saved, Ordering::AcqRel);
+                    let barrier = batch.iter().any(|r| matches!(r, FlushRequest::Barrier(_)));
+                    // Read before the log sync: every entry it names was appended before it was
+                    // saved, so that sync covers them.
+                    let committed = *m.latest.lock().expect("watermark lock poisoned");
+                    let mut res = log.sync();
+                    if res.is_ok() && barrier {
+                        res = kv
+                            .insert_batch(vec![(COMMITTED.to_vec(), encode(&committed))])
+                            .and_then(|()| kv.sync());
+                        if res.is_ok() {
+                            m.durable
+                                .fetch_max(committed.map_or(0, |c| c.index + 1), Ordering::AcqRel);
                         }
-                        Err(e) => tracing::error!(error = %e, "syncing the raft log failed; the node stops"),
+                    }
+                    if let Err(e) = &res {
+                        tracing::error!(error = %e, "syncing the raft log failed; the node stops");
                     }
                     for req in batch {
                         let r = res
@@ -135,16 +153,26 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 }
 
 impl LogStore {
-    pub fn new(kv: Arc<dyn KvStore>) -> Self {
+    /// `kv` keeps the vote and log metadata, `log` the entries.
+    /// Fails when the recorded purge point cannot be applied to the log.
+    pub fn new(kv: Arc<dyn KvStore>, log: SegmentLog) -> io::Result<Self> {
         let on_disk = kv
-            .get(Space::Meta, COMMITTED)
+            .get(COMMITTED)
             .ok()
             .flatten()
             .and_then(|b| postcard::from_bytes::<Option<LogId>>(&b).ok())
             .flatten()
             .map_or(0, |c| c.index + 1);
-        let durability = Durability::start(kv.clone(), on_disk);
-        Self { kv, durability }
+        let purged = kv
+            .get(PURGED)?
+            .map(|b| postcard::from_bytes::<LogId>(&b).map_err(io::Error::other))
+            .transpose()?;
+        if let Some(p) = purged {
+            log.purge_upto(p.index)?;
+        }
+        let log = Arc::new(log);
+        let durability = Durability::start(kv.clone(), log.clone(), on_disk);
+        Ok(Self { kv, log, durability })
     }
 
     /// The flusher handle, for services that expose applied state.
@@ -173,7 +201,7 @@ impl LogStore {
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
-        match self.kv.get(Space::Meta, key).map_err(read_err)? {
+        match self.kv.get(key).map_err(read_err)? {
             Some(bytes) => Ok(Some(postcard::from_bytes(&bytes).map_err(read_err)?)),
             None => Ok(None),
         }
@@ -210,12 +238,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => Some(*i),
             Bound::Unbounded => None,
         };
-        let end_key = end.map(|e| e.to_be_bytes());
-        let rows = self
-            .kv
-            .range(Space::Log, &start.to_be_bytes(), end_key.as_ref().map(|k| &k[..]))
-            .map_err(read_err)?;
-        rows.into_iter()
+        self.log
+            .read(start, end.unwrap_or(u64::MAX))
+            .map_err(read_err)?
+            .into_iter()
             .map(|(_, v)| postcard::from_bytes(&v).map_err(read_err))
             .collect()
     }
@@ -226,7 +252,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged: Option<LogId> = self.get_meta(PURGED)?;
-        let last = match self.kv.last(Space::Log).map_err(read_err)? {
+        let last = match self.log.last().map_err(read_err)? {
             Some((_, v)) => Some(postcard::from_bytes::<Entry>(&v).map_err(read_err)?.log_id),
             None => last_purged,
         };
@@ -243,7 +269,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote);
         self.blocking(move |kv| {
-            kv.insert_batch(Space::Meta, vec![(VOTE.to_vec(), bytes)])?;
+            kv.insert_batch(vec![(VOTE.to_vec(), bytes)])?;
             kv.sync()
         })
         .await
@@ -255,15 +281,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // No sync here (that would put a second sync on every commit's path): the flusher's next
-        // sync covers it, and `Durability::make_durable` forces one before a local read exposes
-        // state applied up to it.
-        self.kv
-            .insert_batch(Space::Meta, vec![(COMMITTED.to_vec(), encode(&committed))])
-            .map_err(write_err)?;
-        // Published only after the insert, so a sync that reads it covers it.
-        if let Some(c) = committed {
-            self.durability.marks.saved.fetch_max(c.index + 1, Ordering::AcqRel);
+        // Kept in memory; the flusher writes it after a log sync that covers it, when a local
+        // read needs it durable (`Durability::make_durable`).
+        let mut latest = self.durability.marks.latest.lock().expect("watermark lock poisoned");
+        if committed > *latest {
+            *latest = committed;
+            let index = committed.map_or(0, |c| c.index + 1);
+            self.durability.marks.saved.fetch_max(index, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -277,13 +301,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let items: Vec<_> = entries
-            .into_iter()
-            .map(|e| (e.log_id.index.to_be_bytes().to_vec(), encode(&e)))
-            .collect();
-        // An in-memory insert into sled: cheap enough for the async worker. Durability is the
+        let items: Vec<_> = entries.into_iter().map(|e| (e.log_id.index, encode(&e))).collect();
+        // A write into the page cache: cheap enough for the async worker. Durability is the
         // flusher's job; the callback fires only after its sync.
-        self.kv.insert_batch(Space::Log, items).map_err(write_err)?;
+        self.log.append(&items).map_err(write_err)?;
         self.durability
             .tx
             .send(FlushRequest::Append(callback))
@@ -292,25 +313,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let from = log_id.index.to_be_bytes();
-        self.blocking(move |kv| {
-            kv.remove_range(Space::Log, &from, None)?;
-            kv.sync()
-        })
-        .await
-        .map_err(write_err)
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || log.truncate_from(log_id.index))
+            .await
+            .map_err(write_err)?
+            .map_err(write_err)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let purged = encode(&log_id);
-        let to = (log_id.index + 1).to_be_bytes();
+        let log = self.log.clone();
         self.blocking(move |kv| {
             // Record the purge point first: a crash between the two steps leaves
             // entries that are merely ignored, never a hole before last_purged.
-            kv.insert_batch(Space::Meta, vec![(PURGED.to_vec(), purged)])?;
+            kv.insert_batch(vec![(PURGED.to_vec(), purged)])?;
             kv.sync()?;
-            kv.remove_range(Space::Log, &0u64.to_be_bytes(), Some(&to))?;
-            kv.sync()
+            log.purge_upto(log_id.index)
         })
         .await
         .map_err(write_err)

@@ -16,6 +16,7 @@ use crate::kv::{KvStore, SledKv};
 use crate::log_store::{Durability, LogStore};
 use crate::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft_types::{Node, Raft};
+use crate::segment_log::SegmentLog;
 use crate::sm_store::{SharedState, StateMachineStore};
 use crate::state::{Command, SetParams};
 use crate::writer::Writer;
@@ -135,7 +136,11 @@ impl StoreNode {
                     source,
                 })?,
             );
-        let mut log_store = LogStore::new(kv.clone());
+        let log = SegmentLog::open(&config.data_dir.join("log")).map_err(|source| StartError::DataDir {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?;
+        let mut log_store = LogStore::new(kv.clone(), log).map_err(|e| StartError::Storage(e.to_string()))?;
         let durability = log_store.durability();
         let startup_committed = log_store
             .read_committed()

@@ -12,7 +12,7 @@
 //!
 //! Left out: incremental snapshots (the whole state of a set is a few MB).
 
-use crate::kv::{KvStore, Space};
+use crate::kv::KvStore;
 use crate::raft_types::{Entry, LogId, Node, NodeId, Response, StorageError, TypeConfig};
 use crate::state::SetState;
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -73,10 +73,7 @@ impl StateMachineStore {
     /// Opens the state machine at its latest snapshot (empty if none).
     pub fn open(kv: Arc<dyn KvStore>, skip_epoch_fence: bool) -> Result<Self, StorageError> {
         let mut data = SmData::default();
-        if let Some(bytes) = kv
-            .get(Space::Meta, SNAPSHOT)
-            .map_err(|e| snap_err(ErrorVerb::Read, e))?
-        {
+        if let Some(bytes) = kv.get(SNAPSHOT).map_err(|e| snap_err(ErrorVerb::Read, e))? {
             let stored: StoredSnapshot = postcard::from_bytes(&bytes).map_err(|e| snap_err(ErrorVerb::Read, e))?;
             data = postcard::from_bytes(&stored.data).map_err(|e| snap_err(ErrorVerb::Read, e))?;
         }
@@ -93,11 +90,7 @@ impl StateMachineStore {
     }
 
     fn read_stored(&self) -> Result<Option<StoredSnapshot>, StorageError> {
-        match self
-            .kv
-            .get(Space::Meta, SNAPSHOT)
-            .map_err(|e| snap_err(ErrorVerb::Read, e))?
-        {
+        match self.kv.get(SNAPSHOT).map_err(|e| snap_err(ErrorVerb::Read, e))? {
             Some(bytes) => Ok(Some(
                 postcard::from_bytes(&bytes).map_err(|e| snap_err(ErrorVerb::Read, e))?,
             )),
@@ -109,7 +102,7 @@ impl StateMachineStore {
         let bytes = postcard::to_stdvec(&stored).map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let kv = self.kv.clone();
         tokio::task::spawn_blocking(move || {
-            kv.insert_batch(Space::Meta, vec![(SNAPSHOT.to_vec(), bytes)])?;
+            kv.insert_batch(vec![(SNAPSHOT.to_vec(), bytes)])?;
             kv.sync()
         })
         .await

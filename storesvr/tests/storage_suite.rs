@@ -1,4 +1,4 @@
-//! openraft's own storage conformance suite against our sled log store and state machine:
+//! openraft's own storage conformance suite against our log store (segment files + sled) and state machine:
 //! log state, vote, append/truncate/purge, snapshots, applied state.
 
 use openraft::testing::{StoreBuilder, Suite};
@@ -6,6 +6,7 @@ use std::sync::Arc;
 use storesvr::kv::{KvStore, SledKv};
 use storesvr::log_store::LogStore;
 use storesvr::raft_types::{StorageError, TypeConfig};
+use storesvr::segment_log::SegmentLog;
 use storesvr::sm_store::StateMachineStore;
 
 struct Builder;
@@ -13,9 +14,11 @@ struct Builder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for Builder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kv: Arc<dyn KvStore> = Arc::new(SledKv::open(dir.path()).expect("open sled"));
+        let kv: Arc<dyn KvStore> = Arc::new(SledKv::open(&dir.path().join("raft")).expect("open sled"));
+        let log = SegmentLog::open(&dir.path().join("log")).expect("open the segment log");
         let sm = StateMachineStore::open(kv.clone(), false)?;
-        Ok((dir, LogStore::new(kv), sm))
+        let log_store = LogStore::new(kv, log).expect("open the log store");
+        Ok((dir, log_store, sm))
     }
 }
 

@@ -1,0 +1,53 @@
+//! CPU and bytes to encode + decode one AppendEntries carrying 29 bump commands (the entry
+//! size `store-bench` sees at c=64), serde_json against postcard: why the peer wire uses postcard.
+//! `cargo run --release -p storesvr --example wire_cost`
+use openraft::raft::AppendEntriesRequest;
+use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};
+use std::time::Instant;
+use storesvr::raft_types::{Entry, Request, TypeConfig};
+use storesvr::state::{BumpItem, Command};
+
+fn main() {
+    let cmds: Vec<Command> = (0..29)
+        .map(|i| Command::Bump {
+            incarnation: 17,
+            items: vec![BumpItem {
+                section: i,
+                epoch: 3,
+                new_max: 1_234_567 + i * 10_000,
+            }],
+        })
+        .collect();
+    let entry = Entry {
+        log_id: LogId::new(CommittedLeaderId::new(5, 1), 123_456),
+        payload: EntryPayload::Normal(Request { cmds }),
+    };
+    let req: AppendEntriesRequest<TypeConfig> = AppendEntriesRequest {
+        vote: Vote::new_committed(5, 1),
+        prev_log_id: Some(LogId::new(CommittedLeaderId::new(5, 1), 123_455)),
+        leader_commit: Some(LogId::new(CommittedLeaderId::new(5, 1), 123_455)),
+        entries: vec![entry],
+    };
+    let n = 20_000;
+    for round in 0..3 {
+        let t = Instant::now();
+        let mut bytes = 0;
+        for _ in 0..n {
+            let b = serde_json::to_vec(&req).unwrap();
+            bytes = b.len();
+            let r: AppendEntriesRequest<TypeConfig> = serde_json::from_slice(&b).unwrap();
+            std::hint::black_box(r);
+        }
+        let json = t.elapsed().as_nanos() as f64 / n as f64 / 1000.0;
+        let t = Instant::now();
+        let mut pbytes = 0;
+        for _ in 0..n {
+            let b = postcard::to_stdvec(&req).unwrap();
+            pbytes = b.len();
+            let r: AppendEntriesRequest<TypeConfig> = postcard::from_bytes(&b).unwrap();
+            std::hint::black_box(r);
+        }
+        let pc = t.elapsed().as_nanos() as f64 / n as f64 / 1000.0;
+        println!("round {round}: json {json:.1} us ({bytes} B), postcard {pc:.1} us ({pbytes} B) per encode+decode");
+    }
+}
