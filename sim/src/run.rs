@@ -12,8 +12,8 @@
 use crate::checks;
 use crate::cluster::{Cluster, find_binary};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo, write_max_seqs};
-use crate::proxy::LinkMode;
-use crate::schedule::{FaultKind, PlannedFault, RELEASE_WINDOW, ScheduleParams, plan};
+use crate::proxy::{FlowMode, LinkMode};
+use crate::schedule::{FaultKind, LAG_SEND_WINDOW, PlannedFault, RELEASE_WINDOW, ScheduleParams, plan};
 use crate::stats;
 use crate::topology::{N, SetArgs, Topology, alloc_name, data_dir, store_name};
 use crate::workload::{Counters, Recorder, WorkloadParams, hot_uids, run_client, run_pinned};
@@ -627,6 +627,24 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
                 set(mode);
                 sleep(how_long).await;
             }
+            set(LinkMode::PASS);
+            Ok(desc)
+        }
+        FaultKind::LagAllocToStore => {
+            let (a, desc) = owner_of(shared, f.pick).await;
+            let set = |mode: LinkMode| {
+                for j in 1..=N {
+                    topo.alloc_store[&(a, j)].set(mode);
+                }
+            };
+            let lag = f.delay + LAG_SEND_WINDOW;
+            set(LinkMode {
+                forward: FlowMode::Delay(f.delay),
+                backward: FlowMode::Pass,
+            });
+            sleep(lag).await;
+            set(LinkMode::DROP);
+            sleep(f.hold.saturating_sub(lag)).await;
             set(LinkMode::PASS);
             Ok(desc)
         }

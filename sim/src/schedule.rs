@@ -43,6 +43,12 @@ pub enum FaultKind {
     /// a second (the old owner cannot rejoin and take its range back before the new owner has
     /// served). See [`HoldPhases`].
     HoldAllocToStore,
+    /// Late requests: every AllocSvr→StoreSvr request of one owner arrives the detection interval
+    /// plus a second late (replies flow), for that delay plus [`LAG_SEND_WINDOW`]; then its
+    /// requests drop for a lease plus a second, then pass. Every call of the owner times out
+    /// while the store still acts on it later: bumps land after the caller gave up and after the
+    /// arbiter moved the sections (unknown outcomes applied late), renewals land after the move.
+    LagAllocToStore,
     /// Drop every link between the StoreSvr leader and the other replicas (both ways).
     PartitionStoreLeader,
     /// Delay every link by a few hundred ms.
@@ -52,7 +58,7 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::KillAllocOwner,
         FaultKind::KillStoreLeader,
         FaultKind::KillStoreFollower,
@@ -65,6 +71,7 @@ impl FaultKind {
         FaultKind::DelayLinks,
         FaultKind::TermAlloc,
         FaultKind::HoldAllocToStore,
+        FaultKind::LagAllocToStore,
     ];
 
     /// The kind with this [`FaultKind::name`].
@@ -84,6 +91,7 @@ impl FaultKind {
             FaultKind::PauseStoreLeader => "pause-store-leader",
             FaultKind::CutAllocFromStore => "cut-alloc-from-store",
             FaultKind::HoldAllocToStore => "hold-alloc-to-store",
+            FaultKind::LagAllocToStore => "lag-alloc-to-store",
             FaultKind::PartitionStoreLeader => "partition-store-leader",
             FaultKind::DelayLinks => "delay-links",
             FaultKind::TermAlloc => "term-alloc",
@@ -134,6 +142,10 @@ pub struct PlannedFault {
     pub phases: Option<HoldPhases>,
 }
 
+/// How long requests are sent into the lag of a [`FaultKind::LagAllocToStore`] before the links
+/// drop: about one renew interval, so that a renewal is among the late requests.
+pub const LAG_SEND_WINDOW: Duration = Duration::from_millis(500);
+
 /// How long the held bytes of a [`FaultKind::HoldAllocToStore`] flow before the links drop again.
 pub const RELEASE_WINDOW: Duration = Duration::from_millis(200);
 
@@ -178,6 +190,9 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             FaultKind::PauseStoreLeader => 2 * ms(p.election_max),
             FaultKind::CutAllocFromStore => rng.random_range(lease / 2..=lease * 2),
             FaultKind::HoldAllocToStore => 0, // from its phases below
+            // The lag (in `delay`), the send window, then a drop that outlasts the new owner's
+            // lease wait (so the old owner cannot take its range back before that owner served).
+            FaultKind::LagAllocToStore => ms(p.detect) + 1_000 + ms(LAG_SEND_WINDOW) + lease + 1_000,
 
             FaultKind::PartitionStoreLeader => rng.random_range(1_000..=4_000),
             FaultKind::DelayLinks => rng.random_range(1_000..=4_000),
@@ -197,6 +212,7 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
         };
         let delay = match kind {
             FaultKind::DelayLinks => Duration::from_millis(rng.random_range(20..=300)),
+            FaultKind::LagAllocToStore => p.detect + Duration::from_secs(1),
             _ => Duration::ZERO,
         };
         let pick = rng.random::<u64>();
@@ -311,6 +327,20 @@ mod tests {
             );
             assert!(h.drop_after > p.lease, "{f:?}");
             assert_eq!(f.hold, h.drop_first + h.hold + RELEASE_WINDOW + h.drop_after);
+        }
+    }
+
+    #[test]
+    fn lags_outlast_the_detection_and_then_drop_for_more_than_a_lease() {
+        let p = ScheduleParams {
+            kinds: vec![FaultKind::LagAllocToStore],
+            ..params(600)
+        };
+        let s = plan(9, &p);
+        assert!(s.len() > 10);
+        for f in &s {
+            assert_eq!(f.delay, p.detect + Duration::from_secs(1), "{f:?}");
+            assert!(f.hold > f.delay + LAG_SEND_WINDOW + p.lease, "{f:?}");
         }
     }
 
