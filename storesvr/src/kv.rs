@@ -47,6 +47,16 @@ impl SledKv {
             .flush_every_ms(None)
             .open()
             .map_err(to_io)?;
+        // Before the log moved to segment files its entries lived in this tree; such a data dir
+        // cannot be read by this version (its committed index would name entries it cannot see).
+        if db.tree_names().iter().any(|n| &n[..] == b"raft_log") && !db.open_tree("raft_log").map_err(to_io)?.is_empty()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "this data dir holds a Raft log in the old sled format (before segment files); \
+                 this version cannot read it: start the replica from an empty data dir",
+            ));
+        }
         let meta = db.open_tree("raft_meta").map_err(to_io)?;
         let db_file = File::open(dir.join("db"))?;
         Ok(Self {
@@ -102,6 +112,20 @@ impl KvStore for SledKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_dir_with_a_sled_raft_log_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.open_tree("raft_log").unwrap().insert(b"1", b"entry").unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledKv::open(dir.path())
+            .err()
+            .expect("an old-format data dir must be refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
 
     #[test]
     fn writes_survive_reopen_after_sync() {
