@@ -377,13 +377,23 @@ impl Inner {
     }
 }
 
+/// How long a renewal or a bump waits for its reply.
+///
+/// Either may take longer than the renew interval (slow links, a ReadIndex round or a replicated
+/// commit): the lease counts from `t_send`, so a late renewal still extends it, and a late bump
+/// acknowledgement is still a committed ceiling (the epoch fence vouches that it was ours when it
+/// was applied). Waiting up to half a lease keeps both useful over round trips of more than a
+/// second, where giving up after one interval lost the lease or left a section without headroom
+/// until the slowness ended (the simulator's delay-links fault: 1.3–1.4 s p50 unavailability with
+/// bumps cut off at 1 s). The cost: a bump sent to a leader that was cut off waits this long
+/// before the next replica is tried; the prefetch at half a step leaves headroom for that.
+fn store_reply_wait(p: &Params) -> Duration {
+    p.renew_interval.max(p.timings.lease / 2)
+}
+
 async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
     let p = inner.params.clone();
-    // A renewal may take longer than the renew interval (slow links, a ReadIndex round to the
-    // followers): the lease counts from `t_send`, so a late confirmation still extends it. Waiting
-    // up to half a lease keeps the lease alive over round trips of more than a second, where
-    // giving up after one interval would lose it (seen in the simulator's delay-links fault).
-    let renew_timeout = p.renew_interval.max(p.timings.lease / 2);
+    let renew_timeout = store_reply_wait(&p);
     let store = inner.store.with_timeouts(StoreTimeouts {
         attempt: renew_timeout,
         overall: renew_timeout,
@@ -555,6 +565,12 @@ async fn release(inner: Arc<Inner>, sections: Vec<pb::SectionRange>) {
 }
 
 async fn bumper(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Vec<Arc<Slot>>>, mut stop: watch::Receiver<bool>) {
+    let wait = store_reply_wait(&inner.params);
+    // One attempt per call: `run_bump` itself retries an unknown outcome with the same new_max.
+    let store = inner.store.with_timeouts(StoreTimeouts {
+        attempt: wait,
+        overall: wait,
+    });
     loop {
         let mut batch = tokio::select! {
             m = rx.recv() => match m { Some(m) => m, None => return },
@@ -567,7 +583,7 @@ async fn bumper(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Vec<Arc<Slot>
             }
         }
         for chunk in batch.chunks(MAX_BUMP_ITEMS) {
-            run_bump(&inner, chunk).await;
+            run_bump(&inner, &store, chunk).await;
         }
     }
 }
@@ -581,7 +597,7 @@ fn abandon(inner: &Inner, slot: &Arc<Slot>, drop_it: bool) {
 }
 
 /// Sends one Bump for `slots` and retries it unchanged until it is answered (rule 6).
-async fn run_bump(inner: &Inner, slots: &[Arc<Slot>]) {
+async fn run_bump(inner: &Inner, store: &StoreClient, slots: &[Arc<Slot>]) {
     let mut pending: Vec<(Arc<Slot>, u64)> = slots
         .iter()
         .filter_map(|s| s.section.lock().unwrap().bump_in_flight().map(|t| (s.clone(), t)))
@@ -614,7 +630,7 @@ async fn run_bump(inner: &Inner, slots: &[Arc<Slot>]) {
         };
         let sent = Instant::now();
         inner.metrics.bump_rpcs.increment(1);
-        match inner.store.bump(req).await {
+        match store.bump(req).await {
             Ok(reply) if reply.results.len() == pending.len() => {
                 inner.metrics.bump_latency.record(sent.elapsed().as_secs_f64());
                 for ((slot, new_max), r) in pending.iter().zip(&reply.results) {
