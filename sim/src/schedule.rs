@@ -45,9 +45,10 @@ pub enum FaultKind {
     HoldAllocToStore,
     /// Late requests: every AllocSvr→StoreSvr request of one owner arrives the detection interval
     /// plus a second late (replies flow), for that delay plus [`LAG_SEND_WINDOW`]; then its
-    /// requests drop for a lease plus a second, then pass. Every call of the owner times out
-    /// while the store still acts on it later: bumps land after the caller gave up and after the
-    /// arbiter moved the sections (unknown outcomes applied late), renewals land after the move.
+    /// requests drop for a lease plus a second, then pass. Everything the owner sends lands after
+    /// the arbiter moved its sections: renewals are refused, bumps are applied or refused by the
+    /// epoch fence — and calls that wait less than the lag have timed out by then (unknown
+    /// outcomes applied late).
     LagAllocToStore,
     /// Drop every link between the StoreSvr leader and the other replicas (both ways).
     PartitionStoreLeader,
