@@ -561,6 +561,21 @@ async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
 }
 
 /// Applies one fault, waits its hold, heals it. Returns the target's description.
+/// Puts every AllocSvr→StoreSvr link of AllocSvr `a` through `steps` (mode, how long), in order,
+/// then lets them pass again.
+async fn store_links_through(topo: &Topology, a: u64, steps: &[(LinkMode, Duration)]) {
+    let set = |mode: LinkMode| {
+        for j in 1..=N {
+            topo.alloc_store[&(a, j)].set(mode);
+        }
+    };
+    for &(mode, how_long) in steps {
+        set(mode);
+        sleep(how_long).await;
+    }
+    set(LinkMode::PASS);
+}
+
 async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
     let topo = &shared.topo;
     match f.kind {
@@ -601,51 +616,30 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
         }
         FaultKind::CutAllocFromStore => {
             let (a, desc) = owner_of(shared, f.pick).await;
-            for j in 1..=N {
-                topo.alloc_store[&(a, j)].set(LinkMode::DROP);
-            }
-            sleep(f.hold).await;
-            for j in 1..=N {
-                topo.alloc_store[&(a, j)].set(LinkMode::PASS);
-            }
+            store_links_through(topo, a, &[(LinkMode::DROP, f.hold)]).await;
             Ok(desc)
         }
         FaultKind::HoldAllocToStore => {
             let (a, desc) = owner_of(shared, f.pick).await;
             let phases = f.phases.context("a hold fault without its phases")?;
-            let set = |mode: LinkMode| {
-                for j in 1..=N {
-                    topo.alloc_store[&(a, j)].set(mode);
-                }
-            };
-            for (mode, how_long) in [
+            let steps = [
                 (LinkMode::DROP, phases.drop_first),
                 (LinkMode::HOLD, phases.hold),
                 (LinkMode::PASS, RELEASE_WINDOW),
                 (LinkMode::DROP, phases.drop_after),
-            ] {
-                set(mode);
-                sleep(how_long).await;
-            }
-            set(LinkMode::PASS);
+            ];
+            store_links_through(topo, a, &steps).await;
             Ok(desc)
         }
         FaultKind::LagAllocToStore => {
             let (a, desc) = owner_of(shared, f.pick).await;
-            let set = |mode: LinkMode| {
-                for j in 1..=N {
-                    topo.alloc_store[&(a, j)].set(mode);
-                }
-            };
             let lag = f.delay + LAG_SEND_WINDOW;
-            set(LinkMode {
+            let late_requests = LinkMode {
                 forward: FlowMode::Delay(f.delay),
                 backward: FlowMode::Pass,
-            });
-            sleep(lag).await;
-            set(LinkMode::DROP);
-            sleep(f.hold.saturating_sub(lag)).await;
-            set(LinkMode::PASS);
+            };
+            let steps = [(late_requests, lag), (LinkMode::DROP, f.hold.saturating_sub(lag))];
+            store_links_through(topo, a, &steps).await;
             Ok(desc)
         }
         FaultKind::PartitionStoreLeader => {

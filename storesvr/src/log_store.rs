@@ -42,14 +42,12 @@ enum FlushRequest {
     Barrier(tokio::sync::oneshot::Sender<io::Result<()>>),
 }
 
-/// Commit-index watermarks, each stored as index + 1 (0 = none).
+/// What the flusher knows about the committed index.
 #[derive(Default)]
 struct Watermarks {
     /// The latest committed log id openraft reported (`save_committed`), in memory only.
     latest: Mutex<Option<LogId>>,
-    /// Index + 1 of `latest`.
-    saved: AtomicU64,
-    /// Known to be on disk: the committed index the flusher last wrote and synced.
+    /// Index + 1 (0 = none) of the committed index the flusher last wrote and synced.
     durable: AtomicU64,
 }
 
@@ -72,13 +70,13 @@ pub struct Durability {
 }
 
 impl Durability {
-    /// `on_disk`: the committed index (plus one) found on disk at start.
-    fn start(kv: Arc<dyn KvStore>, log: Arc<SegmentLog>, on_disk: u64) -> Self {
+    /// `on_disk`: the committed log id found on disk at start. It seeds `latest`, so the flusher
+    /// never writes a lower one over it before openraft reports a commit.
+    fn start(kv: Arc<dyn KvStore>, log: Arc<SegmentLog>, on_disk: Option<LogId>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<FlushRequest>();
         let marks = Arc::new(Watermarks {
-            latest: Mutex::new(None),
-            saved: AtomicU64::new(on_disk),
-            durable: AtomicU64::new(on_disk),
+            latest: Mutex::new(on_disk),
+            durable: AtomicU64::new(on_disk.map_or(0, |c| c.index + 1)),
         });
         let m = marks.clone();
         std::thread::Builder::new()
@@ -161,8 +159,7 @@ impl LogStore {
             .ok()
             .flatten()
             .and_then(|b| postcard::from_bytes::<Option<LogId>>(&b).ok())
-            .flatten()
-            .map_or(0, |c| c.index + 1);
+            .flatten();
         let purged = kv
             .get(PURGED)?
             .map(|b| postcard::from_bytes::<LogId>(&b).map_err(io::Error::other))
@@ -284,11 +281,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Kept in memory; the flusher writes it after a log sync that covers it, when a local
         // read needs it durable (`Durability::make_durable`).
         let mut latest = self.durability.marks.latest.lock().expect("watermark lock poisoned");
-        if committed > *latest {
-            *latest = committed;
-            let index = committed.map_or(0, |c| c.index + 1);
-            self.durability.marks.saved.fetch_max(index, Ordering::AcqRel);
-        }
+        *latest = (*latest).max(committed);
         Ok(())
     }
 
