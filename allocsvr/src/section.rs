@@ -288,6 +288,17 @@ mod tests {
     }
 
     #[test]
+    fn a_section_at_the_top_of_the_space_says_so() {
+        let now = Instant::now();
+        let mut s = loaded(u64::MAX - 3, now);
+        let lease = Some(now + Duration::from_secs(1));
+        // No bump can raise the ceiling by a step any more: nothing to wait for.
+        assert_eq!(s.maybe_prefetch(), None);
+        let next = s.try_next(0, now, lease);
+        assert!(!matches!(next, Next::NeedBump | Next::NotReady), "an exhausted section answers {next:?}");
+    }
+
+    #[test]
     fn lease_is_checked_at_the_increment() {
         let t0 = Instant::now();
         let mut s = loaded(0, t0);

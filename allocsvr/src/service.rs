@@ -225,9 +225,7 @@ impl AllocService for Service {
                 Step::Served { seq, owner } => {
                     outcomes.push(pb::Outcome::Ok as i32);
                     seqs.push(seq);
-                    if !owners.iter().any(|o| o.section == owner.section) {
-                        owners.push(owner);
-                    }
+                    note_owner(&mut owners, owner);
                 }
                 Step::NotOwner => {
                     any_not_owner = true;
@@ -248,5 +246,32 @@ impl AllocService for Service {
             routes,
             owners,
         }))
+    }
+}
+
+/// Adds `owner` to a batch reply's owners unless the same one is already named.
+fn note_owner(owners: &mut Vec<pb::Owner>, owner: pb::Owner) {
+    if !owners.iter().any(|o| o.section == owner.section) {
+        owners.push(owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_names_every_owner_of_a_section_it_was_served_under() {
+        let owner = |incarnation, epoch| pb::Owner {
+            section: 3,
+            node_id: 1,
+            incarnation,
+            epoch,
+        };
+        let mut owners = Vec::new();
+        for o in [owner(7, 2), owner(7, 2), owner(7, 3), owner(9, 4)] {
+            note_owner(&mut owners, o);
+        }
+        assert_eq!(owners, vec![owner(7, 2), owner(7, 3), owner(9, 4)]);
     }
 }

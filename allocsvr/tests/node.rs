@@ -310,3 +310,56 @@ async fn unknown_incarnation_drops_everything_and_registers_again() {
     assert_eq!(owner.incarnation, node.incarnation().0);
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_bump_reply_without_the_epoch_is_not_an_acknowledgement() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 3, READY).await;
+    // From now on every bump is answered APPLIED with epoch 0 and not applied.
+    store.with(|s| s.zero_epoch_bump_replies = true);
+    for _ in 0..(3 * STEP) {
+        let r = fetch(&mut c, 3).await;
+        if r.outcome == pb::Outcome::Ok as i32 {
+            assert!(
+                r.seq <= store.max_seq(0),
+                "P2: seq {} served above the committed ceiling {}",
+                r.seq,
+                store.max_seq(0)
+            );
+        }
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_handover_release_names_only_the_sections_dropped() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 20, READY).await;
+    // Sections 5..10 go to another owner while the arbiter asks for 0..10 to be handed over:
+    // the node drops 0..5 and must release exactly those, under the epochs it held them in.
+    store.with(|s| {
+        s.nodes.insert(99, (2, "127.0.0.1:9".into()));
+        s.assign(5, 10, 99, false);
+        s.handover = vec![pb::SectionRange { begin: 0, end: 10 }];
+    });
+    poll("sections 0..5 released", READY, || async {
+        store.with(|s| (0..5).all(|i| s.sections[i].owner == 0).then_some(()))
+    })
+    .await;
+    let named: Vec<u64> = store.with(|s| {
+        s.release_log
+            .iter()
+            .flat_map(|r| r.sections.iter().flat_map(|x| x.begin..x.end))
+            .collect()
+    });
+    assert_eq!(named, (0..5).collect::<Vec<u64>>(), "the Release named sections it did not hold");
+    assert!(
+        store.with(|s| (5..10).all(|i| s.sections[i].owner == 99)),
+        "the other owner kept its sections"
+    );
+    node.shutdown().await;
+}

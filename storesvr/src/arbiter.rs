@@ -68,6 +68,22 @@ impl Liveness {
         self.leader_since.is_some()
     }
 
+    /// Called on every arbiter tick with what Raft reports; true when this node just became
+    /// leader (its liveness data was reset).
+    pub fn observe_leadership(&mut self, is_leader: bool, _term: u64, now: Instant) -> bool {
+        match (is_leader, self.is_leader()) {
+            (true, false) => {
+                self.become_leader(now);
+                true
+            }
+            (false, true) => {
+                self.step_down();
+                false
+            }
+            _ => false,
+        }
+    }
+
     pub fn record(&mut self, incarnation: u64, now: Instant) {
         if self.leader_since.is_some() {
             self.last_renew.insert(incarnation, now);
@@ -277,6 +293,50 @@ mod tests {
         );
         apply(&mut st, &p);
         assert!(st.section(7).unwrap().no_wait, "released sections move without a wait");
+    }
+
+    #[test]
+    fn leadership_regained_in_a_later_term_forgets_old_liveness() {
+        let (st, incs) = set_with(&[1]);
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let mut live = Liveness::default();
+        assert!(live.observe_leadership(true, 3, t0));
+        live.record(incs[0], t0 + Duration::from_millis(100));
+        // Leadership lost and regained between two ticks: the tick only sees a higher term.
+        let t1 = t0 + Duration::from_millis(2050);
+        assert!(live.observe_leadership(true, 5, t1), "a new term is a new leadership");
+        // The renewal heard in term 3 must not count: nobody is declared dead before t1 + detect.
+        let got: Vec<u64> = alive(&st, &live, t1 + Duration::from_millis(100), detect).into_iter().collect();
+        assert_eq!(got, vec![incs[0]], "declared dead on stale liveness from an earlier term");
+    }
+
+    #[test]
+    fn a_registration_alone_draws_no_sections() {
+        let (mut st, incs) = set_with(&[1]);
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let mut live = Liveness::default();
+        live.become_leader(t0);
+        live.record(incs[0], t0);
+        let p = plan(&st, &alive(&st, &live, t0, detect));
+        apply(&mut st, &p);
+        let CommandResult::Registered { incarnation: ghost } = st.apply(
+            &Command::Register {
+                node_id: 2,
+                addr: "n2".into(),
+            },
+            false,
+        ) else {
+            panic!()
+        };
+        // What the Register handler records; the process dies before its first renewal.
+        live.record(ghost, t0 + Duration::from_millis(10));
+        let p = plan(&st, &alive(&st, &live, t0 + Duration::from_millis(20), detect));
+        assert!(
+            p.handover.is_empty() && p.moves.iter().all(|m| m.to != ghost),
+            "sections planned for an incarnation that never renewed: {p:?}"
+        );
     }
 
     #[test]

@@ -318,22 +318,24 @@ async fn arbiter_loop(ctx: Arc<Ctx>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let is_leader = {
-            let m = ctx.raft.metrics().borrow().clone();
-            m.state == ServerState::Leader && m.current_leader == Some(ctx.node_id)
+        let (is_leader, term) = {
+            let metrics = ctx.raft.metrics();
+            let m = metrics.borrow();
+            (
+                m.state == ServerState::Leader && m.current_leader == Some(ctx.node_id),
+                m.current_term,
+            )
         };
-        {
-            let mut live = ctx.liveness.lock().expect("liveness lock poisoned");
-            match (is_leader, live.is_leader()) {
-                (true, false) => {
-                    tracing::info!(
-                        "became leader: liveness restarts now, nobody is declared dead for one detection interval"
-                    );
-                    live.become_leader(Instant::now());
-                }
-                (false, true) => live.step_down(),
-                _ => {}
-            }
+        let became_leader = ctx
+            .liveness
+            .lock()
+            .expect("liveness lock poisoned")
+            .observe_leadership(is_leader, term, Instant::now());
+        if became_leader {
+            tracing::info!(
+                term,
+                "became leader: liveness restarts now, nobody is declared dead for one detection interval"
+            );
         }
         if !is_leader {
             continue;

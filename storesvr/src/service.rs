@@ -524,3 +524,14 @@ impl pb::store_service_server::StoreService for StoreSvc {
         Ok(Response::new(reply))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_machine_surprise_is_internal_not_retryable() {
+        let status = Status::from(unexpected(CommandResult::Released { count: 0 }));
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    }
+}

@@ -607,6 +607,66 @@ mod tests {
         assert_eq!(st, before);
     }
 
+    #[test]
+    fn a_late_release_does_not_take_a_section_back_from_its_current_owner() {
+        let (mut st, a) = ready();
+        let c = register(&mut st, 2);
+        let assign = |st: &mut SetState, to: u64| {
+            st.apply(
+                &Command::Assign {
+                    expire: vec![],
+                    moves: vec![Move { begin: 0, end: 5, from: 0, to }],
+                },
+                false,
+            )
+        };
+        // A hands sections 0..5 over with Release R; R commits but its reply is lost.
+        let r = Command::Release {
+            incarnation: a,
+            ranges: vec![(0, 5)],
+            leaving: false,
+        };
+        st.apply(&r, false);
+        assign(&mut st, c);
+        // C leaves cleanly, the sections come back to A (no wait), C restarts as C2.
+        st.apply(
+            &Command::Release {
+                incarnation: c,
+                ranges: vec![(0, 5)],
+                leaving: true,
+            },
+            false,
+        );
+        assign(&mut st, a);
+        let before = st.section(2).unwrap().clone();
+        assert_eq!(before.owner, a);
+        let _c2 = register(&mut st, 2);
+        // The resent R lands now: it must change nothing.
+        st.apply(&r, false);
+        assert_eq!(st.section(2).unwrap(), &before, "a stale Release took the section from its owner");
+    }
+
+    #[test]
+    fn a_bump_far_above_the_ceiling_is_refused() {
+        let (mut st, a) = ready();
+        let CommandResult::Bumped(r) = bump(&mut st, a, 0, 1, u64::MAX - 1) else {
+            panic!()
+        };
+        assert_ne!(r[0].outcome, BumpOutcome::Applied, "a forged bump to 2^64-2 was applied");
+        assert_eq!(st.section(0).unwrap().max_seq, 0);
+    }
+
+    #[test]
+    fn a_retried_register_of_the_same_process_keeps_its_incarnation() {
+        let mut st = SetState::default();
+        st.apply(&Command::Init(params()), false);
+        let first = register(&mut st, 1);
+        // The same process's Register, retried after its first attempt committed, lands late.
+        let again = register(&mut st, 1);
+        assert_eq!(again, first, "a retried Register minted a new incarnation");
+        assert!(st.allocsvrs.contains_key(&first), "the incarnation in use was superseded");
+    }
+
     proptest::proptest! {
         /// P3: whatever sequence of commands is applied, no section's max_seq decreases.
         #[test]

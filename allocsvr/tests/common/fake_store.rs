@@ -45,6 +45,10 @@ pub struct State {
     pub bump_log: Vec<(u64, u64, u64)>,
     pub bump_rpcs: u64,
     pub releases: u64,
+    /// Answer bumps APPLIED with epoch 0 without applying them (a malformed reply).
+    pub zero_epoch_bump_replies: bool,
+    /// Every Release received, in order.
+    pub release_log: Vec<pb::ReleaseRequest>,
 }
 
 impl State {
@@ -254,6 +258,7 @@ impl StoreService for Svc {
         let req = req.into_inner();
         let mut st = self.state.lock().unwrap();
         st.check()?;
+        st.release_log.push(req.clone());
         let mut released = 0;
         for r in &req.sections {
             for i in r.begin..r.end.min(st.sections.len() as u64) {
@@ -293,6 +298,22 @@ impl StoreService for Svc {
             return Err(Status::invalid_argument("unknown section"));
         }
         st.bump_rpcs += 1;
+        if st.zero_epoch_bump_replies {
+            let results = req
+                .items
+                .iter()
+                .map(|i| pb::BumpResult {
+                    section: i.section,
+                    outcome: pb::BumpOutcome::Applied as i32,
+                    max_seq: i.new_max,
+                    epoch: 0,
+                })
+                .collect();
+            return Ok(Response::new(pb::BumpReply {
+                not_leader: None,
+                results,
+            }));
+        }
         let mut results = Vec::with_capacity(req.items.len());
         for item in &req.items {
             st.bump_log.push((item.section, item.epoch, item.new_max));
