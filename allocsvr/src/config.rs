@@ -57,6 +57,10 @@ pub struct Cli {
     /// TEST ONLY, breaks P1: keep cur_seq memory of a section across losing and regaining it.
     #[arg(long, hide = true)]
     pub unsafe_keep_memory: bool,
+    /// TEST ONLY, a network fault: send every Release once more, at a random time between N
+    /// and 2N ms after the first (a late duplicate, as a retry after a lost reply would be).
+    #[arg(long, hide = true)]
+    pub test_repeat_releases_after_ms: Option<u64>,
 }
 
 /// Negative controls: each breaks exactly one rule of DESIGN.md §4 so that the simulator can
@@ -93,6 +97,8 @@ pub struct NodeConfig {
     pub start_timeout: Duration,
     /// Negative controls (test only).
     pub unsafe_switches: UnsafeSwitches,
+    /// Test only: send every Release again this long (up to twice this) after the first.
+    pub repeat_releases_after: Option<Duration>,
 }
 
 impl NodeConfig {
@@ -105,6 +111,7 @@ impl NodeConfig {
             store,
             start_timeout: Duration::from_secs(30),
             unsafe_switches: UnsafeSwitches::default(),
+            repeat_releases_after: None,
         }
     }
 }
@@ -160,6 +167,7 @@ impl Cli {
                     serve_before_bump_ack: self.unsafe_serve_before_bump_ack,
                     keep_memory: self.unsafe_keep_memory,
                 },
+                repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
             },
             metrics_listen,
         })

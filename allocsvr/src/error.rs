@@ -13,6 +13,9 @@ pub enum Error {
     /// The node cannot answer now (shutting down, store unreachable): retry, maybe elsewhere.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The uid's section has used up the 64-bit sequence space: no retry will help.
+    #[error("{0}")]
+    Exhausted(String),
     /// The node could not start (bad parameters from the store, cannot bind): give up.
     #[error("cannot start: {0}")]
     Startup(String),
@@ -23,6 +26,7 @@ impl From<Error> for tonic::Status {
         match e {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
             Error::Unavailable(m) => tonic::Status::unavailable(m),
+            Error::Exhausted(m) => tonic::Status::resource_exhausted(m),
             Error::Startup(m) => tonic::Status::internal(m),
         }
     }

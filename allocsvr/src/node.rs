@@ -168,7 +168,7 @@ impl Node {
         });
         let req = pb::ReleaseRequest {
             incarnation: self.inner.incarnation.load(Ordering::Acquire),
-            sections: ranges(dropped.iter().map(|s| s.id)),
+            sections: released(&dropped),
             leaving: true,
         };
         match store.release(req).await {
@@ -219,10 +219,14 @@ async fn register(
     deadline: Option<tokio::time::Instant>,
 ) -> Result<(Incarnation, Params), Error> {
     let mut backoff = Duration::from_millis(50);
+    // One nonce for every attempt of this registration: an attempt that committed but whose
+    // reply was lost, or that lands after a later one, yields the same incarnation.
+    let nonce = rand::random_range(1..=u64::MAX);
     loop {
         let req = pb::RegisterRequest {
             node_id: cfg.node_id.0,
             addr: advertise.to_string(),
+            nonce,
         };
         let last = match store.register(req).await {
             Ok(reply) => {
@@ -250,6 +254,26 @@ async fn register(
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
     }
+}
+
+/// What a Release names: the dropped slots' sections, in runs of consecutive sections held
+/// under the same epoch (a section is released only under the epoch its owner held it in).
+fn released(slots: &[Arc<Slot>]) -> Vec<pb::ReleasedRange> {
+    let mut held: Vec<(u64, u64)> = slots.iter().map(|s| (s.id.0, s.epoch.0)).collect();
+    held.sort_unstable();
+    held.dedup();
+    let mut out: Vec<pb::ReleasedRange> = Vec::new();
+    for (id, epoch) in held {
+        match out.last_mut() {
+            Some(r) if r.end == id && r.epoch == epoch => r.end += 1,
+            _ => out.push(pb::ReleasedRange {
+                begin: id,
+                end: id + 1,
+                epoch,
+            }),
+        }
+    }
+    out
 }
 
 /// Compresses section ids (any order) into sorted half-open ranges.
@@ -316,8 +340,9 @@ impl Inner {
     }
 
     /// Diffs a confirming renewal's grants against the held sections (rule 9), inserts newly
-    /// gained ones as not-ready and returns them, with the handover ranges to release.
-    fn apply_grants(&self, reply: &pb::RenewReply, t_obs: Instant) -> (Vec<Arc<Slot>>, Vec<pb::SectionRange>) {
+    /// gained ones as not-ready and returns them, with the slots dropped for a handover (to be
+    /// released under their own incarnation and epoch, and only those).
+    fn apply_grants(&self, reply: &pb::RenewReply, t_obs: Instant) -> (Vec<Arc<Slot>>, Vec<Arc<Slot>>) {
         let p = &self.params;
         let first = p.sections.start;
         let mut desired: Vec<Option<(Epoch, bool)>> = vec![None; p.section_count()];
@@ -330,9 +355,13 @@ impl Inner {
                 desired[(s - first) as usize] = Some((Epoch(g.epoch), g.no_wait));
             }
         }
+        // The epoch under which each section is to be handed over: only a section still granted
+        // can be (the arbiter's handover list may be older than the grants).
+        let mut handed_over: Vec<Option<Epoch>> = vec![None; p.section_count()];
         for h in &reply.handover {
             for s in h.begin.max(first)..h.end.min(p.sections.end) {
-                desired[(s - first) as usize] = None;
+                let i = (s - first) as usize;
+                handed_over[i] = desired[i].take().map(|(epoch, _)| epoch);
             }
         }
 
@@ -340,6 +369,7 @@ impl Inner {
         let incarnation = self.incarnation();
         let mut changes = Vec::new();
         let mut gained = Vec::new();
+        let mut to_release = Vec::new();
         for (i, (held, want)) in held.into_iter().zip(desired).enumerate() {
             let id = SectionId(first + i as u64);
             match (held, want) {
@@ -371,9 +401,14 @@ impl Inner {
             if !gained.is_empty() {
                 info!(sections = ?ranges(gained.iter().map(|s| s.id)), "gained sections (loading)");
             }
+            to_release = dropped
+                .iter()
+                .filter(|s| handed_over[(s.id.0 - first) as usize] == Some(s.epoch))
+                .cloned()
+                .collect();
             self.let_go(&dropped);
         }
-        (gained, reply.handover.clone())
+        (gained, to_release)
     }
 }
 
@@ -423,6 +458,26 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
         };
         match store.renew(req).await {
             Ok(reply) if reply.status == pb::RenewStatus::Ok as i32 => {
+                if inner.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                inner.store_routes(reply.route_version, reply.routes.clone());
+                // Drop what the reply no longer grants BEFORE the extended lease is published:
+                // otherwise a fetch could serve a section the store has moved on under a lease
+                // this very reply extended.
+                let unchanged = last_applied.as_ref().is_some_and(|(g, h, generation)| {
+                    *g == reply.grants && *h == reply.handover && *generation == inner.owned.generation()
+                });
+                if !unchanged {
+                    let (gained, handed_over) = inner.apply_grants(&reply, Instant::now());
+                    last_applied = Some((reply.grants, reply.handover, inner.owned.generation()));
+                    if !gained.is_empty() {
+                        tokio::spawn(gain(inner.clone(), gained));
+                    }
+                    if !handed_over.is_empty() {
+                        tokio::spawn(release(inner.clone(), release_request(&handed_over)));
+                    }
+                }
                 let was_valid = lease.is_valid(t_send);
                 lease.confirmed(t_send, &p.timings);
                 inner.owned.set_lease_until(lease.valid_until());
@@ -430,24 +485,6 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                     info!(until_ms = p.timings.owner_validity().as_millis() as u64, "lease gained");
                 }
                 inner.metrics.lease_valid.set(1.0);
-                inner.store_routes(reply.route_version, reply.routes.clone());
-                if inner.stopping.load(Ordering::Acquire) {
-                    return;
-                }
-                let unchanged = last_applied.as_ref().is_some_and(|(g, h, generation)| {
-                    *g == reply.grants && *h == reply.handover && *generation == inner.owned.generation()
-                });
-                if unchanged {
-                    continue;
-                }
-                let (gained, handover) = inner.apply_grants(&reply, Instant::now());
-                last_applied = Some((reply.grants, reply.handover, inner.owned.generation()));
-                if !gained.is_empty() {
-                    tokio::spawn(gain(inner.clone(), gained));
-                }
-                if !handover.is_empty() {
-                    tokio::spawn(release(inner.clone(), handover));
-                }
             }
             Ok(reply) if reply.status == pb::RenewStatus::UnknownIncarnation as i32 => {
                 warn!(incarnation = %inner.incarnation(), "store does not know this incarnation any more");
@@ -552,13 +589,36 @@ async fn gain(inner: Arc<Inner>, slots: Vec<Arc<Slot>>) {
     }
 }
 
-/// Releases handed-over sections (already dropped) so their next owner need not wait.
-async fn release(inner: Arc<Inner>, sections: Vec<pb::SectionRange>) {
-    let req = pb::ReleaseRequest {
-        incarnation: inner.incarnation().0,
-        sections,
+/// The Release of handed-over slots, built when they are dropped: the incarnation and epochs are
+/// the ones they were held under, whatever this process registers as or regains later.
+fn release_request(slots: &[Arc<Slot>]) -> pb::ReleaseRequest {
+    let incarnation = slots.first().map_or(0, |s| s.incarnation.0);
+    debug_assert!(slots.iter().all(|s| s.incarnation.0 == incarnation));
+    pb::ReleaseRequest {
+        incarnation,
+        sections: released(slots),
         leaving: false,
-    };
+    }
+}
+
+/// Releases handed-over sections (already dropped) so their next owner need not wait.
+async fn release(inner: Arc<Inner>, req: pb::ReleaseRequest) {
+    if let Some(after) = inner.cfg.repeat_releases_after {
+        // Test-only network fault: the same Release arrives once more, late.
+        let late = after + after.mul_f64(rand::random::<f64>());
+        let (store, again) = (inner.store.clone(), req.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(late).await;
+            match store.release(again).await {
+                Ok(r) => info!(
+                    released = r.released,
+                    late_ms = late.as_millis() as u64,
+                    "repeated release landed"
+                ),
+                Err(e) => debug!(error = %e, "repeated release failed"),
+            }
+        });
+    }
     match inner.store.release(req).await {
         Ok(r) => info!(released = r.released, "handed sections over"),
         Err(e) => warn!(error = %e, "release after handover failed; the next owner waits out the lease"),
@@ -635,7 +695,9 @@ async fn run_bump(inner: &Inner, store: &StoreClient, slots: &[Arc<Slot>]) {
             Ok(reply) if reply.results.len() == pending.len() => {
                 inner.metrics.bump_latency.record(sent.elapsed().as_secs_f64());
                 for ((slot, new_max), r) in pending.iter().zip(&reply.results) {
-                    let same_epoch = r.epoch == 0 || r.epoch == slot.epoch.0;
+                    // Only the epoch the slot holds vouches for the bump: a reply without it
+                    // (epoch 0) is not an acknowledgement.
+                    let same_epoch = r.epoch == slot.epoch.0;
                     match pb::BumpOutcome::try_from(r.outcome) {
                         Ok(pb::BumpOutcome::Applied | pb::BumpOutcome::NoOp)
                             if same_epoch && r.section == slot.id.0 =>
@@ -647,6 +709,13 @@ async fn run_bump(inner: &Inner, store: &StoreClient, slots: &[Arc<Slot>]) {
                         }
                         Ok(pb::BumpOutcome::StaleEpoch) => {
                             info!(section = %slot.id, epoch = %slot.epoch, "bump refused: stale epoch, letting go");
+                            abandon(inner, slot, true);
+                        }
+                        Ok(pb::BumpOutcome::OutOfRange) => {
+                            error!(
+                                section = %slot.id, new_max, max_seq = r.max_seq,
+                                "bump refused as too far above the ceiling (this node's view of the ceiling is wrong); letting go"
+                            );
                             abandon(inner, slot, true);
                         }
                         other => {

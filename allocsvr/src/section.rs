@@ -32,6 +32,9 @@ pub enum Next {
     NotReady,
     /// The lease has run out: nothing may be served.
     LeaseExpired,
+    /// The ceiling is reached and no bump can raise it by a step without passing 2^64 - 1:
+    /// this section's uids can be given no more numbers.
+    Exhausted,
 }
 
 /// What a read of a uid's `cur_seq` found.
@@ -170,6 +173,7 @@ impl Section {
         let cur = self.cur.get(offset).copied().unwrap_or(base);
         let next = match cur.checked_add(1) {
             Some(next) if next <= ceiling => next,
+            _ if self.max_seq.checked_add(self.spec.step).is_none() => return Next::Exhausted,
             _ => return Next::NeedBump,
         };
         if self.cur.is_empty() {
@@ -295,7 +299,20 @@ mod tests {
         // No bump can raise the ceiling by a step any more: nothing to wait for.
         assert_eq!(s.maybe_prefetch(), None);
         let next = s.try_next(0, now, lease);
-        assert!(!matches!(next, Next::NeedBump | Next::NotReady), "an exhausted section answers {next:?}");
+        assert_eq!(next, Next::Exhausted, "an exhausted section answers {next:?}");
+        // Served up to the last ceiling a step fits under, then told apart from "wait for a bump".
+        let mut s = loaded(u64::MAX - 6, now);
+        assert_eq!(s.maybe_prefetch(), Some(u64::MAX - 2));
+        assert_eq!(
+            s.try_next(1, now, lease),
+            Next::NeedBump,
+            "nothing above the loaded ceiling before the ack"
+        );
+        s.bump_acked(u64::MAX - 2);
+        for want in u64::MAX - 5..=u64::MAX - 2 {
+            assert_eq!(s.try_next(1, now, lease), Next::Served(want));
+        }
+        assert_eq!(s.try_next(1, now, lease), Next::Exhausted);
     }
 
     #[test]

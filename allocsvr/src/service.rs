@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::Uid;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
+use seqsvr_proto::{SectionId, Uid};
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
@@ -46,6 +46,19 @@ enum Step {
     NotReady,
     /// The ceiling is reached; a bump is in flight on this slot.
     Wait(Arc<Slot>),
+    /// The section's sequence space is used up (its `max_seq`).
+    Exhausted(SectionId, u64),
+}
+
+impl Step {
+    /// The error for a uid whose section cannot hand out any more numbers.
+    fn exhausted(uid: Uid, section: SectionId, max_seq: u64) -> Error {
+        Error::Exhausted(format!(
+            "uid {} (section {}) has used up the 64-bit sequence space (max_seq {max_seq}): \
+             no further seq can be handed out for it",
+            uid.0, section.0
+        ))
+    }
 }
 
 /// The `AllocService` implementation.
@@ -102,6 +115,7 @@ impl Service {
                     owner: self.owner(slot),
                 },
                 Next::NeedBump => Step::Wait(slot.clone()),
+                Next::Exhausted => return (Step::Exhausted(section, s.max_seq()), None),
                 Next::NotReady | Next::LeaseExpired => return (Step::NotReady, None),
             };
             let prefetch = s.maybe_prefetch().map(|_| slot.clone());
@@ -140,7 +154,7 @@ impl Service {
         match step {
             Step::Served { .. } => m.fetch_ok.increment(1),
             Step::NotOwner => m.fetch_not_owner.increment(1),
-            Step::NotReady | Step::Wait(_) => m.fetch_not_ready.increment(1),
+            Step::NotReady | Step::Wait(_) | Step::Exhausted(..) => m.fetch_not_ready.increment(1),
         }
     }
 }
@@ -159,6 +173,7 @@ impl AllocService for Service {
             Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
             Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
             Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
+            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
         };
         let (route_version, routes) = self.routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
         Ok(Response::new(pb::FetchNextSeqReply {
@@ -236,6 +251,11 @@ impl AllocService for Service {
                     outcomes.push(pb::Outcome::NotReady as i32);
                     seqs.push(0);
                 }
+                // Numbers already taken by earlier uids of this batch are lost (gaps are
+                // allowed); the caller must hear that this uid can never be served.
+                Step::Exhausted(section, max_seq) => {
+                    return Err(Step::exhausted(Uid(*uid), section, max_seq).into());
+                }
             }
         }
         let (route_version, routes) = self.routes_for(req.route_version, any_not_owner);
@@ -249,9 +269,11 @@ impl AllocService for Service {
     }
 }
 
-/// Adds `owner` to a batch reply's owners unless the same one is already named.
+/// Adds `owner` to a batch reply's owners unless the same one is already named. A section can be
+/// served under two owners in one batch (dropped and regained mid-batch, or a new incarnation):
+/// each (section, incarnation, epoch) is named, so that no seq is attributed to the wrong one.
 fn note_owner(owners: &mut Vec<pb::Owner>, owner: pb::Owner) {
-    if !owners.iter().any(|o| o.section == owner.section) {
+    if !owners.contains(&owner) {
         owners.push(owner);
     }
 }

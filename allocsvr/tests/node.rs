@@ -356,7 +356,11 @@ async fn a_handover_release_names_only_the_sections_dropped() {
             .flat_map(|r| r.sections.iter().flat_map(|x| x.begin..x.end))
             .collect()
     });
-    assert_eq!(named, (0..5).collect::<Vec<u64>>(), "the Release named sections it did not hold");
+    assert_eq!(
+        named,
+        (0..5).collect::<Vec<u64>>(),
+        "the Release named sections it did not hold"
+    );
     assert!(
         store.with(|s| (5..10).all(|i| s.sections[i].owner == 99)),
         "the other owner kept its sections"

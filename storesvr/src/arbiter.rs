@@ -2,9 +2,17 @@
 //!
 //! It runs on the Raft leader only. Liveness is in-memory: the time of each
 //! incarnation's last renewal as seen by this leader. A new leader trusts no
-//! liveness data from the old one: it starts every incarnation's clock at the
-//! moment it became leader, so nobody is declared dead before one full
-//! detection interval has passed under the new leader.
+//! liveness data from the old one (a leadership regained in a later term is a
+//! new leadership, even when no tick saw it lost): it starts every
+//! incarnation's clock at the moment it became leader, so nobody is declared
+//! dead before one full detection interval has passed under the new leader.
+//!
+//! An incarnation draws sections only once this leader has heard a renewal from
+//! it within the detection interval ([`Alive::renewing`]): a process that dies
+//! right after registering is never planned anything, and is expired one
+//! detection interval after its registration. One that is merely not declared
+//! dead yet ([`Alive::not_dead`]: just registered, or not heard by a new leader
+//! yet) keeps what it owns but gets nothing new.
 //!
 //! The decisions are pure ([`alive`], [`plan`]): given the state, the live
 //! set and the section count they return what to do. Sections move only in
@@ -49,7 +57,20 @@ impl Plan {
 #[derive(Debug, Default)]
 pub struct Liveness {
     leader_since: Option<Instant>,
-    last_renew: HashMap<u64, Instant>,
+    /// The Raft term this node leads in.
+    term: u64,
+    /// When this leader last heard of each incarnation, and whether that was a renewal (true)
+    /// or only its registration (false).
+    last_renew: HashMap<u64, (Instant, bool)>,
+}
+
+/// Who the arbiter may plan with, at one instant.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Alive {
+    /// Renewed with this leader within the detection interval: may gain sections.
+    pub renewing: BTreeSet<u64>,
+    /// Not declared dead (a superset of `renewing`): keeps what it owns.
+    pub not_dead: BTreeSet<u64>,
 }
 
 impl Liveness {
@@ -69,51 +90,71 @@ impl Liveness {
     }
 
     /// Called on every arbiter tick with what Raft reports; true when this node just became
-    /// leader (its liveness data was reset).
-    pub fn observe_leadership(&mut self, is_leader: bool, _term: u64, now: Instant) -> bool {
+    /// leader (its liveness data was reset). A higher term than the one it led in means the
+    /// leadership was lost and regained between two ticks: what was heard before is stale.
+    pub fn observe_leadership(&mut self, is_leader: bool, term: u64, now: Instant) -> bool {
         match (is_leader, self.is_leader()) {
-            (true, false) => {
-                self.become_leader(now);
-                true
-            }
+            (true, false) => {}
+            (true, true) if term != self.term => {}
             (false, true) => {
                 self.step_down();
-                false
+                return false;
             }
-            _ => false,
+            _ => return false,
+        }
+        self.become_leader(now);
+        self.term = term;
+        true
+    }
+
+    /// A renewal from the incarnation reached this leader.
+    pub fn record(&mut self, incarnation: u64, now: Instant) {
+        if self.leader_since.is_some() {
+            self.last_renew.insert(incarnation, (now, true));
         }
     }
 
-    pub fn record(&mut self, incarnation: u64, now: Instant) {
+    /// The incarnation registered through this leader: its detection clock starts, but it is not
+    /// renewing until its first renewal arrives.
+    pub fn registered(&mut self, incarnation: u64, now: Instant) {
         if self.leader_since.is_some() {
-            self.last_renew.insert(incarnation, now);
+            self.last_renew.entry(incarnation).or_insert((now, false));
         }
     }
 
     /// When this leader last heard from the incarnation (or became leader).
     pub fn last_seen(&self, incarnation: u64) -> Option<Instant> {
-        self.last_renew.get(&incarnation).copied().or(self.leader_since)
+        self.last_renew.get(&incarnation).map(|(t, _)| *t).or(self.leader_since)
+    }
+
+    fn has_renewed(&self, incarnation: u64) -> bool {
+        self.last_renew.get(&incarnation).is_some_and(|(_, renewed)| *renewed)
     }
 }
 
-/// Registered incarnations heard from within `detect`.
-pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) -> BTreeSet<u64> {
-    set.allocsvrs
-        .keys()
-        .copied()
-        .filter(|inc| {
-            live.last_seen(*inc)
-                .is_some_and(|t| now.saturating_duration_since(t) < detect)
-        })
-        .collect()
+/// Registered incarnations by what the arbiter may do with them at `now`.
+pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) -> Alive {
+    let mut out = Alive::default();
+    for &inc in set.allocsvrs.keys() {
+        let recent = live
+            .last_seen(inc)
+            .is_some_and(|t| now.saturating_duration_since(t) < detect);
+        if recent {
+            out.not_dead.insert(inc);
+            if live.has_renewed(inc) {
+                out.renewing.insert(inc);
+            }
+        }
+    }
+    out
 }
 
 /// Balanced contiguous layout: `(begin, end, incarnation)` runs over the set's sections.
-pub fn desired_layout(set: &SetState, alive: &BTreeSet<u64>) -> Vec<(u64, u64, u64)> {
+pub fn desired_layout(set: &SetState, renewing: &BTreeSet<u64>) -> Vec<(u64, u64, u64)> {
     let Some(p) = set.params.as_ref() else {
         return Vec::new();
     };
-    let mut nodes: Vec<(u64, u64)> = alive
+    let mut nodes: Vec<(u64, u64)> = renewing
         .iter()
         .filter_map(|i| set.allocsvrs.get(i))
         .map(|r| (r.node_id, r.incarnation))
@@ -137,20 +178,28 @@ pub fn desired_layout(set: &SetState, alive: &BTreeSet<u64>) -> Vec<(u64, u64, u
 }
 
 /// What to change so that ownership approaches the desired layout.
-pub fn plan(set: &SetState, alive: &BTreeSet<u64>) -> Plan {
+pub fn plan(set: &SetState, alive: &Alive) -> Plan {
     let mut out = Plan {
-        expire: set.allocsvrs.keys().copied().filter(|i| !alive.contains(i)).collect(),
+        expire: set
+            .allocsvrs
+            .keys()
+            .copied()
+            .filter(|i| !alive.not_dead.contains(i))
+            .collect(),
         ..Default::default()
     };
-    for (begin, end, want) in desired_layout(set, alive) {
+    for (begin, end, want) in desired_layout(set, &alive.renewing) {
         for section in begin..end {
             let owner = set.section(section).map_or(0, |s| s.owner);
             if owner == want {
                 continue;
             }
-            if owner != 0 && alive.contains(&owner) {
+            if owner != 0 && alive.renewing.contains(&owner) {
                 push_run(out.handover.entry(owner).or_default(), section);
                 continue;
+            }
+            if owner != 0 && alive.not_dead.contains(&owner) {
+                continue; // not heard by this leader yet: neither robbed nor asked
             }
             match out.moves.last_mut() {
                 Some(m) if m.end == section && m.from == owner && m.to == want => m.end += 1,
@@ -202,6 +251,7 @@ mod tests {
                     &Command::Register {
                         node_id: *n,
                         addr: format!("n{n}"),
+                        nonce: 0,
                     },
                     false,
                 ) {
@@ -213,6 +263,15 @@ mod tests {
         (st, incs)
     }
 
+    /// Every given incarnation renewing.
+    fn renewing(incs: &[u64]) -> Alive {
+        let set: BTreeSet<u64> = incs.iter().copied().collect();
+        Alive {
+            renewing: set.clone(),
+            not_dead: set,
+        }
+    }
+
     fn apply(st: &mut SetState, p: &Plan) {
         if let Some(c) = p.command() {
             st.apply(&c, false);
@@ -222,7 +281,7 @@ mod tests {
     #[test]
     fn fresh_set_is_split_evenly_without_waits() {
         let (mut st, incs) = set_with(&[2, 1]);
-        let alive: BTreeSet<u64> = incs.iter().copied().collect();
+        let alive = renewing(&incs);
         let p = plan(&st, &alive);
         assert!(p.expire.is_empty() && p.handover.is_empty());
         apply(&mut st, &p);
@@ -235,10 +294,9 @@ mod tests {
     #[test]
     fn dead_owner_sections_are_taken_with_a_lease_wait() {
         let (mut st, incs) = set_with(&[1, 2]);
-        let all: BTreeSet<u64> = incs.iter().copied().collect();
-        let p = plan(&st, &all);
+        let p = plan(&st, &renewing(&incs));
         apply(&mut st, &p);
-        let only_b: BTreeSet<u64> = [incs[1]].into();
+        let only_b = renewing(&[incs[1]]);
         let p = plan(&st, &only_b);
         assert_eq!(p.expire, vec![incs[0]]);
         assert_eq!(
@@ -258,25 +316,30 @@ mod tests {
     #[test]
     fn joining_node_gets_its_share_by_planned_handover() {
         let (mut st, incs) = set_with(&[1]);
-        let p = plan(&st, &[incs[0]].into());
+        let p = plan(&st, &renewing(&[incs[0]]));
         apply(&mut st, &p);
         let CommandResult::Registered { incarnation: b } = st.apply(
             &Command::Register {
                 node_id: 2,
                 addr: "n2".into(),
+                nonce: 0,
             },
             false,
         ) else {
             panic!()
         };
-        let alive: BTreeSet<u64> = [incs[0], b].into();
+        let alive = renewing(&[incs[0], b]);
         let p = plan(&st, &alive);
         assert!(p.moves.is_empty(), "a live owner is never robbed");
         assert_eq!(p.handover.get(&incs[0]), Some(&vec![(5, 10)]));
         st.apply(
             &Command::Release {
                 incarnation: incs[0],
-                ranges: vec![(5, 10)],
+                ranges: vec![crate::state::Released {
+                    begin: 5,
+                    end: 10,
+                    epoch: 1,
+                }],
                 leaving: false,
             },
             false,
@@ -307,8 +370,15 @@ mod tests {
         let t1 = t0 + Duration::from_millis(2050);
         assert!(live.observe_leadership(true, 5, t1), "a new term is a new leadership");
         // The renewal heard in term 3 must not count: nobody is declared dead before t1 + detect.
-        let got: Vec<u64> = alive(&st, &live, t1 + Duration::from_millis(100), detect).into_iter().collect();
-        assert_eq!(got, vec![incs[0]], "declared dead on stale liveness from an earlier term");
+        let got: Vec<u64> = alive(&st, &live, t1 + Duration::from_millis(100), detect)
+            .not_dead
+            .into_iter()
+            .collect();
+        assert_eq!(
+            got,
+            vec![incs[0]],
+            "declared dead on stale liveness from an earlier term"
+        );
     }
 
     #[test]
@@ -325,18 +395,28 @@ mod tests {
             &Command::Register {
                 node_id: 2,
                 addr: "n2".into(),
+                nonce: 0,
             },
             false,
         ) else {
             panic!()
         };
         // What the Register handler records; the process dies before its first renewal.
-        live.record(ghost, t0 + Duration::from_millis(10));
+        live.registered(ghost, t0 + Duration::from_millis(10));
         let p = plan(&st, &alive(&st, &live, t0 + Duration::from_millis(20), detect));
         assert!(
             p.handover.is_empty() && p.moves.iter().all(|m| m.to != ghost),
             "sections planned for an incarnation that never renewed: {p:?}"
         );
+        assert!(p.expire.is_empty(), "not declared dead before a detection interval");
+        // Never heard from again: expired one detection interval after it registered.
+        live.record(incs[0], t0 + detect);
+        let later = alive(&st, &live, t0 + Duration::from_millis(10) + detect, detect);
+        assert_eq!(plan(&st, &later).expire, vec![ghost]);
+        // Had it renewed, it would have drawn its share by planned handover.
+        live.record(ghost, t0 + detect);
+        let p = plan(&st, &alive(&st, &live, t0 + detect, detect));
+        assert_eq!(p.handover.get(&incs[0]), Some(&vec![(5, 10)]));
     }
 
     #[test]
@@ -353,12 +433,18 @@ mod tests {
             (Duration::from_millis(3600), vec![]),
         ];
         for (at, want) in cases {
-            let got: Vec<u64> = alive(&st, &live, t0 + at, detect).into_iter().collect();
+            let got: Vec<u64> = alive(&st, &live, t0 + at, detect).not_dead.into_iter().collect();
             assert_eq!(got, want, "at {at:?}");
         }
+        let now = alive(&st, &live, t0 + Duration::from_millis(1600), detect);
+        assert_eq!(
+            now.renewing.into_iter().collect::<Vec<_>>(),
+            vec![incs[0]],
+            "only the one heard renews"
+        );
         live.step_down();
         assert!(
-            alive(&st, &live, t0, detect).is_empty(),
+            alive(&st, &live, t0, detect).not_dead.is_empty(),
             "a follower knows nobody is alive"
         );
     }

@@ -18,6 +18,9 @@ pub enum StoreError {
     /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed.
     #[error("{0}")]
     Unavailable(String),
+    /// A bug in this server (a result the command cannot produce): retrying will not help.
+    #[error("{0}")]
+    Internal(String),
     /// The Raft node stopped (storage failure): this replica is out of service.
     #[error("raft node stopped: {0}")]
     Fatal(String),
@@ -29,6 +32,7 @@ impl From<StoreError> for Status {
             StoreError::InvalidArgument(m) => Status::invalid_argument(m),
             StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
             StoreError::Unavailable(m) => Status::unavailable(m),
+            StoreError::Internal(m) => Status::internal(m),
             StoreError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),
         }
     }

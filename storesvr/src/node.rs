@@ -326,11 +326,11 @@ async fn arbiter_loop(ctx: Arc<Ctx>) {
                 m.current_term,
             )
         };
-        let became_leader = ctx
-            .liveness
-            .lock()
-            .expect("liveness lock poisoned")
-            .observe_leadership(is_leader, term, Instant::now());
+        let became_leader =
+            ctx.liveness
+                .lock()
+                .expect("liveness lock poisoned")
+                .observe_leadership(is_leader, term, Instant::now());
         if became_leader {
             tracing::info!(
                 term,

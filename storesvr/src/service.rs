@@ -12,7 +12,7 @@
 use crate::error::StoreError;
 use crate::node::{Ctx, WRITE_TIMEOUT};
 use crate::sm_store::SmData;
-use crate::state::{BumpItem, BumpOutcome, Command, CommandResult, SetParams, SetState};
+use crate::state::{BumpItem, BumpOutcome, Command, CommandResult, Released, SetParams, SetState};
 use crate::writer::WriteError;
 use openraft::error::{CheckIsLeaderError, RaftError};
 use seqsvr_proto::pb;
@@ -112,8 +112,9 @@ impl StoreSvc {
     }
 }
 
+/// A result the command cannot produce: a bug in this server, not a reason to retry.
 fn unexpected(r: CommandResult) -> StoreError {
-    StoreError::Unavailable(format!("unexpected state machine result {r:?}"))
+    StoreError::Internal(format!("unexpected state machine result {r:?}"))
 }
 
 /// Route table of a set: runs of sections with the same owner.
@@ -183,6 +184,26 @@ fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Resul
     Ok(out)
 }
 
+/// Validates a Release's ranges like [`check_ranges`], keeping each range's epoch.
+fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Result<Vec<Released>, StoreError> {
+    let plain: Vec<pb::SectionRange> = ranges
+        .iter()
+        .map(|r| pb::SectionRange {
+            begin: r.begin,
+            end: r.end,
+        })
+        .collect();
+    check_ranges(p, &plain, limit)?;
+    Ok(ranges
+        .iter()
+        .map(|r| Released {
+            begin: r.begin,
+            end: r.end,
+            epoch: r.epoch,
+        })
+        .collect())
+}
+
 fn check_addr(addr: &str) -> Result<(), StoreError> {
     let ok = addr.len() <= MAX_ADDR_LEN
         && addr
@@ -202,6 +223,7 @@ fn outcome_pb(o: BumpOutcome) -> i32 {
         BumpOutcome::Applied => pb::BumpOutcome::Applied as i32,
         BumpOutcome::NoOp => pb::BumpOutcome::NoOp as i32,
         BumpOutcome::StaleEpoch => pb::BumpOutcome::StaleEpoch as i32,
+        BumpOutcome::OutOfRange => pb::BumpOutcome::OutOfRange as i32,
     }
 }
 
@@ -218,6 +240,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .write(Command::Register {
                 node_id: req.node_id,
                 addr: req.addr.clone(),
+                nonce: req.nonce,
             })
             .await?
         {
@@ -234,7 +257,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .liveness
             .lock()
             .expect("liveness lock poisoned")
-            .record(incarnation, Instant::now());
+            .registered(incarnation, Instant::now());
         tracing::info!(node_id = req.node_id, incarnation, addr = %req.addr, "AllocSvr registered");
         Ok(Response::new(pb::RegisterReply {
             not_leader: None,
@@ -313,7 +336,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let ranges = if req.leaving && req.sections.is_empty() {
             Vec::new()
         } else {
-            check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?
+            check_released(&p, &req.sections, MAX_LOAD_SECTIONS)?
         };
         match self
             .write(Command::Release {
@@ -491,7 +514,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                     node_id: r.node_id,
                     incarnation: r.incarnation,
                     addr: r.addr.clone(),
-                    alive: alive.contains(&r.incarnation),
+                    alive: alive.renewing.contains(&r.incarnation),
                     last_renew_ms_ago: live
                         .last_seen(r.incarnation)
                         .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
@@ -516,7 +539,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 sections_owned: d.set.sections.iter().filter(|s| s.owner != 0).count() as u64,
                 max_seq_high: d.set.sections.iter().map(|s| s.max_seq).max().unwrap_or(0),
                 params: d.set.params.as_ref().map(params_to_pb),
-                max_seq_sum: d.set.sections.iter().fold(0u64, |a, s| a.wrapping_add(s.max_seq)),
+                max_seq_sum: d.set.max_seq_sum(),
             }
         });
         let applied = self.data(|d| d.last_applied.map(|l| l.index));

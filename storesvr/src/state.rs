@@ -7,13 +7,23 @@
 //! reaches the same state. It keeps:
 //! - P3: `max_seq` only grows (a bump with `new_max <= max_seq` is a no-op);
 //! - P4: a bump is applied only with the section's current epoch, and every
-//!   ownership change raises the epoch.
+//!   ownership change raises the epoch; a release takes effect only under the
+//!   epoch it names, so a late or repeated Release cannot touch a later grant;
+//! - a bump may raise a section by at most [`MAX_BUMP_STEPS`] steps: until
+//!   callers are authenticated, anyone who can reach the leader could otherwise
+//!   raise a ceiling to the top of the 64-bit space and end the section for good.
 //!
 //! Left out on purpose: liveness (who is alive is the arbiter's in-memory
 //! business, see `arbiter.rs`), and moving sections between sets.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// How many steps above its current `max_seq` one bump may raise a section. An owner asks for one
+/// step above the ceiling it holds (gain and prefetch), and a retried bump repeats its `new_max`,
+/// so one step would do; four leave room for a future owner that prefetches further ahead
+/// without letting a forged bump spend more than a few steps of the 64-bit space.
+pub const MAX_BUMP_STEPS: u64 = 4;
 
 /// Parameters fixed when the set is bootstrapped; every replica and AllocSvr uses these.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +62,8 @@ pub struct AllocSvrRecord {
     pub node_id: u64,
     pub incarnation: u64,
     pub addr: String,
+    /// The registering process's nonce: a retry of the same registration finds this record.
+    pub nonce: u64,
 }
 
 /// One item of a fenced bump.
@@ -68,6 +80,8 @@ pub enum BumpOutcome {
     Applied,
     NoOp,
     StaleEpoch,
+    /// `new_max` is more than [`MAX_BUMP_STEPS`] steps above `max_seq`: refused.
+    OutOfRange,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +89,14 @@ pub struct BumpResult {
     pub section: u64,
     pub outcome: BumpOutcome,
     pub max_seq: u64,
+    pub epoch: u64,
+}
+
+/// Sections `[begin, end)` that an owner held under `epoch` and dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub begin: u64,
+    pub end: u64,
     pub epoch: u64,
 }
 
@@ -93,18 +115,21 @@ pub struct Move {
 pub enum Command {
     /// First command of a set; later ones are ignored.
     Init(SetParams),
+    /// A new incarnation for the node, unless a record with the same `nonce` exists (a retry).
     Register {
         node_id: u64,
         addr: String,
+        nonce: u64,
     },
     Bump {
         incarnation: u64,
         items: Vec<BumpItem>,
     },
-    /// The owner gives sections up; `leaving` also forgets the incarnation (clean shutdown).
+    /// The owner gives sections up, each under the epoch it held it in; `leaving` also forgets
+    /// the incarnation (clean shutdown).
     Release {
         incarnation: u64,
-        ranges: Vec<(u64, u64)>,
+        ranges: Vec<Released>,
         leaving: bool,
     },
     /// Arbiter decision: forget dead incarnations, then apply the moves.
@@ -164,7 +189,7 @@ impl SetState {
         };
         match cmd {
             Command::Init(_) => CommandResult::Initialized { fresh: false },
-            Command::Register { node_id, addr } => self.register(*node_id, addr),
+            Command::Register { node_id, addr, nonce } => self.register(*node_id, addr, *nonce),
             Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, skip_epoch_fence),
             Command::Release {
                 incarnation,
@@ -188,8 +213,19 @@ impl SetState {
         CommandResult::Initialized { fresh: true }
     }
 
-    fn register(&mut self, node_id: u64, addr: &str) -> CommandResult {
-        // A node that registers again is a new process: its older incarnations are
+    fn register(&mut self, node_id: u64, addr: &str, nonce: u64) -> CommandResult {
+        // A retry of a registration that already committed (its reply was lost or late) must not
+        // supersede the incarnation the process may already be using.
+        if let Some(r) = self
+            .allocsvrs
+            .values()
+            .find(|r| nonce != 0 && r.node_id == node_id && r.nonce == nonce)
+        {
+            return CommandResult::Registered {
+                incarnation: r.incarnation,
+            };
+        }
+        // Otherwise a node that registers again is a new process: its older incarnations are
         // superseded at once (their bumps and renewals are refused from now on).
         self.allocsvrs.retain(|_, r| r.node_id != node_id);
         self.last_incarnation += 1;
@@ -200,6 +236,7 @@ impl SetState {
                 node_id,
                 incarnation,
                 addr: addr.to_string(),
+                nonce,
             },
         );
         CommandResult::Registered { incarnation }
@@ -227,6 +264,8 @@ impl SetState {
                 let fenced_out = s.epoch != item.epoch || s.owner != incarnation;
                 let outcome = if fenced_out && !skip_fence {
                     BumpOutcome::StaleEpoch
+                } else if item.new_max > s.max_seq.saturating_add(MAX_BUMP_STEPS.saturating_mul(p.step)) {
+                    BumpOutcome::OutOfRange
                 } else if item.new_max <= s.max_seq {
                     BumpOutcome::NoOp
                 } else {
@@ -244,15 +283,17 @@ impl SetState {
         CommandResult::Bumped(results)
     }
 
-    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[(u64, u64)], leaving: bool) -> CommandResult {
+    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[Released], leaving: bool) -> CommandResult {
         if !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
         let mut count = 0;
-        for &(b, e) in ranges {
-            for section in b.max(p.section_begin)..e.min(p.section_end) {
+        for r in ranges {
+            for section in r.begin.max(p.section_begin)..r.end.min(p.section_end) {
                 let s = &mut self.sections[(section - p.section_begin) as usize];
-                if s.owner == incarnation {
+                // The epoch pins the grant the owner dropped: the same incarnation may hold the
+                // section again under a later epoch, which this Release must not end.
+                if s.owner == incarnation && s.epoch == r.epoch {
                     s.owner = 0;
                     s.epoch += 1;
                     s.no_wait = true;
@@ -312,6 +353,11 @@ impl SetState {
         self.sections.get((section - p.section_begin) as usize)
     }
 
+    /// Sum of every section's `max_seq`, saturating (a progress signal for operators).
+    pub fn max_seq_sum(&self) -> u64 {
+        self.sections.iter().fold(0u64, |a, s| a.saturating_add(s.max_seq))
+    }
+
     /// Runs of consecutive sections `(begin, end, state)` with the same owner, epoch and no_wait.
     pub fn runs(&self) -> Vec<(u64, u64, &SectionState)> {
         let Some(p) = self.params.as_ref() else {
@@ -362,11 +408,18 @@ mod tests {
         }
     }
 
+    /// Registers `node_id` as a new process (a nonce never used before).
     fn register(st: &mut SetState, node_id: u64) -> u64 {
+        let nonce = 1_000_000 + st.last_incarnation;
+        register_with(st, node_id, nonce)
+    }
+
+    fn register_with(st: &mut SetState, node_id: u64, nonce: u64) -> u64 {
         match st.apply(
             &Command::Register {
                 node_id,
                 addr: format!("n{node_id}"),
+                nonce,
             },
             false,
         ) {
@@ -392,6 +445,17 @@ mod tests {
             false,
         );
         (st, incarnation)
+    }
+
+    /// A Release of `[begin, end)` under the epochs the sections have now (what their owner holds).
+    fn held(st: &SetState, begin: u64, end: u64) -> Vec<Released> {
+        (begin..end)
+            .map(|section| Released {
+                begin: section,
+                end: section + 1,
+                epoch: st.section(section).unwrap().epoch,
+            })
+            .collect()
     }
 
     fn bump(st: &mut SetState, inc: u64, section: u64, epoch: u64, new_max: u64) -> CommandResult {
@@ -420,12 +484,12 @@ mod tests {
     fn bump_outcomes() {
         let (mut st, inc) = ready();
         let cases = [
-            (1, 100, BumpOutcome::Applied, 100),
-            (1, 100, BumpOutcome::NoOp, 100),
-            (1, 50, BumpOutcome::NoOp, 100),
-            (0, 500, BumpOutcome::StaleEpoch, 100),
-            (2, 500, BumpOutcome::StaleEpoch, 100),
-            (1, 200, BumpOutcome::Applied, 200),
+            (1, 30, BumpOutcome::Applied, 30),
+            (1, 30, BumpOutcome::NoOp, 30),
+            (1, 15, BumpOutcome::NoOp, 30),
+            (0, 50, BumpOutcome::StaleEpoch, 30),
+            (2, 50, BumpOutcome::StaleEpoch, 30),
+            (1, 60, BumpOutcome::Applied, 60),
         ];
         for (epoch, new_max, outcome, max_seq) in cases {
             let CommandResult::Bumped(r) = bump(&mut st, inc, 4, epoch, new_max) else {
@@ -505,14 +569,14 @@ mod tests {
             items: vec![BumpItem {
                 section: 4,
                 epoch: 1,
-                new_max: 50,
+                new_max: 40,
             }],
         };
         assert_eq!(st.clone().apply(&late, false), CommandResult::UnknownIncarnation);
         let CommandResult::Bumped(r) = st.apply(&late, true) else {
             panic!()
         };
-        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 50));
+        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 40));
         assert_eq!(
             st.section(4).unwrap().epoch,
             2,
@@ -528,7 +592,7 @@ mod tests {
             st.apply(
                 &Command::Release {
                     incarnation: a,
-                    ranges: vec![(5, 10)],
+                    ranges: held(&st, 5, 10),
                     leaving: false,
                 },
                 false
@@ -559,7 +623,7 @@ mod tests {
         let r = st.apply(
             &Command::Release {
                 incarnation: a,
-                ranges: vec![(0, 10)],
+                ranges: held(&st, 0, 10),
                 leaving: true,
             },
             false,
@@ -588,7 +652,8 @@ mod tests {
             empty.apply(
                 &Command::Register {
                     node_id: 1,
-                    addr: "a".into()
+                    addr: "a".into(),
+                    nonce: 0,
                 },
                 false
             ),
@@ -615,7 +680,12 @@ mod tests {
             st.apply(
                 &Command::Assign {
                     expire: vec![],
-                    moves: vec![Move { begin: 0, end: 5, from: 0, to }],
+                    moves: vec![Move {
+                        begin: 0,
+                        end: 5,
+                        from: 0,
+                        to,
+                    }],
                 },
                 false,
             )
@@ -623,7 +693,7 @@ mod tests {
         // A hands sections 0..5 over with Release R; R commits but its reply is lost.
         let r = Command::Release {
             incarnation: a,
-            ranges: vec![(0, 5)],
+            ranges: held(&st, 0, 5),
             leaving: false,
         };
         st.apply(&r, false);
@@ -632,7 +702,7 @@ mod tests {
         st.apply(
             &Command::Release {
                 incarnation: c,
-                ranges: vec![(0, 5)],
+                ranges: held(&st, 0, 5),
                 leaving: true,
             },
             false,
@@ -643,7 +713,11 @@ mod tests {
         let _c2 = register(&mut st, 2);
         // The resent R lands now: it must change nothing.
         st.apply(&r, false);
-        assert_eq!(st.section(2).unwrap(), &before, "a stale Release took the section from its owner");
+        assert_eq!(
+            st.section(2).unwrap(),
+            &before,
+            "a stale Release took the section from its owner"
+        );
     }
 
     #[test]
@@ -652,19 +726,44 @@ mod tests {
         let CommandResult::Bumped(r) = bump(&mut st, a, 0, 1, u64::MAX - 1) else {
             panic!()
         };
-        assert_ne!(r[0].outcome, BumpOutcome::Applied, "a forged bump to 2^64-2 was applied");
+        assert_eq!(
+            r[0].outcome,
+            BumpOutcome::OutOfRange,
+            "a forged bump to 2^64-2 was applied"
+        );
         assert_eq!(st.section(0).unwrap().max_seq, 0);
+        // An owner's own bumps (one step above the ceiling, a retry of the same) pass; the bound
+        // is MAX_BUMP_STEPS steps above the current ceiling, inclusive.
+        let step = params().step;
+        let cases = [
+            (step, BumpOutcome::Applied),
+            (step, BumpOutcome::NoOp),
+            (step + MAX_BUMP_STEPS * step + 1, BumpOutcome::OutOfRange),
+            (step + MAX_BUMP_STEPS * step, BumpOutcome::Applied),
+        ];
+        for (new_max, want) in cases {
+            let CommandResult::Bumped(r) = bump(&mut st, a, 0, 1, new_max) else {
+                panic!()
+            };
+            assert_eq!(r[0].outcome, want, "new_max {new_max}");
+        }
+        assert_eq!(st.max_seq_sum(), (1 + MAX_BUMP_STEPS) * step);
+        st.sections[1].max_seq = u64::MAX;
+        assert_eq!(st.max_seq_sum(), u64::MAX, "the sum saturates");
     }
 
     #[test]
     fn a_retried_register_of_the_same_process_keeps_its_incarnation() {
         let mut st = SetState::default();
         st.apply(&Command::Init(params()), false);
-        let first = register(&mut st, 1);
+        let first = register_with(&mut st, 1, 42);
         // The same process's Register, retried after its first attempt committed, lands late.
-        let again = register(&mut st, 1);
+        let again = register_with(&mut st, 1, 42);
         assert_eq!(again, first, "a retried Register minted a new incarnation");
-        assert!(st.allocsvrs.contains_key(&first), "the incarnation in use was superseded");
+        assert!(
+            st.allocsvrs.contains_key(&first),
+            "the incarnation in use was superseded"
+        );
     }
 
     proptest::proptest! {
@@ -677,8 +776,8 @@ mod tests {
                 let inc = st.allocsvrs.keys().next().copied().unwrap_or(0);
                 let cmd = match kind {
                     0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section, epoch, new_max: val }] },
-                    1 => Command::Release { incarnation: inc, ranges: vec![(section, section + 2)], leaving: epoch == 3 },
-                    2 => Command::Register { node_id: epoch, addr: "x".into() },
+                    1 => Command::Release { incarnation: inc, ranges: vec![Released { begin: section, end: section + 2, epoch: val % 4 }], leaving: epoch == 3 },
+                    2 => Command::Register { node_id: epoch, addr: "x".into(), nonce: val },
                     _ => Command::Assign { expire: vec![], moves: vec![Move { begin: 0, end: 10, from: 0, to: inc }] },
                 };
                 st.apply(&cmd, false);

@@ -131,6 +131,11 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let owner = FakeOwner::register(&client, 1).await;
     let epoch = owner.epoch_of(&client, 1, WAIT).await;
     bump(&client, owner.incarnation, 1, epoch, 777).await;
+    // A bump far above the ceiling (anyone who can reach the leader can send one) is refused:
+    // it would use the section up for good.
+    let forged = bump(&client, owner.incarnation, 1, epoch, u64::MAX - 1).await;
+    assert_eq!(forged.outcome, pb::BumpOutcome::OutOfRange as i32, "{forged:?}");
+    assert_eq!(forged.max_seq, 777);
     let before = c.status_of(leader).await.unwrap().max_seq_sum;
 
     let item = |section| pb::BumpItem {
@@ -202,6 +207,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
             .register(pb::RegisterRequest {
                 node_id: 0,
                 addr: "127.0.0.1:1".into(),
+                nonce: 1,
             })
             .await,
     );
@@ -211,6 +217,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
             .register(pb::RegisterRequest {
                 node_id: 5,
                 addr: "no port".into(),
+                nonce: 1,
             })
             .await,
     );
@@ -219,7 +226,11 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         client
             .release(pb::ReleaseRequest {
                 incarnation: 424_242,
-                sections: vec![pb::SectionRange { begin: 0, end: 1 }],
+                sections: vec![pb::ReleasedRange {
+                    begin: 0,
+                    end: 1,
+                    epoch: 1,
+                }],
                 leaving: false,
             })
             .await,

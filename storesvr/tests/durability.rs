@@ -17,9 +17,9 @@ async fn acknowledged_bump_survives_leader_kill_and_full_restart() {
     let owner = FakeOwner::register(&client, 1).await;
     let epoch = owner.epoch_of(&client, 3, WAIT).await;
 
-    let acked = bump(&client, owner.incarnation, 3, epoch, 5_000).await;
+    let acked = bump(&client, owner.incarnation, 3, epoch, 4_000).await;
     assert_eq!(acked.outcome, pb::BumpOutcome::Applied as i32);
-    assert_eq!(acked.max_seq, 5_000);
+    assert_eq!(acked.max_seq, 4_000);
 
     c.kill(leader);
     let new_leader = c.wait_leader(WAIT).await;
@@ -30,12 +30,12 @@ async fn acknowledged_bump_survives_leader_kill_and_full_restart() {
         after_kill.max_seq
     );
     assert!(
-        after_kill.max_seq >= 5_000,
+        after_kill.max_seq >= 4_000,
         "acknowledged bump lost after leader kill: {after_kill:?}"
     );
 
-    let acked2 = bump(&client, owner.incarnation, 3, epoch, 9_000).await;
-    assert_eq!(acked2.max_seq, 9_000);
+    let acked2 = bump(&client, owner.incarnation, 3, epoch, 8_000).await;
+    assert_eq!(acked2.max_seq, 8_000);
 
     for id in [1, 2, 3] {
         c.kill(id);
@@ -46,7 +46,7 @@ async fn acknowledged_bump_survives_leader_kill_and_full_restart() {
     c.wait_leader(WAIT).await;
     let after_restart = load(&client, 3).await;
     assert!(
-        after_restart.max_seq >= 9_000,
+        after_restart.max_seq >= 8_000,
         "acknowledged bump lost after full restart: {after_restart:?}"
     );
     assert_eq!(after_restart.epoch, epoch, "a restart changes no epoch");
@@ -107,7 +107,11 @@ async fn stale_epoch_bump_is_refused_and_lower_bump_changes_nothing() {
     client
         .release(pb::ReleaseRequest {
             incarnation: owner.incarnation,
-            sections: vec![pb::SectionRange { begin: 5, end: 6 }],
+            sections: vec![pb::ReleasedRange {
+                begin: 5,
+                end: 6,
+                epoch,
+            }],
             leaving: false,
         })
         .await
@@ -134,7 +138,7 @@ async fn concurrent_bumps_share_raft_entries() {
             let client = client.clone();
             let (inc, section) = (owner.incarnation, i % SECTIONS);
             let epoch = epochs[section as usize];
-            tokio::spawn(async move { bump(&client, inc, section, epoch, 10_000 + i).await })
+            tokio::spawn(async move { bump(&client, inc, section, epoch, 1_000 + i).await })
         })
         .collect();
     for t in tasks {

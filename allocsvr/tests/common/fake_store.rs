@@ -263,7 +263,7 @@ impl StoreService for Svc {
         for r in &req.sections {
             for i in r.begin..r.end.min(st.sections.len() as u64) {
                 let s = &mut st.sections[i as usize];
-                if s.owner == req.incarnation && s.owner != 0 {
+                if s.owner == req.incarnation && s.owner != 0 && s.epoch == r.epoch {
                     s.owner = 0;
                     s.epoch += 1;
                     s.no_wait = true;

@@ -270,6 +270,7 @@ async fn main() -> ExitCode {
         .register(pb::RegisterRequest {
             node_id: 1,
             addr: "127.0.0.1:9".into(),
+            nonce: 0,
         })
         .await
         .unwrap()

@@ -223,6 +223,7 @@ impl FakeOwner {
             .register(pb::RegisterRequest {
                 node_id,
                 addr: format!("127.0.0.1:{}", 40_000 + node_id),
+                nonce: 0,
             })
             .await
             .expect("register");
