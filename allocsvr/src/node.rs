@@ -168,7 +168,7 @@ impl Node {
         });
         let req = pb::ReleaseRequest {
             incarnation: self.inner.incarnation.load(Ordering::Acquire),
-            sections: released(&dropped),
+            sections: released(dropped.iter().map(|s| (s.id.0, s.epoch.0)).collect()),
             leaving: true,
         };
         match store.release(req).await {
@@ -256,10 +256,9 @@ async fn register(
     }
 }
 
-/// What a Release names: the dropped slots' sections, in runs of consecutive sections held
-/// under the same epoch (a section is released only under the epoch its owner held it in).
-fn released(slots: &[Arc<Slot>]) -> Vec<pb::ReleasedRange> {
-    let mut held: Vec<(u64, u64)> = slots.iter().map(|s| (s.id.0, s.epoch.0)).collect();
+/// What a Release names: `(section, epoch)` pairs in runs of consecutive sections under the same
+/// epoch (the store releases a section only while it is still granted under that epoch).
+fn released(mut held: Vec<(u64, u64)>) -> Vec<pb::ReleasedRange> {
     held.sort_unstable();
     held.dedup();
     let mut out: Vec<pb::ReleasedRange> = Vec::new();
@@ -340,9 +339,12 @@ impl Inner {
     }
 
     /// Diffs a confirming renewal's grants against the held sections (rule 9), inserts newly
-    /// gained ones as not-ready and returns them, with the slots dropped for a handover (to be
-    /// released under their own incarnation and epoch, and only those).
-    fn apply_grants(&self, reply: &pb::RenewReply, t_obs: Instant) -> (Vec<Arc<Slot>>, Vec<Arc<Slot>>) {
+    /// gained ones as not-ready and returns them, with the `(section, epoch)` grants to release
+    /// for a handover: every handed-over section still granted, under the granted epoch. Once
+    /// this returns no slot of ours serves such a section under that epoch (a slot held under
+    /// it was just dropped; none is ever created for it), so releasing it is safe even when it
+    /// was granted and handed over before this node ever took it.
+    fn apply_grants(&self, reply: &pb::RenewReply, t_obs: Instant) -> (Vec<Arc<Slot>>, Vec<(u64, u64)>) {
         let p = &self.params;
         let first = p.sections.start;
         let mut desired: Vec<Option<(Epoch, bool)>> = vec![None; p.section_count()];
@@ -367,9 +369,13 @@ impl Inner {
 
         let held = self.owned.snapshot();
         let incarnation = self.incarnation();
+        let to_release: Vec<(u64, u64)> = handed_over
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.map(|e| (first + i as u64, e.0)))
+            .collect();
         let mut changes = Vec::new();
         let mut gained = Vec::new();
-        let mut to_release = Vec::new();
         for (i, (held, want)) in held.into_iter().zip(desired).enumerate() {
             let id = SectionId(first + i as u64);
             match (held, want) {
@@ -401,11 +407,6 @@ impl Inner {
             if !gained.is_empty() {
                 info!(sections = ?ranges(gained.iter().map(|s| s.id)), "gained sections (loading)");
             }
-            to_release = dropped
-                .iter()
-                .filter(|s| handed_over[(s.id.0 - first) as usize] == Some(s.epoch))
-                .cloned()
-                .collect();
             self.let_go(&dropped);
         }
         (gained, to_release)
@@ -452,8 +453,11 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             return;
         }
         let t_send = Instant::now();
+        // The grants answered are this incarnation's: a Release built from them names it (not
+        // whatever this process is registered as when the Release is finally sent).
+        let req_incarnation = inner.incarnation().0;
         let req = pb::RenewRequest {
-            incarnation: inner.incarnation().0,
+            incarnation: req_incarnation,
             route_version: inner.route_version.load(Ordering::Acquire),
         };
         match store.renew(req).await {
@@ -470,12 +474,21 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                 });
                 if !unchanged {
                     let (gained, handed_over) = inner.apply_grants(&reply, Instant::now());
-                    last_applied = Some((reply.grants, reply.handover, inner.owned.generation()));
+                    // While a handover is asked for, diff every renewal again: a Release that
+                    // failed is then sent again (it is idempotent under its epochs).
+                    last_applied = handed_over
+                        .is_empty()
+                        .then(|| (reply.grants, reply.handover, inner.owned.generation()));
                     if !gained.is_empty() {
                         tokio::spawn(gain(inner.clone(), gained));
                     }
                     if !handed_over.is_empty() {
-                        tokio::spawn(release(inner.clone(), release_request(&handed_over)));
+                        let req = pb::ReleaseRequest {
+                            incarnation: req_incarnation,
+                            sections: released(handed_over),
+                            leaving: false,
+                        };
+                        tokio::spawn(release(inner.clone(), req));
                     }
                 }
                 let was_valid = lease.is_valid(t_send);
@@ -586,18 +599,6 @@ async fn gain(inner: Arc<Inner>, slots: Vec<Arc<Slot>>) {
     inner.let_go(&dropped);
     if !to_bump.is_empty() {
         let _ = inner.bump_tx.send(to_bump);
-    }
-}
-
-/// The Release of handed-over slots, built when they are dropped: the incarnation and epochs are
-/// the ones they were held under, whatever this process registers as or regains later.
-fn release_request(slots: &[Arc<Slot>]) -> pb::ReleaseRequest {
-    let incarnation = slots.first().map_or(0, |s| s.incarnation.0);
-    debug_assert!(slots.iter().all(|s| s.incarnation.0 == incarnation));
-    pb::ReleaseRequest {
-        incarnation,
-        sections: released(slots),
-        leaving: false,
     }
 }
 

@@ -367,3 +367,23 @@ async fn a_handover_release_names_only_the_sections_dropped() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_section_handed_over_before_it_was_taken_is_still_released() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 95, READY).await;
+    // Section 9 is granted again under a new epoch and, in the same renewal, asked back: the
+    // node never takes the new grant, and must still release it or nobody else ever gets it.
+    let inc = node.incarnation().0;
+    store.with(|s| {
+        s.assign(9, 10, inc, true);
+        s.handover = vec![pb::SectionRange { begin: 9, end: 10 }];
+    });
+    poll("section 9 released", READY, || async {
+        store.with(|s| (s.sections[9].owner == 0).then_some(()))
+    })
+    .await;
+    node.shutdown().await;
+}

@@ -47,7 +47,7 @@ pub fn find_binary(name: &str, bin_dir: Option<&Path>) -> io::Result<PathBuf> {
 }
 
 /// Opens the line the simulator writes into a log at each start (skipped by the panic scan).
-const START_MARKER: &str = "=== sim: start";
+pub(crate) const START_MARKER: &str = "=== sim: start";
 
 /// How to start one process; kept so that a killed process can be restarted the same way.
 #[derive(Clone, Debug)]

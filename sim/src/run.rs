@@ -530,6 +530,36 @@ async fn leader_target(shared: &Shared, pick: u64) -> (String, String) {
 /// The AllocSvr that owns section `pick % sections` in the store's route table (retried for
 /// [`TARGET_TIMEOUT`]), with a description naming the sections it owns; a seeded guess, marked
 /// as such, when no owner is known.
+/// SIGTERM with a grace period; a process that does not leave in time is killed (and said so).
+async fn terminate(shared: &Shared, name: &str) -> anyhow::Result<()> {
+    let clean = shared
+        .cluster
+        .lock()
+        .await
+        .terminate(name, Duration::from_secs(5))
+        .await?;
+    if !clean {
+        println!("sim: {name} did not exit within 5 s of SIGTERM; killed");
+    }
+    Ok(())
+}
+
+/// Waits until the part of `log` after the simulator's last start marker has a line containing
+/// `text` (polled every 2 ms: the point is to act before the process's next step).
+async fn wait_for_log_line(log: &std::path::Path, text: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(all) = std::fs::read_to_string(log) {
+            let tail = all.rsplit(crate::cluster::START_MARKER).next().unwrap_or("");
+            if tail.lines().any(|l| l.contains(text)) {
+                return true;
+            }
+        }
+        sleep(Duration::from_millis(2)).await;
+    }
+    false
+}
+
 async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
     let section = pick % shared.sections.max(1);
     let deadline = Instant::now() + TARGET_TIMEOUT;
@@ -670,18 +700,42 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
         FaultKind::TermAlloc => {
             let (a, desc) = owner_of(shared, f.pick).await;
             let name = alloc_name(a);
-            let clean = shared
-                .cluster
-                .lock()
-                .await
-                .terminate(&name, Duration::from_secs(5))
-                .await?;
-            if !clean {
-                println!("sim: {name} did not exit within 5 s of SIGTERM; killed");
-            }
+            terminate(shared, &name).await?;
             sleep(f.hold).await;
             shared.cluster.lock().await.start(&name)?;
             Ok(desc)
+        }
+        FaultKind::TermAllocTwice => {
+            let (a, desc) = owner_of(shared, f.pick).await;
+            let name = alloc_name(a);
+            terminate(shared, &name).await?;
+            shared.cluster.lock().await.start(&name)?;
+            sleep(f.hold).await;
+            terminate(shared, &name).await?;
+            shared.cluster.lock().await.start(&name)?;
+            Ok(desc)
+        }
+        FaultKind::KillAllocRegistered => {
+            let (a, desc) = owner_of(shared, f.pick).await;
+            let name = alloc_name(a);
+            let log = {
+                let mut c = shared.cluster.lock().await;
+                c.kill(&name)?;
+                c.start(&name)?;
+                c.log_path(&name).map(|p| p.to_path_buf())
+            };
+            let seen = match log {
+                Some(log) => wait_for_log_line(&log, "registered", TARGET_TIMEOUT).await,
+                None => false,
+            };
+            shared.cluster.lock().await.kill(&name)?;
+            sleep(f.hold).await;
+            shared.cluster.lock().await.start(&name)?;
+            Ok(if seen {
+                format!("{desc}; killed again right after it registered")
+            } else {
+                format!("{desc}; no registration seen, killed again anyway")
+            })
         }
     }
 }

@@ -56,10 +56,17 @@ pub enum FaultKind {
     DelayLinks,
     /// SIGTERM an AllocSvr (graceful shutdown, release) and start it again.
     TermAlloc,
+    /// SIGTERM an owner AllocSvr and restart it; while the others hand its range back (and
+    /// every Release is repeated 1–2 s late, see `Topology::alloc_spec`), SIGTERM and restart
+    /// it again: a late Release lands after the range changed hands twice.
+    TermAllocTwice,
+    /// SIGKILL an owner AllocSvr, restart it, and SIGKILL it again as soon as its log says it
+    /// registered (before its first renewal); restart it after the hold.
+    KillAllocRegistered,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::KillAllocOwner,
         FaultKind::KillStoreLeader,
         FaultKind::KillStoreFollower,
@@ -73,6 +80,8 @@ impl FaultKind {
         FaultKind::TermAlloc,
         FaultKind::HoldAllocToStore,
         FaultKind::LagAllocToStore,
+        FaultKind::TermAllocTwice,
+        FaultKind::KillAllocRegistered,
     ];
 
     /// The kind with this [`FaultKind::name`].
@@ -96,16 +105,21 @@ impl FaultKind {
             FaultKind::PartitionStoreLeader => "partition-store-leader",
             FaultKind::DelayLinks => "delay-links",
             FaultKind::TermAlloc => "term-alloc",
+            FaultKind::TermAllocTwice => "term-alloc-twice",
+            FaultKind::KillAllocRegistered => "kill-alloc-registered",
         }
     }
 }
 
 /// The kinds a CI run must contain: a SIGKILL of a section owner, a SIGKILL of the StoreSvr
-/// leader and a SIGSTOP of an owner longer than the lease.
-pub const CI_PROFILE: [FaultKind; 3] = [
+/// leader, a SIGSTOP of an owner longer than the lease, a range handed back and forth under
+/// late repeated Releases, and a SIGKILL right after a registration.
+pub const CI_PROFILE: [FaultKind; 5] = [
     FaultKind::KillAllocOwner,
     FaultKind::KillStoreLeader,
     FaultKind::PauseAllocLong,
+    FaultKind::TermAllocTwice,
+    FaultKind::KillAllocRegistered,
 ];
 
 /// Timing and shape parameters the schedule is derived from.
@@ -182,9 +196,10 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
         let kind = forced.next().unwrap_or_else(|| pool[rng.random_range(0..pool.len())]);
         let lease = ms(p.lease);
         let hold_ms = match kind {
-            FaultKind::KillAllocOwner | FaultKind::KillStoreLeader | FaultKind::KillStoreFollower => {
-                rng.random_range(300..=3_000)
-            }
+            FaultKind::KillAllocOwner
+            | FaultKind::KillStoreLeader
+            | FaultKind::KillStoreFollower
+            | FaultKind::KillAllocRegistered => rng.random_range(300..=3_000),
             FaultKind::PauseAllocShort => lease / 2,
             FaultKind::PauseAllocLong => lease * 3 / 2,
             FaultKind::PauseAllocVeryLong => lease * 3,
@@ -198,6 +213,9 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             FaultKind::PartitionStoreLeader => rng.random_range(1_000..=4_000),
             FaultKind::DelayLinks => rng.random_range(1_000..=4_000),
             FaultKind::TermAlloc => rng.random_range(0..=1_000),
+            // Between the two SIGTERMs: long enough for the range to be handed back (a renew
+            // interval and an arbiter tick), short enough that the repeated Releases land after.
+            FaultKind::TermAllocTwice => rng.random_range(500..=1_200),
         };
         // The hold ends past the detection interval by enough for the arbiter to move the
         // sections and the new owner to load them (a renew interval, 500 ms by default, plus an

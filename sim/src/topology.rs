@@ -72,6 +72,9 @@ pub fn store_name(id: u64) -> String {
     format!("storesvr-{id}")
 }
 
+/// Lower end of the delay with which every AllocSvr Release is sent a second time (up to twice it).
+pub const REPEAT_RELEASES_AFTER_MS: u64 = 1_000;
+
 pub fn alloc_name(id: u64) -> String {
     format!("allocsvr-{id}")
 }
@@ -155,6 +158,10 @@ impl Topology {
             format!("--listen={}", self.alloc_addr[&id]),
             format!("--advertise={}", self.client_alloc[&id].addr()),
             format!("--store={}", store.join(",")),
+            // Every Release arrives once more 1–2 s late, as a retry after a lost reply can: the
+            // store must apply it only under the epoch it names (the term-alloc-twice fault hands
+            // ranges back and forth inside that window).
+            format!("--test-repeat-releases-after-ms={REPEAT_RELEASES_AFTER_MS}"),
         ];
         args.extend(set.alloc_extra.iter().cloned());
         ProcSpec {

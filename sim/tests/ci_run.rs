@@ -1,7 +1,8 @@
 //! The CI simulation: `sim run` as a process against the real binaries, with a fixed seed and
 //! the `--ci` profile, which guarantees a SIGKILL of a section owner, a SIGKILL of the StoreSvr
-//! leader and a SIGSTOP of an owner longer than the lease (3 s lease, 4.5 s pause), followed by
-//! seeded faults of every kind. It must pass every check, and the summary must show those three
+//! leader, a SIGSTOP of an owner longer than the lease (3 s lease, 4.5 s pause), an owner
+//! terminated twice while every Release is repeated 1–2 s late, and a SIGKILL right after a
+//! registration, followed by seeded faults of every kind. It must pass every check, and the summary must show those three
 //! faults hitting the intended targets (an owner with its sections, a self-declared leader).
 //!
 //! About 2 minutes on a debug build (120 s of workload, about 12 faults). Needs `cargo build --workspace --bins` first.
@@ -47,6 +48,16 @@ fn ci_profile_run_keeps_every_promise_through_owner_kill_leader_kill_and_long_pa
     assert!(
         has("pause-alloc-1.5-lease", "(owner of sections "),
         "no pause of an owner longer than the lease: {}",
+        run.explain()
+    );
+    assert!(
+        has("term-alloc-twice", "(owner of sections "),
+        "no owner terminated twice under repeated Releases: {}",
+        run.explain()
+    );
+    assert!(
+        has("kill-alloc-registered", "killed again right after it registered"),
+        "no SIGKILL right after a registration: {}",
         run.explain()
     );
     run.clean_up();
