@@ -15,8 +15,8 @@
 //!
 //! Retries are safe for the callers in this project because every StoreService write is
 //! idempotent or harmless when repeated: a Bump is retried with the same `new_max` (DESIGN.md §4
-//! rule 6), a Release of sections already released releases nothing, and a repeated Register only
-//! leaves behind an incarnation that never renews. Note that [`StoreError::Unavailable`] does
+//! rule 6), a Release names the epoch of each section and releases nothing once that grant is
+//! over, and a repeated Register carries the same nonce and gets the same incarnation back. Note that [`StoreError::Unavailable`] does
 //! *not* mean "did not happen": the last attempt may have been applied.
 //!
 //! Deliberately left out: connection pooling beyond one channel per address, request hedging, and

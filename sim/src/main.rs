@@ -94,6 +94,9 @@ struct RunArgs {
     /// Negative control, passed to every StoreSvr: must make the run exit 1.
     #[arg(long)]
     unsafe_skip_epoch_fence: bool,
+    /// Negative control, passed to every StoreSvr: must make the run exit 1.
+    #[arg(long)]
+    unsafe_unfenced_release: bool,
     /// Negative control, passed to every AllocSvr.
     #[arg(long)]
     unsafe_skip_lease_wait: bool,
@@ -159,10 +162,13 @@ impl RunArgs {
 
     fn into_opts(self, seed: u64, replay: String) -> RunOpts {
         let flag = |on: bool, name: &str| on.then(|| name.to_string());
-        let store_extra = [flag(self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence")]
-            .into_iter()
-            .flatten()
-            .collect();
+        let store_extra = [
+            flag(self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence"),
+            flag(self.unsafe_unfenced_release, "--unsafe-unfenced-release"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let alloc_extra = [
             flag(self.unsafe_skip_lease_wait, "--unsafe-skip-lease-wait"),
             flag(self.unsafe_serve_before_bump_ack, "--unsafe-serve-before-bump-ack"),

@@ -115,6 +115,20 @@ pub struct Config {
     /// TEST ONLY (negative control): apply bumps without checking the epoch. Breaks P4.
     #[arg(long, hide = true)]
     pub unsafe_skip_epoch_fence: bool,
+
+    /// TEST ONLY (negative control): a Release ignores the epoch it names. Breaks P1 and P4.
+    #[arg(long, hide = true)]
+    pub unsafe_unfenced_release: bool,
+}
+
+impl Config {
+    /// The negative controls this replica's state machine runs with.
+    pub fn unsafe_rules(&self) -> crate::state::UnsafeRules {
+        crate::state::UnsafeRules {
+            skip_epoch_fence: self.unsafe_skip_epoch_fence,
+            unfenced_release: self.unsafe_unfenced_release,
+        }
+    }
 }
 
 /// Most sections one set may hold: bounds memory, snapshot size and entry size.

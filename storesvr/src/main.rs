@@ -39,6 +39,9 @@ async fn run(config: Config) -> ExitCode {
     if config.unsafe_skip_epoch_fence {
         tracing::warn!("UNSAFE: --unsafe-skip-epoch-fence is on; bumps are not fenced (negative control only)");
     }
+    if config.unsafe_unfenced_release {
+        tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");
+    }
     if let Some(addr) = config.metrics_listen
         && let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)

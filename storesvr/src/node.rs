@@ -150,8 +150,7 @@ impl StoreNode {
             .demote_vote_for_startup()
             .await
             .map_err(|e| StartError::Storage(e.to_string()))?;
-        let sm = StateMachineStore::open(kv, config.unsafe_skip_epoch_fence)
-            .map_err(|e| StartError::Storage(e.to_string()))?;
+        let sm = StateMachineStore::open(kv, config.unsafe_rules()).map_err(|e| StartError::Storage(e.to_string()))?;
         let state = sm.shared();
         let raft_config = openraft::Config {
             cluster_name: format!("seqsvr-set-{}", config.set_id),

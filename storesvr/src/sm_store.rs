@@ -14,7 +14,7 @@
 
 use crate::kv::KvStore;
 use crate::raft_types::{Entry, LogId, Node, NodeId, Response, StorageError, TypeConfig};
-use crate::state::SetState;
+use crate::state::{SetState, UnsafeRules};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
@@ -45,7 +45,7 @@ pub type SharedState = Arc<RwLock<SmData>>;
 pub struct StateMachineStore {
     state: SharedState,
     kv: Arc<dyn KvStore>,
-    skip_epoch_fence: bool,
+    rules: UnsafeRules,
     snapshot_seq: u64,
 }
 
@@ -71,7 +71,7 @@ fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
 
 impl StateMachineStore {
     /// Opens the state machine at its latest snapshot (empty if none).
-    pub fn open(kv: Arc<dyn KvStore>, skip_epoch_fence: bool) -> Result<Self, StorageError> {
+    pub fn open(kv: Arc<dyn KvStore>, rules: UnsafeRules) -> Result<Self, StorageError> {
         let mut data = SmData::default();
         if let Some(bytes) = kv.get(SNAPSHOT).map_err(|e| snap_err(ErrorVerb::Read, e))? {
             let stored: StoredSnapshot = postcard::from_bytes(&bytes).map_err(|e| snap_err(ErrorVerb::Read, e))?;
@@ -80,7 +80,7 @@ impl StateMachineStore {
         Ok(Self {
             state: Arc::new(RwLock::new(data)),
             kv,
-            skip_epoch_fence,
+            rules,
             snapshot_seq: 0,
         })
     }
@@ -166,11 +166,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     Response::default()
                 }
                 EntryPayload::Normal(req) => {
-                    let results = req
-                        .cmds
-                        .iter()
-                        .map(|c| st.set.apply(c, self.skip_epoch_fence))
-                        .collect();
+                    let results = req.cmds.iter().map(|c| st.set.apply_with(c, self.rules)).collect();
                     Response { results }
                 }
             };
@@ -183,7 +179,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Self {
             state: self.state.clone(),
             kv: self.kv.clone(),
-            skip_epoch_fence: self.skip_epoch_fence,
+            rules: self.rules,
             snapshot_seq: self.snapshot_seq + 1000,
         }
     }

@@ -25,6 +25,17 @@ use std::collections::{BTreeMap, BTreeSet};
 /// without letting a forged bump spend more than a few steps of the 64-bit space.
 pub const MAX_BUMP_STEPS: u64 = 4;
 
+/// Test-only switches that remove one rule from `apply` (negative controls: the simulator must
+/// catch each). Every replica of a group must run with the same ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnsafeRules {
+    /// `--unsafe-skip-epoch-fence`: bumps are applied whatever their epoch or incarnation.
+    pub skip_epoch_fence: bool,
+    /// `--unsafe-unfenced-release`: a Release ignores the epoch it names (the old rule, under
+    /// which a late or repeated Release could end a later grant to the same incarnation).
+    pub unfenced_release: bool,
+}
+
 /// Parameters fixed when the set is bootstrapped; every replica and AllocSvr uses these.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetParams {
@@ -178,9 +189,19 @@ pub struct SetState {
 }
 
 impl SetState {
-    /// Applies one command. `skip_epoch_fence` is the `--unsafe-skip-epoch-fence`
-    /// negative control: it must be the same on every replica.
+    /// Applies one command with every rule on, except the fence on bumps when `skip_epoch_fence`.
     pub fn apply(&mut self, cmd: &Command, skip_epoch_fence: bool) -> CommandResult {
+        self.apply_with(
+            cmd,
+            UnsafeRules {
+                skip_epoch_fence,
+                ..UnsafeRules::default()
+            },
+        )
+    }
+
+    /// Applies one command; `rules` are the negative controls (all off in production).
+    pub fn apply_with(&mut self, cmd: &Command, rules: UnsafeRules) -> CommandResult {
         let Some(params) = self.params.clone() else {
             return match cmd {
                 Command::Init(p) => self.init(p),
@@ -190,12 +211,12 @@ impl SetState {
         match cmd {
             Command::Init(_) => CommandResult::Initialized { fresh: false },
             Command::Register { node_id, addr, nonce } => self.register(*node_id, addr, *nonce),
-            Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, skip_epoch_fence),
+            Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, rules.skip_epoch_fence),
             Command::Release {
                 incarnation,
                 ranges,
                 leaving,
-            } => self.release(&params, *incarnation, ranges, *leaving),
+            } => self.release(&params, *incarnation, ranges, *leaving, rules.unfenced_release),
             Command::Assign { expire, moves } => self.assign(&params, expire, moves),
         }
     }
@@ -283,7 +304,14 @@ impl SetState {
         CommandResult::Bumped(results)
     }
 
-    fn release(&mut self, p: &SetParams, incarnation: u64, ranges: &[Released], leaving: bool) -> CommandResult {
+    fn release(
+        &mut self,
+        p: &SetParams,
+        incarnation: u64,
+        ranges: &[Released],
+        leaving: bool,
+        unfenced: bool,
+    ) -> CommandResult {
         if !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
@@ -293,7 +321,7 @@ impl SetState {
                 let s = &mut self.sections[(section - p.section_begin) as usize];
                 // The epoch pins the grant the owner dropped: the same incarnation may hold the
                 // section again under a later epoch, which this Release must not end.
-                if s.owner == incarnation && s.epoch == r.epoch {
+                if s.owner == incarnation && (s.epoch == r.epoch || unfenced) {
                     s.owner = 0;
                     s.epoch += 1;
                     s.no_wait = true;
@@ -712,11 +740,23 @@ mod tests {
         assert_eq!(before.owner, a);
         let _c2 = register(&mut st, 2);
         // The resent R lands now: it must change nothing.
+        let mut unfenced = st.clone();
         st.apply(&r, false);
         assert_eq!(
             st.section(2).unwrap(),
             &before,
             "a stale Release took the section from its owner"
+        );
+        // The negative control restores the old rule, and with it the hole.
+        let rules = UnsafeRules {
+            unfenced_release: true,
+            ..UnsafeRules::default()
+        };
+        unfenced.apply_with(&r, rules);
+        assert_eq!(
+            unfenced.section(2).unwrap().owner,
+            0,
+            "--unsafe-unfenced-release lets R end A's grant"
         );
     }
 
