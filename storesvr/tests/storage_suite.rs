@@ -16,7 +16,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
         let dir = tempfile::tempdir().expect("temp dir");
         let kv: Arc<dyn KvStore> = Arc::new(SledKv::open(&dir.path().join("raft")).expect("open sled"));
         let log = SegmentLog::open(&dir.path().join("log")).expect("open the segment log");
-        let sm = StateMachineStore::open(kv.clone(), false)?;
+        let sm = StateMachineStore::open(kv.clone(), Default::default())?;
         let log_store = LogStore::new(kv, log).expect("open the log store");
         Ok((dir, log_store, sm))
     }
