@@ -64,7 +64,10 @@ impl Cluster {
             let mut cmd = Command::new(sibling_bin("storesvr"));
             cmd.arg(format!("--node-id={id}"))
                 .arg(format!("--listen={}", c.stores[&id]))
-                .arg(format!("--data-dir={}", c.dir.path().join(format!("store{id}")).display()))
+                .arg(format!(
+                    "--data-dir={}",
+                    c.dir.path().join(format!("store{id}")).display()
+                ))
                 .arg(format!("--peers={}", peers.join(",")))
                 .arg(format!("--section-size={section_size}"))
                 .arg(format!("--uid-limit={uid_limit}"))
@@ -126,7 +129,10 @@ impl Cluster {
             ..ClientConfig::new([self.alloc.clone()])
         };
         let client = Client::new(cfg).expect("client config");
-        poll("a served fetch", SERVE_WITHIN, || async { client.fetch_next_seq(uid).await.ok() }).await;
+        poll("a served fetch", SERVE_WITHIN, || async {
+            client.fetch_next_seq(uid).await.ok()
+        })
+        .await;
         started.elapsed()
     }
 
@@ -174,5 +180,8 @@ async fn time_to_first_fetch_default_sections() {
         runs.push(c.time_to_fetch(Uid(DEFAULT_UID_LIMIT - 1)).await);
     }
     runs.sort();
-    eprintln!("42,950 sections: AllocSvr start to first served fetch {runs:?}, median {:?}", runs[1]);
+    eprintln!(
+        "42,950 sections: AllocSvr start to first served fetch {runs:?}, median {:?}",
+        runs[1]
+    );
 }
