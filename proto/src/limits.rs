@@ -9,6 +9,17 @@
 //! The worst-case sizes below count every protobuf varint at its 10-byte maximum; the unit tests
 //! check them against prost's `encoded_len` of messages filled with `u64::MAX`.
 //!
+//! Replies that grow with the number of sections, at the largest set (2^20 sections):
+//! - Load: up to 46 bytes a section, 46 MiB for all; bounded per request ([`MAX_LOAD_SECTIONS`])
+//!   and asked for in chunks ([`LOAD_CHUNK_SECTIONS`]).
+//! - Bump: bounded per request ([`MAX_BUMP_ITEMS`]); the AllocSvr chunks by it.
+//! - Status: counts only, no list per section; does not grow.
+//! - Renew's grants (runs of equal owner, epoch and no-wait) and the route table (runs of equal
+//!   owner) are NOT bounded here: ~16 bytes a grant and ~40 bytes a route entry (256-byte
+//!   addresses: ~300) pass [`STORE_MESSAGE_BYTES`] only when most of the 2^20 sections are runs
+//!   of their own. The arbiter moves whole contiguous runs, so runs number about the live
+//!   AllocSvrs plus the moves under way; chunking these replies needs a protocol change.
+//!
 //! Left out: limits that concern one crate only (queue depths, retry counts): they stay beside
 //! the code that uses them.
 
