@@ -10,7 +10,7 @@
 //!   everything and registers again.
 //! - a **gain task** loads the new sections linearizably, sets every uid's base to the loaded
 //!   `max_seq` and queues all of them for ONE Bump (rule 5).
-//! - the **bumper** drains the queue into Bump RPCs (≤ 10,000 items each), retries a lost bump
+//! - the **bumper** drains the queue into Bump RPCs (≤ 65,536 items each, the store's limit), retries a lost bump
 //!   with the same `new_max` until it is acknowledged, refused as stale, or the lease is lost
 //!   (rule 6), and wakes the fetches waiting for it.
 //!
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use seqsvr_client::store::{StoreClient, StoreError, StoreTimeouts};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
-use seqsvr_proto::{Epoch, Incarnation, SectionId};
+use seqsvr_proto::{Epoch, Incarnation, SectionId, limits};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
@@ -39,8 +39,10 @@ use crate::owned::{Owned, Slot};
 use crate::section::{Section, SectionSpec};
 use crate::service::Service;
 
-/// Most items in one Bump RPC (the store refuses more than 10,000).
-const MAX_BUMP_ITEMS: usize = 10_000;
+/// Most items in one Bump RPC: the store's own limit, from the shared table.
+const MAX_BUMP_ITEMS: usize = limits::MAX_BUMP_ITEMS;
+/// Most sections in one Load of newly gained sections; each reply stays under 3 MiB (see the table).
+const LOAD_CHUNK_SECTIONS: u64 = limits::LOAD_CHUNK_SECTIONS;
 /// Attempts of the Load of newly gained sections before giving them up until the next renewal.
 const LOAD_ATTEMPTS: u32 = 5;
 /// Longest wait between two attempts of a registration or a bump retry.
@@ -189,7 +191,9 @@ async fn spawn_server(
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(seqsvr_proto::FILE_DESCRIPTOR_SET)
         .build_v1();
-    let service = AllocServiceServer::new(Service::new(inner));
+    let service = AllocServiceServer::new(Service::new(inner))
+        .max_decoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES)
+        .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tokio::spawn(async move {
         let mut builder = tonic::transport::Server::builder();
@@ -535,8 +539,33 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Loads newly gained sections, sets their base and queues them for one Bump (rule 5).
+/// Loads newly gained sections, sets their base and queues them for Bumps (rule 5).
+///
+/// One Load per [`LOAD_CHUNK_SECTIONS`] sections, one after the other: a Load of every section of
+/// a large set would not fit a reply (2^20 sections make 10–46 MiB). Each chunk is queued for its
+/// bump as soon as it is loaded, so the first sections serve while the later ones load; a chunk
+/// is a Bump of its own (the chunk size is at most the bump limit). The default 42,950 sections
+/// are one chunk, as before.
 async fn gain(inner: Arc<Inner>, slots: Vec<Arc<Slot>>) {
+    for chunk in load_chunks(slots) {
+        gain_chunk(&inner, chunk).await;
+    }
+}
+
+/// Splits gained slots into runs of at most [`LOAD_CHUNK_SECTIONS`], in section order.
+fn load_chunks(mut slots: Vec<Arc<Slot>>) -> Vec<Vec<Arc<Slot>>> {
+    const _: () = assert!(LOAD_CHUNK_SECTIONS as usize <= MAX_BUMP_ITEMS);
+    slots.sort_unstable_by_key(|s| s.id);
+    let mut chunks = Vec::with_capacity(slots.len().div_ceil(LOAD_CHUNK_SECTIONS as usize));
+    let mut rest = slots.into_iter().peekable();
+    while rest.peek().is_some() {
+        chunks.push(rest.by_ref().take(LOAD_CHUNK_SECTIONS as usize).collect());
+    }
+    chunks
+}
+
+/// Loads one chunk of gained sections (a single Load), sets their base and queues them for a Bump.
+async fn gain_chunk(inner: &Arc<Inner>, slots: Vec<Arc<Slot>>) {
     let req = pb::LoadRequest {
         sections: ranges(slots.iter().map(|s| s.id)),
     };
@@ -755,6 +784,55 @@ async fn run_bump(inner: &Inner, store: &StoreClient, slots: &[Arc<Slot>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gain_of_2_pow_20_sections_loads_in_chunks_whose_replies_fit() {
+        use prost::Message;
+        let spec = SectionSpec {
+            section_size: 4_096,
+            step: 10_000,
+            unsafe_serve_before_ack: false,
+        };
+        let now = Instant::now();
+        let total = 1u64 << 20;
+        // Out of order, as a diff may hand them over.
+        let slots: Vec<Arc<Slot>> = (0..total)
+            .rev()
+            .map(|i| {
+                Arc::new(Slot::new(
+                    Section::new(SectionId(i), Epoch(1), spec, now),
+                    Incarnation(1),
+                ))
+            })
+            .collect();
+        let chunks = load_chunks(slots);
+        assert_eq!(chunks.len(), 16);
+        let mut next = 0;
+        for chunk in &chunks {
+            assert!(chunk.len() as u64 <= LOAD_CHUNK_SECTIONS && chunk.len() <= MAX_BUMP_ITEMS);
+            let req = ranges(chunk.iter().map(|s| s.id));
+            assert_eq!(req.len(), 1, "a contiguous chunk is one range");
+            assert_eq!(req[0].begin, next);
+            next = req[0].end;
+            // The store's reply to it, every field at its largest encoding, fits the client limit.
+            let worst = pb::SectionState {
+                section: u64::MAX,
+                max_seq: u64::MAX,
+                epoch: u64::MAX,
+                owner_incarnation: u64::MAX,
+            };
+            let reply = pb::LoadReply {
+                not_leader: None,
+                sections: vec![worst; chunk.len()],
+            };
+            assert!(
+                reply.encoded_len() < limits::STORE_MESSAGE_BYTES / 4,
+                "{}",
+                reply.encoded_len()
+            );
+        }
+        assert_eq!(next, total, "every section is loaded once");
+    }
 
     #[test]
     fn ranges_compress_sorted_runs() {

@@ -31,8 +31,8 @@ use crate::section::{Next, Peek};
 
 /// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
 pub const BUMP_WAIT: Duration = Duration::from_millis(500);
-/// Most uids in one BatchFetchNextSeq.
-pub const MAX_BATCH: usize = 1_000;
+/// Most uids in one BatchFetchNextSeq: the shared table's, which the client library splits by.
+pub const MAX_BATCH: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
 /// Bound on re-checks while waiting for a bump (each is woken by an ack or an abandon).
 const MAX_WAKEUPS: u32 = 8;
 

@@ -123,7 +123,9 @@ async fn send(addr: &str, req: AdminRequest, timeout: Duration) -> Result<pb::Me
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| Attempt::Status(tonic::Status::failed_precondition(format!("bad address {addr:?}: {e}"))))?
         .connect_timeout(timeout);
-    let mut client = AdminServiceClient::new(endpoint.connect_lazy());
+    let mut client = AdminServiceClient::new(endpoint.connect_lazy())
+        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
     let call = async {
         match req {
             AdminRequest::Add(r) => {

@@ -22,8 +22,8 @@ use crate::error::{ClientError, FailureKind};
 use crate::retry::{Budget, Delivery, classify};
 use crate::routing::target_addr;
 
-/// Most uids in one `BatchFetchNextSeq` RPC (the server's limit).
-pub const MAX_UIDS_PER_RPC: usize = 1_000;
+/// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
+pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
 
 /// Most uids in one call of [`Client::batch_fetch`]: bounds the memory and the RPCs of one call.
 pub const MAX_UIDS_PER_CALL: usize = 100_000;

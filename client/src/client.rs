@@ -319,7 +319,10 @@ impl Client {
             .channels
             .get(addr, keep)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        Ok(AllocServiceClient::new(channel))
+        // The AllocSvr's own limits, both ways (a reply may carry a whole route table).
+        Ok(AllocServiceClient::new(channel)
+            .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES))
     }
 
     async fn send_single(

@@ -28,9 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
-use seqsvr_proto::NodeId;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
+use seqsvr_proto::{NodeId, limits};
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
@@ -316,7 +316,11 @@ impl StoreClient {
             i = idx;
             let mut request = Request::new(req.clone());
             request.set_timeout(attempt);
-            let result = tokio::time::timeout(attempt, R::send(StoreServiceClient::new(channel), request)).await;
+            // The StoreSvr's own limits, both ways: a reply it may send is one this client decodes.
+            let client = StoreServiceClient::new(channel)
+                .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
+                .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
+            let result = tokio::time::timeout(attempt, R::send(client, request)).await;
             let retry_at = match result {
                 Ok(Ok(reply)) => {
                     let reply = reply.into_inner();
@@ -466,8 +470,24 @@ mod tests {
         async fn bump(&self, _: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
             Err(Status::unimplemented("bump"))
         }
-        async fn load(&self, _: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
-            Err(Status::unimplemented("load"))
+        /// Answers every named section with every field at its largest encoding.
+        async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
+            let sections = req
+                .into_inner()
+                .sections
+                .iter()
+                .flat_map(|r| r.begin..r.end)
+                .map(|_| pb::SectionState {
+                    section: u64::MAX,
+                    max_seq: u64::MAX,
+                    epoch: u64::MAX,
+                    owner_incarnation: u64::MAX,
+                })
+                .collect();
+            Ok(Response::new(pb::LoadReply {
+                not_leader: None,
+                sections,
+            }))
         }
         async fn get_routes(&self, _: Request<pb::GetRoutesRequest>) -> Result<Response<pb::GetRoutesReply>, Status> {
             Err(Status::unimplemented("get_routes"))
@@ -477,16 +497,53 @@ mod tests {
         }
     }
 
+    /// Serves `fake` with the same message limits as a StoreSvr.
     async fn serve(fake: Fake) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let service = StoreServiceServer::new(fake)
+            .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
+            .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(StoreServiceServer::new(fake))
+                .add_service(service)
                 .serve_with_incoming(incoming),
         );
         addr
+    }
+
+    #[tokio::test]
+    async fn a_load_of_the_most_sections_decodes_under_the_client_limit() {
+        use prost::Message;
+        let (fake, _) = fake(None);
+        let addr = serve(fake).await;
+        let timeouts = StoreTimeouts {
+            attempt: Duration::from_secs(10),
+            overall: Duration::from_secs(10),
+        };
+        let client = StoreClient::new(Seed::parse_list(&addr.to_string()).unwrap(), timeouts).unwrap();
+        // The largest Load the store accepts, and the chunk an AllocSvr asks for, each answered
+        // with every field at its largest encoding.
+        for sections in [limits::MAX_LOAD_SECTIONS, limits::LOAD_CHUNK_SECTIONS] {
+            let req = pb::LoadRequest {
+                sections: vec![pb::SectionRange {
+                    begin: 0,
+                    end: sections,
+                }],
+            };
+            let reply = client
+                .load(req)
+                .await
+                .unwrap_or_else(|e| panic!("{sections} sections: {e}"));
+            assert_eq!(reply.sections.len() as u64, sections);
+            let bytes = reply.encoded_len();
+            assert!(
+                bytes <= limits::STORE_MESSAGE_BYTES,
+                "{sections} sections: {bytes} bytes"
+            );
+            eprintln!("a Load of {sections} sections: {bytes} bytes at most");
+        }
     }
 
     fn fake(hint: Option<pb::LeaderHint>) -> (Fake, Arc<AtomicU64>) {

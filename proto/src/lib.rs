@@ -7,10 +7,12 @@
 //! - [`types`]: `Uid`, `SectionId`, `Epoch`, `NodeId`, `Incarnation` so that
 //!   values that look alike cannot be swapped by mistake.
 //! - [`routes`]: a validated route table with uid → owner lookup.
+//! - [`limits`]: every message size and per-request count, shared by servers and clients.
 //!
 //! Deliberately left out: any IO. Clients, servers and retries live in the
 //! crates that need them.
 
+pub mod limits;
 pub mod routes;
 pub mod types;
 

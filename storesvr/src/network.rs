@@ -14,7 +14,9 @@
 //! Left out: TLS and authentication of peers.
 
 use crate::raft_types::{Node, NodeId, Raft, TypeConfig};
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -30,8 +32,11 @@ use std::sync::Arc;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
-/// Largest gRPC message between peers (snapshot chunks, big bump batches).
-pub const MAX_PEER_MESSAGE: usize = 64 << 20;
+/// Largest gRPC message between peers, both ends: the shared table's value (it holds one entry of
+/// the writer's byte cap with its framing; larger AppendEntries are split, see `append_entries`).
+pub const MAX_PEER_MESSAGE: usize = seqsvr_proto::limits::PEER_MESSAGE_BYTES;
+/// gRPC frame and protobuf framing around a payload of postcard bytes.
+const PAYLOAD_FRAMING: usize = 16;
 
 /// Creates one client per peer.
 #[derive(Clone, Default)]
@@ -84,10 +89,24 @@ impl PeerClient {
             )))));
         };
         let data = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if data.len() + PAYLOAD_FRAMING > MAX_PEER_MESSAGE {
+            return Err(match kind {
+                // openraft sends up to `max_payload_entries` entries at once; when together they
+                // pass the limit, ask for half as many (openraft retries at once with the hint).
+                // One entry always fits: the writer caps its bytes (see `seqsvr_proto::limits`).
+                Kind::Append(entries) if entries > 1 => {
+                    RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries / 2))
+                }
+                _ => RPCError::Unreachable(Unreachable::new(&TransportError(format!(
+                    "a {}-byte peer message passes the {MAX_PEER_MESSAGE}-byte limit",
+                    data.len()
+                )))),
+            });
+        }
         let mut request = Request::new(RaftPayload { data });
         request.set_timeout(option.hard_ttl());
         let reply = match kind {
-            Kind::Append => client.append_entries(request).await,
+            Kind::Append(_) => client.append_entries(request).await,
             Kind::Vote => client.vote(request).await,
             Kind::Snapshot => client.install_snapshot(request).await,
         };
@@ -100,7 +119,8 @@ impl PeerClient {
 
 #[derive(Clone, Copy)]
 enum Kind {
-    Append,
+    /// With the number of entries carried.
+    Append(u64),
     Vote,
     Snapshot,
 }
@@ -111,7 +131,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcErr<openraft::error::Infallible>> {
-        self.call(Kind::Append, &rpc, &option).await
+        self.call(Kind::Append(rpc.entries.len() as u64), &rpc, &option).await
     }
 
     async fn install_snapshot(

@@ -226,12 +226,14 @@ impl StoreNode {
             .build_v1()
             .map_err(|e| StartError::Raft(format!("reflection: {e}")))?;
         let store = pb::store_service_server::StoreServiceServer::new(crate::service::StoreSvc { ctx: ctx.clone() })
-            .max_decoding_message_size(16 << 20)
-            .max_encoding_message_size(16 << 20);
+            .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
         let peers = pb::raft_service_server::RaftServiceServer::new(RaftPeerService { raft: raft.clone() })
             .max_decoding_message_size(MAX_PEER_MESSAGE)
             .max_encoding_message_size(MAX_PEER_MESSAGE);
-        let admin = pb::admin_service_server::AdminServiceServer::new(crate::admin::AdminSvc { ctx: ctx.clone() });
+        let admin = pb::admin_service_server::AdminServiceServer::new(crate::admin::AdminSvc { ctx: ctx.clone() })
+            .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
         let (stop, stopped) = oneshot::channel::<()>();
         // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));

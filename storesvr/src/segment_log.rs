@@ -32,8 +32,9 @@ use std::sync::{Arc, Mutex};
 /// A segment is closed and a new one started beyond this size.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 const HEADER: usize = 16;
-/// Largest payload accepted (a corrupt length must not allocate gigabytes on open).
-const MAX_RECORD: u32 = 256 << 20;
+/// Largest payload accepted (a corrupt length must not allocate gigabytes on open); the shared
+/// table asserts that the writer's largest entry fits.
+const MAX_RECORD: u32 = seqsvr_proto::limits::MAX_LOG_RECORD_BYTES as u32;
 
 struct Segment {
     path: PathBuf,

@@ -20,10 +20,12 @@ use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Request, Response, Status};
 
-/// Most bump items in one request (more than the sections of a maximal set would need per call).
-pub const MAX_BUMP_ITEMS: usize = 65_536;
-/// Most sections named by one Load.
-pub const MAX_LOAD_SECTIONS: u64 = 1 << 20;
+/// Most bump items in one request and most sections named by one Load: the shared table, so the
+/// AllocSvr sends no more than this accepts and a reply always fits the client's decode limit.
+pub use seqsvr_proto::limits::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
+/// Most sections one Release may name: all of the largest set (a leaving AllocSvr gives back
+/// everything; the request names ranges, so its size does not grow with this).
+const MAX_RELEASE_SECTIONS: u64 = crate::config::MAX_SECTIONS;
 /// Longest accepted AllocSvr address.
 const MAX_ADDR_LEN: usize = 256;
 
@@ -80,6 +82,7 @@ impl StoreSvc {
             Ok(r) => Ok(Led::Here(r)),
             Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.ctx.leader_hint(id))),
             Err(WriteError::Unavailable(m)) => Err(StoreError::Unavailable(m)),
+            Err(WriteError::TooLarge(m)) => Err(StoreError::InvalidArgument(m)),
         }
     }
 
@@ -336,7 +339,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let ranges = if req.leaving && req.sections.is_empty() {
             Vec::new()
         } else {
-            check_released(&p, &req.sections, MAX_LOAD_SECTIONS)?
+            check_released(&p, &req.sections, MAX_RELEASE_SECTIONS)?
         };
         match self
             .write(Command::Release {

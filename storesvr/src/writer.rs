@@ -8,7 +8,15 @@
 //! grows with load and a single caller pays no extra latency.
 //!
 //! Up to `MAX_ENTRIES_IN_FLIGHT` entries (one, measured best here) are in flight at once,
-//! proposed in queue order. Left out: adapting batch size or pipeline depth to measured latency.
+//! proposed in queue order.
+//!
+//! An entry holds at most `MAX_ENTRY_COMMANDS` commands and `MAX_ENTRY_BYTES` of them (postcard,
+//! measured once per command as it is queued): an entry that the peer link cannot carry would
+//! never replicate, and one above the log's record limit would stop the leader. The entry is
+//! closed before the command that would pass the cap, which then starts the next one; a command
+//! alone above the cap is refused to its caller before anything is proposed.
+//!
+//! Left out: adapting batch size or pipeline depth to measured latency.
 
 use crate::raft_types::{Raft, Request};
 use crate::state::{Command, CommandResult};
@@ -17,8 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-/// Most commands in one entry; bounds entry size and apply time.
-pub const MAX_BATCH_COMMANDS: usize = 4_096;
+/// Most commands and most bytes of commands in one entry (see `seqsvr_proto::limits`, which
+/// asserts that an entry at the byte cap fits a peer message and a log record).
+pub use seqsvr_proto::limits::{MAX_ENTRY_BYTES, MAX_ENTRY_COMMANDS};
 /// Entries proposed but not yet committed. Measured with `store-bench` (docs/BENCHMARKS.md): one
 /// entry in flight gave 14.1–14.5k single bumps/s at c=64 against 10–11k with four, because the
 /// group is CPU-bound and bigger entries (29 requests each instead of 10) cost less per request;
@@ -34,10 +43,14 @@ pub enum WriteError {
     NotLeader(Option<u64>),
     /// The write may or may not have been committed (Raft stopped, timed out, quorum lost).
     Unavailable(String),
+    /// The command alone is larger than an entry may be; it was not proposed.
+    TooLarge(String),
 }
 
 struct Pending {
     cmd: Command,
+    /// Encoded size of `cmd`.
+    bytes: usize,
     reply: oneshot::Sender<Result<CommandResult, WriteError>>,
 }
 
@@ -56,8 +69,9 @@ impl Writer {
 
     /// Proposes one command and waits for its result, at most `timeout`.
     pub async fn write(&self, cmd: Command, timeout: Duration) -> Result<CommandResult, WriteError> {
+        let bytes = command_bytes(&cmd)?;
         let (reply, rx) = oneshot::channel();
-        let send = self.tx.send(Pending { cmd, reply });
+        let send = self.tx.send(Pending { cmd, bytes, reply });
         match tokio::time::timeout(timeout, async {
             send.await
                 .map_err(|_| WriteError::Unavailable("writer stopped".into()))?;
@@ -74,17 +88,27 @@ impl Writer {
 
 async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
     let in_flight = Arc::new(Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
-    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH_COMMANDS);
+    // Queued commands not yet proposed, in queue order: what did not fit the last entry first.
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_ENTRY_COMMANDS);
     loop {
         // Take a slot first, then whatever is queued: while every slot is busy the queue grows
         // into the next entry, and a lone command with a free slot goes out at once.
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        if rx.recv_many(&mut batch, MAX_BATCH_COMMANDS).await == 0 {
-            return;
+        if batch.is_empty() {
+            if rx.recv_many(&mut batch, MAX_ENTRY_COMMANDS).await == 0 {
+                return;
+            }
+        } else {
+            while batch.len() < MAX_ENTRY_COMMANDS
+                && let Ok(p) = rx.try_recv()
+            {
+                batch.push(p);
+            }
         }
-        let (cmds, replies): (Vec<Command>, Vec<_>) = batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
+        let n = entry_len(batch.iter().map(|p| p.bytes));
+        let (cmds, replies): (Vec<Command>, Vec<_>) = batch.drain(..n).map(|p| (p.cmd, p.reply)).unzip();
         metrics::histogram!("storesvr_entry_commands").record(cmds.len() as f64);
         // Submitting in this loop keeps entries in queue order; waiting for each commit happens
         // in its own task so that the next entry can be proposed meanwhile.
@@ -112,8 +136,121 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
     }
 }
 
+/// Encoded size of one command, or why it can never be proposed.
+fn command_bytes(cmd: &Command) -> Result<usize, WriteError> {
+    let bytes = postcard::experimental::serialized_size(cmd)
+        .map_err(|e| WriteError::TooLarge(format!("the command cannot be encoded: {e}")))?;
+    if bytes > MAX_ENTRY_BYTES {
+        return Err(WriteError::TooLarge(format!(
+            "the command encodes to {bytes} bytes, more than the {MAX_ENTRY_BYTES} one Raft entry may hold; \
+             split it into smaller requests"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// How many of the queued commands (their encoded sizes, in queue order) the next entry takes:
+/// at least one, then as many as fit both caps.
+fn entry_len(sizes: impl Iterator<Item = usize>) -> usize {
+    let mut total = 0;
+    let mut n = 0;
+    for bytes in sizes.take(MAX_ENTRY_COMMANDS) {
+        debug_assert!(bytes <= MAX_ENTRY_BYTES, "an oversized command was queued");
+        if n > 0 && total + bytes > MAX_ENTRY_BYTES {
+            break;
+        }
+        total += bytes;
+        n += 1;
+    }
+    n
+}
+
 fn fail_all(replies: Vec<oneshot::Sender<Result<CommandResult, WriteError>>>, err: WriteError) {
     for reply in replies {
         let _ = reply.send(Err(err.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(addr_bytes: usize) -> Command {
+        Command::Register {
+            node_id: 1,
+            addr: "a".repeat(addr_bytes),
+            nonce: 0,
+        }
+    }
+
+    /// Splits the queue the way `run` does; the sizes of each entry's commands.
+    fn entries(sizes: &[usize]) -> Vec<Vec<usize>> {
+        let mut queue = sizes.to_vec();
+        let mut out = Vec::new();
+        while !queue.is_empty() {
+            let n = entry_len(queue.iter().copied());
+            assert!(n >= 1);
+            out.push(queue.drain(..n).collect());
+        }
+        out
+    }
+
+    #[test]
+    fn commands_past_the_byte_cap_are_split_into_several_entries() {
+        // 40 commands of a tenth of the cap each: 10 per entry (the 11th would pass it).
+        let cmds: Vec<Command> = (0..40).map(|_| register(MAX_ENTRY_BYTES / 10 - 16)).collect();
+        let sizes: Vec<usize> = cmds.iter().map(|c| command_bytes(c).unwrap()).collect();
+        let split = entries(&sizes);
+        assert_eq!(split.len(), 4, "{:?}", split.iter().map(Vec::len).collect::<Vec<_>>());
+        for entry in &split {
+            assert_eq!(entry.len(), 10);
+            let request = Request {
+                cmds: vec![register(MAX_ENTRY_BYTES / 10 - 16); entry.len()],
+            };
+            let encoded = postcard::to_stdvec(&request).unwrap().len();
+            assert!(encoded <= MAX_ENTRY_BYTES + seqsvr_proto::limits::ENTRY_FRAMING_BYTES);
+        }
+        // Nothing lost or reordered.
+        assert_eq!(split.concat(), sizes);
+    }
+
+    #[test]
+    fn entries_are_bounded_by_count_and_bytes() {
+        type Case = (&'static str, Vec<usize>, Vec<usize>);
+        let cases: [Case; 5] = [
+            ("one small", vec![10], vec![1]),
+            (
+                "count cap",
+                vec![10; MAX_ENTRY_COMMANDS + 5],
+                vec![MAX_ENTRY_COMMANDS, 5],
+            ),
+            ("exactly the cap", vec![MAX_ENTRY_BYTES / 2; 3], vec![2, 1]),
+            ("one at the cap each", vec![MAX_ENTRY_BYTES; 3], vec![1, 1, 1]),
+            ("big after small", vec![1, MAX_ENTRY_BYTES, 1], vec![1, 1, 1]),
+        ];
+        for (name, sizes, want) in cases {
+            let got: Vec<usize> = entries(&sizes).iter().map(Vec::len).collect();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_above_the_cap_is_refused_before_it_is_queued() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let writer = Writer { tx };
+        let err = writer
+            .write(register(MAX_ENTRY_BYTES + 1), Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, WriteError::TooLarge(m) if m.contains("split it")),
+            "{err:?}"
+        );
+        assert!(rx.try_recv().is_err(), "the oversized command was queued");
+        // One that fits is queued.
+        let ok = register(MAX_ENTRY_BYTES - 16);
+        let _pending = tokio::spawn(async move { writer.write(ok, Duration::from_secs(1)).await });
+        let queued = rx.recv().await.expect("queued");
+        assert!(queued.bytes <= MAX_ENTRY_BYTES);
     }
 }

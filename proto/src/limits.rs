@@ -1,0 +1,168 @@
+//! Every size limit of the wire and the Raft log, in one table, so that both ends of a link read
+//! the same number: a server that accepts what its client cannot decode (or the reverse) fails
+//! only at the size where nobody tested it.
+//!
+//! Each server AND each client sets tonic's `max_decoding_message_size` and
+//! `max_encoding_message_size` from here; each request that grows with a count is bounded here;
+//! the relations between the numbers are checked at compile time at the bottom of this file.
+//!
+//! The worst-case sizes below count every protobuf varint at its 10-byte maximum; the unit tests
+//! check them against prost's `encoded_len` of messages filled with `u64::MAX`.
+//!
+//! Replies that grow with the number of sections, at the largest set (2^20 sections):
+//! - Load: up to 46 bytes a section, 46 MiB for all; bounded per request ([`MAX_LOAD_SECTIONS`])
+//!   and asked for in chunks ([`LOAD_CHUNK_SECTIONS`]).
+//! - Bump: bounded per request ([`MAX_BUMP_ITEMS`]); the AllocSvr chunks by it.
+//! - Status: counts only, no list per section; does not grow.
+//! - Renew's grants (runs of equal owner, epoch and no-wait) and the route table (runs of equal
+//!   owner) are NOT bounded here: ~16 bytes a grant and ~40 bytes a route entry (256-byte
+//!   addresses: ~300) pass [`STORE_MESSAGE_BYTES`] only when most of the 2^20 sections are runs
+//!   of their own. The arbiter moves whole contiguous runs, so runs number about the live
+//!   AllocSvrs plus the moves under way; chunking these replies needs a protocol change.
+//!
+//! Left out: limits that concern one crate only (queue depths, retry counts): they stay beside
+//! the code that uses them.
+
+// ---- gRPC messages ----------------------------------------------------------------------------
+
+/// Largest message of the `StoreService` and `AdminService`, both directions, both ends
+/// (StoreSvr servers, `StoreClient`, `seqctl`). The largest replies are a Load of
+/// [`MAX_LOAD_SECTIONS`] (≤ 11.5 MiB worst case) and a route table; 16 MiB holds either with room
+/// and keeps one reply a short transfer on loopback or a LAN.
+pub const STORE_MESSAGE_BYTES: usize = 16 << 20;
+
+/// Largest message of the data plane (`AllocService`), both directions, both ends (AllocSvr
+/// server, the client library's channels, `seqctl`). A reply may embed the route table, which the
+/// AllocSvr received in a store reply (≤ [`STORE_MESSAGE_BYTES`]), next to at most
+/// [`MAX_UIDS_PER_BATCH`] seqs (≤ 22 KB): one MiB on top covers the rest.
+pub const DATA_PLANE_MESSAGE_BYTES: usize = STORE_MESSAGE_BYTES + (1 << 20);
+
+/// Largest message between StoreSvr peers (`RaftService`), both ends. It must hold one Raft entry
+/// of [`MAX_ENTRY_BYTES`] with its framing (asserted below); an AppendEntries of several entries
+/// above it is split by the sender (openraft's `PayloadTooLarge`), and snapshots travel in
+/// openraft's chunks (3 MiB by default).
+pub const PEER_MESSAGE_BYTES: usize = 64 << 20;
+
+// ---- counts per request -----------------------------------------------------------------------
+
+/// Bytes of one `SectionState` inside a `LoadReply`, at most: 4 fields of (tag + 10-byte varint)
+/// plus the field's own tag and length.
+pub const SECTION_STATE_MAX_BYTES: usize = 4 * 11 + 2;
+
+/// Most sections one Load may name; the store refuses more. 2^18 sections make a reply of at most
+/// 2^18 × [`SECTION_STATE_MAX_BYTES`] = 11.5 MiB, under [`STORE_MESSAGE_BYTES`] (asserted below).
+pub const MAX_LOAD_SECTIONS: u64 = 1 << 18;
+
+/// Sections an AllocSvr asks for in one Load when it gains many: replies of at most
+/// 65,536 × [`SECTION_STATE_MAX_BYTES`] = 2.9 MiB, under even tonic's default 4 MiB and a fifth
+/// of [`STORE_MESSAGE_BYTES`]. A gain of the default 42,950 sections is one Load; the largest
+/// set (2^20 sections) is 16 Loads, each one ReadIndex round.
+pub const LOAD_CHUNK_SECTIONS: u64 = 1 << 16;
+
+/// Bytes of one `BumpItem` in a `BumpRequest` (or `BumpResult` in a reply), at most: up to 4
+/// fields of (tag + 10-byte varint) plus tag and length.
+pub const BUMP_ITEM_MAX_BYTES: usize = 4 * 11 + 2;
+
+/// Most items in one Bump; the store refuses more and the AllocSvr sends no more. 65,536 items
+/// make a request or reply of at most 2.9 MiB and a Raft command of at most 2 MiB (3 varints
+/// each), and cover a default set (42,950 sections) in the one entry DESIGN.md §4 rule 5 asks for.
+pub const MAX_BUMP_ITEMS: usize = 1 << 16;
+
+/// Most uids in one `BatchFetchNextSeq`; the AllocSvr refuses more and the client library splits
+/// larger calls into batches of this size.
+pub const MAX_UIDS_PER_BATCH: usize = 1_000;
+
+// ---- Raft entries and the log -----------------------------------------------------------------
+
+/// Most commands the StoreSvr writer packs into one Raft entry: bounds the apply time of one entry.
+pub const MAX_ENTRY_COMMANDS: usize = 4_096;
+
+/// Most bytes of commands (postcard) in one Raft entry. The writer closes an entry before it would
+/// pass this and refuses a single command above it: an entry the peer link cannot carry never
+/// replicates, and one above the log's record limit is fatal to the leader. The wire is not the
+/// tightest bound: openraft gives every AppendEntries one heartbeat interval (100 ms by default)
+/// to travel, be decoded and be flushed by the follower, or sends it again, forever. One run of
+/// allocsvr's `big_set` test (debug build, 2-core machine at load average 7) saw AppendEntries
+/// time out at 100 ms while the gain's 65,536-item Bumps (about 0.4 MB each) replicated. 4 MiB is
+/// twice the largest possible Bump (≤ 2 MiB) and a sixteenth of [`PEER_MESSAGE_BYTES`].
+pub const MAX_ENTRY_BYTES: usize = 4 << 20;
+
+/// Bytes an entry adds around its commands, at most: log id (3 varints), payload tag and the
+/// command count (postcard), plus the AppendEntries and gRPC framing around one entry
+/// (vote, previous log id, commit index: 8 varints; 5 bytes of gRPC frame; protobuf tag and length).
+pub const ENTRY_FRAMING_BYTES: usize = 1 << 10;
+
+/// Largest record of the StoreSvr's segment log: a corrupt length must not allocate gigabytes on
+/// open. One record is one entry.
+pub const MAX_LOG_RECORD_BYTES: usize = 256 << 20;
+
+const _: () = {
+    assert!(MAX_LOAD_SECTIONS as usize * SECTION_STATE_MAX_BYTES + 64 < STORE_MESSAGE_BYTES);
+    assert!(LOAD_CHUNK_SECTIONS <= MAX_LOAD_SECTIONS);
+    assert!(LOAD_CHUNK_SECTIONS as usize * SECTION_STATE_MAX_BYTES < 4 << 20);
+    assert!(MAX_BUMP_ITEMS * BUMP_ITEM_MAX_BYTES + 64 < STORE_MESSAGE_BYTES);
+    assert!(MAX_BUMP_ITEMS * 30 + 64 < MAX_ENTRY_BYTES);
+    assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < PEER_MESSAGE_BYTES);
+    assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < MAX_LOG_RECORD_BYTES);
+    assert!(MAX_LOG_RECORD_BYTES <= u32::MAX as usize);
+    assert!(DATA_PLANE_MESSAGE_BYTES >= STORE_MESSAGE_BYTES + MAX_UIDS_PER_BATCH * 22);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb;
+    use prost::Message;
+
+    #[test]
+    fn worst_case_sizes_hold_for_messages_full_of_u64_max() {
+        let state = pb::SectionState {
+            section: u64::MAX,
+            max_seq: u64::MAX,
+            epoch: u64::MAX,
+            owner_incarnation: u64::MAX,
+        };
+        let one = pb::LoadReply {
+            not_leader: None,
+            sections: vec![state],
+        };
+        assert_eq!(one.encoded_len(), SECTION_STATE_MAX_BYTES);
+
+        let item = pb::BumpItem {
+            section: u64::MAX,
+            epoch: u64::MAX,
+            new_max: u64::MAX,
+        };
+        let req = pb::BumpRequest {
+            incarnation: 0,
+            items: vec![item],
+        };
+        assert!(req.encoded_len() <= BUMP_ITEM_MAX_BYTES);
+        let result = pb::BumpResult {
+            section: u64::MAX,
+            outcome: i32::MAX,
+            max_seq: u64::MAX,
+            epoch: u64::MAX,
+        };
+        let reply = pb::BumpReply {
+            not_leader: None,
+            results: vec![result],
+        };
+        assert!(reply.encoded_len() <= BUMP_ITEM_MAX_BYTES, "{}", reply.encoded_len());
+    }
+
+    #[test]
+    fn a_load_reply_of_the_most_sections_fits_the_store_limit() {
+        let state = pb::SectionState {
+            section: u64::MAX,
+            max_seq: u64::MAX,
+            epoch: u64::MAX,
+            owner_incarnation: u64::MAX,
+        };
+        let reply = pb::LoadReply {
+            not_leader: None,
+            sections: vec![state; MAX_LOAD_SECTIONS as usize],
+        };
+        assert!(reply.encoded_len() < STORE_MESSAGE_BYTES, "{}", reply.encoded_len());
+    }
+}
