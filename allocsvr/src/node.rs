@@ -168,14 +168,13 @@ impl Node {
             attempt: SHUTDOWN_RELEASE_DEADLINE,
             overall: SHUTDOWN_RELEASE_DEADLINE,
         });
-        let req = pb::ReleaseRequest {
-            incarnation: self.inner.incarnation.load(Ordering::Acquire),
-            sections: released(dropped.iter().map(|s| (s.id.0, s.epoch.0)).collect()),
-            leaving: true,
-        };
-        match store.release(req).await {
-            Ok(r) => info!(released = r.released, "released sections and left"),
-            Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
+        let incarnation = self.inner.incarnation.load(Ordering::Acquire);
+        let ranges = released(dropped.iter().map(|s| (s.id.0, s.epoch.0)).collect());
+        for req in release_requests(incarnation, ranges, true) {
+            match store.release(req).await {
+                Ok(r) => info!(released = r.released, "released sections"),
+                Err(e) => warn!(error = %e, "release at shutdown failed; the sections wait out the lease"),
+            }
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
     }
@@ -273,6 +272,35 @@ fn released(mut held: Vec<(u64, u64)>) -> Vec<pb::ReleasedRange> {
                 begin: id,
                 end: id + 1,
                 epoch,
+            }),
+        }
+    }
+    out
+}
+
+/// Most ranges in one Release: each encodes in at most 35 bytes, so a request stays near 2 MiB,
+/// under both the store's message limit and the Raft entry byte cap (sections held under many
+/// different epochs make many ranges).
+const RELEASE_CHUNK_RANGES: usize = 65_536;
+
+/// The Releases that give `ranges` up, in chunks; `leaving` is set on the last one only, so the
+/// incarnation is forgotten after everything it names was released.
+fn release_requests(incarnation: u64, ranges: Vec<pb::ReleasedRange>, leaving: bool) -> Vec<pb::ReleaseRequest> {
+    let mut out: Vec<pb::ReleaseRequest> = ranges
+        .chunks(RELEASE_CHUNK_RANGES)
+        .map(|c| pb::ReleaseRequest {
+            incarnation,
+            sections: c.to_vec(),
+            leaving: false,
+        })
+        .collect();
+    if leaving {
+        match out.last_mut() {
+            Some(last) => last.leaving = true,
+            None => out.push(pb::ReleaseRequest {
+                incarnation,
+                sections: vec![],
+                leaving: true,
             }),
         }
     }
@@ -486,12 +514,7 @@ async fn renew_loop(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
                     if !gained.is_empty() {
                         tokio::spawn(gain(inner.clone(), gained));
                     }
-                    if !handed_over.is_empty() {
-                        let req = pb::ReleaseRequest {
-                            incarnation: req_incarnation,
-                            sections: released(handed_over),
-                            leaving: false,
-                        };
+                    for req in release_requests(req_incarnation, released(handed_over), false) {
                         tokio::spawn(release(inner.clone(), req));
                     }
                 }
@@ -832,6 +855,39 @@ mod tests {
             );
         }
         assert_eq!(next, total, "every section is loaded once");
+    }
+
+    #[test]
+    fn releases_are_chunked_and_only_the_last_one_leaves() {
+        let range = |i: u64| pb::ReleasedRange {
+            begin: i,
+            end: i + 1,
+            epoch: i % 2,
+        };
+        let many: Vec<pb::ReleasedRange> = (0..(RELEASE_CHUNK_RANGES as u64 * 2 + 1)).map(range).collect();
+        let reqs = release_requests(7, many.clone(), true);
+        assert_eq!(reqs.len(), 3);
+        assert!(reqs.iter().all(|r| r.incarnation == 7));
+        assert_eq!(reqs.iter().map(|r| r.leaving).collect::<Vec<_>>(), [false, false, true]);
+        let all: Vec<pb::ReleasedRange> = reqs.iter().flat_map(|r| r.sections.clone()).collect();
+        assert_eq!(all, many);
+        let worst = pb::ReleaseRequest {
+            incarnation: u64::MAX,
+            sections: vec![
+                pb::ReleasedRange {
+                    begin: u64::MAX,
+                    end: u64::MAX,
+                    epoch: u64::MAX,
+                };
+                RELEASE_CHUNK_RANGES
+            ],
+            leaving: true,
+        };
+        assert!(prost::Message::encoded_len(&worst) < seqsvr_proto::limits::MAX_ENTRY_BYTES);
+        // Nothing held: a leaving Release still goes out; not leaving, nothing does.
+        let empty = release_requests(7, vec![], true);
+        assert_eq!((empty.len(), empty[0].leaving, empty[0].sections.len()), (1, true, 0));
+        assert!(release_requests(7, vec![], false).is_empty());
     }
 
     #[test]
