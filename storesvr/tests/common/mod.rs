@@ -40,6 +40,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
     procs: BTreeMap<u64, Child>,
+    /// Ids started at least once: only their first start passes `--new-replica`.
+    started: std::collections::BTreeSet<u64>,
 }
 
 impl Cluster {
@@ -51,6 +53,7 @@ impl Cluster {
             dir,
             addrs,
             procs: BTreeMap::new(),
+            started: Default::default(),
         };
         for id in 1..=n {
             c.spawn(id, id == 1);
@@ -66,7 +69,14 @@ impl Cluster {
         self.dir.path().join(format!("store{id}.log"))
     }
 
+    /// Starts replica `id` as an operator would: `--new-replica` on its first start only.
     pub fn spawn(&mut self, id: u64, bootstrap: bool) {
+        let first = self.started.insert(id);
+        self.spawn_with(id, bootstrap, first);
+    }
+
+    /// Starts replica `id` with `--new-replica` exactly when `new_replica` is set.
+    pub fn spawn_with(&mut self, id: u64, bootstrap: bool, new_replica: bool) {
         let peers: Vec<String> = self
             .addrs
             .iter()
@@ -90,6 +100,9 @@ impl Cluster {
         if bootstrap {
             cmd.arg("--bootstrap");
         }
+        if new_replica {
+            cmd.arg("--new-replica");
+        }
         let child = cmd.spawn().expect("spawn storesvr");
         self.procs.insert(id, child);
     }
@@ -106,6 +119,22 @@ impl Cluster {
         if let Some(mut c) = self.procs.remove(&id) {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running.
+    pub fn wait_exit(&mut self, id: u64, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.procs.get_mut(&id)?;
+            if let Some(status) = child.try_wait().unwrap() {
+                self.procs.remove(&id);
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
