@@ -40,6 +40,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
     procs: BTreeMap<u64, Child>,
+    /// Flags added after [`set_args`] for every replica (later flags override earlier ones).
+    pub extra_args: Vec<String>,
     /// Ids started at least once: only their first start passes `--new-replica`.
     started: std::collections::BTreeSet<u64>,
 }
@@ -47,12 +49,18 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` replicas; node 1 bootstraps the group.
     pub fn start(n: u64) -> Self {
+        Self::start_with(n, &[])
+    }
+
+    /// Starts `n` replicas with `extra` flags after the common ones; node 1 bootstraps the group.
+    pub fn start_with(n: u64, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, free_addr())).collect();
         let mut c = Self {
             dir,
             addrs,
             procs: BTreeMap::new(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
             started: Default::default(),
         };
         for id in 1..=n {
@@ -94,6 +102,7 @@ impl Cluster {
             .arg(format!("--data-dir={}", self.data_dir(id).display()))
             .arg(format!("--peers={}", peers.join(",")))
             .args(set_args())
+            .args(&self.extra_args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
             .stderr(log);
