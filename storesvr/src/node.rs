@@ -19,7 +19,7 @@
 
 use crate::arbiter::{self, Liveness, Plan};
 use crate::config::Config;
-use crate::kv::{KvStore, SledKv};
+use crate::kv::{FileKv, KvStore};
 use crate::log_store::{Durability, LogStore};
 use crate::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft_types::{Node, Raft};
@@ -107,6 +107,14 @@ pub enum StartError {
          --new-replica (no --bootstrap) and run `seqctl replica add`"
     )]
     BootstrapOverGroup { peer: u64, addr: String, why: String },
+    #[error(
+        "data dir {dir} is from an earlier storesvr that kept the vote, commit index and snapshots in a \
+         sled database (raft/db); this version no longer reads it (sled 0.34 could fail to open it after a \
+         SIGKILL). Leave it as it is, and bring this replica back under a new node id: start it with \
+         --new-replica on an empty data dir, then `seqctl replica add <new id> <addr>` and \
+         `seqctl replica remove <old id>`"
+    )]
+    SledEra { dir: String },
     #[error("storage: {0}")]
     Storage(String),
     #[error("raft: {0}")]
@@ -176,6 +184,17 @@ fn claim_data_dir(dir: &Path, node_id: u64, new_replica: bool) -> Result<(), Sta
         }
         Err(e) => Err(io(e)),
     }
+}
+
+/// Refuses a data dir whose Raft metadata is in a sled database (`raft/db`, before key files).
+fn refuse_sled_era(dir: &Path) -> Result<(), StartError> {
+    let db = dir.join("raft").join("db");
+    if db.exists() {
+        return Err(StartError::SledEra {
+            dir: dir.display().to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// How long `--bootstrap` waits for each peer's answer to "do you hold a group?".
@@ -249,10 +268,11 @@ impl StoreNode {
     /// Opens storage, starts Raft and serves on `config.listen`.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate().map_err(StartError::Config)?;
+        refuse_sled_era(&config.data_dir)?;
         claim_data_dir(&config.data_dir, config.node_id, config.new_replica)?;
         let kv: Arc<dyn KvStore> =
             Arc::new(
-                SledKv::open(&config.data_dir.join("raft")).map_err(|source| StartError::DataDir {
+                FileKv::open(&config.data_dir.join("meta")).map_err(|source| StartError::DataDir {
                     dir: config.data_dir.display().to_string(),
                     source,
                 })?,

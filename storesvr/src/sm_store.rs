@@ -124,8 +124,7 @@ impl StateMachineStore {
             if last <= *on_disk {
                 return Ok(false);
             }
-            kv.insert_batch(vec![(SNAPSHOT.to_vec(), bytes)])?;
-            kv.sync()?;
+            kv.put(SNAPSHOT, &bytes)?;
             *on_disk = last;
             Ok(true)
         })
@@ -255,7 +254,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::SledKv;
+    use crate::kv::FileKv;
     use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
 
     fn log_id(term: u64, index: u64) -> LogId {
@@ -275,7 +274,7 @@ mod tests {
     #[tokio::test]
     async fn an_older_build_never_overwrites_a_newer_installed_snapshot() {
         let dir = tempfile::tempdir().unwrap();
-        let kv: Arc<dyn KvStore> = Arc::new(SledKv::open(dir.path()).unwrap());
+        let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(dir.path()).unwrap());
         let mut sm = StateMachineStore::open(kv.clone(), false).unwrap();
         *sm.shared().write().unwrap() = sm_data(log_id(1, 5));
 
