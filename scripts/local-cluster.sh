@@ -40,10 +40,15 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 PEERS="1=127.0.0.1:${STORE_PORTS[0]},2=127.0.0.1:${STORE_PORTS[1]},3=127.0.0.1:${STORE_PORTS[2]}"
+# --new-replica only when the whole group is new (no store dir yet). A restart keeps the dirs; a
+# single missing dir is a lost replica, which storesvr refuses to restart under its old id.
+NEW_GROUP=1
+for i in 1 2 3; do [ -e "$DATA/store$i" ] && NEW_GROUP=0; done
 for i in 1 2 3; do
   port=${STORE_PORTS[$((i - 1))]}
   extra=()
   [ "$i" = 1 ] && extra+=(--bootstrap)
+  [ "$NEW_GROUP" = 1 ] && extra+=(--new-replica)
   RUST_LOG=${RUST_LOG:-info,openraft=warn} "$BIN/storesvr" --node-id "$i" --listen "127.0.0.1:$port" \
     --data-dir "$DATA/store$i" --peers "$PEERS" --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" \
     2>>"$DATA/store$i.log" &

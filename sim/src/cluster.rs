@@ -55,6 +55,9 @@ pub struct ProcSpec {
     pub name: String,
     pub bin: PathBuf,
     pub args: Vec<String>,
+    /// Added to `args` on the first start only (e.g. StoreSvr's `--new-replica`: a restart after a
+    /// kill keeps its data dir and must come back as the same replica).
+    pub first_args: Vec<String>,
 }
 
 struct Proc {
@@ -116,14 +119,18 @@ impl Cluster {
         }
         p.starts += 1;
         let mut log = OpenOptions::new().create(true).append(true).open(&p.log)?;
+        let mut args = p.spec.args.clone();
+        if p.starts == 1 {
+            args.extend(p.spec.first_args.iter().cloned());
+        }
         writeln!(
             log,
             "{START_MARKER} #{} of {}: {:?} {:?}",
-            p.starts, name, p.spec.bin, p.spec.args
+            p.starts, name, p.spec.bin, args
         )?;
         let err = log.try_clone()?;
         let mut cmd = Command::new(&p.spec.bin);
-        cmd.args(&p.spec.args)
+        cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
@@ -305,6 +312,7 @@ mod tests {
             name: name.into(),
             bin: "/bin/sh".into(),
             args: vec!["-c".into(), "echo up; exec sleep 60".into()],
+            first_args: vec![],
         }
     }
 
@@ -396,6 +404,7 @@ mod tests {
                 "-c".into(),
                 "trap '' TERM; echo ready; while true; do sleep 0.05; done".into(),
             ],
+            first_args: vec![],
         };
         let pid = c.spawn(stubborn).unwrap();
         let log = c.log_path("stubborn").unwrap().to_path_buf();
@@ -412,6 +421,7 @@ mod tests {
             name: "p".into(),
             bin: "/bin/sh".into(),
             args: vec!["-c".into(), "echo \"thread 'main' panicked at src/x.rs:1\" >&2".into()],
+            first_args: vec![],
         };
         c.spawn(spec).unwrap();
         assert!(eventually(|| !c.is_running("p")).await);

@@ -146,6 +146,8 @@ impl Topology {
             name: store_name(id),
             bin: bin.to_path_buf(),
             args,
+            // Its data dir is fresh on the first start; a restart after a kill keeps it.
+            first_args: vec!["--new-replica".into()],
         }
     }
 
@@ -168,6 +170,7 @@ impl Topology {
             name: alloc_name(id),
             bin: bin.to_path_buf(),
             args,
+            first_args: vec![],
         }
     }
 

@@ -51,6 +51,13 @@ pub struct Config {
     #[arg(long)]
     pub bootstrap: bool,
 
+    /// This replica is new: accept an empty data dir and claim it for --node-id. Only for the
+    /// first start of an initial member of a brand-new group, or of a replica added under a
+    /// never-used id with `seqctl replica add`. Without it an empty data dir is refused: a replica
+    /// whose data was lost must come back under a NEW node id (ids are never reused).
+    #[arg(long)]
+    pub new_replica: bool,
+
     /// Reach peer ID at ADDR instead of its advertised address (proxies, NAT), comma-separated ID=ADDR.
     #[arg(long, value_delimiter = ',')]
     pub dial: Vec<String>,

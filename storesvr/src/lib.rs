@@ -3,8 +3,9 @@
 //! Modules, bottom up:
 //! - `state`: the pure replicated state (sections' `max_seq`, epochs, owners,
 //!   AllocSvr registry, route version) and its deterministic `apply`.
-//! - `kv`, `log_store`, `sm_store`: openraft storage on sled (durable log and
-//!   vote, in-memory state machine with persisted snapshots).
+//! - `kv`, `segment_log`, `log_store`, `sm_store`: openraft storage (log entries in
+//!   segment files, vote, commit index, purge point and snapshot one file per key;
+//!   in-memory state machine with persisted snapshots).
 //! - `raft_types`, `network`: openraft wiring; peer RPCs over gRPC.
 //!
 //! Promises kept here: P2 (a bump is acknowledged only once committed by a

@@ -1,4 +1,5 @@
-//! The Raft log and vote: entries in a [`SegmentLog`], vote and log metadata on [`KvStore`].
+//! The Raft log and vote: entries in a [`SegmentLog`], vote and log metadata in a [`KvStore`]
+//! (one durable file per key).
 //!
 //! Every method that openraft relies on for durability (`save_vote`, `append`,
 //! `truncate`, `purge`) writes and then syncs before it returns or calls the
@@ -91,9 +92,7 @@ impl Durability {
                     let committed = *m.latest.lock().expect("watermark lock poisoned");
                     let mut res = log.sync();
                     if res.is_ok() && barrier {
-                        res = kv
-                            .insert_batch(vec![(COMMITTED.to_vec(), encode(&committed))])
-                            .and_then(|()| kv.sync());
+                        res = kv.put(COMMITTED, &encode(&committed));
                         if res.is_ok() {
                             m.durable
                                 .fetch_max(committed.map_or(0, |c| c.index + 1), Ordering::AcqRel);
@@ -265,12 +264,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote);
-        self.blocking(move |kv| {
-            kv.insert_batch(vec![(VOTE.to_vec(), bytes)])?;
-            kv.sync()
-        })
-        .await
-        .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
+        self.blocking(move |kv| kv.put(VOTE, &bytes))
+            .await
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -319,8 +315,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.blocking(move |kv| {
             // Record the purge point first: a crash between the two steps leaves
             // entries that are merely ignored, never a hole before last_purged.
-            kv.insert_batch(vec![(PURGED.to_vec(), purged)])?;
-            kv.sync()?;
+            kv.put(PURGED, &purged)?;
             log.purge_upto(log_id.index)
         })
         .await

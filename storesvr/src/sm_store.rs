@@ -21,7 +21,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 const SNAPSHOT: &[u8] = b"snapshot";
 
@@ -45,6 +45,9 @@ pub type SharedState = Arc<RwLock<SmData>>;
 pub struct StateMachineStore {
     state: SharedState,
     kv: Arc<dyn KvStore>,
+    /// Last log id of the snapshot on disk, shared by the state machine and every builder it
+    /// hands out. Held across the compare and the blocking write (see [`Self::persist`]).
+    persisted: Arc<Mutex<Option<LogId>>>,
     rules: UnsafeRules,
     snapshot_seq: u64,
 }
@@ -73,13 +76,16 @@ impl StateMachineStore {
     /// Opens the state machine at its latest snapshot (empty if none).
     pub fn open(kv: Arc<dyn KvStore>, rules: UnsafeRules) -> Result<Self, StorageError> {
         let mut data = SmData::default();
+        let mut persisted = None;
         if let Some(bytes) = kv.get(SNAPSHOT).map_err(|e| snap_err(ErrorVerb::Read, e))? {
             let stored: StoredSnapshot = postcard::from_bytes(&bytes).map_err(|e| snap_err(ErrorVerb::Read, e))?;
             data = postcard::from_bytes(&stored.data).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+            persisted = stored.meta.last_log_id;
         }
         Ok(Self {
             state: Arc::new(RwLock::new(data)),
             kv,
+            persisted: Arc::new(Mutex::new(persisted)),
             rules,
             snapshot_seq: 0,
         })
@@ -98,41 +104,67 @@ impl StateMachineStore {
         }
     }
 
-    async fn persist(&self, stored: StoredSnapshot) -> Result<(), StorageError> {
+    /// Writes `stored` unless the snapshot on disk is as new or newer; returns whether it wrote.
+    ///
+    /// openraft 0.9 runs a snapshot build (a builder from `get_snapshot_builder`) in its own task
+    /// while `install_snapshot` may run: without the check an older build could land after a newer
+    /// installed snapshot whose log openraft has already purged, and the replica could not start
+    /// again. The compare and the write happen under one std `Mutex`, taken inside the blocking
+    /// task and held across the write and its sync: no `.await` happens while it is held, and a
+    /// blocking task cannot be cancelled halfway, so a dropped future never leaves the lock or the
+    /// file in between (a `tokio::sync::Mutex` held across `spawn_blocking(..).await` would do the
+    /// same, with one more lock type to reason about).
+    async fn persist(&self, stored: StoredSnapshot) -> Result<bool, StorageError> {
+        let last = stored.meta.last_log_id;
         let bytes = postcard::to_stdvec(&stored).map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let kv = self.kv.clone();
-        tokio::task::spawn_blocking(move || {
-            kv.insert_batch(vec![(SNAPSHOT.to_vec(), bytes)])?;
-            kv.sync()
+        let persisted = self.persisted.clone();
+        let wrote = tokio::task::spawn_blocking(move || {
+            let mut on_disk = persisted.lock().expect("snapshot persist lock poisoned");
+            if last <= *on_disk {
+                return Ok(false);
+            }
+            kv.put(SNAPSHOT, &bytes)?;
+            *on_disk = last;
+            Ok(true)
         })
         .await
         .map_err(|e| snap_err(ErrorVerb::Write, e))?
-        .map_err(|e| snap_err(ErrorVerb::Write, e))
+        .map_err(|e: std::io::Error| snap_err(ErrorVerb::Write, e))?;
+        if !wrote {
+            tracing::info!(
+                snapshot = %stored.meta.snapshot_id,
+                "snapshot not stored: the one on disk is as new or newer"
+            );
+        }
+        Ok(wrote)
+    }
+}
+
+impl StateMachineStore {
+    /// First half of a snapshot build: serializes the applied state as it is now.
+    fn capture(&mut self) -> Result<StoredSnapshot, StorageError> {
+        let st = self.state.read().expect("state lock poisoned");
+        let data = postcard::to_stdvec(&*st).map_err(|e| sm_err(ErrorVerb::Read, e))?;
+        self.snapshot_seq += 1;
+        let id = match st.last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, self.snapshot_seq),
+            None => format!("none-{}", self.snapshot_seq),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: st.last_applied,
+            last_membership: st.membership.clone(),
+            snapshot_id: id,
+        };
+        Ok(StoredSnapshot { meta, data })
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (data, meta) = {
-            let st = self.state.read().expect("state lock poisoned");
-            let data = postcard::to_stdvec(&*st).map_err(|e| sm_err(ErrorVerb::Read, e))?;
-            self.snapshot_seq += 1;
-            let id = match st.last_applied {
-                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, self.snapshot_seq),
-                None => format!("none-{}", self.snapshot_seq),
-            };
-            let meta = SnapshotMeta {
-                last_log_id: st.last_applied,
-                last_membership: st.membership.clone(),
-                snapshot_id: id,
-            };
-            (data, meta)
-        };
-        self.persist(StoredSnapshot {
-            meta: meta.clone(),
-            data: data.clone(),
-        })
-        .await?;
+        let stored = self.capture()?;
+        let (meta, data) = (stored.meta.clone(), stored.data.clone());
+        self.persist(stored).await?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -179,6 +211,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Self {
             state: self.state.clone(),
             kv: self.kv.clone(),
+            persisted: self.persisted.clone(),
             rules: self.rules,
             snapshot_seq: self.snapshot_seq + 1000,
         }
@@ -211,5 +244,59 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::FileKv;
+    use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn sm_data(applied: LogId) -> SmData {
+        SmData {
+            last_applied: Some(applied),
+            ..Default::default()
+        }
+    }
+
+    /// openraft 0.9 builds snapshots in a separate task while `install_snapshot` may run: an older
+    /// build that persists last must not replace a newer installed snapshot (the log before the
+    /// newer one may already be purged, and the replica could not start again).
+    #[tokio::test]
+    async fn an_older_build_never_overwrites_a_newer_installed_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(dir.path()).unwrap());
+        let mut sm = StateMachineStore::open(kv.clone(), Default::default()).unwrap();
+        *sm.shared().write().unwrap() = sm_data(log_id(1, 5));
+
+        // The builder captures the state at index 5 ...
+        let mut builder = sm.get_snapshot_builder().await;
+        let old = builder.capture().unwrap();
+        // ... meanwhile a snapshot at index 10 from the leader is installed ...
+        let newer = SnapshotMeta {
+            last_log_id: Some(log_id(2, 10)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "leader-10".into(),
+        };
+        let bytes = postcard::to_stdvec(&sm_data(log_id(2, 10))).unwrap();
+        sm.install_snapshot(&newer, Box::new(Cursor::new(bytes))).await.unwrap();
+        // ... and only then the older build reaches the disk.
+        builder.persist(old).await.unwrap();
+        drop((sm, builder));
+
+        let mut reopened = StateMachineStore::open(kv, Default::default()).unwrap();
+        let current = reopened.get_current_snapshot().await.unwrap().expect("a snapshot");
+        assert_eq!(current.meta.last_log_id, Some(log_id(2, 10)), "{:?}", current.meta);
+        assert_eq!(reopened.applied_state().await.unwrap().0, Some(log_id(2, 10)));
+        // A build that is newer than what is stored still lands.
+        *reopened.shared().write().unwrap() = sm_data(log_id(2, 12));
+        reopened.build_snapshot().await.unwrap();
+        let current = reopened.get_current_snapshot().await.unwrap().expect("a snapshot");
+        assert_eq!(current.meta.last_log_id, Some(log_id(2, 12)));
     }
 }

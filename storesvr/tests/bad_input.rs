@@ -99,6 +99,7 @@ fn help_documents_every_option() {
         "--data-dir",
         "--peers",
         "--bootstrap",
+        "--new-replica",
         "--dial",
         "--section-size",
         "--step",

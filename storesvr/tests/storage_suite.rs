@@ -1,9 +1,9 @@
-//! openraft's own storage conformance suite against our log store (segment files + sled) and state machine:
+//! openraft's own storage conformance suite against our log store (segment files + key files) and state machine:
 //! log state, vote, append/truncate/purge, snapshots, applied state.
 
 use openraft::testing::{StoreBuilder, Suite};
 use std::sync::Arc;
-use storesvr::kv::{KvStore, SledKv};
+use storesvr::kv::{FileKv, KvStore};
 use storesvr::log_store::LogStore;
 use storesvr::raft_types::{StorageError, TypeConfig};
 use storesvr::segment_log::SegmentLog;
@@ -14,7 +14,7 @@ struct Builder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for Builder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let kv: Arc<dyn KvStore> = Arc::new(SledKv::open(&dir.path().join("raft")).expect("open sled"));
+        let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("meta")).expect("open the key files"));
         let log = SegmentLog::open(&dir.path().join("log")).expect("open the segment log");
         let sm = StateMachineStore::open(kv.clone(), Default::default())?;
         let log_store = LogStore::new(kv, log).expect("open the log store");

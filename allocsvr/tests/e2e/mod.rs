@@ -127,6 +127,8 @@ pub struct Cluster {
     pub alloc_addrs: BTreeMap<u64, String>,
     alloc_metrics: BTreeMap<u64, String>,
     procs: BTreeMap<(Role, u64), Child>,
+    /// StoreSvr ids started at least once: only a first start passes `--new-replica`.
+    stores_started: std::collections::BTreeSet<u64>,
 }
 
 impl Cluster {
@@ -142,6 +144,7 @@ impl Cluster {
             alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_metrics: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             procs: BTreeMap::new(),
+            stores_started: Default::default(),
         };
         c.start_all();
         c
@@ -183,7 +186,8 @@ impl Cluster {
     }
 
     /// Starts StoreSvr replica `id` on its address and data dir (bootstrap flag only on node 1; it
-    /// does nothing once the data dir holds a group).
+    /// does nothing once the data dir holds a group; `--new-replica` only on the first start, as an
+    /// operator would: a restart keeps its data dir).
     pub fn start_store(&mut self, id: u64) {
         if self.procs.contains_key(&(Role::Store, id)) {
             return;
@@ -205,6 +209,9 @@ impl Cluster {
             .env("RUST_LOG", "info,openraft=warn");
         if id == 1 {
             cmd.arg("--bootstrap");
+        }
+        if self.stores_started.insert(id) {
+            cmd.arg("--new-replica");
         }
         self.spawn(Role::Store, id, cmd);
     }

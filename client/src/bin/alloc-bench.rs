@@ -540,6 +540,7 @@ async fn start(
             .arg(format!("--listen={addr}"))
             .arg(format!("--data-dir={}", dir.join(&name).display()))
             .arg(format!("--peers={}", peers.join(",")))
+            .arg("--new-replica") // a fresh temp dir, started once
             .arg(format!("--step={STEP}"))
             .arg(format!("--section-size={SECTION_SIZE}"))
             .arg(format!("--metrics-listen={}", store_metrics[i]))

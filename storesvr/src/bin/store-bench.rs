@@ -229,6 +229,7 @@ async fn main() -> ExitCode {
             .arg(format!("--listen={addr}"))
             .arg(format!("--data-dir={}", tmp_path.join(format!("store{id}")).display()))
             .arg(format!("--peers={}", peers.join(",")))
+            .arg("--new-replica") // fresh data dirs, started once
             .arg(format!("--uid-limit={}", SECTIONS * 100_000))
             .arg("--detect-ms=600000") // the benchmark's owner renews rarely
             .env("RUST_LOG", "warn")

@@ -40,17 +40,28 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
     procs: BTreeMap<u64, Child>,
+    /// Flags added after [`set_args`] for every replica (later flags override earlier ones).
+    pub extra_args: Vec<String>,
+    /// Ids started at least once: only their first start passes `--new-replica`.
+    started: std::collections::BTreeSet<u64>,
 }
 
 impl Cluster {
     /// Starts `n` replicas; node 1 bootstraps the group.
     pub fn start(n: u64) -> Self {
+        Self::start_with(n, &[])
+    }
+
+    /// Starts `n` replicas with `extra` flags after the common ones; node 1 bootstraps the group.
+    pub fn start_with(n: u64, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, free_addr())).collect();
         let mut c = Self {
             dir,
             addrs,
             procs: BTreeMap::new(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            started: Default::default(),
         };
         for id in 1..=n {
             c.spawn(id, id == 1);
@@ -66,7 +77,14 @@ impl Cluster {
         self.dir.path().join(format!("store{id}.log"))
     }
 
+    /// Starts replica `id` as an operator would: `--new-replica` on its first start only.
     pub fn spawn(&mut self, id: u64, bootstrap: bool) {
+        let first = self.started.insert(id);
+        self.spawn_with(id, bootstrap, first);
+    }
+
+    /// Starts replica `id` with `--new-replica` exactly when `new_replica` is set.
+    pub fn spawn_with(&mut self, id: u64, bootstrap: bool, new_replica: bool) {
         let peers: Vec<String> = self
             .addrs
             .iter()
@@ -84,11 +102,15 @@ impl Cluster {
             .arg(format!("--data-dir={}", self.data_dir(id).display()))
             .arg(format!("--peers={}", peers.join(",")))
             .args(set_args())
+            .args(&self.extra_args)
             .env("RUST_LOG", "info,openraft=warn")
             .stdout(Stdio::null())
             .stderr(log);
         if bootstrap {
             cmd.arg("--bootstrap");
+        }
+        if new_replica {
+            cmd.arg("--new-replica");
         }
         let child = cmd.spawn().expect("spawn storesvr");
         self.procs.insert(id, child);
@@ -106,6 +128,22 @@ impl Cluster {
         if let Some(mut c) = self.procs.remove(&id) {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running.
+    pub fn wait_exit(&mut self, id: u64, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.procs.get_mut(&id)?;
+            if let Some(status) = child.try_wait().unwrap() {
+                self.procs.remove(&id);
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
