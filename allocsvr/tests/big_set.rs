@@ -69,6 +69,8 @@ impl Cluster {
                     c.dir.path().join(format!("store{id}")).display()
                 ))
                 .arg(format!("--peers={}", peers.join(",")))
+                // Every replica starts once, on an empty dir: each is a new replica.
+                .arg("--new-replica")
                 .arg(format!("--section-size={section_size}"))
                 .arg(format!("--uid-limit={uid_limit}"))
                 .env("RUST_LOG", "info,openraft=warn");
