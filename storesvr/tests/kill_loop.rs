@@ -39,11 +39,12 @@ async fn write_until(
     for s in 0..SECTIONS {
         epochs.push(owner.epoch_of(&c_client, s, WAIT).await);
     }
-    let mut next: Vec<u64> = vec![0; SECTIONS as usize];
+    // Like an owner: one step above the last acknowledged ceiling, and an unknown outcome is
+    // retried with the same target (the store refuses a bump more than a few steps up).
+    let mut next: Vec<u64> = vec![STEP; SECTIONS as usize];
     let mut ok = 0u64;
     let mut s = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        next[s] += STEP;
         let req = pb::BumpRequest {
             incarnation: owner.incarnation,
             items: vec![pb::BumpItem {
@@ -62,7 +63,7 @@ async fn write_until(
                 acked[s].fetch_max(r.max_seq, Ordering::AcqRel);
                 ok += 1;
             }
-            next[s] = next[s].max(r.max_seq);
+            next[s] = next[s].max(r.max_seq + STEP);
         }
         s = (s + 1) % SECTIONS as usize;
     }

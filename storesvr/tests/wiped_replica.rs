@@ -27,8 +27,8 @@ async fn a_wiped_replica_restarted_under_its_old_id_is_refused() {
     // Only replicas 1 and 2 hold this bump.
     c.kill(3);
     c.wait_leader(WAIT).await;
-    let acked = bump(&client, owner.incarnation, 3, epoch, 5_000).await;
-    assert_eq!((acked.outcome, acked.max_seq), (pb::BumpOutcome::Applied as i32, 5_000));
+    let acked = bump(&client, owner.incarnation, 3, epoch, 4_000).await;
+    assert_eq!((acked.outcome, acked.max_seq), (pb::BumpOutcome::Applied as i32, 4_000));
 
     // Replica 2 loses its disk and is restarted with its old command line.
     c.kill(2);
@@ -61,7 +61,7 @@ async fn a_wiped_replica_restarted_under_its_old_id_is_refused() {
     let after = load(&client, 3).await;
     panic!(
         "a wiped replica 2 was accepted under its old id; with replica 1 down the group now \
-         reports max_seq {} for section 3 after acknowledging 5000",
+         reports max_seq {} for section 3 after acknowledging 4000",
         after.max_seq
     );
 }
