@@ -395,7 +395,9 @@ impl Inner {
         for h in &reply.handover {
             for s in h.begin.max(first)..h.end.min(p.sections.end) {
                 let i = (s - first) as usize;
-                handed_over[i] = desired[i].take().map(|(epoch, _)| epoch);
+                if let Some((epoch, _)) = desired[i].take() {
+                    handed_over[i] = Some(epoch);
+                }
             }
         }
 
