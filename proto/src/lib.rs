@@ -8,11 +8,17 @@
 //!   values that look alike cannot be swapped by mistake.
 //! - [`routes`]: a validated route table with uid → owner lookup.
 //! - [`limits`]: every message size and per-request count, shared by servers and clients.
+//! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
+//! - [`params`]: a set's parameters and the one set of rules they must keep.
+//! - [`cli`]: how every binary takes options: flags, environment, config file.
 //!
-//! Deliberately left out: any IO. Clients, servers and retries live in the
+//! Deliberately left out: any network IO (the only IO here is [`cli`] reading a config file). Clients, servers and retries live in the
 //! crates that need them.
 
+pub mod addr;
+pub mod cli;
 pub mod limits;
+pub mod params;
 pub mod routes;
 pub mod types;
 
