@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::error::ErrorKind;
-use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
+use clap::{ArgAction, CommandFactory, Parser};
 
 /// The name of the option that names the config file (every binary has it).
 const CONFIG: &str = "config";
