@@ -1,4 +1,4 @@
-//! Lease arithmetic (DESIGN.md §4 rules 3, 4 and 10), pure: every function is handed `now` or the
+//! Lease arithmetic (docs/DESIGN.md, Ownership), pure: every function is handed `now` or the
 //! instants it needs and reads no clock.
 //!
 //! - A renewal is timed from `t_send`, noted on the monotonic clock *before* the request left; a
@@ -10,11 +10,15 @@
 //!   A release recorded by the previous owner (`no_wait`) lifts the wait.
 //!
 //! Deliberately left out: wall-clock time of any kind (a jump of the wall clock changes nothing)
-//! and the renewal loop itself (see `node`).
+//! and the renewal loop itself (see `tasks::renew`). Instants are tokio's, so that the tasks that
+//! use this can be tested on a paused clock; with a running clock they are the monotonic clock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Timings of a lease, from `SetParams` (validated in `config`).
+use seqsvr_proto::params::SetParams;
+use tokio::time::Instant;
+
+/// Timings of a lease, from the set's validated parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTimings {
     /// How long the store keeps a grant alive after a renewal.
@@ -26,6 +30,15 @@ pub struct LeaseTimings {
 }
 
 impl LeaseTimings {
+    /// The timings of a set.
+    pub fn of(p: &SetParams) -> Self {
+        Self {
+            lease: p.lease(),
+            drift_ppm: p.drift_ppm,
+            margin: p.margin(),
+        }
+    }
+
     fn drift(&self) -> Duration {
         // lease * drift_ppm / 1e6, computed in nanoseconds to keep precision.
         let nanos = self.lease.as_nanos() * u128::from(self.drift_ppm) / 1_000_000;

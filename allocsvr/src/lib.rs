@@ -4,32 +4,39 @@
 //!
 //! Modules, from pure decision logic to IO:
 //! - [`lease`]: lease arithmetic from send time, gain wait (pure, takes `now`).
-//! - [`section`]: one section's memory, `try_next` and prefetch decisions (pure, no IO).
+//! - [`section`]: one section's memory, `try_next` and prefetch decisions (pure).
+//! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
-//! - [`config`]: flags and the set's parameters, validated.
-//! - [`node`]: registration, renewal, gaining/letting go, the bumper, shutdown.
+//! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
+//! - [`shared`]: the state the service and the tasks share, behind methods.
+//! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
 //! - [`service`]: the `AllocService` gRPC data plane.
-//! - [`error`], [`metrics`].
+//! - [`node`]: the composition root: start, wire, shut down.
+//! - [`config`], [`error`], [`metrics`].
 //!
-//! Promises kept here: P1 (per-uid increase; reload on every gain), P2 (never above the
-//! acknowledged ceiling), P4 with the store's epochs (lease from send time, gain wait, fenced
-//! bumps), P5 (GetCurSeq), P6 (dense per-uid counters, one step reserved at a time).
+//! Promises kept here (docs/DESIGN.md): P1 (per-uid increase; reload on every gain), P2 (never
+//! above the acknowledged ceiling), P4 with the store's epochs (lease from send time, gain wait,
+//! fenced bumps), P5 (GetCurSeq), P6 (dense per-uid counters, one step reserved at a time).
 //!
-//! Start in-process with [`Node::start`]; the `allocsvr` binary wraps it with flags, logging,
+//! Start in-process with [`Node::start`]; the `allocsvr` binary wraps it with options, logging,
 //! metrics and signal handling.
 //!
-//! Deliberately left out: durable state (an AllocSvr is stateless between restarts) and
-//! routing of requests to the owner (the client library does that with the route table).
+//! Deliberately left out: durable state (an AllocSvr is stateless between restarts) and routing
+//! of requests to the owner (the client library does that with the route table).
 
 pub mod config;
 pub mod error;
+pub mod grants;
 pub mod lease;
 pub mod metrics;
 pub mod node;
 pub mod owned;
 pub mod section;
 pub mod service;
+pub mod shared;
+pub mod store;
+pub mod tasks;
 
-pub use config::{Cli, NodeConfig, Params, UnsafeSwitches};
-pub use error::Error;
+pub use config::{Cli, NodeConfig, UnsafeSwitches};
+pub use error::{Error, StartError};
 pub use node::Node;

@@ -1,14 +1,15 @@
-//! The `allocsvr` binary: flags → validated config → logging and metrics → [`allocsvr::Node`]
-//! until SIGTERM/SIGINT, then release every section and exit 0.
+//! The `allocsvr` binary: options (flags, `ALLOCSVR_*` variables, `--config` file) → validated
+//! config → logging and metrics → [`allocsvr::Node`] until SIGTERM/SIGINT, then release every
+//! section and exit 0.
 
 use std::process::ExitCode;
 
+use allocsvr::config::ENV_PREFIX;
 use allocsvr::{Cli, Node};
-use clap::Parser;
 use tracing::{error, info};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = seqsvr_proto::cli::parse(ENV_PREFIX);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub bump_sections: Counter,
     /// Bump RPCs that failed or timed out (retried with the same new_max).
     pub bump_failures: Counter,
+    /// Prefetches given up because the bump queue was full (the next fetch asks again).
+    pub bump_queue_full: Counter,
     /// Time from sending a Bump to its reply, seconds.
     pub bump_latency: Histogram,
     /// 1 while the lease is valid, else 0.
@@ -41,6 +43,7 @@ impl Metrics {
             bump_rpcs: counter!("allocsvr_bump_rpcs_total"),
             bump_sections: counter!("allocsvr_bump_sections_total"),
             bump_failures: counter!("allocsvr_bump_failures_total"),
+            bump_queue_full: counter!("allocsvr_bump_queue_full_total"),
             bump_latency: histogram!("allocsvr_bump_latency_seconds"),
             lease_valid: gauge!("allocsvr_lease_valid"),
             sections_held: gauge!("allocsvr_sections_held"),

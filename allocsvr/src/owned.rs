@@ -4,13 +4,14 @@
 //! set`: a fetch takes the read lock, indexes, and locks one section's short `std::sync::Mutex`;
 //! the renewal task takes the write lock only when ownership actually changes. The lease end is
 //! an atomic (nanoseconds since a base `Instant`), read inside the section lock so that the check
-//! and the increment are one critical section (DESIGN.md §4 rule 7).
+//! and the increment are one critical section (docs/DESIGN.md, Ownership).
 //!
-//! Deliberately left out: deciding what to own (see `node`) and how to serve (see `service`).
+//! Deliberately left out: deciding what to own (see `grants`, `tasks::renew`) and how to serve
+//! (see `service`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use seqsvr_proto::{Epoch, Incarnation, SectionId};
 use tokio::sync::Notify;
@@ -108,23 +109,18 @@ impl Owned {
         self.with(slot.id, |held| held.is_some_and(|h| Arc::ptr_eq(h, slot)))
     }
 
-    /// Every held slot, in section order.
-    pub fn held(&self) -> Vec<Arc<Slot>> {
-        self.slots.read().unwrap().iter().flatten().cloned().collect()
-    }
-
     /// Number of held sections.
     pub fn held_count(&self) -> usize {
         self.slots.read().unwrap().iter().flatten().count()
     }
 
-    /// The slot at position `i` of the set (for diffing grants).
-    pub fn snapshot(&self) -> Vec<Option<(Epoch, Arc<Slot>)>> {
+    /// The epoch of the slot held for each section of the set, by position (for diffing grants).
+    pub fn held_epochs(&self) -> Vec<Option<Epoch>> {
         self.slots
             .read()
             .unwrap()
             .iter()
-            .map(|s| s.as_ref().map(|s| (s.epoch, s.clone())))
+            .map(|s| s.as_ref().map(|s| s.epoch))
             .collect()
     }
 

@@ -1,13 +1,13 @@
 //! The memory of one owned section, pure: no IO, no clock reads, no locks (the caller holds one
-//! short `std::sync::Mutex` around it and passes `now` and the lease end read inside that lock,
-//! DESIGN.md §4 rule 7).
+//! short `std::sync::Mutex` around it and passes `now` and the lease end read inside that lock:
+//! ownership rule 7 of docs/DESIGN.md).
 //!
 //! Promises kept here:
 //! - **P1**: `cur_seq` of a uid only grows; every served seq is `cur_seq + 1`.
 //! - **P2**: a seq is served only if it is ≤ `max_seq`, the ceiling the store *acknowledged*; an
 //!   in-flight bump raises nothing until its reply is applied with [`Section::bump_acked`].
 //! - **P6**: with no faults a uid's consecutive seqs differ by exactly 1.
-//! - Rules 4/5: nothing is served before the section was loaded, its first bump acknowledged and
+//! - Ownership rules 4 and 5: nothing is served before the section was loaded, its first bump acknowledged and
 //!   `serve_after` passed.
 //!
 //! Memory: the dense `cur_seq` array (8 bytes per uid) is allocated on the first fetch that
@@ -15,9 +15,9 @@
 //! struct. Eager allocation of every owned section would cost gigabytes with the default
 //! `uid_limit` of 2^32.
 //!
-//! Deliberately left out: the bump RPC itself, waiting, and ownership decisions (see `node`).
+//! Deliberately left out: the bump RPC itself, waiting, and ownership decisions (see `grants` and `tasks`).
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use seqsvr_proto::{Epoch, SectionId};
 
@@ -115,10 +115,6 @@ impl Section {
 
     pub fn epoch(&self) -> Epoch {
         self.epoch
-    }
-
-    pub fn is_loaded(&self) -> bool {
-        self.base.is_some()
     }
 
     /// The acknowledged ceiling.

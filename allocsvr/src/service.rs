@@ -1,7 +1,7 @@
 //! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq).
 //!
 //! Hot path of a fetch: read lock on the section map, one short lock of the section, in which the
-//! lease end and `now` are read and the seq is incremented (rule 7), reply. No `.await` while a
+//! lease end and `now` are read and the seq is incremented (ownership rule 7), reply. No `.await` while a
 //! lock is held. When the acknowledged ceiling is reached the fetch waits, without any lock, for
 //! the section's in-flight bump — at most [`BUMP_WAIT`] — then answers NOT_READY.
 //!
@@ -16,18 +16,18 @@
 //! wait of a gained section (NOT_READY tells the caller to come back).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::{SectionId, Uid};
+use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
-use crate::node::Inner;
 use crate::owned::Slot;
 use crate::section::{Next, Peek};
+use crate::shared::Shared;
 
 /// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
 pub const BUMP_WAIT: Duration = Duration::from_millis(500);
@@ -63,16 +63,16 @@ impl Step {
 
 /// The `AllocService` implementation.
 pub struct Service {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl Service {
-    pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        Self { inner }
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
     }
 
     fn check_uid(&self, uid: u64) -> Result<Uid, Error> {
-        let limit = self.inner.params.uid_limit;
+        let limit = self.shared.params().uid_limit;
         if uid >= limit {
             return Err(Error::InvalidArgument(format!("uid {uid} is outside [0, {limit})")));
         }
@@ -82,33 +82,22 @@ impl Service {
     fn owner(&self, slot: &Slot) -> pb::Owner {
         pb::Owner {
             section: slot.id.0,
-            node_id: self.inner.cfg.node_id.0,
+            node_id: self.shared.node_id().0,
             incarnation: slot.incarnation.0,
             epoch: slot.epoch.0,
         }
     }
 
-    /// The node's route version and, when the caller's is older (or `always`), the table.
-    fn routes_for(&self, caller_version: u64, always: bool) -> (u64, Option<pb::RouteTable>) {
-        let version = self.inner.route_version.load(Ordering::Acquire);
-        if caller_version < version || always {
-            let table = self.inner.routes.read().unwrap().as_ref().map(|t| (**t).clone());
-            (version, table)
-        } else {
-            (version, None)
-        }
-    }
-
     fn fetch_once(&self, uid: Uid) -> Step {
-        let size = self.inner.params.section_size;
+        let size = self.shared.params().section_size;
         let (section, offset) = (uid.section(size), uid.offset(size));
-        let (step, prefetch) = self.inner.owned.with(section, |slot| {
+        let (step, prefetch) = self.shared.owned().with(section, |slot| {
             let Some(slot) = slot else {
                 return (Step::NotOwner, None);
             };
             let mut s = slot.section.lock().unwrap();
             let now = Instant::now();
-            let next = s.try_next(offset, now, self.inner.owned.lease_until());
+            let next = s.try_next(offset, now, self.shared.owned().lease_until());
             let step = match next {
                 Next::Served(seq) => Step::Served {
                     seq,
@@ -122,7 +111,7 @@ impl Service {
             (step, prefetch)
         });
         if let Some(slot) = prefetch {
-            let _ = self.inner.bump_tx.send(vec![slot]);
+            self.shared.queue_prefetch(slot);
         }
         step
     }
@@ -150,7 +139,7 @@ impl Service {
     }
 
     fn count(&self, step: &Step) {
-        let m = &self.inner.metrics;
+        let m = self.shared.metrics();
         match step {
             Step::Served { .. } => m.fetch_ok.increment(1),
             Step::NotOwner => m.fetch_not_owner.increment(1),
@@ -175,7 +164,9 @@ impl AllocService for Service {
             Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
             Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
         };
-        let (route_version, routes) = self.routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
+        let (route_version, routes) = self
+            .shared
+            .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
         Ok(Response::new(pb::FetchNextSeqReply {
             outcome: outcome as i32,
             seq,
@@ -191,19 +182,21 @@ impl AllocService for Service {
     ) -> Result<Response<pb::GetCurSeqReply>, Status> {
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let size = self.inner.params.section_size;
+        let size = self.shared.params().section_size;
         let (section, offset) = (uid.section(size), uid.offset(size));
-        let (outcome, cur_seq, owner) = self.inner.owned.with(section, |slot| {
+        let (outcome, cur_seq, owner) = self.shared.owned().with(section, |slot| {
             let Some(slot) = slot else {
                 return (pb::Outcome::NotOwner, 0, None);
             };
             let s = slot.section.lock().unwrap();
-            match s.cur_seq(offset, Instant::now(), self.inner.owned.lease_until()) {
+            match s.cur_seq(offset, Instant::now(), self.shared.owned().lease_until()) {
                 Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
                 Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
             }
         });
-        let (route_version, routes) = self.routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
+        let (route_version, routes) = self
+            .shared
+            .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
         Ok(Response::new(pb::GetCurSeqReply {
             outcome: outcome as i32,
             cur_seq,
@@ -258,7 +251,7 @@ impl AllocService for Service {
                 }
             }
         }
-        let (route_version, routes) = self.routes_for(req.route_version, any_not_owner);
+        let (route_version, routes) = self.shared.routes_for(req.route_version, any_not_owner);
         Ok(Response::new(pb::BatchFetchNextSeqReply {
             outcomes,
             seqs,

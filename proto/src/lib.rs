@@ -11,6 +11,7 @@
 //! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
 //! - [`cli`]: how every binary takes options: flags, environment, config file.
+//! - [`reflection`]: gRPC reflection (v1 and v1alpha) listing only what a port serves.
 //!
 //! Deliberately left out: any network IO (the only IO here is [`cli`] reading a config file). Clients, servers and retries live in the
 //! crates that need them.
@@ -19,6 +20,7 @@ pub mod addr;
 pub mod cli;
 pub mod limits;
 pub mod params;
+pub mod reflection;
 pub mod routes;
 pub mod types;
 

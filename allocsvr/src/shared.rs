@@ -1,0 +1,282 @@
+//! The composition root's state: everything the data-plane service and the background tasks
+//! share, behind methods, built once by `node` and handed to both as `Arc<Shared>`.
+//!
+//! It depends on the pure parts (`grants`, `section`, `lease`) and the map (`owned`), never on the
+//! service, the tasks or the node, so that none of them import each other in a circle.
+//!
+//! The bump queue is bounded ([`BUMP_QUEUE_MESSAGES`]): a fetch that would have to wait for room
+//! gives its prefetch up instead (the section's next fetch asks again), so a slow store never
+//! makes a fetch block on the queue or the queue grow without bound.
+//!
+//! Deliberately left out: deciding when to renew, load or bump (see `tasks`) and serving (see
+//! `service`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use seqsvr_proto::params::SetParams;
+use seqsvr_proto::pb;
+use seqsvr_proto::{Incarnation, NodeId, SectionId};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::config::{NodeConfig, UnsafeSwitches};
+use crate::grants::{GrantDiff, ranges};
+use crate::lease::LeaseTimings;
+use crate::metrics::Metrics;
+use crate::owned::{Owned, Slot};
+use crate::section::{Section, SectionSpec};
+use crate::store::Store;
+
+/// Most messages waiting for the bumper. A message is one prefetch (one section) or one loaded
+/// chunk of a gain; a section has at most one bump in flight, so this is reached only when the
+/// store is much slower than the fetches that cross half a step.
+pub const BUMP_QUEUE_MESSAGES: usize = 4_096;
+
+/// Sections waiting for a Bump.
+pub type BumpQueue = mpsc::Receiver<Vec<Arc<Slot>>>;
+
+/// State shared by the service and the background tasks.
+pub struct Shared {
+    node_id: NodeId,
+    params: SetParams,
+    timings: LeaseTimings,
+    unsafe_switches: UnsafeSwitches,
+    /// Test only: every Release is sent once more, 1–2× this later.
+    repeat_releases_after: Option<Duration>,
+    /// Address registered in the route table.
+    advertise: String,
+    store: Arc<dyn Store>,
+    owned: Owned,
+    incarnation: AtomicU64,
+    routes: RwLock<Option<Arc<pb::RouteTable>>>,
+    route_version: AtomicU64,
+    bump_tx: mpsc::Sender<Vec<Arc<Slot>>>,
+    /// Memory of dropped sections, only under `--unsafe-keep-memory`.
+    kept: Mutex<HashMap<SectionId, Vec<u64>>>,
+    metrics: Metrics,
+    stopping: AtomicBool,
+}
+
+impl Shared {
+    /// The state of a node registered as `incarnation` with the set's validated `params`, and the
+    /// receiving end of its bump queue.
+    pub fn new(
+        cfg: &NodeConfig,
+        params: SetParams,
+        advertise: String,
+        store: Arc<dyn Store>,
+        incarnation: Incarnation,
+    ) -> (Arc<Shared>, BumpQueue) {
+        let (bump_tx, bump_rx) = mpsc::channel(BUMP_QUEUE_MESSAGES);
+        let shared = Shared {
+            node_id: cfg.node_id,
+            owned: Owned::new(params.section_begin, params.section_count() as usize),
+            timings: LeaseTimings::of(&params),
+            params,
+            unsafe_switches: cfg.unsafe_switches,
+            repeat_releases_after: cfg.repeat_releases_after,
+            advertise,
+            store,
+            incarnation: AtomicU64::new(incarnation.0),
+            routes: RwLock::new(None),
+            route_version: AtomicU64::new(0),
+            bump_tx,
+            kept: Mutex::new(HashMap::new()),
+            metrics: Metrics::new(),
+            stopping: AtomicBool::new(false),
+        };
+        (Arc::new(shared), bump_rx)
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn params(&self) -> &SetParams {
+        &self.params
+    }
+
+    pub fn timings(&self) -> &LeaseTimings {
+        &self.timings
+    }
+
+    pub fn unsafe_switches(&self) -> UnsafeSwitches {
+        self.unsafe_switches
+    }
+
+    pub fn repeat_releases_after(&self) -> Option<Duration> {
+        self.repeat_releases_after
+    }
+
+    pub fn advertise(&self) -> &str {
+        &self.advertise
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    pub fn owned(&self) -> &Owned {
+        &self.owned
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        Incarnation(self.incarnation.load(Ordering::Acquire))
+    }
+
+    /// A new registration: later renewals, bumps and releases go out under it.
+    pub fn set_incarnation(&self, incarnation: Incarnation) {
+        self.incarnation.store(incarnation.0, Ordering::Release);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// From now on no task renews, gains or bumps.
+    pub fn begin_stopping(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    pub fn route_version(&self) -> u64 {
+        self.route_version.load(Ordering::Acquire)
+    }
+
+    /// The node's route version and, when the caller's is older (or `always`), the table.
+    pub fn routes_for(&self, caller_version: u64, always: bool) -> (u64, Option<pb::RouteTable>) {
+        let version = self.route_version();
+        if caller_version < version || always {
+            let table = self.routes.read().unwrap().as_ref().map(|t| (**t).clone());
+            (version, table)
+        } else {
+            (version, None)
+        }
+    }
+
+    /// Keeps a route table from a renewal unless an older one.
+    pub fn store_routes(&self, version: u64, routes: Option<pb::RouteTable>) {
+        let Some(table) = routes else { return };
+        let old = self.route_version();
+        if table.version >= old {
+            if table.version != old {
+                info!(from = old, to = table.version, "route version changed");
+            }
+            *self.routes.write().unwrap() = Some(Arc::new(table));
+            self.route_version.store(version.max(old), Ordering::Release);
+        }
+    }
+
+    /// Queues a prefetch from the fetch path without waiting: when the queue is full the bump is
+    /// given up (the section's next fetch past half a step asks again).
+    pub fn queue_prefetch(&self, slot: Arc<Slot>) {
+        if let Err(e) = self.bump_tx.try_send(vec![slot]) {
+            let slot = e.into_inner().pop().expect("one slot was queued");
+            slot.section.lock().unwrap().bump_abandoned();
+            slot.bumped.notify_waiters();
+            self.metrics.bump_queue_full.increment(1);
+        }
+    }
+
+    /// Queues loaded sections for their first Bump, waiting for room.
+    pub async fn queue_bumps(&self, slots: Vec<Arc<Slot>>) {
+        if let Err(e) = self.bump_tx.send(slots).await {
+            for slot in e.0 {
+                self.abandon_bump(&slot, false);
+            }
+        }
+    }
+
+    /// A bump of `slot` will not be acknowledged: wake its waiters; with `drop_it`, stop serving it.
+    pub fn abandon_bump(&self, slot: &Arc<Slot>, drop_it: bool) {
+        slot.section.lock().unwrap().bump_abandoned();
+        if drop_it && self.owned.remove_if_held(slot) {
+            self.let_go(std::slice::from_ref(slot));
+        }
+        slot.bumped.notify_waiters();
+    }
+
+    /// Lets dropped slots go: under `--unsafe-keep-memory` their memory is kept for a regain.
+    pub fn let_go(&self, dropped: &[Arc<Slot>]) {
+        if self.unsafe_switches.keep_memory {
+            let mut kept = self.kept.lock().unwrap();
+            for slot in dropped {
+                let memory = slot.section.lock().unwrap().take_memory();
+                if !memory.is_empty() {
+                    kept.insert(slot.id, memory);
+                }
+            }
+        }
+        wake(dropped);
+        self.metrics.sections_held.set(self.owned.held_count() as f64);
+    }
+
+    /// Memory kept from an earlier epoch (only under `--unsafe-keep-memory`).
+    pub fn take_kept(&self, section: SectionId) -> Option<Vec<u64>> {
+        if !self.unsafe_switches.keep_memory {
+            return None;
+        }
+        self.kept.lock().unwrap().remove(&section)
+    }
+
+    /// Stops serving everything at once and says why; returns what was dropped.
+    pub fn drop_everything(&self, why: &str) -> Vec<Arc<Slot>> {
+        let dropped = self.owned.drop_all();
+        if !dropped.is_empty() {
+            warn!(sections = dropped.len(), why, "stopped serving every section");
+        }
+        self.let_go(&dropped);
+        dropped
+    }
+
+    /// Applies a renewal's diff (see `grants`): drops what is no longer granted and inserts newly
+    /// gained sections as not-ready, observed at `t_obs`. Returns the gained slots.
+    pub fn apply_grants(&self, diff: &GrantDiff, t_obs: Instant) -> Vec<Arc<Slot>> {
+        if !diff.outside.is_empty() {
+            warn!(grants = ?diff.outside, set = ?self.params.sections(), "grants outside the set's sections ignored in part");
+        }
+        let incarnation = self.incarnation();
+        let mut changes: Vec<(SectionId, Option<Arc<Slot>>)> = diff.drop.iter().map(|id| (*id, None)).collect();
+        let mut gained = Vec::with_capacity(diff.gain.len());
+        for g in &diff.gain {
+            let serve_after = if self.unsafe_switches.skip_lease_wait {
+                t_obs
+            } else {
+                self.timings.serve_after(t_obs, g.no_wait)
+            };
+            let spec = SectionSpec {
+                section_size: self.params.section_size,
+                step: self.params.step,
+                unsafe_serve_before_ack: self.unsafe_switches.serve_before_bump_ack,
+            };
+            let slot = Arc::new(Slot::new(Section::new(g.id, g.epoch, spec, serve_after), incarnation));
+            gained.push(slot.clone());
+            changes.push((g.id, Some(slot)));
+        }
+        if !changes.is_empty() {
+            let dropped = self.owned.replace(changes);
+            if !dropped.is_empty() {
+                info!(sections = ?ranges(dropped.iter().map(|s| s.id)), "let go of sections");
+            }
+            if !gained.is_empty() {
+                info!(sections = ?ranges(gained.iter().map(|s| s.id)), "gained sections (loading)");
+            }
+            self.let_go(&dropped);
+        }
+        gained
+    }
+}
+
+/// Wakes every fetch waiting on a bump of these slots (they will find the slot gone).
+pub fn wake(slots: &[Arc<Slot>]) {
+    for s in slots {
+        s.bumped.notify_waiters();
+    }
+}

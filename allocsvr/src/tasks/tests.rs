@@ -1,0 +1,382 @@
+//! The tasks on a paused tokio clock against an in-process store: the renewal, gain, bump and
+//! handover logic under timings that real time could only hit by luck.
+//!
+//! Set of 4 sections of 10 uids, step 100; lease 3,000 ms, drift 1 %, margin 100 ms, so a renewal
+//! buys 2,870 ms from its send time and a section gained without a release waits 3,130 ms.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seqsvr_proto::params::SetParams;
+use seqsvr_proto::pb::alloc_service_server::AllocService;
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::{bump, renew};
+use crate::config::NodeConfig;
+use crate::service::Service;
+use crate::shared::{BUMP_QUEUE_MESSAGES, Shared};
+use crate::store::{Call, Store, StoreFailure};
+
+const INCARNATION: u64 = 7;
+const OWNER_VALIDITY: Duration = Duration::from_millis(2_870);
+
+fn params() -> SetParams {
+    SetParams {
+        section_size: 10,
+        uid_limit: 40,
+        step: 100,
+        section_begin: 0,
+        section_end: 4,
+        ..SetParams::single_set(0)
+    }
+}
+
+/// What the in-process store does and has seen.
+#[derive(Default)]
+struct Script {
+    /// Section → (epoch, owner incarnation, max_seq).
+    sections: BTreeMap<u64, (u64, u64, u64)>,
+    handover: Vec<pb::SectionRange>,
+    /// How long a renewal takes to answer.
+    renew_delay: Duration,
+    /// Send times of the renewals answered OK (the lease counts from these).
+    renewals_ok: Vec<Instant>,
+    /// Bumps wait for `bump_gate` while this is set.
+    hold_bumps: bool,
+    releases: Vec<pb::ReleaseRequest>,
+}
+
+#[derive(Default)]
+struct FakeStore {
+    script: Mutex<Script>,
+    bump_gate: Notify,
+}
+
+impl FakeStore {
+    fn granting_all(no_wait_epoch: u64) -> Arc<Self> {
+        let store = FakeStore::default();
+        let sections = (0..4).map(|s| (s, (no_wait_epoch, INCARNATION, 0))).collect();
+        store.script.lock().unwrap().sections = sections;
+        Arc::new(store)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Script) -> R) -> R {
+        f(&mut self.script.lock().unwrap())
+    }
+
+    fn grants(&self) -> Vec<pb::Grant> {
+        self.with(|s| {
+            s.sections
+                .iter()
+                .filter(|(_, (_, owner, _))| *owner == INCARNATION)
+                .map(|(&id, &(epoch, _, _))| pb::Grant {
+                    section_begin: id,
+                    section_end: id + 1,
+                    epoch,
+                    no_wait: true,
+                })
+                .collect()
+        })
+    }
+
+    fn bump_item(&self, incarnation: u64, item: &pb::BumpItem) -> pb::BumpResult {
+        self.with(|s| {
+            let (epoch, owner, max_seq) = s.sections.get_mut(&item.section).expect("known section");
+            let outcome = if *epoch != item.epoch || *owner != incarnation {
+                pb::BumpOutcome::StaleEpoch
+            } else {
+                *max_seq = (*max_seq).max(item.new_max);
+                pb::BumpOutcome::Applied
+            };
+            pb::BumpResult {
+                section: item.section,
+                outcome: outcome as i32,
+                max_seq: *max_seq,
+                epoch: *epoch,
+            }
+        })
+    }
+}
+
+impl Store for FakeStore {
+    fn register(&self, _req: pb::RegisterRequest) -> Call<'_, pb::RegisterReply> {
+        Box::pin(async move {
+            Ok(pb::RegisterReply {
+                not_leader: None,
+                incarnation: INCARNATION,
+                params: Some(params().to_pb()),
+            })
+        })
+    }
+
+    fn renew(&self, _req: pb::RenewRequest, wait: Duration) -> Call<'_, pb::RenewReply> {
+        Box::pin(async move {
+            let t_send = Instant::now();
+            let delay = self.with(|s| s.renew_delay);
+            if delay >= wait {
+                tokio::time::sleep(wait).await;
+                return Err(StoreFailure::Unknown("renewal timed out".into()));
+            }
+            tokio::time::sleep(delay).await;
+            self.with(|s| s.renewals_ok.push(t_send));
+            Ok(pb::RenewReply {
+                status: pb::RenewStatus::Ok as i32,
+                grants: self.grants(),
+                handover: self.with(|s| s.handover.clone()),
+                ..Default::default()
+            })
+        })
+    }
+
+    fn release(&self, req: pb::ReleaseRequest, _wait: Option<Duration>) -> Call<'_, pb::ReleaseReply> {
+        Box::pin(async move {
+            self.with(|s| s.releases.push(req));
+            Ok(pb::ReleaseReply::default())
+        })
+    }
+
+    fn bump(&self, req: pb::BumpRequest, _wait: Duration) -> Call<'_, pb::BumpReply> {
+        Box::pin(async move {
+            while self.with(|s| s.hold_bumps) {
+                self.bump_gate.notified().await;
+            }
+            let results = req.items.iter().map(|i| self.bump_item(req.incarnation, i)).collect();
+            Ok(pb::BumpReply {
+                not_leader: None,
+                results,
+            })
+        })
+    }
+
+    fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
+        Box::pin(async move {
+            let sections = req
+                .sections
+                .iter()
+                .flat_map(|r| r.begin..r.end)
+                .map(|id| {
+                    let (epoch, owner, max_seq) = self.with(|s| s.sections[&id]);
+                    pb::SectionState {
+                        section: id,
+                        max_seq,
+                        epoch,
+                        owner_incarnation: owner,
+                    }
+                })
+                .collect();
+            Ok(pb::LoadReply {
+                not_leader: None,
+                sections,
+            })
+        })
+    }
+}
+
+/// A node's tasks and service over `store`, without a network listener.
+struct Harness {
+    shared: Arc<Shared>,
+    service: Service,
+    _stop: watch::Sender<bool>,
+}
+
+async fn start(store: Arc<FakeStore>) -> Harness {
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let cfg = NodeConfig::new(NodeId(1), listen, vec![]);
+    let (incarnation, params) = renew::register(&*store, cfg.node_id, "a:1", None).await.unwrap();
+    let (shared, queue) = Shared::new(&cfg, params, "a:1".into(), store, incarnation);
+    let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone()));
+    tokio::spawn(bump::bumper(shared.clone(), queue, stop_rx));
+    let service = Service::new(shared.clone());
+    Harness {
+        shared,
+        service,
+        _stop: stop,
+    }
+}
+
+impl Harness {
+    /// One fetch: the outcome and the seq.
+    async fn fetch(&self, uid: u64) -> (pb::Outcome, u64) {
+        let req = tonic::Request::new(pb::FetchNextSeqRequest { uid, route_version: 0 });
+        let reply = self.service.fetch_next_seq(req).await.unwrap().into_inner();
+        (reply.outcome(), reply.seq)
+    }
+
+    /// Fetches `uid` every 10 ms until it is served; panics after `within`.
+    async fn served(&self, uid: u64, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        loop {
+            if let (pb::Outcome::Ok, seq) = self.fetch(uid).await {
+                return seq;
+            }
+            assert!(Instant::now() < deadline, "uid {uid} not served within {within:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lease_runs_out_during_a_slow_renewal_at_send_time_plus_validity() {
+    let store = FakeStore::granting_all(1);
+    let node = start(store.clone()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    // From now on renewals take longer than the node waits for them.
+    store.with(|s| s.renew_delay = Duration::from_secs(10));
+    let lease_end = *store.with(|s| s.renewals_ok.clone()).last().unwrap() + OWNER_VALIDITY;
+    let mut served_at = Vec::new();
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        if node.fetch(0).await.0 == pb::Outcome::Ok {
+            served_at.push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let last = *served_at.last().expect("served while the lease held");
+    assert!(last < lease_end, "served {:?} after the lease ended", last - lease_end);
+    assert!(
+        lease_end - last <= Duration::from_millis(20),
+        "stopped {:?} early",
+        lease_end - last
+    );
+    assert_eq!(
+        node.shared.owned().held_count(),
+        0,
+        "everything dropped once the lease ran out"
+    );
+    assert_eq!(node.shared.owned().lease_until(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_renewal_reply_extends_the_lease_from_its_send_time() {
+    let store = FakeStore::granting_all(1);
+    let node = start(store.clone()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    // Replies arrive 1.2 s after the request: later than the renew interval, within the wait.
+    store.with(|s| s.renew_delay = Duration::from_millis(1_200));
+    let before = store.with(|s| s.renewals_ok.len());
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        assert_eq!(node.fetch(0).await.0, pb::Outcome::Ok, "the lease never lapsed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = store.with(|s| s.renewals_ok.clone());
+    assert!(sent.len() >= before + 5, "{} late renewals", sent.len() - before);
+    // The published end is the last confirmed send time plus the validity — not the reply time.
+    let lease_until = node.shared.owned().lease_until().unwrap();
+    assert_eq!(lease_until, *sent.last().unwrap() + OWNER_VALIDITY);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_revoked_while_its_bump_is_in_flight_stops_serving_at_once() {
+    let store = FakeStore::granting_all(1);
+    let node = Arc::new(start(store.clone()).await);
+    let first = node.served(0, Duration::from_secs(5)).await;
+    store.with(|s| s.hold_bumps = true);
+    // Use up the step: the prefetch at half a step is held, so the ceiling is reached.
+    let mut last = first;
+    while let (pb::Outcome::Ok, seq) = node.fetch(0).await {
+        last = seq;
+    }
+    assert_eq!(last, 100, "served up to the acknowledged ceiling and no further");
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move { node.fetch(0).await }
+    });
+    // The section moves to another owner under a higher epoch while the bump is in flight.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store.with(|s| s.sections.insert(0, (2, INCARNATION + 1, 100)));
+    let revoked_by = Instant::now() + Duration::from_millis(600);
+    let (outcome, _) = waiting.await.unwrap();
+    assert_eq!(
+        outcome,
+        pb::Outcome::NotOwner,
+        "the waiting fetch was woken by the drop"
+    );
+    assert!(Instant::now() <= revoked_by, "dropped at the next renewal");
+    // Letting the old bump through changes nothing: it is stale, and the slot is gone.
+    store.with(|s| s.hold_bumps = false);
+    store.bump_gate.notify_waiters();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(node.fetch(0).await.0, pb::Outcome::NotOwner);
+    assert_eq!(
+        store.with(|s| s.sections[&0]),
+        (2, INCARNATION + 1, 100),
+        "no bump of the new epoch"
+    );
+    assert_eq!(
+        node.fetch(10).await.0,
+        pb::Outcome::Ok,
+        "the other sections still serve"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handover_request_drops_then_releases_under_the_granted_epoch() {
+    let store = FakeStore::granting_all(3);
+    let node = start(store.clone()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    node.served(10, Duration::from_secs(5)).await;
+    store.with(|s| s.handover = vec![pb::SectionRange { begin: 0, end: 2 }]);
+    let asked = Instant::now();
+    while store.with(|s| s.releases.is_empty()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        Instant::now() - asked <= Duration::from_millis(520),
+        "released at the next renewal"
+    );
+    let release = store.with(|s| s.releases[0].clone());
+    assert_eq!(release.incarnation, INCARNATION);
+    assert!(!release.leaving);
+    assert_eq!(
+        release.sections,
+        vec![pb::ReleasedRange {
+            begin: 0,
+            end: 2,
+            epoch: 3
+        }]
+    );
+    assert_eq!(node.fetch(0).await.0, pb::Outcome::NotOwner);
+    assert_eq!(node.fetch(10).await.0, pb::Outcome::NotOwner);
+    assert_eq!(
+        node.fetch(20).await.0,
+        pb::Outcome::Ok,
+        "sections not handed over keep serving"
+    );
+    assert_eq!(node.shared.owned().held_count(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_bump_queue_gives_the_prefetch_up_instead_of_growing() {
+    let store = FakeStore::granting_all(1);
+    let cfg = NodeConfig::new(NodeId(1), "127.0.0.1:0".parse().unwrap(), vec![]);
+    // No bumper drains this queue.
+    let (shared, _queue) = Shared::new(&cfg, params(), "a:1".into(), store, Incarnation(INCARNATION));
+    let diff = crate::grants::GrantDiff {
+        gain: vec![crate::grants::Gain {
+            id: SectionId(0),
+            epoch: Epoch(1),
+            no_wait: true,
+        }],
+        ..Default::default()
+    };
+    let slot = shared.apply_grants(&diff, Instant::now()).pop().unwrap();
+    slot.section.lock().unwrap().loaded(0, None);
+    for _ in 0..BUMP_QUEUE_MESSAGES {
+        assert!(slot.section.lock().unwrap().maybe_prefetch().is_some());
+        shared.queue_prefetch(slot.clone());
+        slot.section.lock().unwrap().bump_abandoned();
+    }
+    assert!(slot.section.lock().unwrap().maybe_prefetch().is_some());
+    shared.queue_prefetch(slot.clone());
+    assert_eq!(
+        slot.section.lock().unwrap().bump_in_flight(),
+        None,
+        "given up, so the next fetch asks again"
+    );
+}
