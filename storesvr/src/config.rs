@@ -1,24 +1,28 @@
-//! StoreSvr configuration: flags, an optional config file, and validation.
+//! StoreSvr configuration: options and their validation.
 //!
-//! Parsing and validating are separate: clap turns flags into [`Config`], then
-//! [`Config::validate`] checks the relations between values (lease against
-//! renewal interval and election timeout, sizes, peers) and refuses a bad
-//! configuration with one clear message.
-//!
-//! A config file holds the same options as `key = value` lines (`#` starts a
-//! comment; a bare `true` turns a switch on); flags given on the command line
-//! override the file.
+//! Options come as flags, `STORESVR_*` environment variables or a TOML config file
+//! (`--config`), in that order of precedence, through `seqsvr_proto::cli`; addresses are parsed
+//! by `seqsvr_proto::addr`. Parsing and validating are separate: clap turns the options into
+//! [`Config`], then [`Config::validate`] checks the relations between values — the set's
+//! parameters with the one rule set of `seqsvr_proto::params`, the Raft timings against the lease,
+//! the peers — and refuses a bad configuration with the option named.
 
 use clap::Parser;
+use seqsvr_proto::addr::{IdAddr, unique_ids};
+use seqsvr_proto::params::SetParams;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// Prefix of the environment variables of the `storesvr` binary's options.
+pub const ENV_PREFIX: &str = "STORESVR";
 
 /// StoreSvr: one replica of a set's Raft group (section ceilings, ownership, routes).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "storesvr", version, args_override_self = true)]
 pub struct Config {
-    /// Read options from this file (`key = value` per line); flags override it.
+    /// Read options from this TOML file (`node_id = 1`, `listen = "127.0.0.1:7101"`, …); flags and
+    /// environment variables override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -34,17 +38,13 @@ pub struct Config {
     #[arg(long)]
     pub listen: SocketAddr,
 
-    /// Address peers and clients should use to reach this replica (default: --listen).
-    #[arg(long)]
-    pub advertise: Option<String>,
-
     /// Directory for the Raft log, vote and snapshots. Created if missing.
     #[arg(long)]
     pub data_dir: PathBuf,
 
     /// Initial voters as ID=ADDR, comma-separated. Only read with --bootstrap.
     #[arg(long, value_delimiter = ',')]
-    pub peers: Vec<String>,
+    pub peers: Vec<IdAddr>,
 
     /// Initialize a new group from --peers if this replica's data dir is fresh. Give it to ONE
     /// replica, once; on a restart with existing data it does nothing.
@@ -60,7 +60,7 @@ pub struct Config {
 
     /// Reach peer ID at ADDR instead of its advertised address (proxies, NAT), comma-separated ID=ADDR.
     #[arg(long, value_delimiter = ',')]
-    pub dial: Vec<String>,
+    pub dial: Vec<IdAddr>,
 
     /// Uids per section (sections share one max_seq). Fixed when the set is bootstrapped.
     #[arg(long, default_value_t = 100_000)]
@@ -138,58 +138,16 @@ impl Config {
     }
 }
 
-/// Most sections one set may hold: bounds memory, snapshot size and entry size.
-pub const MAX_SECTIONS: u64 = 1 << 20;
-
 impl Config {
-    /// Parses flags, merging a `--config` file under them.
-    /// clap errors (including `--help`) come back as `Err(Ok(e))` so the caller
-    /// can let clap print them with the right exit code; file errors as `Err(Err(msg))`.
-    pub fn parse_with_file() -> Result<Self, Result<clap::Error, String>> {
-        let args: Vec<String> = std::env::args().collect();
-        let Some(file) = find_config_arg(&args) else {
-            return Config::try_parse_from(&args).map_err(Ok);
-        };
-        let text = std::fs::read_to_string(&file).map_err(|e| Err(format!("cannot read config file {file}: {e}")))?;
-        let mut merged = vec![args[0].clone()];
-        merged.extend(file_args(&text).map_err(Err)?);
-        merged.extend(args[1..].iter().cloned());
-        Config::try_parse_from(merged).map_err(Ok)
-    }
-
     /// Checks relations between values; the error names the option to fix.
     pub fn validate(&self) -> Result<(), String> {
         let err = |m: String| Err(m);
         if self.node_id == 0 {
             return err("--node-id must be > 0".into());
         }
-        if self.section_size == 0 || self.step == 0 || self.uid_limit == 0 {
-            return err("--section-size, --step and --uid-limit must be > 0".into());
-        }
-        let sections = self.uid_limit.div_ceil(self.section_size);
-        if sections > MAX_SECTIONS {
-            return err(format!(
-                "--uid-limit / --section-size gives {sections} sections, more than {MAX_SECTIONS}; raise --section-size"
-            ));
-        }
-        if self.step > u64::MAX / 4 {
-            return err("--step is too large".into());
-        }
-        if self.drift_ppm >= 100_000 {
-            return err("--drift-ppm must be below 100000 (10 %)".into());
-        }
-        if self.renew_interval_ms == 0 || self.renew_interval_ms * 3 > self.lease_ms {
-            return err(format!(
-                "--renew-interval-ms ({}) must be > 0 and at most a third of --lease-ms ({})",
-                self.renew_interval_ms, self.lease_ms
-            ));
-        }
-        if self.margin_ms * 4 > self.lease_ms {
-            return err(format!(
-                "--margin-ms ({}) must be at most a quarter of --lease-ms ({})",
-                self.margin_ms, self.lease_ms
-            ));
-        }
+        self.set_params()
+            .validate()
+            .map_err(|e| format!("--{}: {}", flag_of(e.field), e.why))?;
         if self.election_min_ms >= self.election_max_ms {
             return err("--election-min-ms must be below --election-max-ms".into());
         }
@@ -208,83 +166,54 @@ impl Config {
         if self.snapshot_logs == 0 {
             return err("--snapshot-logs must be > 0".into());
         }
-        let peers = self.peer_map()?;
-        if self.bootstrap && !peers.contains_key(&self.node_id) {
+        unique_ids("--peers", &self.peers)?;
+        unique_ids("--dial", &self.dial)?;
+        if self.bootstrap && !self.peers.iter().any(|p| p.id.0 == self.node_id) {
             return err(format!(
                 "--bootstrap needs --peers to include this node ({})",
                 self.node_id
             ));
         }
-        self.dial_map()?;
         Ok(())
     }
 
-    /// Address put into the Raft membership for this replica.
-    pub fn advertise_addr(&self) -> String {
-        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    /// The set's parameters these options give (written at bootstrap; the stored ones apply after).
+    pub fn set_params(&self) -> SetParams {
+        SetParams {
+            set_id: self.set_id,
+            section_size: self.section_size,
+            uid_limit: self.uid_limit,
+            step: self.step,
+            lease_ms: self.lease_ms,
+            renew_interval_ms: self.renew_interval_ms,
+            drift_ppm: self.drift_ppm,
+            margin_ms: self.margin_ms,
+            section_begin: 0,
+            section_end: self.uid_limit.div_ceil(self.section_size.max(1)),
+        }
     }
 
-    pub fn peer_map(&self) -> Result<BTreeMap<u64, String>, String> {
-        parse_id_addrs("--peers", &self.peers)
+    /// The initial voters, by node id.
+    pub fn peer_map(&self) -> BTreeMap<u64, String> {
+        id_addr_map(&self.peers)
     }
 
-    pub fn dial_map(&self) -> Result<BTreeMap<u64, String>, String> {
-        parse_id_addrs("--dial", &self.dial)
+    /// Addresses that override peers' own (proxies, NAT), by node id.
+    pub fn dial_map(&self) -> BTreeMap<u64, String> {
+        id_addr_map(&self.dial)
     }
 }
 
-fn parse_id_addrs(flag: &str, items: &[String]) -> Result<BTreeMap<u64, String>, String> {
-    let mut out = BTreeMap::new();
-    for item in items.iter().filter(|s| !s.is_empty()) {
-        let (id, addr) = item
-            .split_once('=')
-            .ok_or_else(|| format!("{flag}: expected ID=ADDR, got {item:?}"))?;
-        let id: u64 = id
-            .trim()
-            .parse()
-            .map_err(|_| format!("{flag}: bad node id in {item:?}"))?;
-        if id == 0 {
-            return Err(format!("{flag}: node id must be > 0 in {item:?}"));
-        }
-        let addr = addr.trim();
-        if addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
-            return Err(format!("{flag}: expected host:port in {item:?}"));
-        }
-        if out.insert(id, addr.to_string()).is_some() {
-            return Err(format!("{flag}: node id {id} given twice"));
-        }
-    }
-    Ok(out)
+fn id_addr_map(list: &[IdAddr]) -> BTreeMap<u64, String> {
+    list.iter().map(|p| (p.id.0, p.addr.to_string())).collect()
 }
 
-fn find_config_arg(args: &[String]) -> Option<String> {
-    args.iter().enumerate().find_map(|(i, a)| {
-        a.strip_prefix("--config=")
-            .map(str::to_string)
-            .or_else(|| (a == "--config").then(|| args.get(i + 1).cloned()).flatten())
-    })
-}
-
-/// Turns `key = value` lines into flags.
-fn file_args(text: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| format!("config line {}: expected key = value", n + 1))?;
-        let k = k.trim().replace('_', "-");
-        let v = v.trim().trim_matches('"');
-        match v {
-            "true" => out.push(format!("--{k}")),
-            "false" => {}
-            _ => out.push(format!("--{k}={v}")),
-        }
+/// The option that sets a field of the set's parameters.
+fn flag_of(field: &str) -> String {
+    match field {
+        "sections" => "uid-limit".into(),
+        f => f.replace('_', "-"),
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -306,7 +235,9 @@ mod tests {
     fn check(extra: &[&str]) -> Result<(), String> {
         let mut args = base();
         args.extend_from_slice(extra);
-        Config::try_parse_from(args).map_err(|e| e.to_string())?.validate()
+        seqsvr_proto::cli::try_parse_from::<Config, _, _>(ENV_PREFIX, args)
+            .map_err(|e| e.to_string())?
+            .validate()
     }
 
     #[test]
@@ -333,14 +264,5 @@ mod tests {
             let e = check(extra).expect_err(flag);
             assert!(e.contains(flag), "{extra:?}: {e}");
         }
-    }
-
-    #[test]
-    fn config_file_lines_become_flags() {
-        let args =
-            file_args("# comment\nnode_id = 3\nbootstrap = true\nunsafe_skip_epoch_fence = false\nstep = \"5\"\n")
-                .unwrap();
-        assert_eq!(args, vec!["--node-id=3", "--bootstrap", "--step=5"]);
-        assert!(file_args("nonsense").is_err());
     }
 }

@@ -1,19 +1,13 @@
-//! `storesvr`: run one StoreSvr replica until SIGTERM or Ctrl-C.
+//! `storesvr`: run one StoreSvr replica until SIGTERM or Ctrl-C. Options come as flags,
+//! `STORESVR_*` environment variables or a TOML `--config` file (see `config`).
 
 use std::process::ExitCode;
 use storesvr::config::Config;
 use storesvr::node::StoreNode;
 
 fn main() -> ExitCode {
-    let config = match Config::parse_with_file() {
-        Ok(c) => c,
-        // clap prints help and version (exit 0) and usage errors (exit 2) itself.
-        Err(Ok(e)) => e.exit(),
-        Err(Err(e)) => {
-            eprintln!("storesvr: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    // clap prints help and version (exit 0) and usage errors (exit 2) itself.
+    let config: Config = seqsvr_proto::cli::parse(storesvr::config::ENV_PREFIX);
     if let Err(e) = config.validate() {
         eprintln!("storesvr: invalid configuration: {e}");
         return ExitCode::from(2);

@@ -25,7 +25,7 @@ use crate::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft_types::{Node, Raft};
 use crate::segment_log::SegmentLog;
 use crate::sm_store::{SharedState, StateMachineStore};
-use crate::state::{Command, SetParams};
+use crate::state::Command;
 use crate::writer::Writer;
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, ServerState, SnapshotPolicy};
@@ -123,24 +123,6 @@ pub enum StartError {
     Listen { addr: SocketAddr, source: std::io::Error },
 }
 
-impl Config {
-    /// The set parameters this replica proposes at bootstrap.
-    pub fn set_params(&self) -> SetParams {
-        SetParams {
-            set_id: self.set_id,
-            section_size: self.section_size,
-            uid_limit: self.uid_limit,
-            step: self.step,
-            lease_ms: self.lease_ms,
-            renew_interval_ms: self.renew_interval_ms,
-            drift_ppm: self.drift_ppm,
-            margin_ms: self.margin_ms,
-            section_begin: 0,
-            section_end: self.uid_limit.div_ceil(self.section_size),
-        }
-    }
-}
-
 /// Claims `dir` for `node_id`, or refuses it.
 ///
 /// A data dir without a `NODE_ID` marker is accepted only with `--new-replica`: a replica whose
@@ -206,8 +188,8 @@ const BOOTSTRAP_PROBE: Duration = Duration::from_millis(1_000);
 /// the common mistake (re-founding a group that is running), not one whose other members are all
 /// down at that moment.
 async fn refuse_bootstrap_over_a_group(config: &Config) -> Result<(), StartError> {
-    let dial = config.dial_map().map_err(StartError::Config)?;
-    let peers = config.peer_map().map_err(StartError::Config)?;
+    let dial = config.dial_map();
+    let peers = config.peer_map();
     for (id, addr) in peers.into_iter().filter(|(id, _)| *id != config.node_id) {
         let addr = dial.get(&id).cloned().unwrap_or(addr);
         match probe_peer(&addr).await {
@@ -306,7 +288,7 @@ impl StoreNode {
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
         let network = Network {
-            dial: Arc::new(config.dial_map().map_err(StartError::Config)?),
+            dial: Arc::new(config.dial_map()),
         };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
             .await
@@ -323,7 +305,6 @@ impl StoreNode {
                 refuse_bootstrap_over_a_group(&config).await?;
                 let members: BTreeMap<u64, Node> = config
                     .peer_map()
-                    .map_err(StartError::Config)?
                     .into_iter()
                     .map(|(id, a)| (id, BasicNode::new(a)))
                     .collect();

@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 pub use seqsvr_proto::limits::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
 /// Most sections one Release may name: all of the largest set (a leaving AllocSvr gives back
 /// everything; the request names ranges, so its size does not grow with this).
-const MAX_RELEASE_SECTIONS: u64 = crate::config::MAX_SECTIONS;
+const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS_PER_SET;
 /// Longest accepted AllocSvr address.
 const MAX_ADDR_LEN: usize = 256;
 
@@ -146,23 +146,6 @@ pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
     })
 }
 
-pub fn params_to_pb(p: &SetParams) -> pb::SetParams {
-    pb::SetParams {
-        set_id: p.set_id,
-        section_size: p.section_size,
-        uid_limit: p.uid_limit,
-        step: p.step,
-        lease_ms: p.lease_ms,
-        renew_interval_ms: p.renew_interval_ms,
-        drift_ppm: p.drift_ppm,
-        margin_ms: p.margin_ms,
-        sections: Some(pb::SectionRange {
-            begin: p.section_begin,
-            end: p.section_end,
-        }),
-    }
-}
-
 fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<(u64, u64)>, StoreError> {
     if ranges.is_empty() {
         return Err(StoreError::InvalidArgument("no sections given".into()));
@@ -265,7 +248,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         Ok(Response::new(pb::RegisterReply {
             not_leader: None,
             incarnation,
-            params: Some(params_to_pb(&params)),
+            params: Some(params.to_pb()),
         }))
     }
 
@@ -541,7 +524,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 sections_total: d.set.sections.len() as u64,
                 sections_owned: d.set.sections.iter().filter(|s| s.owner != 0).count() as u64,
                 max_seq_high: d.set.sections.iter().map(|s| s.max_seq).max().unwrap_or(0),
-                params: d.set.params.as_ref().map(params_to_pb),
+                params: d.set.params.as_ref().map(SetParams::to_pb),
                 max_seq_sum: d.set.max_seq_sum(),
             }
         });

@@ -36,22 +36,8 @@ pub struct UnsafeRules {
     pub unfenced_release: bool,
 }
 
-/// Parameters fixed when the set is bootstrapped; every replica and AllocSvr uses these.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SetParams {
-    pub set_id: u64,
-    pub section_size: u64,
-    pub uid_limit: u64,
-    pub step: u64,
-    pub lease_ms: u64,
-    pub renew_interval_ms: u64,
-    pub drift_ppm: u64,
-    pub margin_ms: u64,
-    /// First section of the set (inclusive).
-    pub section_begin: u64,
-    /// End of the set's sections (exclusive).
-    pub section_end: u64,
-}
+/// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
+pub use seqsvr_proto::params::SetParams;
 
 /// One section's durable state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
