@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use seqsvr_client::store::Seed;
+use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
 

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsvr_client::store::{StoreClient, StoreTimeouts};
+use seqsvr_control::{StoreClient, StoreTimeouts};
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
 use seqsvr_proto::{Incarnation, reflection};

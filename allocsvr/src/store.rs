@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use seqsvr_client::store::{StoreClient, StoreError, StoreTimeouts};
+use seqsvr_control::{ControlError, StoreClient, StoreTimeouts};
 use seqsvr_proto::pb;
 
 /// A call's future, boxed so that the trait can be used as `dyn Store`.
@@ -39,10 +39,10 @@ pub trait Store: Send + Sync + 'static {
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply>;
 }
 
-fn failure(e: StoreError) -> StoreFailure {
+fn failure(e: ControlError) -> StoreFailure {
     match e {
-        StoreError::Rejected(status) => StoreFailure::Refused(status.to_string()),
-        e @ StoreError::Unavailable { .. } => StoreFailure::Unknown(e.to_string()),
+        ControlError::Rejected(status) => StoreFailure::Refused(status.to_string()),
+        e @ ControlError::Unavailable { .. } => StoreFailure::Unknown(e.to_string()),
     }
 }
 

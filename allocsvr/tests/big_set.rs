@@ -104,10 +104,10 @@ impl Cluster {
 
     /// A store replica reports an initialized set (the group elected a leader and applied Init).
     async fn wait_initialized(&self) {
-        let client = seqsvr_client::store::StoreClient::new(
-            seqsvr_client::store::Seed::parse_list(&self.stores.values().cloned().collect::<Vec<_>>().join(","))
+        let client = seqsvr_control::StoreClient::new(
+            seqsvr_control::Seed::parse_list(&self.stores.values().cloned().collect::<Vec<_>>().join(","))
                 .expect("seeds"),
-            seqsvr_client::store::StoreTimeouts {
+            seqsvr_control::StoreTimeouts {
                 attempt: Duration::from_millis(500),
                 overall: Duration::from_millis(500),
             },

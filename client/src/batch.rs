@@ -19,8 +19,9 @@ use tokio::time::Instant;
 
 use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
-use crate::retry::{Budget, Delivery, classify};
+use crate::retry::Budget;
 use crate::routing::target_addr;
+use seqsvr_control::classify::{Delivery, classify};
 
 /// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
 pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;

@@ -21,8 +21,9 @@ use tonic::Status;
 
 use crate::config::ClientConfig;
 use crate::error::{ClientError, FailureKind};
-use crate::retry::{Budget, Delivery, classify};
+use crate::retry::Budget;
 use crate::routing::{Channels, RouteCache, Seeds, target_addr};
+use seqsvr_control::classify::{Delivery, classify};
 
 /// Who served a value: lets callers (and the simulator) check that one section had one owner (P4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,5 @@
-//! Client library of seqsvr-rs: routing, retries, batching and coalescing for the AllocSvr data plane,
-//! plus a StoreSvr control-plane client ([`store`]) for operator tools.
+//! Client library of seqsvr-rs: routing, retries, batching and coalescing for the AllocSvr data plane.
+//! The StoreSvr and admin clients are in `seqsvr-control`; this package's `seqctl` uses both.
 //!
 //! - [`Client`] learns the versioned route table from the AllocSvrs themselves (they embed it in any
 //!   reply whose caller has an older version), sends each uid to its owner over one reused channel per
@@ -8,9 +8,8 @@
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
-//! - [`admin::AdminClient`] runs operator actions (StoreSvr membership) for `seqctl`.
 //!
-//! Promise kept here (DESIGN.md §3): a call never returns a number it did not get from an owner's OK
+//! Promise kept here (docs/DESIGN.md, Promises): a call never returns a number it did not get from an owner's OK
 //! reply, and a call that timed out or lost its reply is reported as [`ClientError::Unknown`] — "may
 //! have taken effect" — never as "did not happen" and never as 0.
 //!
@@ -32,7 +31,6 @@
 //! Deliberately left out: any cache of seqs, and learning routes from StoreSvr (the data plane hands
 //! them out, so an application needs only AllocSvr addresses).
 
-pub mod admin;
 mod batch;
 mod client;
 mod coalesce;
@@ -40,7 +38,6 @@ mod config;
 mod error;
 mod retry;
 mod routing;
-pub mod store;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
 pub use client::{Client, CurSeq, Fetched, Owner};

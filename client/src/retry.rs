@@ -1,106 +1,19 @@
-//! Pure retry decisions: how long to wait, how long an attempt may take, and what a gRPC error says
-//! about whether the request may have taken effect.
-//!
-//! Keeps the client's half of DESIGN.md §3 ("a timed-out call has an unknown outcome"): an attempt
-//! counts as *certainly not taken* only when the request never left this process (the connection could
-//! not be made) or a server explicitly refused it; a timeout, a reset stream or an undecodable reply may
-//! have consumed a number.
+//! Pure retry decisions: how long to wait and how long an attempt may take. What a gRPC error says
+//! about whether the request may have taken effect is decided by `seqsvr_control::classify`, which
+//! the control-plane clients share.
 //!
 //! No IO and no clock reads here: callers pass `now` and a jitter value.
 //! Deliberately left out: hedged requests (sending a second copy before the first fails) — they would
 //! double the unknown outcomes for a latency gain this service does not need.
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::{Code, Status};
 
 use crate::config::ClientConfig;
 
 /// Shortest attempt worth starting: below this the RPC cannot complete anyway.
 const MIN_ATTEMPT: Duration = Duration::from_millis(1);
-
-/// What a failed attempt tells about the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Delivery {
-    /// The request certainly did not take effect: never sent, or refused by the server.
-    NotTaken,
-    /// The request may have been executed by a server.
-    Maybe,
-}
-
-/// The decision about one gRPC error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub delivery: Delivery,
-    /// Worth another attempt (possibly elsewhere, after a backoff).
-    pub retry: bool,
-    /// The server said the input is wrong: surface it, never retry.
-    pub invalid_argument: bool,
-}
-
-/// Classifies a gRPC error from one attempt.
-///
-/// A `Status` that carries a `source` was made in this process from a transport error; one without was
-/// decoded from the server's reply (or synthesized by tonic after the response started).
-pub(crate) fn classify(status: &Status) -> Verdict {
-    if status.source().is_some() {
-        return Verdict {
-            delivery: if is_connect_error(status) {
-                Delivery::NotTaken
-            } else {
-                Delivery::Maybe
-            },
-            retry: true,
-            invalid_argument: false,
-        };
-    }
-    match status.code() {
-        Code::InvalidArgument => Verdict {
-            delivery: Delivery::NotTaken,
-            retry: false,
-            invalid_argument: true,
-        },
-        // The server may have done the work before the call was cut or failed.
-        Code::Unknown | Code::Internal | Code::DataLoss | Code::DeadlineExceeded | Code::Cancelled => Verdict {
-            delivery: Delivery::Maybe,
-            retry: true,
-            invalid_argument: false,
-        },
-        // An explicit refusal that may pass: shutting down, overloaded, conflict.
-        Code::Unavailable | Code::ResourceExhausted | Code::Aborted => Verdict {
-            delivery: Delivery::NotTaken,
-            retry: true,
-            invalid_argument: false,
-        },
-        // An explicit refusal that will not pass by retrying (wrong server, wrong service, no access).
-        Code::Ok
-        | Code::NotFound
-        | Code::AlreadyExists
-        | Code::PermissionDenied
-        | Code::FailedPrecondition
-        | Code::OutOfRange
-        | Code::Unimplemented
-        | Code::Unauthenticated => Verdict {
-            delivery: Delivery::NotTaken,
-            retry: false,
-            invalid_argument: false,
-        },
-    }
-}
-
-/// True when the error chain says the connection was never made, so no request bytes were sent.
-fn is_connect_error(status: &Status) -> bool {
-    let mut next = status.source();
-    while let Some(err) = next {
-        if err.is::<tonic::ConnectError>() {
-            return true;
-        }
-        next = err.source();
-    }
-    false
-}
 
 /// Backoff before retry number `retry` (0 = first retry): `base · 2^retry` capped at `max`, of which the
 /// upper half is jittered (`jitter` in `[0, 1)`), so that many clients that failed together spread out.
@@ -133,15 +46,6 @@ impl Budget {
             attempt_timeout: cfg.attempt_timeout,
             backoff_base: cfg.backoff_base,
             backoff_max: cfg.backoff_max,
-        }
-    }
-
-    /// A budget with the default backoff and attempt bound of [`ClientConfig`].
-    pub(crate) fn with_timeouts(attempt_timeout: Duration, deadline: Instant) -> Self {
-        let defaults = ClientConfig::default();
-        Self {
-            attempt_timeout,
-            ..Self::until(&defaults, deadline)
         }
     }
 
@@ -235,42 +139,5 @@ mod tests {
             t0 + Duration::from_millis(120),
             "capped at the deadline"
         );
-    }
-
-    #[test]
-    fn server_statuses_are_classified_by_what_they_say_about_delivery() {
-        use Delivery::*;
-        let cases = [
-            (Code::InvalidArgument, NotTaken, false, true),
-            (Code::Unavailable, NotTaken, true, false),
-            (Code::ResourceExhausted, NotTaken, true, false),
-            (Code::Internal, Maybe, true, false),
-            (Code::Unknown, Maybe, true, false),
-            (Code::DeadlineExceeded, Maybe, true, false),
-            (Code::Cancelled, Maybe, true, false),
-            (Code::Unimplemented, NotTaken, false, false),
-            (Code::FailedPrecondition, NotTaken, false, false),
-        ];
-        for (code, delivery, retry, invalid_argument) in cases {
-            let got = classify(&Status::new(code, "x"));
-            let want = Verdict {
-                delivery,
-                retry,
-                invalid_argument,
-            };
-            assert_eq!(got, want, "{code:?}");
-        }
-    }
-
-    #[test]
-    fn transport_errors_are_maybe_delivered_unless_the_connection_never_opened() {
-        let connect = Status::from_error(Box::new(tonic::ConnectError("refused".into())));
-        assert_eq!(connect.code(), Code::Unavailable);
-        assert_eq!(classify(&connect).delivery, Delivery::NotTaken);
-        assert!(classify(&connect).retry);
-
-        let reset = Status::from_error(Box::new(std::io::Error::other("connection reset")));
-        assert_eq!(classify(&reset).delivery, Delivery::Maybe);
-        assert!(classify(&reset).retry);
     }
 }

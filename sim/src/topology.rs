@@ -175,10 +175,10 @@ impl Topology {
     }
 
     /// Direct StoreSvr addresses (no proxy) for the simulator's own observer.
-    pub fn store_seeds(&self) -> Vec<seqsvr_client::store::Seed> {
+    pub fn store_seeds(&self) -> Vec<seqsvr_control::Seed> {
         self.store_addr
             .iter()
-            .map(|(&i, a)| seqsvr_client::store::Seed {
+            .map(|(&i, a)| seqsvr_control::Seed {
                 node_id: Some(seqsvr_proto::NodeId(i)),
                 addr: a.to_string(),
             })

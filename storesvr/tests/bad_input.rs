@@ -3,7 +3,7 @@
 mod common;
 
 use common::*;
-use seqsvr_client::store::StoreError;
+use seqsvr_control::ControlError;
 use seqsvr_proto::pb;
 use std::process::Command;
 use std::time::Duration;
@@ -117,9 +117,9 @@ fn help_documents_every_option() {
     }
 }
 
-fn rejected(r: Result<impl std::fmt::Debug, StoreError>) -> tonic::Status {
+fn rejected(r: Result<impl std::fmt::Debug, ControlError>) -> tonic::Status {
     match r {
-        Err(StoreError::Rejected(s)) => s,
+        Err(ControlError::Rejected(s)) => s,
         other => panic!("expected a rejection, got {other:?}"),
     }
 }

@@ -30,7 +30,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Bumps every section in turn through one fake owner until `stop`; records acknowledged ceilings.
 async fn write_until(
-    c_client: seqsvr_client::store::StoreClient,
+    c_client: seqsvr_control::StoreClient,
     owner: FakeOwner,
     acked: Arc<Vec<AtomicU64>>,
     stop: Arc<AtomicBool>,

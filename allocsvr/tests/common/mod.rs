@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use allocsvr::{Node, NodeConfig};
-use seqsvr_client::store::Seed;
+use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;

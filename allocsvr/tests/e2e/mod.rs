@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use seqsvr_client::store::{Seed, StoreClient, StoreTimeouts};
 use seqsvr_client::{Client, ClientConfig, Fetched, MAX_UIDS_PER_RPC};
+use seqsvr_control::{Seed, StoreClient, StoreTimeouts};
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::{NodeId, Uid, pb};
 use tokio::time::Instant;

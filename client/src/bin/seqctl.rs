@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use seqsvr_client::admin::AdminClient;
-use seqsvr_client::store::{Seed, StoreClient, StoreError, StoreTimeouts};
 use seqsvr_client::{Client, ClientConfig, ClientError, CurSeq, FailureKind, Fetched, Owner};
+use seqsvr_control::AdminClient;
+use seqsvr_control::{ControlError, Seed, StoreClient, StoreTimeouts};
 use seqsvr_proto::{NodeId, Uid, pb};
 use serde_json::{Value, json};
 
@@ -110,15 +110,31 @@ impl From<ClientError> for Failure {
     }
 }
 
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Self {
+impl From<ControlError> for Failure {
+    fn from(e: ControlError) -> Self {
         let code = match &e {
-            StoreError::Rejected(s) if s.code() == tonic::Code::InvalidArgument => EXIT_USAGE,
+            ControlError::Rejected(s) if s.code() == tonic::Code::InvalidArgument => EXIT_USAGE,
             _ => EXIT_FAILED,
         };
         Self {
             code,
             message: e.to_string(),
+        }
+    }
+}
+
+impl Failure {
+    /// A failed write: when an attempt may have been applied its outcome is unknown.
+    fn of_write(e: ControlError) -> Self {
+        match e {
+            ControlError::Unavailable {
+                last,
+                maybe_taken: true,
+            } => Self {
+                code: EXIT_UNKNOWN,
+                message: format!("outcome unknown (an attempt may have taken effect): {last}"),
+            },
+            e => e.into(),
         }
     }
 }
@@ -172,16 +188,16 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             Ok(render_routes(cli.json, &table))
         }
         Cmd::Replica { action } => {
-            let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli))?;
+            let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli)).map_err(Failure::usage)?;
             let reply = match action {
                 ReplicaCmd::Add { id, addr } => {
                     Seed::parse(addr).map_err(Failure::usage)?;
                     if *id == 0 {
                         return Err(Failure::usage("node id must be > 0"));
                     }
-                    admin.add_replica(NodeId(*id), addr).await?
+                    admin.add_replica(NodeId(*id), addr).await.map_err(Failure::of_write)?
                 }
-                ReplicaCmd::Remove { id } => admin.remove_replica(NodeId(*id)).await?,
+                ReplicaCmd::Remove { id } => admin.remove_replica(NodeId(*id)).await.map_err(Failure::of_write)?,
             };
             Ok(render_membership(cli.json, &reply))
         }

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use seqsvr_client::store::{Seed, StoreClient, StoreTimeouts};
+use seqsvr_control::{Seed, StoreClient, StoreTimeouts};
 use seqsvr_proto::pb;
 use std::collections::BTreeMap;
 use std::net::TcpListener;
