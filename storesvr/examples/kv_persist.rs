@@ -9,11 +9,11 @@ use openraft::storage::{RaftLogStorage, RaftSnapshotBuilder};
 use openraft::{CommittedLeaderId, LogId, Vote};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use storesvr::kv::{FileKv, KvStore};
-use storesvr::log_store::LogStore;
-use storesvr::segment_log::SegmentLog;
-use storesvr::sm_store::StateMachineStore;
-use storesvr::state::{Command, SetParams};
+use storesvr::domain::state::{Command, SetParams};
+use storesvr::storage::kv::{FileKv, KvStore};
+use storesvr::storage::log_store::LogStore;
+use storesvr::storage::segment_log::SegmentLog;
+use storesvr::storage::sm_store::StateMachineStore;
 
 const RUNS: usize = 5;
 const OPS: usize = 200;

@@ -4,8 +4,8 @@
 use openraft::raft::AppendEntriesRequest;
 use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};
 use std::time::Instant;
-use storesvr::raft_types::{Entry, Request, TypeConfig};
-use storesvr::state::{BumpItem, Command};
+use storesvr::domain::state::{BumpItem, Command};
+use storesvr::raft::types::{Entry, Request, TypeConfig};
 
 fn main() {
     let cmds: Vec<Command> = (0..29)

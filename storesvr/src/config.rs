@@ -130,8 +130,8 @@ pub struct Config {
 
 impl Config {
     /// The negative controls this replica's state machine runs with.
-    pub fn unsafe_rules(&self) -> crate::state::UnsafeRules {
-        crate::state::UnsafeRules {
+    pub fn unsafe_rules(&self) -> crate::domain::state::UnsafeRules {
+        crate::domain::state::UnsafeRules {
             skip_epoch_fence: self.unsafe_skip_epoch_fence,
             unfenced_release: self.unsafe_unfenced_release,
         }

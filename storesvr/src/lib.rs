@@ -1,12 +1,15 @@
 //! StoreSvr: one Raft group per set, keeping what AllocSvrs need durably.
 //!
-//! Modules, bottom up:
-//! - `state`: the pure replicated state (sections' `max_seq`, epochs, owners,
-//!   AllocSvr registry, route version) and its deterministic `apply`.
-//! - `kv`, `segment_log`, `log_store`, `sm_store`: openraft storage (log entries in
-//!   segment files, vote, commit index, purge point and snapshot one file per key;
-//!   in-memory state machine with persisted snapshots).
-//! - `raft_types`, `network`: openraft wiring; peer RPCs over gRPC.
+//! Modules, from the pure core out:
+//! - [`domain`]: the replicated state and its deterministic `apply`; the arbiter (pure, `now`
+//!   passed in).
+//! - [`storage`]: openraft storage (log entries in segment files; vote, commit index, purge point
+//!   and snapshot one durable file per key; the in-memory state machine).
+//! - [`raft`]: openraft wiring: types, the peer network over gRPC, the group-committing writer.
+//! - [`shared`]: the state the services and tasks share; [`grpc`]: StoreService and AdminService;
+//!   [`tasks`]: the arbiter loop.
+//! - [`config`], [`startup`] (data-dir and bootstrap checks), [`error`], and [`node`], which only
+//!   wires everything together.
 //!
 //! Promises kept here: P2 (a bump is acknowledged only once committed by a
 //! quorum that synced it), P3 (`max_seq` only grows) and the store half of P4
@@ -15,17 +18,13 @@
 // openraft's storage traits fix the error type to its (large) `StorageError`.
 #![allow(clippy::result_large_err)]
 
-pub mod admin;
-pub mod arbiter;
 pub mod config;
+pub mod domain;
 pub mod error;
-pub mod kv;
-pub mod log_store;
-pub mod network;
+pub mod grpc;
 pub mod node;
-pub mod raft_types;
-pub mod segment_log;
-pub mod service;
-pub mod sm_store;
-pub mod state;
-pub mod writer;
+pub mod raft;
+pub mod shared;
+pub mod startup;
+pub mod storage;
+pub mod tasks;

@@ -3,11 +3,11 @@
 
 use openraft::testing::{StoreBuilder, Suite};
 use std::sync::Arc;
-use storesvr::kv::{FileKv, KvStore};
-use storesvr::log_store::LogStore;
-use storesvr::raft_types::{StorageError, TypeConfig};
-use storesvr::segment_log::SegmentLog;
-use storesvr::sm_store::StateMachineStore;
+use storesvr::raft::types::{StorageError, TypeConfig};
+use storesvr::storage::kv::{FileKv, KvStore};
+use storesvr::storage::log_store::LogStore;
+use storesvr::storage::segment_log::SegmentLog;
+use storesvr::storage::sm_store::StateMachineStore;
 
 struct Builder;
 

@@ -31,7 +31,7 @@
 //!
 //! Left out: weighting nodes by capacity or load.
 
-use crate::state::{Command, Move, SetState};
+use crate::domain::state::{Command, Move, SetState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -225,7 +225,7 @@ fn push_run(runs: &mut Vec<(u64, u64)>, section: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{CommandResult, SetParams};
+    use crate::domain::state::{CommandResult, SetParams};
 
     fn set_with(nodes: &[u64]) -> (SetState, Vec<u64>) {
         let mut st = SetState::default();
@@ -335,7 +335,7 @@ mod tests {
         st.apply(
             &Command::Release {
                 incarnation: incs[0],
-                ranges: vec![crate::state::Released {
+                ranges: vec![crate::domain::state::Released {
                     begin: 5,
                     end: 10,
                     epoch: 1,

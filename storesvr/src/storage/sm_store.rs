@@ -12,9 +12,9 @@
 //!
 //! Left out: incremental snapshots (the whole state of a set is a few MB).
 
-use crate::kv::KvStore;
-use crate::raft_types::{Entry, LogId, Node, NodeId, Response, StorageError, TypeConfig};
-use crate::state::{SetState, UnsafeRules};
+use crate::domain::state::{SetState, UnsafeRules};
+use crate::raft::types::{Entry, LogId, Node, NodeId, Response, StorageError, TypeConfig};
+use crate::storage::kv::KvStore;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, SnapshotMeta, StorageIOError, StoredMembership,
@@ -250,7 +250,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::FileKv;
+    use crate::storage::kv::FileKv;
     use openraft::{CommittedLeaderId, RaftSnapshotBuilder};
 
     fn log_id(term: u64, index: u64) -> LogId {

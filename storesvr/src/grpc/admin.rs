@@ -9,7 +9,7 @@
 //! several replicas at once.
 
 use crate::error::StoreError;
-use crate::node::Ctx;
+use crate::shared::Shared;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use seqsvr_proto::pb;
@@ -22,7 +22,7 @@ use tonic::{Request, Response, Status};
 pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct AdminSvc {
-    pub ctx: Arc<Ctx>,
+    pub ctx: Arc<Shared>,
 }
 
 impl AdminSvc {

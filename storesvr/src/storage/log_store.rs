@@ -13,9 +13,9 @@
 //!
 //! Left out: caching entries in memory (reads are `pread`s from the page cache).
 
-use crate::kv::KvStore;
-use crate::raft_types::{Entry, LogId, StorageError, TypeConfig, Vote};
-use crate::segment_log::SegmentLog;
+use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::storage::kv::KvStore;
+use crate::storage::segment_log::SegmentLog;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
 use std::fmt::Debug;

@@ -18,8 +18,8 @@
 //!
 //! Left out: adapting batch size or pipeline depth to measured latency.
 
-use crate::raft_types::{Raft, Request};
-use crate::state::{Command, CommandResult};
+use crate::domain::state::{Command, CommandResult};
+use crate::raft::types::{Raft, Request};
 use openraft::error::ClientWriteError;
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,11 +9,11 @@
 //! Bad input is refused before anything is proposed, and the state machine
 //! checks again at apply time, so a refused request changes nothing.
 
+use crate::domain::state::{BumpItem, BumpOutcome, Command, CommandResult, Released, SetParams, SetState};
 use crate::error::StoreError;
-use crate::node::{Ctx, WRITE_TIMEOUT};
-use crate::sm_store::SmData;
-use crate::state::{BumpItem, BumpOutcome, Command, CommandResult, Released, SetParams, SetState};
-use crate::writer::WriteError;
+use crate::raft::writer::WriteError;
+use crate::shared::{Shared, WRITE_TIMEOUT};
+use crate::storage::sm_store::SmData;
 use openraft::error::{CheckIsLeaderError, RaftError};
 use seqsvr_proto::pb;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS_PER_SET;
 const MAX_ADDR_LEN: usize = 256;
 
 pub struct StoreSvc {
-    pub ctx: Arc<Ctx>,
+    pub ctx: Arc<Shared>,
 }
 
 /// A leader-only call either proceeds or tells the caller where the leader is.
@@ -491,7 +491,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let detect = self.ctx.detect();
         let reply = self.data(|d| {
             let live = self.ctx.liveness.lock().expect("liveness lock poisoned");
-            let alive = crate::arbiter::alive(&d.set, &live, now, detect);
+            let alive = crate::domain::arbiter::alive(&d.set, &live, now, detect);
             let allocsvrs = d
                 .set
                 .allocsvrs

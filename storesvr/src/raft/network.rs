@@ -13,7 +13,7 @@
 //!
 //! Left out: TLS and authentication of peers.
 
-use crate::raft_types::{Node, NodeId, Raft, TypeConfig};
+use crate::raft::types::{Node, NodeId, Raft, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
 };

@@ -4,7 +4,7 @@
 //! flush per entry and does not group concurrent writes, so the writer
 //! (`writer.rs`) packs everything queued into one entry.
 
-use crate::state::{Command, CommandResult};
+use crate::domain::state::{Command, CommandResult};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Cursor;

@@ -1,0 +1,8 @@
+//! The client-facing services of a replica: `StoreService` (`store`) and `AdminService` (`admin`).
+//! The Raft peer service is in `raft::network`.
+//!
+//! Deliberately left out: deciding anything about ownership (`domain`); the services validate,
+//! turn requests into commands, and map results and errors to replies.
+
+pub mod admin;
+pub mod store;

@@ -1,0 +1,91 @@
+//! The state one replica's gRPC services and background tasks share ([`Shared`]): the Raft
+//! handle, the applied state, the writer, the arbiter's liveness view and plan, and the restart
+//! bookkeeping of local reads.
+//!
+//! It sits below the services (`grpc`) and the tasks (`tasks`) and imports neither, so that no two
+//! modules import each other; `node` builds it and hands it to both.
+//!
+//! Deliberately left out: starting or stopping anything (see `node`).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use seqsvr_proto::pb;
+
+use crate::config::Config;
+use crate::domain::arbiter::{Liveness, Plan};
+use crate::raft::types::Raft;
+use crate::raft::writer::Writer;
+use crate::storage::log_store::Durability;
+use crate::storage::sm_store::SharedState;
+
+/// How long one Raft write may take before the caller hears "unavailable".
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the arbiter looks at liveness and ownership.
+pub const ARBITER_TICK: Duration = Duration::from_millis(100);
+
+/// Everything the gRPC services and the background tasks share. Built once by `node`; the
+/// fields are crate-visible only.
+pub struct Shared {
+    pub(crate) node_id: u64,
+    pub(crate) config: Config,
+    pub(crate) raft: Raft,
+    pub(crate) state: SharedState,
+    pub(crate) writer: Writer,
+    pub(crate) liveness: Mutex<Liveness>,
+    /// The arbiter's latest plan (its `handover` part is read by renewals).
+    pub(crate) plan: Mutex<Plan>,
+    /// Route table cached by route version.
+    pub(crate) routes: Mutex<Option<pb::RouteTable>>,
+    /// Makes the committed index durable before a local read exposes state applied up to it.
+    pub(crate) durability: Durability,
+    /// The committed index found on disk at start, plus one: local reads wait until the state
+    /// machine has replayed that far.
+    pub(crate) replay_to: u64,
+    /// Set once the state machine has replayed to `replay_to`.
+    pub(crate) restored: AtomicBool,
+}
+
+impl Shared {
+    /// Where a caller should send leader-only requests.
+    pub fn leader_hint(&self, leader_id: Option<u64>) -> pb::LeaderHint {
+        let m = self.raft.metrics().borrow().clone();
+        let id = leader_id.or(m.current_leader).unwrap_or(0);
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        pb::LeaderHint {
+            leader_id: id,
+            leader_addr: addr,
+        }
+    }
+
+    /// Whether local reads may be served. Before a local read exposes applied state its commit
+    /// index is made durable (`Durability::make_durable`), so after a restart the replica must
+    /// first replay to the committed index it found on disk: until then a local read could show
+    /// an older state than it showed before the crash (P3 on every replica).
+    pub fn is_restored(&self) -> bool {
+        if self.restored.load(Ordering::Acquire) {
+            return true;
+        }
+        let applied = self
+            .state
+            .read()
+            .expect("state lock poisoned")
+            .last_applied
+            .map_or(0, |l| l.index + 1);
+        let caught_up = applied >= self.replay_to;
+        if caught_up {
+            self.restored.store(true, Ordering::Release);
+        }
+        caught_up
+    }
+
+    pub fn detect(&self) -> Duration {
+        Duration::from_millis(self.config.detect_ms)
+    }
+}
