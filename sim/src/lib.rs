@@ -1,6 +1,6 @@
 //! The simulator of seqsvr-rs: it starts a real cluster as OS processes on loopback, puts a proxy
 //! it controls on every network link, drives seeded concurrent clients, injects faults, records
-//! every call and checks the promises P1–P6 of DESIGN.md §3 over the whole history.
+//! every call and checks the promises P1–P6 of docs/DESIGN.md over the whole history.
 //!
 //! Layers, bottom up:
 //! - [`history`]: one record per call (invoke/complete times, outcome, values, owner), written as
@@ -9,8 +9,9 @@
 //! - [`checks`]: one pure function per promise over a history; no IO, no clock.
 //! - [`proxy`]: a TCP proxy per directed link whose mode (pass, drop, delay, one-way cut, hold)
 //!   changes at runtime and affects connections already open (gRPC keeps them open).
-//! - [`cluster`]: process control (start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM), one log per
-//!   process, nothing left running when the simulator ends.
+//! - process control (start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM, one log per process, nothing left
+//!   running when the simulator ends) is `seqsvr-harness`'s supervisor, shared with the benchmarks
+//!   and the end-to-end tests.
 //! - [`schedule`]: the seeded fault schedule (pure: same seed, same schedule).
 //! - [`stats`]: unavailability per fault, computed from the history after the run.
 //! - [`topology`], [`workload`], [`run`]: the wiring of 3 StoreSvrs + 3 AllocSvrs behind proxies,
@@ -20,7 +21,6 @@
 //! are real, so a seed fixes the workload and the fault schedule, not the interleaving.
 
 pub mod checks;
-pub mod cluster;
 pub mod history;
 pub mod proxy;
 pub mod run;

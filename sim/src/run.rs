@@ -10,7 +10,6 @@
 //! they need the admin flows to exist first.
 
 use crate::checks;
-use crate::cluster::{Cluster, find_binary};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo, write_max_seqs};
 use crate::proxy::{FlowMode, LinkMode};
 use crate::schedule::{FaultKind, LAG_SEND_WINDOW, PlannedFault, RELEASE_WINDOW, ScheduleParams, plan};
@@ -20,6 +19,8 @@ use crate::workload::{Counters, Recorder, WorkloadParams, hot_uids, run_client, 
 use anyhow::{Context, bail};
 use seqsvr_client::{Client, ClientConfig};
 use seqsvr_control::{StoreClient, StoreTimeouts};
+use seqsvr_harness::supervisor::START_MARKER;
+use seqsvr_harness::{Supervisor, find_binary};
 use seqsvr_proto::pb;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -68,7 +69,7 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 struct Shared {
-    cluster: AsyncMutex<Cluster>,
+    cluster: AsyncMutex<Supervisor>,
     topo: Topology,
     store: StoreClient,
     /// One direct client per StoreSvr replica (no proxy): Status polls and leader confirmation.
@@ -87,7 +88,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     println!("sim: replay with: {}", opts.replay);
 
     let topo = Topology::new().await?;
-    let mut cluster = Cluster::new(&dir.join("logs"))?;
+    let mut cluster = Supervisor::new(&dir.join("logs"))?;
     for i in 1..=N {
         cluster.spawn(topo.store_spec(i, &store_bin, &dir, &opts.set))?;
     }
@@ -550,7 +551,7 @@ async fn wait_for_log_line(log: &std::path::Path, text: &str, within: Duration) 
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if let Ok(all) = std::fs::read_to_string(log) {
-            let tail = all.rsplit(crate::cluster::START_MARKER).next().unwrap_or("");
+            let tail = all.rsplit(START_MARKER).next().unwrap_or("");
             if tail.lines().any(|l| l.contains(text)) {
                 return true;
             }

@@ -5,8 +5,8 @@
 //!
 //! Deliberately left out: more than one set, and more or fewer than 3+3 processes.
 
-use crate::cluster::ProcSpec;
 use crate::proxy::{LinkMode, Proxy};
+use seqsvr_harness::ProcSpec;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -143,11 +143,9 @@ impl Topology {
         }
         args.extend(set.store_extra.iter().cloned());
         ProcSpec {
-            name: store_name(id),
-            bin: bin.to_path_buf(),
-            args,
             // Its data dir is fresh on the first start; a restart after a kill keeps it.
             first_args: vec!["--new-replica".into()],
+            ..ProcSpec::new(store_name(id), bin, args)
         }
     }
 
@@ -166,12 +164,7 @@ impl Topology {
             format!("--test-repeat-releases-after-ms={REPEAT_RELEASES_AFTER_MS}"),
         ];
         args.extend(set.alloc_extra.iter().cloned());
-        ProcSpec {
-            name: alloc_name(id),
-            bin: bin.to_path_buf(),
-            args,
-            first_args: vec![],
-        }
+        ProcSpec::new(alloc_name(id), bin, args)
     }
 
     /// Direct StoreSvr addresses (no proxy) for the simulator's own observer.

@@ -7,7 +7,7 @@
 //!
 //! Deliberately left out: any judgement of noise beyond the median of a few runs.
 
-use super::load::Sample;
+use crate::load::Sample;
 
 /// One case measured against both servers, once per run.
 pub struct Case {

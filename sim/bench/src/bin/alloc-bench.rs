@@ -1,6 +1,6 @@
 //! `alloc-bench`: the AllocSvr data plane against a bare tonic echo, in one invocation.
 //!
-//! Checks the targets of DESIGN.md §8 that concern the data plane, as ratios against baselines
+//! Checks the data-plane targets (docs/BENCHMARKS.md), as ratios against baselines
 //! measured in the same run on the same machine:
 //!
 //! 1. Starts the baseline: a trivial `AllocService` (seq = uid + 1) in a child process of this
@@ -27,18 +27,9 @@
 //! Deliberately left out: more than one AllocSvr (routing cost is the client library's, measured
 //! in step 6) and faults (that is the simulator's job).
 
-#[path = "../bench/echo.rs"]
-mod echo;
-#[path = "../bench/load.rs"]
-mod load;
-#[path = "../bench/procs.rs"]
-mod procs;
-#[path = "../bench/report.rs"]
-mod report;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,9 +40,10 @@ use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-use load::{Pids, Sample, Shape, Uids, Window};
-use procs::Procs;
-use report::{Case, median, verdict};
+use seqsvr_bench::load::{Pids, Sample, Shape, Uids, Window};
+use seqsvr_bench::report::{Case, median, verdict};
+use seqsvr_bench::{echo, load, procfs, report};
+use seqsvr_harness::{ProcSpec, Supervisor};
 
 /// Uids per section (the StoreSvr default).
 const SECTION_SIZE: u64 = 100_000;
@@ -224,7 +216,8 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
     print_machine(args, tmp.path());
 
-    let mut procs = Procs::default();
+    let mut procs =
+        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
     let cluster = start(&mut procs, &exe, &storesvr, &allocsvr, tmp.path()).await?;
     let echo_clients = channels(&cluster.echo_addr).await?;
     let alloc_clients = channels(&cluster.alloc_addr).await?;
@@ -438,8 +431,8 @@ async fn wait_quiet(ours: &[u32], below_pct: f64, limit: Duration) {
     let deadline = Instant::now() + limit;
     let me = std::process::id();
     let foreign = || {
-        let ours_cpu: f64 = ours.iter().chain([&me]).filter_map(|p| procs::cpu_seconds(*p)).sum();
-        procs::machine_busy_seconds().unwrap_or(0.0) - ours_cpu
+        let ours_cpu: f64 = ours.iter().chain([&me]).filter_map(|p| procfs::cpu_seconds(*p)).sum();
+        procfs::machine_busy_seconds().unwrap_or(0.0) - ours_cpu
     };
     let mut waited = false;
     loop {
@@ -503,29 +496,23 @@ fn print_machine(args: &Args, dir: &Path) {
 
 /// Starts the echo, the 3 StoreSvrs and the AllocSvr; returns when every section is owned.
 async fn start(
-    procs: &mut Procs,
+    procs: &mut Supervisor,
     exe: &Path,
     storesvr: &Path,
     allocsvr: &Path,
     dir: &Path,
 ) -> Result<Cluster, Failure> {
-    let log = |name: &str| {
-        std::fs::File::create(dir.join(format!("{name}.log"))).map_err(|e| harness(format!("cannot create log: {e}")))
-    };
     let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
 
-    let echo_addr = procs::free_addr();
-    let mut cmd = Command::new(exe);
-    cmd.arg(format!("--serve-echo={echo_addr}"))
-        .stdout(Stdio::null())
-        .stderr(log("echo")?);
-    let echo_pid = procs.spawn("echo", cmd).map_err(|e| spawn_err("echo", e))?;
-    if !procs::wait_listening(&echo_addr, Duration::from_secs(10)).await {
+    let echo_addr = seqsvr_harness::free_addr();
+    let echo = ProcSpec::new("echo", exe, [format!("--serve-echo={echo_addr}")]);
+    let echo_pid = procs.spawn(echo).map_err(|e| spawn_err("echo", e))?;
+    if !seqsvr_harness::wait_listening(&echo_addr, Duration::from_secs(10)).await {
         return Err(harness("echo server did not listen within 10 s"));
     }
 
-    let store_addrs: Vec<String> = (0..3).map(|_| procs::free_addr()).collect();
-    let store_metrics: Vec<String> = (0..3).map(|_| procs::free_addr()).collect();
+    let store_addrs: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
+    let store_metrics: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
     let peers: Vec<String> = store_addrs
         .iter()
         .enumerate()
@@ -535,36 +522,40 @@ async fn start(
     for (i, addr) in store_addrs.iter().enumerate() {
         let id = i + 1;
         let name = format!("store{id}");
-        let mut cmd = Command::new(storesvr);
-        cmd.arg(format!("--node-id={id}"))
-            .arg(format!("--listen={addr}"))
-            .arg(format!("--data-dir={}", dir.join(&name).display()))
-            .arg(format!("--peers={}", peers.join(",")))
-            .arg("--new-replica") // a fresh temp dir, started once
-            .arg(format!("--step={STEP}"))
-            .arg(format!("--section-size={SECTION_SIZE}"))
-            .arg(format!("--metrics-listen={}", store_metrics[i]))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log(&name)?);
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={addr}"),
+            format!("--data-dir={}", dir.join(&name).display()),
+            format!("--peers={}", peers.join(",")),
+            "--new-replica".into(), // a fresh temp dir, started once
+            format!("--step={STEP}"),
+            format!("--section-size={SECTION_SIZE}"),
+            format!("--metrics-listen={}", store_metrics[i]),
+        ];
         if id == 1 {
-            cmd.arg("--bootstrap");
+            args.push("--bootstrap".into());
         }
-        store_pids.push(procs.spawn(&name, cmd).map_err(|e| spawn_err(&name, e))?);
+        let spec = ProcSpec {
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            ..ProcSpec::new(&name, storesvr, args)
+        };
+        store_pids.push(procs.spawn(spec).map_err(|e| spawn_err(&name, e))?);
     }
     let leader = wait_leader(&store_addrs, Duration::from_secs(30)).await?;
 
-    let alloc_addr = procs::free_addr();
-    let alloc_metrics = procs::free_addr();
-    let mut cmd = Command::new(allocsvr);
-    cmd.arg("--node-id=1")
-        .arg(format!("--listen={alloc_addr}"))
-        .arg(format!("--store={}", peers.join(",")))
-        .arg(format!("--metrics-listen={alloc_metrics}"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log("allocsvr")?);
-    let alloc_pid = procs.spawn("allocsvr", cmd).map_err(|e| spawn_err("allocsvr", e))?;
+    let alloc_addr = seqsvr_harness::free_addr();
+    let alloc_metrics = seqsvr_harness::free_addr();
+    let args = [
+        "--node-id=1".to_string(),
+        format!("--listen={alloc_addr}"),
+        format!("--store={}", peers.join(",")),
+        format!("--metrics-listen={alloc_metrics}"),
+    ];
+    let spec = ProcSpec {
+        env: vec![("RUST_LOG".into(), "warn".into())],
+        ..ProcSpec::new("allocsvr", allocsvr, args)
+    };
+    let alloc_pid = procs.spawn(spec).map_err(|e| spawn_err("allocsvr", e))?;
     let started = Instant::now();
     wait_owned(&leader, Duration::from_secs(60)).await?;
     println!(
@@ -683,7 +674,7 @@ async fn wait_serving(client: &AllocServiceClient<Channel>, sections: &[u64], li
 fn store_bump_items(c: &Cluster) -> Option<f64> {
     c.store_metrics
         .iter()
-        .map(|m| procs::scrape(m, "storesvr_bump_items_total", None))
+        .map(|m| procfs::scrape(m, "storesvr_bump_items_total", None))
         .sum()
 }
 
@@ -698,13 +689,17 @@ async fn read_store(c: &Cluster) -> Result<StoreReading, Failure> {
         applied_index: s.applied_index,
         route_version: s.route_version,
         bump_items: store_bump_items(c).ok_or_else(|| harness("cannot read StoreSvr metrics"))?,
-        fetch_ok: procs::scrape(&c.alloc_metrics, "allocsvr_fetch_total", Some("outcome=\"ok\""))
+        fetch_ok: procfs::scrape(&c.alloc_metrics, "allocsvr_fetch_total", Some("outcome=\"ok\""))
             .ok_or_else(|| harness("cannot read AllocSvr metrics"))?,
     })
 }
 
-fn check_alive(procs: &mut Procs, samples: &[&Sample]) -> Result<(), Failure> {
-    let dead = procs.exited();
+fn check_alive(procs: &mut Supervisor, samples: &[&Sample]) -> Result<(), Failure> {
+    let dead: Vec<String> = procs
+        .take_unexpected_exits()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
     if !dead.is_empty() {
         return Err(harness(format!("process(es) exited during the benchmark: {dead:?}")));
     }
@@ -727,7 +722,7 @@ async fn memory(
 ) -> Result<f64, Failure> {
     const PER_CALL: u64 = 1_000;
     const IN_FLIGHT: usize = 4;
-    let rss0 = procs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
+    let rss0 = procfs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
     let mut calls: Vec<pb::BatchFetchNextSeqRequest> = Vec::new();
     for s in sections {
         let first = s * SECTION_SIZE;
@@ -770,30 +765,40 @@ async fn memory(
     if not_ok > 0 {
         return Err(harness(format!("{not_ok} uids not served in the memory measurement")));
     }
-    let rss1 = procs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
+    let rss1 = procfs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
     let uids = sections.len() as u64 * SECTION_SIZE;
     Ok((rss1 as f64 - rss0 as f64) / uids as f64)
 }
 
 /// Starts `redis-server` without persistence on a free port, if it is installed; (port, pid).
-async fn start_redis(procs: &mut Procs, dir: &Path) -> Option<(u16, u32)> {
-    let port: u16 = procs::free_addr().rsplit_once(':')?.1.parse().ok()?;
-    let mut cmd = Command::new("redis-server");
-    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let pid = match procs.spawn("redis", cmd) {
+async fn start_redis(procs: &mut Supervisor, dir: &Path) -> Option<(u16, u32)> {
+    let port: u16 = seqsvr_harness::free_addr().rsplit_once(':')?.1.parse().ok()?;
+    let args = [
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+    ];
+    let spec = ProcSpec {
+        cwd: Some(dir.to_path_buf()),
+        ..ProcSpec::new("redis", "redis-server", args.map(String::from))
+    };
+    let pid = match procs.spawn(spec) {
         Ok(pid) => pid,
         Err(e) => {
             println!("redis: not measured (cannot start redis-server: {e})");
             return None;
         }
     };
-    if !procs::wait_listening(&format!("127.0.0.1:{port}"), Duration::from_secs(10)).await {
+    if !seqsvr_harness::wait_listening(&format!("127.0.0.1:{port}"), Duration::from_secs(10)).await {
         println!("redis: not measured (redis-server did not listen within 10 s)");
-        procs.kill("redis");
+        let _ = procs.kill("redis");
         return None;
     }
     let version = Command::new("redis-server")

@@ -21,7 +21,7 @@ use seqsvr_proto::{Uid, pb};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::procs::{cpu_seconds, machine_busy_seconds};
+use crate::procfs::{cpu_seconds, machine_busy_seconds};
 
 /// Longest a single call may take before it counts as an error (every RPC has a deadline).
 const CALL_DEADLINE: Duration = Duration::from_secs(2);

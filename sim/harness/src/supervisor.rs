@@ -1,22 +1,25 @@
-//! Process control for the simulated cluster: start, SIGKILL, SIGSTOP/SIGCONT, SIGTERM of real
-//! server processes, each with its own log file, and nothing left running afterwards.
+//! The one process supervisor of the simulator, the benchmarks and the end-to-end tests: start,
+//! SIGKILL, SIGSTOP/SIGCONT, SIGTERM with a grace, wait for an exit, of real server processes, each
+//! with its own log file, and nothing left running afterwards.
 //!
-//! Every process is killed when the [`Cluster`] is dropped (normal end, error, panic unwinding,
+//! Every process is killed when the [`Supervisor`] is dropped (normal end, error, panic unwinding,
 //! Ctrl-C dropping the run). A stopped process is sent SIGCONT after SIGKILL so that it is reaped
 //! at once. As a last resort each child gets `PR_SET_PDEATHSIG = SIGKILL`, so even a SIGKILL of
-//! the simulator leaves no orphans. (That signal fires when the *thread* that spawned the child
-//! exits: children are spawned from the runtime's worker threads, which live as long as the run.)
+//! the owner leaves no orphans. (That signal fires when the *thread* that spawned the child
+//! exits: spawn children from threads that live as long as they should, e.g. the main thread or
+//! the runtime's workers.)
 //!
 //! Deliberately left out: containers, cgroups and remote hosts; everything is on loopback.
 
-use nix::sys::signal::{Signal, kill};
+pub use nix::sys::signal::Signal;
+use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 /// Finds a server binary: `--bin-dir` if given, else next to the running executable, else
@@ -46,8 +49,8 @@ pub fn find_binary(name: &str, bin_dir: Option<&Path>) -> io::Result<PathBuf> {
     })
 }
 
-/// Opens the line the simulator writes into a log at each start (skipped by the panic scan).
-pub(crate) const START_MARKER: &str = "=== sim: start";
+/// Opens the line written into a log at each start (skipped by the panic scan).
+pub const START_MARKER: &str = "=== supervisor: start";
 
 /// How to start one process; kept so that a killed process can be restarted the same way.
 #[derive(Clone, Debug)]
@@ -58,6 +61,28 @@ pub struct ProcSpec {
     /// Added to `args` on the first start only (e.g. StoreSvr's `--new-replica`: a restart after a
     /// kill keeps its data dir and must come back as the same replica).
     pub first_args: Vec<String>,
+    /// Environment variables set for the process (on top of the inherited ones).
+    pub env: Vec<(String, String)>,
+    /// Working directory, if not the current one.
+    pub cwd: Option<PathBuf>,
+}
+
+impl ProcSpec {
+    /// A process `name` running `bin args…`.
+    pub fn new(
+        name: impl Into<String>,
+        bin: impl Into<PathBuf>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            bin: bin.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            first_args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
 }
 
 struct Proc {
@@ -70,8 +95,8 @@ struct Proc {
     unexpected: Vec<String>,
 }
 
-/// The set of processes of one run.
-pub struct Cluster {
+/// The processes of one run, by name.
+pub struct Supervisor {
     procs: BTreeMap<String, Proc>,
     log_dir: PathBuf,
 }
@@ -83,7 +108,7 @@ pub struct PanicLine {
     pub line: String,
 }
 
-impl Cluster {
+impl Supervisor {
     /// Logs go to `log_dir/NAME.log` (appended across restarts, one marker line per start).
     pub fn new(log_dir: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(log_dir)?;
@@ -134,7 +159,11 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
-            .env("RUST_BACKTRACE", "1");
+            .env("RUST_BACKTRACE", "1")
+            .envs(p.spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        if let Some(dir) = &p.spec.cwd {
+            cmd.current_dir(dir);
+        }
         // SAFETY: `set_pdeathsig` is one async-signal-safe prctl(2) call; nothing else runs
         // between fork and exec.
         unsafe {
@@ -173,7 +202,7 @@ impl Cluster {
         Ok(())
     }
 
-    /// SIGCONT after [`Cluster::pause`].
+    /// SIGCONT after [`Supervisor::pause`].
     pub fn resume(&mut self, name: &str) -> io::Result<()> {
         let p = self.get_mut(name)?;
         if let Some(child) = &p.child {
@@ -212,8 +241,35 @@ impl Cluster {
         }
     }
 
+    /// Waits up to `within` for the process to exit by itself (after a signal sent by someone else,
+    /// or on its own); its exit status, or `None` when it is still running (or was never started).
+    pub async fn wait_exit(&mut self, name: &str, within: Duration) -> io::Result<Option<ExitStatus>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let p = self.get_mut(name)?;
+            let Some(child) = p.child.as_mut() else { return Ok(None) };
+            if let Some(status) = child.try_wait()? {
+                p.child = None;
+                return Ok(Some(status));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends `sig` to a running process (SIGTERM to test a clean shutdown, say).
+    pub fn signal(&mut self, name: &str, sig: Signal) -> io::Result<()> {
+        let p = self.get_mut(name)?;
+        if let Some(child) = &p.child {
+            signal(child, sig);
+        }
+        Ok(())
+    }
+
     /// True when the process was started and has not exited (a stopped process counts). An exit
-    /// found here was not caused by the simulator and is remembered as a crash.
+    /// found here was not caused by the supervisor and is remembered as a crash.
     pub fn is_running(&mut self, name: &str) -> bool {
         let Ok(p) = self.get_mut(name) else { return false };
         let Some(child) = p.child.as_mut() else { return false };
@@ -232,7 +288,7 @@ impl Cluster {
         }
     }
 
-    /// Polls every process and returns (and forgets) the exits the simulator did not cause.
+    /// Polls every process and returns (and forgets) the exits the supervisor did not cause.
     pub fn take_unexpected_exits(&mut self) -> Vec<(String, String)> {
         let names: Vec<String> = self.procs.keys().cloned().collect();
         let mut out = Vec::new();
@@ -292,7 +348,7 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
+impl Drop for Supervisor {
     fn drop(&mut self) {
         self.kill_all();
     }
@@ -313,6 +369,8 @@ mod tests {
             bin: "/bin/sh".into(),
             args: vec!["-c".into(), "echo up; exec sleep 60".into()],
             first_args: vec![],
+            env: vec![],
+            cwd: None,
         }
     }
 
@@ -348,7 +406,7 @@ mod tests {
     #[tokio::test]
     async fn kill_and_restart_appends_to_one_log() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster::new(dir.path()).unwrap();
+        let mut c = Supervisor::new(dir.path()).unwrap();
         let pid1 = c.spawn(sleeper("a")).unwrap();
         assert!(c.is_running("a"));
         let log = c.log_path("a").unwrap().to_path_buf();
@@ -357,22 +415,19 @@ mod tests {
         assert!(!c.is_running("a"));
         assert!(
             c.take_unexpected_exits().is_empty(),
-            "a kill by the simulator is not a crash"
+            "a kill by the supervisor is not a crash"
         );
         assert!(!alive(pid1));
         let pid2 = c.start("a").unwrap();
         assert_ne!(pid1, pid2);
         assert!(eventually(|| log_lines_equal(&log, "up") == 2).await);
-        assert_eq!(
-            std::fs::read_to_string(&log).unwrap().matches("=== sim: start").count(),
-            2
-        );
+        assert_eq!(std::fs::read_to_string(&log).unwrap().matches(START_MARKER).count(), 2);
     }
 
     #[tokio::test]
     async fn pause_and_resume_change_the_process_state() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster::new(dir.path()).unwrap();
+        let mut c = Supervisor::new(dir.path()).unwrap();
         let pid = c.spawn(sleeper("a")).unwrap();
         c.pause("a").unwrap();
         assert!(eventually(|| proc_state(pid) == Some('T')).await, "not stopped");
@@ -383,7 +438,7 @@ mod tests {
     #[tokio::test]
     async fn drop_kills_every_process_including_stopped_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster::new(dir.path()).unwrap();
+        let mut c = Supervisor::new(dir.path()).unwrap();
         let a = c.spawn(sleeper("a")).unwrap();
         let b = c.spawn(sleeper("b")).unwrap();
         c.pause("b").unwrap();
@@ -394,7 +449,7 @@ mod tests {
     #[tokio::test]
     async fn terminate_waits_for_a_clean_exit_then_kills() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster::new(dir.path()).unwrap();
+        let mut c = Supervisor::new(dir.path()).unwrap();
         c.spawn(sleeper("polite")).unwrap();
         assert!(c.terminate("polite", Duration::from_secs(5)).await.unwrap());
         let stubborn = ProcSpec {
@@ -405,6 +460,8 @@ mod tests {
                 "trap '' TERM; echo ready; while true; do sleep 0.05; done".into(),
             ],
             first_args: vec![],
+            env: vec![],
+            cwd: None,
         };
         let pid = c.spawn(stubborn).unwrap();
         let log = c.log_path("stubborn").unwrap().to_path_buf();
@@ -416,12 +473,14 @@ mod tests {
     #[tokio::test]
     async fn panics_in_logs_are_found() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = Cluster::new(dir.path()).unwrap();
+        let mut c = Supervisor::new(dir.path()).unwrap();
         let spec = ProcSpec {
             name: "p".into(),
             bin: "/bin/sh".into(),
             args: vec!["-c".into(), "echo \"thread 'main' panicked at src/x.rs:1\" >&2".into()],
             first_args: vec![],
+            env: vec![],
+            cwd: None,
         };
         c.spawn(spec).unwrap();
         assert!(eventually(|| !c.is_running("p")).await);

@@ -15,8 +15,11 @@ use hdrhistogram::Histogram;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
 use std::io::Write;
+use std::path::Path;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
+
+use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -47,27 +50,6 @@ struct Args {
 
 const SECTIONS: u64 = 100;
 static NEXT_MAX: AtomicU64 = AtomicU64::new(1_000_000);
-
-struct Group {
-    procs: Vec<Child>,
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        for p in &mut self.procs {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
-}
-
-fn free_addr() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
-}
 
 fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
     let path = dir.join("fsync-probe");
@@ -176,116 +158,67 @@ fn fmt_d(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = Args::parse();
-    let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let storesvr = exe_dir.join("storesvr");
-    if !storesvr.exists() {
-        eprintln!(
-            "store-bench: {} not found; build it first (cargo build --release -p storesvr)",
-            storesvr.display()
-        );
-        return ExitCode::from(2);
-    }
-    let tmp = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d),
-        None => tempfile::tempdir_in(exe_dir.parent().unwrap()),
-    }
-    .unwrap();
-    let tmp_path = tmp.path().to_path_buf();
-    let _tmp = if args.keep {
-        let _ = tmp.keep();
-        None
-    } else {
-        Some(tmp)
-    };
-
-    println!(
-        "machine: {} cores; data dir {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        tmp_path.display()
-    );
-    let (fsync_rate, fsync_p50) = fsync_baseline(&tmp_path, args.fsyncs);
-    println!(
-        "disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})",
-        fsync_rate,
-        fmt_d(fsync_p50),
-        args.fsyncs
-    );
-
+/// Starts a 3-replica group of `storesvr` under `sup`; their client addresses.
+fn start_group(sup: &mut Supervisor, storesvr: &Path, dir: &Path) -> std::io::Result<Vec<String>> {
     let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let peers: Vec<String> = addrs
         .iter()
         .enumerate()
         .map(|(i, a)| format!("{}={a}", i + 1))
         .collect();
-    let mut group = Group { procs: Vec::new() };
     for (i, addr) in addrs.iter().enumerate() {
         let id = i + 1;
-        let log = std::fs::File::create(tmp_path.join(format!("store{id}.log"))).unwrap();
-        let mut cmd = Command::new(&storesvr);
-        cmd.arg(format!("--node-id={id}"))
-            .arg(format!("--listen={addr}"))
-            .arg(format!("--data-dir={}", tmp_path.join(format!("store{id}")).display()))
-            .arg(format!("--peers={}", peers.join(",")))
-            .arg("--new-replica") // fresh data dirs, started once
-            .arg(format!("--uid-limit={}", SECTIONS * 100_000))
-            .arg("--detect-ms=600000") // the benchmark's owner renews rarely
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={addr}"),
+            format!("--data-dir={}", dir.join(format!("store{id}")).display()),
+            format!("--peers={}", peers.join(",")),
+            "--new-replica".into(), // fresh data dirs, started once
+            format!("--uid-limit={}", SECTIONS * 100_000),
+            "--detect-ms=600000".into(), // the benchmark's owner renews rarely
+        ];
         if id == 1 {
-            cmd.arg("--bootstrap");
+            args.push("--bootstrap".into());
         }
-        group.procs.push(cmd.spawn().unwrap());
+        let spec = ProcSpec {
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            ..ProcSpec::new(format!("store{id}"), storesvr, args)
+        };
+        sup.spawn(spec)?;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        let mut found = None;
-        for a in &addrs {
+    Ok(addrs)
+}
+
+/// The leader's address once the group has one and has written its parameters.
+async fn wait_leader(addrs: &[String], within: Duration) -> Option<String> {
+    poll_until(within, || async {
+        for a in addrs {
             if let Some(s) = status(a).await
                 && s.leader_id != 0
                 && s.params.is_some()
             {
-                found = Some(addrs[s.leader_id as usize - 1].clone());
+                return Some(addrs[s.leader_id as usize - 1].clone());
             }
         }
-        if let Some(l) = found {
-            break l;
-        }
-        if Instant::now() > deadline {
-            eprintln!("store-bench: no leader within 30 s; logs in {}", tmp_path.display());
-            return ExitCode::from(3);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        None
+    })
+    .await
+}
+
+/// Registers one owner and waits until it is granted every section; its incarnation and epochs.
+async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64, Arc<Vec<u64>>), tonic::Status> {
+    let req = pb::RegisterRequest {
+        node_id: 1,
+        addr: "127.0.0.1:9".into(),
+        nonce: 0,
     };
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}"))
-        .unwrap()
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .unwrap();
-    let mut client = StoreServiceClient::new(ch);
-    let reg = client
-        .register(pb::RegisterRequest {
-            node_id: 1,
-            addr: "127.0.0.1:9".into(),
-            nonce: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let incarnation = reg.incarnation;
-    let epochs = loop {
-        let r = client
-            .renew(pb::RenewRequest {
-                incarnation,
-                route_version: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner();
+    let incarnation = client.register(req).await?.into_inner().incarnation;
+    loop {
+        let renew = pb::RenewRequest {
+            incarnation,
+            route_version: 0,
+        };
+        let r = client.renew(renew).await?.into_inner();
         let mut epochs = vec![0u64; SECTIONS as usize];
         let mut covered = 0;
         for g in &r.grants {
@@ -295,11 +228,20 @@ async fn main() -> ExitCode {
             }
         }
         if covered == SECTIONS {
-            break Arc::new(epochs);
+            return Ok((incarnation, Arc::new(epochs)));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
+}
 
+/// Runs every case (concurrency × single/batched) and prints a row for each.
+async fn run_cases(
+    args: &Args,
+    leader: &str,
+    client: StoreServiceClient<Channel>,
+    incarnation: u64,
+    epochs: Arc<Vec<u64>>,
+) -> Vec<(u64, &'static str, CaseResult)> {
     println!(
         "\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10} {:>10} {:>12}",
         "conc", "mode", "bumps/s", "requests/s", "p50", "p99", "entries/s", "reqs/entry"
@@ -307,10 +249,10 @@ async fn main() -> ExitCode {
     let mut results = Vec::new();
     for &c in &args.concurrency {
         for (mode, batch) in [("single", 1), ("batched", args.batch)] {
-            let log_before = status(&leader).await.map_or(0, |s| s.last_log_index);
+            let log_before = status(leader).await.map_or(0, |s| s.last_log_index);
             let started = Instant::now();
             let r = run_case(client.clone(), incarnation, epochs.clone(), c, batch, args.seconds).await;
-            let entries = status(&leader)
+            let entries = status(leader)
                 .await
                 .map_or(0, |s| s.last_log_index)
                 .saturating_sub(log_before);
@@ -329,6 +271,11 @@ async fn main() -> ExitCode {
             results.push((c, mode, r));
         }
     }
+    results
+}
+
+/// Prints the verdict of each target; true when all are met.
+fn print_targets(results: &[(u64, &'static str, CaseResult)], fsync_rate: f64, fsync_p50: Duration) -> bool {
     let single = |conc| {
         results
             .iter()
@@ -353,6 +300,74 @@ async fn main() -> ExitCode {
             if ratio <= 4.0 { "MET" } else { "NOT MET" }
         );
     }
+    met
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let storesvr = exe_dir.join("storesvr");
+    if !storesvr.exists() {
+        eprintln!(
+            "store-bench: {} not found; build it first (cargo build --release -p storesvr)",
+            storesvr.display()
+        );
+        return ExitCode::from(2);
+    }
+    let tmp = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir_in(exe_dir.parent().unwrap()),
+    }
+    .unwrap();
+    let tmp_path = tmp.path().to_path_buf();
+    let _tmp = if args.keep {
+        let _ = tmp.keep();
+        None
+    } else {
+        Some(tmp)
+    };
+    println!(
+        "machine: {} cores; data dir {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        tmp_path.display()
+    );
+    let (fsync_rate, fsync_p50) = fsync_baseline(&tmp_path, args.fsyncs);
+    println!(
+        "disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})",
+        fsync_rate,
+        fmt_d(fsync_p50),
+        args.fsyncs
+    );
+    let started =
+        Supervisor::new(&tmp_path).and_then(|mut sup| start_group(&mut sup, &storesvr, &tmp_path).map(|a| (sup, a)));
+    let (group, addrs) = match started {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("store-bench: cannot start the group: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let Some(leader) = wait_leader(&addrs, Duration::from_secs(30)).await else {
+        eprintln!("store-bench: no leader within 30 s; logs in {}", tmp_path.display());
+        return ExitCode::from(3);
+    };
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}"))
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
+    let mut client = StoreServiceClient::new(ch);
+    let (incarnation, epochs) = match register_owner(&mut client).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("store-bench: cannot register an owner: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let results = run_cases(&args, &leader, client, incarnation, epochs).await;
+    let met = print_targets(&results, fsync_rate, fsync_p50);
     drop(group);
     if met { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -1,0 +1,63 @@
+//! What the benchmarks read about processes and servers: RSS and CPU time from `/proc`, the
+//! machine's busy time (to measure foreign load), and a Prometheus metric over HTTP.
+//!
+//! Deliberately left out: starting processes (`seqsvr-harness`).
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// Resident set size of `pid` in bytes (`VmRSS` of `/proc/PID/status`).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU time (user + system) used so far by `pid`, in seconds; `None` when it is gone.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; fields after it are space-separated.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after `state`.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // /proc reports clock ticks in USER_HZ, which Linux fixes at 100 for user space.
+    Some(ticks as f64 / 100.0)
+}
+
+/// Busy CPU time of the whole machine so far (every state but idle and iowait), in seconds.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = cpu.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is already inside user).
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|i| v.get(*i)).sum();
+    Some(busy as f64 / 100.0)
+}
+
+/// Sum of the samples of `metric` whose labels contain `label` (all when `None`) on a Prometheus
+/// endpoint; `None` if unreachable.
+pub fn scrape(addr: &str, metric: &str, label: Option<&str>) -> Option<f64> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    if !body.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    let mut sum = None;
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        if &line[..name_end] != metric || label.is_some_and(|l| !line.contains(l)) {
+            continue;
+        }
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *sum.get_or_insert(0.0) += v;
+        }
+    }
+    // A counter that was never incremented is not exported yet: that is 0, not unreachable.
+    Some(sum.unwrap_or(0.0))
+}
