@@ -118,9 +118,14 @@ impl Supervisor {
         })
     }
 
-    /// Registers and starts a process.
+    /// Registers and starts a process (again, with a new spec, if one of that name has exited or
+    /// was killed; a running one is refused).
     pub fn spawn(&mut self, spec: ProcSpec) -> io::Result<u32> {
         let name = spec.name.clone();
+        if self.is_running(&name) {
+            return Err(io::Error::other(format!("{name} is already running")));
+        }
+        let starts = self.procs.get(&name).map_or(0, |p| p.starts);
         let log = self.log_dir.join(format!("{name}.log"));
         self.procs.insert(
             name.clone(),
@@ -128,7 +133,7 @@ impl Supervisor {
                 spec,
                 child: None,
                 stopped: false,
-                starts: 0,
+                starts,
                 log,
                 unexpected: Vec::new(),
             },
@@ -241,15 +246,33 @@ impl Supervisor {
         }
     }
 
+    /// The exit status of a process that has exited by itself (and forgets it), without waiting;
+    /// `None` while it runs or when it is not started.
+    pub fn try_exit(&mut self, name: &str) -> io::Result<Option<ExitStatus>> {
+        let p = self.get_mut(name)?;
+        let Some(child) = p.child.as_mut() else { return Ok(None) };
+        let status = child.try_wait()?;
+        if status.is_some() {
+            p.child = None;
+        }
+        Ok(status)
+    }
+
+    /// Names of the processes that are running now (stopped ones count).
+    pub fn running(&mut self) -> Vec<String> {
+        let names: Vec<String> = self.procs.keys().cloned().collect();
+        names.into_iter().filter(|n| self.is_running(n)).collect()
+    }
+
     /// Waits up to `within` for the process to exit by itself (after a signal sent by someone else,
     /// or on its own); its exit status, or `None` when it is still running (or was never started).
     pub async fn wait_exit(&mut self, name: &str, within: Duration) -> io::Result<Option<ExitStatus>> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let p = self.get_mut(name)?;
-            let Some(child) = p.child.as_mut() else { return Ok(None) };
-            if let Some(status) = child.try_wait()? {
-                p.child = None;
+            if self.get_mut(name)?.child.is_none() {
+                return Ok(None);
+            }
+            if let Some(status) = self.try_exit(name)? {
                 return Ok(Some(status));
             }
             if tokio::time::Instant::now() >= deadline {

@@ -1,6 +1,5 @@
-//! A StoreSvr group of real processes on loopback, for black-box tests.
-//!
-//! Every process is killed when the `Cluster` drops (also when a test fails).
+//! A StoreSvr group of real processes on loopback, for black-box tests, over the harness's
+//! supervisor: every process is killed when the `Cluster` drops (also when a test fails).
 //! Readiness is polled with a deadline; nothing sleeps and hopes.
 
 #![allow(dead_code)]
@@ -8,12 +7,18 @@
 use seqsvr_control::{Seed, StoreClient, StoreTimeouts};
 use seqsvr_proto::pb;
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use seqsvr_harness::free_addr;
+use seqsvr_harness::{ProcSpec, Supervisor};
+
 pub const SECTIONS: u64 = 10;
+
+/// The supervisor's name of replica `id`.
+fn name(id: u64) -> String {
+    format!("store{id}")
+}
 
 /// Flags every replica of the test group gets.
 pub fn set_args() -> Vec<String> {
@@ -31,15 +36,10 @@ pub fn set_args() -> Vec<String> {
     .collect()
 }
 
-pub fn free_addr() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub addrs: BTreeMap<u64, String>,
-    procs: BTreeMap<u64, Child>,
+    procs: Supervisor,
     /// Flags added after [`set_args`] for every replica (later flags override earlier ones).
     pub extra_args: Vec<String>,
     /// Ids started at least once: only their first start passes `--new-replica`.
@@ -56,10 +56,11 @@ impl Cluster {
     pub fn start_with(n: u64, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, free_addr())).collect();
+        let procs = Supervisor::new(&dir.path().join("logs")).unwrap();
         let mut c = Self {
             dir,
             addrs,
-            procs: BTreeMap::new(),
+            procs,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             started: Default::default(),
         };
@@ -74,7 +75,7 @@ impl Cluster {
     }
 
     pub fn log_path(&self, id: u64) -> PathBuf {
-        self.dir.path().join(format!("store{id}.log"))
+        self.dir.path().join("logs").join(format!("{}.log", name(id)))
     }
 
     /// Starts replica `id` as an operator would: `--new-replica` on its first start only.
@@ -91,29 +92,25 @@ impl Cluster {
             .filter(|(i, _)| **i <= 3)
             .map(|(i, a)| format!("{i}={a}"))
             .collect();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path(id))
-            .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_storesvr"));
-        cmd.arg(format!("--node-id={id}"))
-            .arg(format!("--listen={}", self.addrs[&id]))
-            .arg(format!("--data-dir={}", self.data_dir(id).display()))
-            .arg(format!("--peers={}", peers.join(",")))
-            .args(set_args())
-            .args(&self.extra_args)
-            .env("RUST_LOG", "info,openraft=warn")
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={}", self.addrs[&id]),
+            format!("--data-dir={}", self.data_dir(id).display()),
+            format!("--peers={}", peers.join(",")),
+        ];
+        args.extend(set_args());
+        args.extend(self.extra_args.iter().cloned());
         if bootstrap {
-            cmd.arg("--bootstrap");
+            args.push("--bootstrap".into());
         }
         if new_replica {
-            cmd.arg("--new-replica");
+            args.push("--new-replica".into());
         }
-        let child = cmd.spawn().expect("spawn storesvr");
-        self.procs.insert(id, child);
+        let spec = ProcSpec {
+            env: vec![("RUST_LOG".into(), "info,openraft=warn".into())],
+            ..ProcSpec::new(name(id), env!("CARGO_BIN_EXE_storesvr"), args)
+        };
+        self.procs.spawn(spec).expect("spawn storesvr");
     }
 
     /// Adds a replica process under a new id (not yet a member).
@@ -125,22 +122,17 @@ impl Cluster {
     }
 
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut c) = self.procs.remove(&id) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let _ = self.procs.kill(&name(id));
     }
 
     /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running.
     pub fn wait_exit(&mut self, id: u64, within: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + within;
         loop {
-            let child = self.procs.get_mut(&id)?;
-            if let Some(status) = child.try_wait().unwrap() {
-                self.procs.remove(&id);
+            if let Some(status) = self.procs.try_exit(&name(id)).ok()? {
                 return Some(status);
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || !self.procs.is_running(&name(id)) {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -152,8 +144,12 @@ impl Cluster {
         self.spawn(id, false);
     }
 
-    pub fn running(&self) -> Vec<u64> {
-        self.procs.keys().copied().collect()
+    pub fn running(&mut self) -> Vec<u64> {
+        self.procs
+            .running()
+            .iter()
+            .filter_map(|n| n.strip_prefix("store")?.parse().ok())
+            .collect()
     }
 
     pub fn client(&self) -> StoreClient {
@@ -194,7 +190,8 @@ impl Cluster {
     pub async fn wait_leader(&self, within: Duration) -> u64 {
         let deadline = Instant::now() + within;
         loop {
-            for id in self.running() {
+            // A replica that is down refuses the connection at once.
+            for &id in self.addrs.keys() {
                 if let Some(s) = self.status_of(id).await
                     && s.leader_id == id
                     && s.params.is_some()
@@ -242,10 +239,7 @@ impl Drop for Cluster {
         if std::thread::panicking() {
             self.dump_logs();
         }
-        for (_, mut c) in std::mem::take(&mut self.procs) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.kill_all();
     }
 }
 

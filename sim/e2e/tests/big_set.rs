@@ -8,9 +8,9 @@
 //!
 //! `time_to_first_fetch_default_sections` (ignored: it measures, it does not check) prints the time
 //! from AllocSvr start to its first served fetch with the default 42,950 sections, median of 3:
-//! `cargo build --workspace --bins && cargo test -p allocsvr --test big_set -- --ignored --nocapture`.
+//! `cargo build --workspace --bins && cargo test -p seqsvr-e2e --test big_set -- --ignored --nocapture`.
 //!
-//! Needs the `storesvr` binary next to `allocsvr`: run `cargo build --workspace --bins` first.
+//! Needs the `storesvr` and `allocsvr` binaries: run `cargo build --workspace --bins` first.
 //! Deliberately left out: faults (the simulator's job) and more than one AllocSvr.
 
 mod e2e;
@@ -18,8 +18,9 @@ mod e2e;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use seqsvr_harness::{ProcSpec, Supervisor};
 
 use e2e::{poll, sibling_bin};
 use seqsvr_client::{Client, ClientConfig};
@@ -41,7 +42,7 @@ struct Cluster {
     dir: tempfile::TempDir,
     stores: BTreeMap<u64, String>,
     alloc: String,
-    procs: Vec<(String, Child)>,
+    procs: Supervisor,
 }
 
 impl Cluster {
@@ -53,53 +54,50 @@ impl Cluster {
         let stores: BTreeMap<u64, String> = STORES.iter().map(|id| (*id, addrs.next().unwrap())).collect();
         let alloc = addrs.next().unwrap();
         drop(held);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
         let mut c = Self {
-            dir: tempfile::tempdir().expect("temp dir"),
+            dir,
             stores,
             alloc,
-            procs: Vec::new(),
+            procs,
         };
         let peers: Vec<String> = c.stores.iter().map(|(i, a)| format!("{i}={a}")).collect();
         for id in STORES {
-            let mut cmd = Command::new(sibling_bin("storesvr"));
-            cmd.arg(format!("--node-id={id}"))
-                .arg(format!("--listen={}", c.stores[&id]))
-                .arg(format!(
-                    "--data-dir={}",
-                    c.dir.path().join(format!("store{id}")).display()
-                ))
-                .arg(format!("--peers={}", peers.join(",")))
+            let mut args = vec![
+                format!("--node-id={id}"),
+                format!("--listen={}", c.stores[&id]),
+                format!("--data-dir={}", c.dir.path().join(format!("store{id}")).display()),
+                format!("--peers={}", peers.join(",")),
                 // Every replica starts once, on an empty dir: each is a new replica.
-                .arg("--new-replica")
-                .arg(format!("--section-size={section_size}"))
-                .arg(format!("--uid-limit={uid_limit}"))
-                .env("RUST_LOG", "info,openraft=warn");
+                "--new-replica".into(),
+                format!("--section-size={section_size}"),
+                format!("--uid-limit={uid_limit}"),
+            ];
             if id == 1 {
-                cmd.arg("--bootstrap");
+                args.push("--bootstrap".into());
             }
-            c.spawn(format!("store{id}"), cmd);
+            c.spawn(format!("store{id}"), "storesvr", args, "info,openraft=warn");
         }
         c
     }
 
     fn start_alloc(&mut self) {
         let seeds: Vec<String> = self.stores.iter().map(|(i, a)| format!("{i}={a}")).collect();
-        let mut cmd = Command::new(sibling_bin("allocsvr"));
-        cmd.arg("--node-id=1")
-            .arg(format!("--listen={}", self.alloc))
-            .arg(format!("--store={}", seeds.join(",")))
-            .env("RUST_LOG", "info");
-        self.spawn("alloc1".into(), cmd);
+        let args = vec![
+            "--node-id=1".to_string(),
+            format!("--listen={}", self.alloc),
+            format!("--store={}", seeds.join(",")),
+        ];
+        self.spawn("alloc1".into(), "allocsvr", args, "info");
     }
 
-    fn spawn(&mut self, name: String, mut cmd: Command) {
-        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log file");
-        cmd.env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        self.procs.push((name, child));
+    fn spawn(&mut self, name: String, bin: &str, args: Vec<String>, rust_log: &str) {
+        let spec = ProcSpec {
+            env: vec![("NO_COLOR".into(), "1".into()), ("RUST_LOG".into(), rust_log.into())],
+            ..ProcSpec::new(&name, sibling_bin(bin), args)
+        };
+        self.procs.spawn(spec).unwrap_or_else(|e| panic!("spawn {name}: {e}"));
     }
 
     /// A store replica reports an initialized set (the group elected a leader and applied Init).
@@ -139,8 +137,8 @@ impl Cluster {
     }
 
     fn dump_logs(&self) {
-        for (name, _) in &self.procs {
-            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+        for name in self.procs.names() {
+            let text = std::fs::read_to_string(self.procs.log_path(name).expect("known")).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
             eprintln!("===== {name} (last 40 lines) =====");
             for l in &lines[lines.len().saturating_sub(40)..] {
@@ -156,10 +154,7 @@ impl Drop for Cluster {
         if std::thread::panicking() {
             self.dump_logs();
         }
-        for (_, c) in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.kill_all();
     }
 }
 

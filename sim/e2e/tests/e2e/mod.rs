@@ -2,31 +2,30 @@
 //! replicas (one Raft group, node 1 bootstraps it) and 2 `allocsvr` nodes, driven through the real
 //! client library.
 //!
-//! Every process logs to its own file in a temp dir and is killed when the [`Cluster`] drops, also
-//! when a test panics (then the tail of every log is printed first). Addresses are fixed at start so
+//! Every process runs under the harness's supervisor: it logs to its own file in a temp dir and is
+//! killed when the [`Cluster`] drops, also when a test panics (then the tail of every log is
+//! printed first). Addresses are fixed at start so
 //! that a process restarted after a kill comes back where the route table and its peers expect it.
 //! Readiness is always polled with a deadline; nothing sleeps and hopes.
 //!
-//! The `storesvr` and `seqctl` binaries belong to other packages: they are taken from the directory
-//! of the `allocsvr` binary, so `cargo build --workspace --bins` must have run first (a stale binary
-//! there is used as is).
+//! The `storesvr`, `allocsvr` and `seqctl` binaries belong to other packages: they are taken from
+//! the target directory this test runs from, so `cargo build --workspace --bins` must have run
+//! first (a stale binary there is used as is).
 //!
 //! Deliberately left out: network faults (the simulator injects those) and more than one set.
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::io::Write;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use seqsvr_client::{Client, ClientConfig, Fetched, MAX_UIDS_PER_RPC};
 use seqsvr_control::{Seed, StoreClient, StoreTimeouts};
+use seqsvr_harness::{ProcSpec, Signal, Supervisor, find_binary};
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::{NodeId, Uid, pb};
 use tokio::time::Instant;
@@ -71,15 +70,9 @@ impl Role {
     }
 }
 
-/// A binary built next to `allocsvr`; fails with what to do when it is missing.
+/// A workspace binary from this target directory; fails with what to do when it is missing.
 pub fn sibling_bin(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_allocsvr")).with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} not found: run `cargo build --workspace --bins` first",
-        path.display()
-    );
-    path
+    find_binary(name, None).unwrap_or_else(|e| panic!("{e}: run `cargo build --workspace --bins` first"))
 }
 
 /// A loopback address of its own for one cluster: the processes' outgoing connections take their
@@ -126,9 +119,11 @@ pub struct Cluster {
     pub store_addrs: BTreeMap<u64, String>,
     pub alloc_addrs: BTreeMap<u64, String>,
     alloc_metrics: BTreeMap<u64, String>,
-    procs: BTreeMap<(Role, u64), Child>,
+    procs: Supervisor,
+    /// The processes this cluster started and has not killed or seen exit.
+    live: BTreeSet<(Role, u64)>,
     /// StoreSvr ids started at least once: only a first start passes `--new-replica`.
-    stores_started: std::collections::BTreeSet<u64>,
+    stores_started: BTreeSet<u64>,
 }
 
 impl Cluster {
@@ -138,13 +133,16 @@ impl Cluster {
         sibling_bin("storesvr");
         sibling_bin("allocsvr");
         let mut addrs = free_addrs(&private_loopback_ip(), STORES.len() + 2 * ALLOCS.len()).into_iter();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
         let mut c = Self {
-            dir: tempfile::tempdir().expect("temp dir"),
+            dir,
             store_addrs: STORES.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_metrics: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
-            procs: BTreeMap::new(),
-            stores_started: Default::default(),
+            procs,
+            live: BTreeSet::new(),
+            stores_started: BTreeSet::new(),
         };
         c.start_all();
         c
@@ -160,79 +158,73 @@ impl Cluster {
         }
     }
 
-    fn log_path(&self, role: Role, id: u64) -> PathBuf {
-        self.dir.path().join(format!("{}{id}.log", role.name()))
+    fn name(role: Role, id: u64) -> String {
+        format!("{}{id}", role.name())
     }
 
-    fn spawn(&mut self, role: Role, id: u64, mut cmd: Command) {
-        assert!(
-            !self.procs.contains_key(&(role, id)),
-            "{}{id} is already running",
-            role.name()
-        );
-        let path = self.log_path(role, id);
-        let mut log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("open log");
-        let _ = writeln!(log, "----- harness: starting {}{id} -----", role.name());
-        cmd.env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}{id}: {e}", role.name()));
-        self.procs.insert((role, id), child);
+    fn log_path(&self, role: Role, id: u64) -> PathBuf {
+        self.dir
+            .path()
+            .join("logs")
+            .join(format!("{}.log", Self::name(role, id)))
+    }
+
+    fn spawn(&mut self, role: Role, id: u64, bin: &str, args: Vec<String>, rust_log: &str) {
+        assert!(self.live.insert((role, id)), "{}{id} is already running", role.name());
+        let spec = ProcSpec {
+            env: vec![("NO_COLOR".into(), "1".into()), ("RUST_LOG".into(), rust_log.into())],
+            ..ProcSpec::new(Self::name(role, id), sibling_bin(bin), args)
+        };
+        self.procs
+            .spawn(spec)
+            .unwrap_or_else(|e| panic!("spawn {}{id}: {e}", role.name()));
     }
 
     /// Starts StoreSvr replica `id` on its address and data dir (bootstrap flag only on node 1; it
     /// does nothing once the data dir holds a group; `--new-replica` only on the first start, as an
     /// operator would: a restart keeps its data dir).
     pub fn start_store(&mut self, id: u64) {
-        if self.procs.contains_key(&(Role::Store, id)) {
+        if self.live.contains(&(Role::Store, id)) {
             return;
         }
         let peers: Vec<String> = self.store_addrs.iter().map(|(i, a)| format!("{i}={a}")).collect();
-        let mut cmd = Command::new(sibling_bin("storesvr"));
-        cmd.arg(format!("--node-id={id}"))
-            .arg(format!("--listen={}", self.store_addrs[&id]))
-            .arg(format!(
-                "--data-dir={}",
-                self.dir.path().join(format!("store{id}")).display()
-            ))
-            .arg(format!("--peers={}", peers.join(",")))
-            .arg(format!("--section-size={SECTION_SIZE}"))
-            .arg(format!("--uid-limit={UID_LIMIT}"))
-            .arg(format!("--step={STEP}"))
-            .arg(format!("--lease-ms={}", LEASE.as_millis()))
-            .arg(format!("--detect-ms={}", DETECT.as_millis()))
-            .env("RUST_LOG", "info,openraft=warn");
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={}", self.store_addrs[&id]),
+            format!("--data-dir={}", self.dir.path().join(format!("store{id}")).display()),
+            format!("--peers={}", peers.join(",")),
+            format!("--section-size={SECTION_SIZE}"),
+            format!("--uid-limit={UID_LIMIT}"),
+            format!("--step={STEP}"),
+            format!("--lease-ms={}", LEASE.as_millis()),
+            format!("--detect-ms={}", DETECT.as_millis()),
+        ];
         if id == 1 {
-            cmd.arg("--bootstrap");
+            args.push("--bootstrap".into());
         }
         if self.stores_started.insert(id) {
-            cmd.arg("--new-replica");
+            args.push("--new-replica".into());
         }
-        self.spawn(Role::Store, id, cmd);
+        self.spawn(Role::Store, id, "storesvr", args, "info,openraft=warn");
     }
 
     /// Starts AllocSvr `id` (a new incarnation) on its fixed data-plane and metrics addresses.
     pub fn start_alloc(&mut self, id: u64) {
-        if self.procs.contains_key(&(Role::Alloc, id)) {
+        if self.live.contains(&(Role::Alloc, id)) {
             return;
         }
-        let mut cmd = Command::new(sibling_bin("allocsvr"));
-        cmd.arg(format!("--node-id={id}"))
-            .arg(format!("--listen={}", self.alloc_addrs[&id]))
-            .arg(format!("--store={}", self.store_seeds_flag()))
-            .arg(format!("--metrics-listen={}", self.alloc_metrics[&id]))
-            .env("RUST_LOG", "info");
+        let mut args = vec![
+            format!("--node-id={id}"),
+            format!("--listen={}", self.alloc_addrs[&id]),
+            format!("--store={}", self.store_seeds_flag()),
+            format!("--metrics-listen={}", self.alloc_metrics[&id]),
+        ];
         // Negative controls by hand, e.g. `E2E_ALLOCSVR_EXTRA_ARGS=--unsafe-skip-lease-wait`
         // must make the takeover test fail.
         if let Ok(extra) = std::env::var(EXTRA_ARGS_VAR) {
-            cmd.args(extra.split_whitespace());
+            args.extend(extra.split_whitespace().map(String::from));
         }
-        self.spawn(Role::Alloc, id, cmd);
+        self.spawn(Role::Alloc, id, "allocsvr", args, "info");
     }
 
     /// `1=addr,2=addr,3=addr`, as `allocsvr --store` and `seqctl --store` take it.
@@ -249,49 +241,41 @@ impl Cluster {
 
     /// SIGKILLs a process and reaps it (no-op when it is not running).
     pub fn kill(&mut self, role: Role, id: u64) {
-        if let Some(mut c) = self.procs.remove(&(role, id)) {
-            let _ = c.kill();
-            let _ = c.wait();
+        if self.live.remove(&(role, id)) {
+            let _ = self.procs.kill(&Self::name(role, id));
         }
     }
 
     /// SIGKILLs all five processes.
     pub fn kill_all(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.procs) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.procs.kill_all();
+        self.live.clear();
     }
 
     /// Sends SIGTERM to a running process without waiting for it.
     pub fn sigterm(&mut self, role: Role, id: u64) {
-        let child = self.procs.get(&(role, id)).expect("process is running");
-        let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid fits i32"));
-        kill(pid, Signal::SIGTERM).expect("send SIGTERM");
+        assert!(self.live.contains(&(role, id)), "{}{id} is not running", role.name());
+        self.procs
+            .signal(&Self::name(role, id), Signal::SIGTERM)
+            .expect("send SIGTERM");
     }
 
     /// Waits until a process exited (after a SIGTERM) and reaps it; panics after `within`.
     pub async fn wait_exit(&mut self, role: Role, id: u64, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            let child = self.procs.get_mut(&(role, id)).expect("process was running");
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                self.procs.remove(&(role, id));
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}{id} did not exit within {within:?}",
-                role.name()
-            );
-            tokio::time::sleep(POLL_EVERY).await;
-        }
+        let status = self
+            .procs
+            .wait_exit(&Self::name(role, id), within)
+            .await
+            .expect("process was started");
+        let status = status.unwrap_or_else(|| panic!("{}{id} did not exit within {within:?}", role.name()));
+        self.live.remove(&(role, id));
+        status
     }
 
     /// Every running process of `role`, by id.
     pub fn running(&self, role: Role) -> Vec<u64> {
-        self.procs
-            .keys()
+        self.live
+            .iter()
             .filter(|(r, _)| *r == role)
             .map(|(_, id)| *id)
             .collect()
@@ -474,10 +458,8 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for ((role, id), child) in &mut self.procs {
-                if let Ok(Some(status)) = child.try_wait() {
-                    eprintln!("===== {}{id} had exited: {status}", role.name());
-                }
+            for (name, status) in self.procs.take_unexpected_exits() {
+                eprintln!("===== {name} had exited: {status}");
             }
             self.dump_logs();
         }
