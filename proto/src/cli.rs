@@ -8,9 +8,13 @@
 //! the same clap value parsers, so a bad value is refused with the option named, wherever it came
 //! from; an unknown key in the file is refused too (a typo must not silently fall back to a default).
 //!
+//! A binary with subcommands takes the options of the subcommand named on the command line the same
+//! way (`PREFIX_SOME_THING`, `some_thing = …`): a file key is looked up among the top-level options
+//! first, then among that subcommand's.
+//!
 //! Deliberately left out: hidden options (test-only negative controls) get no environment variable,
 //! so a stray variable can never switch off a safety rule; they can still be set in the file, as on
-//! the command line. Subcommands read only the top-level options from the file.
+//! the command line. Nested subcommands (a subcommand of a subcommand) read no file keys.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -44,17 +48,24 @@ where
     T::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
 }
 
-/// The binary's command with an environment variable on every visible option.
+/// The binary's command with an environment variable on every visible option (also those of its
+/// subcommands).
 pub fn command<T: CommandFactory>(env_prefix: &str) -> clap::Command {
-    let prefix = env_prefix.to_string();
-    T::command().mut_args(move |a| {
+    with_env(T::command(), env_prefix)
+}
+
+fn with_env(cmd: clap::Command, prefix: &str) -> clap::Command {
+    let p = prefix.to_string();
+    let cmd = cmd.mut_args(move |a| {
         let skip = a.is_positional() || a.is_hide_set() || a.get_env().is_some() || a.get_long().is_none();
         if skip || matches!(a.get_action(), ArgAction::Help | ArgAction::Version) {
             return a;
         }
-        let name = env_name(&prefix, a.get_long().unwrap_or_default());
+        let name = env_name(&p, a.get_long().unwrap_or_default());
         a.env(name)
-    })
+    });
+    let p = prefix.to_string();
+    cmd.mut_subcommands(move |sc| with_env(sc, &p))
 }
 
 fn env_name(prefix: &str, long: &str) -> String {
@@ -88,29 +99,47 @@ fn with_file(cmd: &clap::Command, args: Vec<OsString>, path: &PathBuf) -> Result
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {shown}: {e}"))?;
     let table: toml::Table = text.parse().map_err(|e| format!("config file {shown}: {e}"))?;
     let given = given_longs(cmd, &args);
-    let mut from_file = Vec::new();
+    let sub = subcommand_at(cmd, &args);
+    let mut top = Vec::new();
+    let mut in_sub = Vec::new();
     for (key, value) in &table {
         let long = key.replace('_', "-");
-        let arg = cmd
-            .get_arguments()
-            .find(|a| a.get_long() == Some(long.as_str()) && long != CONFIG)
-            .ok_or_else(|| format!("config file {shown}: unknown option {key:?}"))?;
+        let find = |c: &clap::Command| c.get_arguments().find(|a| a.get_long() == Some(long.as_str())).cloned();
+        let (arg, out) = match (find(cmd), sub.and_then(|(_, sc)| find(sc))) {
+            (Some(a), _) if long != CONFIG => (a, &mut top),
+            (None, Some(a)) => (a, &mut in_sub),
+            _ => return Err(format!("config file {shown}: unknown option {key:?}")),
+        };
         let from_env = arg.get_env().is_some_and(|v| std::env::var_os(v).is_some());
         if given.contains(&long) || from_env {
             continue;
         }
         let set_true = matches!(arg.get_action(), ArgAction::SetTrue);
-        from_file.extend(file_values(&long, value, set_true).map_err(|e| format!("config file {shown}: {key}: {e}"))?);
+        out.extend(file_values(&long, value, set_true).map_err(|e| format!("config file {shown}: {key}: {e}"))?);
     }
-    let mut out = Vec::with_capacity(args.len() + from_file.len());
-    let mut args = args.into_iter();
-    out.extend(args.next());
-    out.extend(from_file.into_iter().map(OsString::from));
-    out.extend(args);
+    // Top-level options go right after the program name, a subcommand's right after its name.
+    let at_sub = sub.map_or(args.len(), |(i, _)| i + 1);
+    let mut out = Vec::with_capacity(args.len() + top.len() + in_sub.len());
+    out.extend(args[..1].iter().cloned());
+    out.extend(top.into_iter().map(OsString::from));
+    out.extend(args[1..at_sub].iter().cloned());
+    out.extend(in_sub.into_iter().map(OsString::from));
+    out.extend(args[at_sub..].iter().cloned());
     Ok(out)
 }
 
-/// The long names of the options present on the command line (`--name`, `--name=v`, or a short).
+/// The position and command of the subcommand named on the command line, if any: the first
+/// argument that names one.
+fn subcommand_at<'c>(cmd: &'c clap::Command, args: &[OsString]) -> Option<(usize, &'c clap::Command)> {
+    args.iter()
+        .enumerate()
+        .skip(1)
+        .take_while(|(_, a)| *a != "--")
+        .find_map(|(i, a)| cmd.find_subcommand(a).map(|sc| (i, sc)))
+}
+
+/// The long names of the options present on the command line (`--name`, `--name=v`, or a short of
+/// a top-level option).
 fn given_longs(cmd: &clap::Command, args: &[OsString]) -> Vec<String> {
     let mut out = Vec::new();
     for a in args.iter().skip(1).map(|a| a.to_string_lossy()) {
@@ -229,6 +258,57 @@ mod tests {
         }
         let e = parse("DEMO_C", &["--config", "/nonexistent/seqsvr.toml"]).unwrap_err();
         assert!(e.contains("cannot read config file"), "{e}");
+    }
+
+    /// A stand-in binary with subcommands, like `sim` and `seqctl`.
+    #[derive(Parser, Debug)]
+    #[command(name = "tool")]
+    struct Tool {
+        #[arg(long, global = true)]
+        config: Option<PathBuf>,
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        cmd: ToolCmd,
+    }
+
+    #[derive(clap::Subcommand, Debug)]
+    enum ToolCmd {
+        Run {
+            #[arg(long, default_value_t = 1)]
+            seed: u64,
+            #[arg(long)]
+            clients: Option<u32>,
+        },
+        Check {
+            file: PathBuf,
+        },
+    }
+
+    #[test]
+    fn a_subcommand_takes_its_options_from_the_file_and_the_environment() {
+        let f = file("json = true\nseed = 42\n");
+        let path = f.path().to_str().unwrap();
+        // SAFETY: a variable no other test uses.
+        unsafe { std::env::set_var("TOOL_E_CLIENTS", "7") };
+        let t = try_parse_from::<Tool, _, _>("TOOL_E", ["tool", "run", "--config", path]).unwrap();
+        assert!(t.json);
+        assert!(
+            matches!(
+                t.cmd,
+                ToolCmd::Run {
+                    seed: 42,
+                    clients: Some(7)
+                }
+            ),
+            "{:?}",
+            t.cmd
+        );
+        let t = try_parse_from::<Tool, _, _>("TOOL_E", ["tool", "--config", path, "run", "--seed", "5"]).unwrap();
+        assert!(matches!(t.cmd, ToolCmd::Run { seed: 5, .. }), "{:?}", t.cmd);
+        // A key of another subcommand's is unknown here.
+        let e = try_parse_from::<Tool, _, _>("TOOL_E", ["tool", "check", "x", "--config", path]).unwrap_err();
+        assert!(e.to_string().contains("unknown option \"seed\""), "{e}");
     }
 
     #[test]

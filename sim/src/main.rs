@@ -1,7 +1,9 @@
 //! `sim`: run a seeded fault-injection simulation against real seqsvr processes, or re-check a
 //! saved history offline.
 //!
-//! Exit codes (DESIGN.md §7): 0 every promise held, 1 a promise was violated (the offending calls
+//! Options come as flags, `SIM_*` environment variables or a TOML `--config` file.
+//!
+//! Exit codes: 0 every promise held, 1 a promise was violated (the offending calls
 //! are printed), 2 bad options, 3 the harness itself failed.
 
 use clap::{Parser, Subcommand};
@@ -22,6 +24,10 @@ use std::time::Duration;
     about = "seqsvr-rs simulator: faults on real processes, promise checkers"
 )]
 struct Cli {
+    /// Read options from this TOML file (`some_option = value`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -68,14 +74,14 @@ struct RunArgs {
     no_faults: bool,
     /// Fault kinds scheduled first, in this order (comma-separated names as `sim plan` prints
     /// them); the run is refused (exit 2) when the duration cannot fit them.
-    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    #[arg(long, value_delimiter = ',')]
     must_include: Vec<FaultKind>,
     /// The CI profile: `--must-include kill-alloc-owner,kill-store-leader,pause-alloc-1.5-lease,
     /// term-alloc-twice,kill-alloc-registered`.
     #[arg(long, conflicts_with = "must_include")]
     ci: bool,
     /// Draw the seeded faults only from these kinds (comma-separated); every kind when absent.
-    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
+    #[arg(long, value_delimiter = ',')]
     fault_kinds: Vec<FaultKind>,
     #[arg(long, default_value_t = 100_000)]
     section_size: u64,
@@ -127,13 +133,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("duration must be positive".into());
     }
     Ok(d)
-}
-
-fn parse_kind(s: &str) -> Result<FaultKind, String> {
-    FaultKind::from_name(s.trim()).ok_or_else(|| {
-        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
-        format!("unknown fault kind {s:?} (one of {})", names.join(", "))
-    })
 }
 
 impl RunArgs {
@@ -228,7 +227,7 @@ const EXIT_BAD_OPTIONS: u8 = 2;
 const EXIT_HARNESS: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match seqsvr_proto::cli::try_parse_from::<Cli, _, _>("SIM", std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -89,7 +89,7 @@ impl FaultKind {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    /// Stable name used in histories and reports.
+    /// Stable name used in histories, reports and options.
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::KillAllocOwner => "kill-alloc-owner",
@@ -108,6 +108,17 @@ impl FaultKind {
             FaultKind::TermAllocTwice => "term-alloc-twice",
             FaultKind::KillAllocRegistered => "kill-alloc-registered",
         }
+    }
+}
+
+/// Fault kinds as option values (`--fault-kinds kill-alloc-owner,…`), named by [`FaultKind::name`].
+impl clap::ValueEnum for FaultKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
     }
 }
 

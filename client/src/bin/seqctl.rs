@@ -32,11 +32,15 @@ const EXIT_UNKNOWN: u8 = 3;
                   2 bad input or usage; 3 unknown outcome (may have taken effect, e.g. a timed-out fetch)."
 )]
 struct Cli {
+    /// Read options from this TOML file (`some_option = value`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<std::path::PathBuf>,
     /// AllocSvr data-plane addresses, host:port, comma-separated.
-    #[arg(long, env = "SEQCTL_ALLOC", value_delimiter = ',', global = true)]
+    #[arg(long, value_delimiter = ',', global = true)]
     alloc: Vec<String>,
     /// StoreSvr addresses, host:port or id=host:port, comma-separated.
-    #[arg(long, env = "SEQCTL_STORE", global = true)]
+    #[arg(long, global = true)]
     store: Option<String>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
@@ -140,7 +144,7 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = seqsvr_proto::cli::parse("SEQCTL");
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -75,6 +75,11 @@ const TARGET_OVER_REDIS: f64 = 2.0;
 #[derive(Parser, Debug)]
 #[command(name = "alloc-bench", about = "AllocSvr data plane against a bare tonic echo")]
 struct Args {
+    /// Read options from this TOML file (`some_option = value`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
     /// Seconds per measured case and server.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
@@ -143,7 +148,7 @@ fn harness(msg: impl Into<String>) -> Failure {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = seqsvr_proto::cli::parse("ALLOC_BENCH");
     if let Some(addr) = args.serve_echo {
         return echo::serve(addr, SECTION_SIZE);
     }

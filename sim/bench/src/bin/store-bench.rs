@@ -28,6 +28,11 @@ use tonic::transport::Channel;
 #[derive(Parser, Debug)]
 #[command(name = "store-bench")]
 struct Args {
+    /// Read options from this TOML file (`some_option = value`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
     /// Seconds per measured case.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
@@ -305,7 +310,7 @@ fn print_targets(results: &[(u64, &'static str, CaseResult)], fsync_rate: f64, f
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = seqsvr_proto::cli::parse("STORE_BENCH");
     let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let storesvr = exe_dir.join("storesvr");
     if !storesvr.exists() {
