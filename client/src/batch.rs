@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::join_all;
-use seqsvr_proto::{Uid, pb};
+use seqsvr_proto::{Routes, Uid, pb};
 use tokio::time::Instant;
 
 use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
@@ -99,13 +99,7 @@ impl Client {
         let mut budget = Budget::until(&self.inner.cfg, deadline);
         while !pending.is_empty() {
             let routes = self.routes();
-            let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
-            for &i in &pending {
-                match target_addr(routes.as_deref(), uids[i], &self.inner.seeds) {
-                    Ok(addr) => groups.entry(addr).or_default().push(i),
-                    Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
-                }
-            }
+            let groups = self.group_by_owner(routes.as_deref(), uids, &pending, &mut slots);
             pending.clear();
             if groups.is_empty() {
                 break;
@@ -130,91 +124,23 @@ impl Client {
                 }
                 out
             });
-            let mut rerouted = false;
-            let mut wait = false;
+            let mut round = Round::default();
             let mut unreachable: Vec<&str> = Vec::new();
             for (addr, chunk, result) in join_all(per_owner).await.into_iter().flatten() {
                 if result.is_err() && !unreachable.contains(&addr) {
                     unreachable.push(addr);
                 }
-                let reply = match result {
-                    Ok(reply) => reply,
-                    Err(AttemptError::TimedOut) => {
-                        for &i in chunk {
-                            slots[i].state.maybe_taken = true;
-                            slots[i].state.last = format!("{addr}: attempt timed out after {timeout:?}");
-                        }
-                        pending.extend_from_slice(chunk);
-                        wait = true;
-                        continue;
-                    }
-                    Err(AttemptError::Status(s)) => {
-                        let verdict = classify(&s);
-                        for &i in chunk {
-                            let state = &mut slots[i].state;
-                            state.maybe_taken |= verdict.delivery == Delivery::Maybe;
-                            state.last = format!("{addr}: {}: {}", s.code(), s.message());
-                            if verdict.invalid_argument {
-                                slots[i].done =
-                                    Some(Err(std::mem::take(state).into_error(FailureKind::InvalidArgument)));
-                            } else if !verdict.retry {
-                                slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::Unavailable)));
-                            } else {
-                                pending.push(i);
-                            }
-                        }
-                        wait = true;
-                        continue;
-                    }
-                };
-                rerouted |= self.inner.routes.offer(reply.routes.clone());
-                if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
-                    for &i in chunk {
-                        slots[i].state.maybe_taken = true;
-                        slots[i].state.last = format!(
-                            "{addr}: malformed batch reply ({} outcomes, {} seqs for {} uids)",
-                            reply.outcomes.len(),
-                            reply.seqs.len(),
-                            chunk.len()
-                        );
-                    }
-                    pending.extend_from_slice(chunk);
-                    wait = true;
-                    continue;
-                }
-                let owners = OwnerIndex::new(&reply.owners, self.routes().map(|r| r.section_size()));
-                for (k, &i) in chunk.iter().enumerate() {
-                    let seq = reply.seqs[k];
-                    let state = &mut slots[i].state;
-                    match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
-                        pb::Outcome::Ok if seq != 0 => {
-                            let owner = owners.find(uids[i]);
-                            slots[i].done = Some(Ok(Fetched {
-                                uid: uids[i],
-                                seq,
-                                owner,
-                            }));
-                            continue;
-                        }
-                        pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {}", uids[i]),
-                        pb::Outcome::NotReady => {
-                            state.last = format!("{addr}: owner of uid {} is not ready", uids[i]);
-                            wait = true;
-                        }
-                        pb::Outcome::Ok | pb::Outcome::Unspecified => {
-                            state.maybe_taken = true;
-                            state.last = format!("{addr}: malformed outcome for uid {}", uids[i]);
-                            wait = true;
-                        }
-                    }
-                    pending.push(i);
+                match result {
+                    Ok(reply) => self.on_reply(addr, uids, chunk, reply, &mut slots, &mut round),
+                    Err(e) => round.on_failed_attempt(addr, chunk, e, timeout, &mut slots),
                 }
             }
             // An owner that cannot be reached may be dead: its sections may have moved.
             for addr in unreachable {
-                rerouted |= self.learn_routes_elsewhere(addr, timeout).await;
+                round.rerouted |= self.learn_routes_elsewhere(addr, timeout).await;
             }
-            if !pending.is_empty() && (wait || !rerouted) {
+            pending = round.pending;
+            if !pending.is_empty() && (round.wait || !round.rerouted) {
                 self.back_off(&mut budget).await;
             }
         }
@@ -227,6 +153,70 @@ impl Client {
             .into_iter()
             .map(|s| s.done.expect("every uid is settled when the rounds end"))
             .collect()
+    }
+
+    /// The pending uids by owner address; a uid with no owner to ask is settled as refused.
+    fn group_by_owner(
+        &self,
+        routes: Option<&Routes>,
+        uids: &[Uid],
+        pending: &[usize],
+        slots: &mut [Slot],
+    ) -> HashMap<String, Vec<usize>> {
+        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+        for &i in pending {
+            match target_addr(routes, uids[i], &self.inner.seeds) {
+                Ok(addr) => groups.entry(addr).or_default().push(i),
+                Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
+            }
+        }
+        groups
+    }
+
+    /// Settles the uids of `chunk` from an owner's reply, or puts them back for the next round.
+    fn on_reply(
+        &self,
+        addr: &str,
+        uids: &[Uid],
+        chunk: &[usize],
+        reply: pb::BatchFetchNextSeqReply,
+        slots: &mut [Slot],
+        round: &mut Round,
+    ) {
+        round.rerouted |= self.inner.routes.offer(reply.routes.clone());
+        if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
+            let why = format!(
+                "{addr}: malformed batch reply ({} outcomes, {} seqs for {} uids)",
+                reply.outcomes.len(),
+                reply.seqs.len(),
+                chunk.len()
+            );
+            round.retry_maybe_taken(chunk, &why, slots);
+            return;
+        }
+        let owners = OwnerIndex::new(&reply.owners, self.routes().map(|r| r.section_size()));
+        for (k, &i) in chunk.iter().enumerate() {
+            let (uid, seq) = (uids[i], reply.seqs[k]);
+            let state = &mut slots[i].state;
+            match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
+                pb::Outcome::Ok if seq != 0 => {
+                    let owner = owners.find(uid);
+                    slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
+                    continue;
+                }
+                pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {uid}"),
+                pb::Outcome::NotReady => {
+                    state.last = format!("{addr}: owner of uid {uid} is not ready");
+                    round.wait = true;
+                }
+                pb::Outcome::Ok | pb::Outcome::Unspecified => {
+                    state.maybe_taken = true;
+                    state.last = format!("{addr}: malformed outcome for uid {uid}");
+                    round.wait = true;
+                }
+            }
+            round.pending.push(i);
+        }
     }
 
     async fn send_batch(
@@ -273,5 +263,60 @@ impl OwnerIndex {
     fn find(&self, uid: Uid) -> Option<Owner> {
         let size = self.section_size.filter(|&s| s > 0)?;
         self.by_section.get(&uid.section(size).0).copied()
+    }
+}
+
+/// What one round of a batch fetch leaves for the next.
+#[derive(Default)]
+struct Round {
+    /// Uids to ask again.
+    pending: Vec<usize>,
+    /// Back off before the next round (a failure or NOT_READY, not just a moved owner).
+    wait: bool,
+    /// A newer route table arrived: moved uids can be resent at once.
+    rerouted: bool,
+}
+
+impl Round {
+    /// An attempt that produced no reply: retried, and settled as unknown or failed at the end.
+    fn on_failed_attempt(
+        &mut self,
+        addr: &str,
+        chunk: &[usize],
+        e: AttemptError,
+        timeout: Duration,
+        slots: &mut [Slot],
+    ) {
+        self.wait = true;
+        let s = match e {
+            AttemptError::TimedOut => {
+                self.retry_maybe_taken(chunk, &format!("{addr}: attempt timed out after {timeout:?}"), slots);
+                return;
+            }
+            AttemptError::Status(s) => s,
+        };
+        let verdict = classify(&s);
+        for &i in chunk {
+            let state = &mut slots[i].state;
+            state.maybe_taken |= verdict.delivery == Delivery::Maybe;
+            state.last = format!("{addr}: {}: {}", s.code(), s.message());
+            if verdict.invalid_argument {
+                slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::InvalidArgument)));
+            } else if !verdict.retry {
+                slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::Unavailable)));
+            } else {
+                self.pending.push(i);
+            }
+        }
+    }
+
+    /// Retries `chunk` after an attempt that may have taken effect.
+    fn retry_maybe_taken(&mut self, chunk: &[usize], why: &str, slots: &mut [Slot]) {
+        for &i in chunk {
+            slots[i].state.maybe_taken = true;
+            slots[i].state.last = why.to_string();
+        }
+        self.pending.extend_from_slice(chunk);
+        self.wait = true;
     }
 }

@@ -1,6 +1,6 @@
 //! [`Client`]: routes each uid to its owner and retries until an answer or the deadline.
 //!
-//! Keeps DESIGN.md §3's client-side rule: a call whose attempts all failed and of which any attempt may
+//! Keeps the client-side rule of docs/DESIGN.md (Promises): a call whose attempts all failed and of which any attempt may
 //! have reached a server ends in [`ClientError::Unknown`], never in a number and never in "did not
 //! happen". A value is returned only from an OK reply, and a fetched seq of 0 is treated as a broken
 //! reply, not a value.

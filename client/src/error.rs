@@ -5,7 +5,7 @@
 //! - [`ClientError::Failed`]: the request certainly did not take effect (it was refused before it was
 //!   sent, or every attempt was answered with a refusal). Retrying later is safe and no number was used.
 //! - [`ClientError::Unknown`]: at least one attempt may have reached a server that may have handed out a
-//!   number, and no attempt came back with a value. DESIGN.md §3: a timed-out call is never "did not
+//!   number, and no attempt came back with a value. docs/DESIGN.md: a timed-out call is never "did not
 //!   happen". It is also never a number: there is no default seq.
 //!
 //! Deliberately left out: a mapping to `tonic::Status`. This crate is only a client; servers keep their

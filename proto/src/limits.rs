@@ -65,7 +65,7 @@ pub const BUMP_ITEM_MAX_BYTES: usize = 4 * 11 + 2;
 
 /// Most items in one Bump; the store refuses more and the AllocSvr sends no more. 65,536 items
 /// make a request or reply of at most 2.9 MiB and a Raft command of at most 2 MiB (3 varints
-/// each), and cover a default set (42,950 sections) in the one entry DESIGN.md §4 rule 5 asks for.
+/// each), and cover a default set (42,950 sections) in the one entry ownership rule 5 of docs/DESIGN.md asks for.
 pub const MAX_BUMP_ITEMS: usize = 1 << 16;
 
 /// Most uids in one `BatchFetchNextSeq`; the AllocSvr refuses more and the client library splits

@@ -1,4 +1,4 @@
-//! Domain newtypes (DESIGN.md §2). Each wraps a `u64` so that a uid cannot be
+//! Domain newtypes (the words of docs/DESIGN.md). Each wraps a `u64` so that a uid cannot be
 //! passed where a section or an epoch is expected.
 
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 //! Every call is recorded with its invoke and complete times on one monotonic clock (ns since the
 //! run started), its outcome and, when it succeeded, its values and the owner that answered. A
 //! call whose outcome is not known (deadline, connection lost mid-call) is recorded as
-//! [`Outcome::Unknown`]: the checkers never treat it as "did not happen" (DESIGN.md §3).
+//! [`Outcome::Unknown`]: the checkers never treat it as "did not happen" (docs/DESIGN.md, Promises).
 //!
 //! The writer keeps a bounded buffer (a `BufWriter`) and is flushed periodically by the run and at
 //! the end; the file is the source of truth, so `sim check FILE` judges exactly what a run judged.

@@ -1,5 +1,5 @@
 //! Negative controls: each test runs `sim run` with one unsafe switch that breaks one rule of the
-//! ownership protocol (DESIGN.md §4), timings and a fault schedule aimed at that rule, and demands
+//! ownership protocol (docs/DESIGN.md), timings and a fault schedule aimed at that rule, and demands
 //! exit 1 with the violation the broken rule must cause. They prove the checkers can fail.
 //!
 //! The tests run one at a time (a lock): two clusters side by side on a 2-core CI machine would

@@ -388,72 +388,76 @@ fn render_routes(as_json: bool, t: &pb::RouteTable) -> String {
 type MemberView = (pb::ReplicaInfo, String, Result<pb::StatusReply, String>);
 
 fn render_status(as_json: bool, v: &pb::StatusReply, members: &[MemberView]) -> String {
-    let params = v.params.unwrap_or_default();
     if as_json {
-        let members: Vec<Value> = members
-            .iter()
-            .map(|(m, addr, own)| {
-                let mut o = json!({"node_id": m.node_id, "addr": addr, "voter": m.voter});
-                match own {
-                    Ok(s) => {
-                        o["view"] = json!({
-                            "leader_id": s.leader_id, "term": s.term, "committed_index": s.committed_index,
-                            "applied_index": s.applied_index, "last_log_index": s.last_log_index,
-                            "route_version": s.route_version,
-                        })
-                    }
-                    Err(e) => o["error"] = json!(e),
-                }
-                o
-            })
-            .collect();
-        let allocsvrs: Vec<Value> = v
-            .allocsvrs
-            .iter()
-            .map(|a| {
-                json!({
-                    "node_id": a.node_id, "incarnation": a.incarnation, "addr": a.addr, "alive": a.alive,
-                    "last_renew_ms_ago": a.last_renew_ms_ago, "sections_owned": a.sections_owned,
-                })
-            })
-            .collect();
-        return json!({
-            "answered_by": v.node_id, "set_id": v.set_id, "leader_id": v.leader_id, "leader_addr": v.leader_addr,
-            "term": v.term, "committed_index": v.committed_index, "applied_index": v.applied_index,
-            "last_log_index": v.last_log_index, "route_version": v.route_version,
-            "sections_total": v.sections_total, "sections_owned": v.sections_owned,
-            "max_seq_high": v.max_seq_high, "max_seq_sum": v.max_seq_sum,
-            "params": {
-                "section_size": params.section_size, "uid_limit": params.uid_limit, "step": params.step,
-                "lease_ms": params.lease_ms, "renew_interval_ms": params.renew_interval_ms,
-            },
-            "members": members, "allocsvrs": allocsvrs,
-        })
-        .to_string();
+        status_json(v, members).to_string()
+    } else {
+        status_tables(v, members)
     }
-    let member_rows = members
+}
+
+fn member_json((m, addr, own): &MemberView) -> Value {
+    let mut o = json!({"node_id": m.node_id, "addr": addr, "voter": m.voter});
+    match own {
+        Ok(s) => {
+            o["view"] = json!({
+                "leader_id": s.leader_id, "term": s.term, "committed_index": s.committed_index,
+                "applied_index": s.applied_index, "last_log_index": s.last_log_index,
+                "route_version": s.route_version,
+            })
+        }
+        Err(e) => o["error"] = json!(e),
+    }
+    o
+}
+
+fn status_json(v: &pb::StatusReply, members: &[MemberView]) -> Value {
+    let params = v.params.unwrap_or_default();
+    let members: Vec<Value> = members.iter().map(member_json).collect();
+    let allocsvrs: Vec<Value> = v
+        .allocsvrs
         .iter()
-        .map(|(m, addr, own)| {
-            let mut row = vec![m.node_id.to_string(), addr.clone(), yes_no(m.voter).into()];
-            match own {
-                Ok(s) => row.extend([
-                    if s.leader_id == m.node_id { "leader" } else { "follower" }.into(),
-                    s.term.to_string(),
-                    s.committed_index.to_string(),
-                    s.applied_index.to_string(),
-                    s.last_log_index.to_string(),
-                ]),
-                Err(e) => row.extend([
-                    format!("unreachable: {e}"),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                ]),
-            }
-            row
+        .map(|a| {
+            json!({
+                "node_id": a.node_id, "incarnation": a.incarnation, "addr": a.addr, "alive": a.alive,
+                "last_renew_ms_ago": a.last_renew_ms_ago, "sections_owned": a.sections_owned,
+            })
         })
         .collect();
+    json!({
+        "answered_by": v.node_id, "set_id": v.set_id, "leader_id": v.leader_id, "leader_addr": v.leader_addr,
+        "term": v.term, "committed_index": v.committed_index, "applied_index": v.applied_index,
+        "last_log_index": v.last_log_index, "route_version": v.route_version,
+        "sections_total": v.sections_total, "sections_owned": v.sections_owned,
+        "max_seq_high": v.max_seq_high, "max_seq_sum": v.max_seq_sum,
+        "params": {
+            "section_size": params.section_size, "uid_limit": params.uid_limit, "step": params.step,
+            "lease_ms": params.lease_ms, "renew_interval_ms": params.renew_interval_ms,
+        },
+        "members": members, "allocsvrs": allocsvrs,
+    })
+}
+
+fn member_row((m, addr, own): &MemberView) -> Vec<String> {
+    let mut row = vec![m.node_id.to_string(), addr.clone(), yes_no(m.voter).into()];
+    match own {
+        Ok(s) => row.extend([
+            if s.leader_id == m.node_id { "leader" } else { "follower" }.into(),
+            s.term.to_string(),
+            s.committed_index.to_string(),
+            s.applied_index.to_string(),
+            s.last_log_index.to_string(),
+        ]),
+        Err(e) => {
+            row.push(format!("unreachable: {e}"));
+            row.extend(std::iter::repeat_n("-".to_string(), 4));
+        }
+    }
+    row
+}
+
+fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
+    let params = v.params.unwrap_or_default();
+    let member_rows = members.iter().map(member_row).collect();
     let alloc_rows = v
         .allocsvrs
         .iter()
@@ -468,16 +472,27 @@ fn render_status(as_json: bool, v: &pb::StatusReply, members: &[MemberView]) -> 
             ]
         })
         .collect();
+    let leader_addr = if v.leader_addr.is_empty() {
+        "unknown"
+    } else {
+        &v.leader_addr
+    };
+    let members_header = [
+        "STORESVR",
+        "ADDR",
+        "VOTER",
+        "ROLE",
+        "TERM",
+        "COMMITTED",
+        "APPLIED",
+        "LAST_LOG",
+    ];
+    let allocs_header = ["ALLOCSVR", "INCARNATION", "ADDR", "ALIVE", "LAST_RENEW_MS", "SECTIONS"];
     format!(
-        "set {}: leader {} ({}), term {}, committed {}, applied {}, route version {} (answered by node {})\n\
+        "set {}: leader {} ({leader_addr}), term {}, committed {}, applied {}, route version {} (answered by node {})\n\
          sections {} owned of {}; max_seq high {}, sum {}; step {}, lease {} ms\n\n{}\n\n{}",
         v.set_id,
         v.leader_id,
-        if v.leader_addr.is_empty() {
-            "unknown"
-        } else {
-            &v.leader_addr
-        },
         v.term,
         v.committed_index,
         v.applied_index,
@@ -489,23 +504,8 @@ fn render_status(as_json: bool, v: &pb::StatusReply, members: &[MemberView]) -> 
         v.max_seq_sum,
         params.step,
         params.lease_ms,
-        table(
-            &[
-                "STORESVR",
-                "ADDR",
-                "VOTER",
-                "ROLE",
-                "TERM",
-                "COMMITTED",
-                "APPLIED",
-                "LAST_LOG"
-            ],
-            member_rows
-        ),
-        table(
-            &["ALLOCSVR", "INCARNATION", "ADDR", "ALIVE", "LAST_RENEW_MS", "SECTIONS"],
-            alloc_rows
-        ),
+        table(&members_header, member_rows),
+        table(&allocs_header, alloc_rows),
     )
 }
 

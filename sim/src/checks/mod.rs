@@ -1,4 +1,4 @@
-//! Checkers: one pure function per promise of DESIGN.md §3, each over a [`History`] (plus the
+//! Checkers: one pure function per promise of docs/DESIGN.md, each over a [`History`] (plus the
 //! extra inputs it needs), each returning the violations it found with the offending call ids.
 //!
 //! Rules every checker follows:

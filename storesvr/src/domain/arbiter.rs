@@ -21,7 +21,7 @@
 //! - an unowned section goes to its desired owner (no lease wait if it was
 //!   released or never owned);
 //! - a section of a dead, expired or superseded owner is taken (forced move:
-//!   the new owner waits out a lease, DESIGN.md §4 rule 4);
+//!   the new owner waits out a lease, ownership rule 4 of docs/DESIGN.md);
 //! - a section of a live owner that should move is a planned move: the owner
 //!   is asked (in its renewal reply) to hand it over, releases it, and the
 //!   next tick assigns it with no wait.

@@ -62,7 +62,7 @@ const COALESCED_CONCURRENCIES: [usize; 2] = [64, 256];
 const MAX_CHANNELS: usize = 8;
 /// First section of the memory measurement; no other case touches sections at or above it.
 const MEMORY_FIRST_SECTION: u64 = 30_000;
-/// Redis concurrencies: the FACTS.md figure (50), then ours.
+/// Redis concurrencies: redis-benchmark's usual 50, then ours.
 const REDIS_CLIENTS: [usize; 3] = [50, 64, 256];
 const REDIS_REQUESTS: usize = 200_000;
 
@@ -871,7 +871,7 @@ fn summarize(
             .join("; ")
     );
 
-    println!("\ntargets (DESIGN.md §8):");
+    println!("\ntargets (docs/BENCHMARKS.md):");
     for (c, s) in summaries.iter().filter(|(c, _)| !c.name.starts_with("hot")) {
         target(
             s.throughput_ratio >= TARGET_THROUGHPUT,
@@ -946,17 +946,16 @@ fn summarize(
             (true, Some(same), Some(fifty)) if same.is_finite() => target(
                 rate >= TARGET_OVER_REDIS * same,
                 format!(
-                    "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs) = {:.2}x Redis INCR @{c} ({same:.0}/s), {:.2}x Redis @50 ({fifty:.0}/s), {:.2}x FACTS.md 123k/s (>= {TARGET_OVER_REDIS}x Redis at the same concurrency)",
+                    "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs) = {:.2}x Redis INCR @{c} ({same:.0}/s), {:.2}x Redis @50 ({fifty:.0}/s) (>= {TARGET_OVER_REDIS}x Redis at the same concurrency)",
                     rate / same,
                     rate / fifty,
-                    rate / 123_000.0
                 ),
             ),
+            // No baseline from this run: the target cannot be judged, so it is not met.
             _ => target(
-                rate >= TARGET_OVER_REDIS * 123_000.0,
+                false,
                 format!(
-                    "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs) = {:.2}x FACTS.md Redis INCR 123k/s @50 (Redis not measured in this run; >= {TARGET_OVER_REDIS}x)",
-                    rate / 123_000.0
+                    "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs); Redis not measured in this run, so no ratio (>= {TARGET_OVER_REDIS}x Redis)"
                 ),
             ),
         }
