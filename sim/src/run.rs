@@ -20,9 +20,10 @@ use anyhow::{Context, bail};
 use seqsvr_client::{Client, ClientConfig};
 use seqsvr_control::{StoreClient, StoreTimeouts};
 use seqsvr_harness::supervisor::START_MARKER;
-use seqsvr_harness::{Supervisor, find_binary};
+use seqsvr_harness::{PanicLine, Supervisor, find_binary};
 use seqsvr_proto::pb;
 use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,31 +81,140 @@ struct Shared {
     crashes: Mutex<Vec<String>>,
 }
 
-pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
-    let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
+/// Starts the StoreSvr group, waits for its leader, then the AllocSvrs, and waits until every
+/// section is owned.
+async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::Result<(Supervisor, StoreClient)> {
     let store_bin = find_binary("storesvr", opts.bin_dir.as_deref())?;
     let alloc_bin = find_binary("allocsvr", opts.bin_dir.as_deref())?;
-    println!("sim: seed {} data dir {}", opts.seed, dir.display());
-    println!("sim: replay with: {}", opts.replay);
-
-    let topo = Topology::new().await?;
     let mut cluster = Supervisor::new(&dir.join("logs"))?;
     for i in 1..=N {
-        cluster.spawn(topo.store_spec(i, &store_bin, &dir, &opts.set))?;
+        cluster.spawn(topo.store_spec(i, &store_bin, dir, &opts.set))?;
     }
-    let store = StoreClient::new(
-        topo.store_seeds(),
-        StoreTimeouts {
-            attempt: Duration::from_millis(500),
-            overall: Duration::from_secs(5),
-        },
-    )
-    .map_err(anyhow::Error::msg)?;
+    let timeouts = StoreTimeouts {
+        attempt: Duration::from_millis(500),
+        overall: Duration::from_secs(5),
+    };
+    let store = StoreClient::new(topo.store_seeds(), timeouts).map_err(anyhow::Error::msg)?;
     wait_for_leader(&store).await?;
     for i in 1..=N {
         cluster.spawn(topo.alloc_spec(i, &alloc_bin, &opts.set))?;
     }
     wait_for_owners(&store).await?;
+    Ok((cluster, store))
+}
+
+/// Starts the seeded routing clients and the pinned (stale-route) clients.
+async fn start_workload(
+    opts: &RunOpts,
+    shared: &Shared,
+    client_cfg: &ClientConfig,
+    rec: &Arc<Recorder>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let wp = WorkloadParams {
+        seed: opts.seed,
+        clients: opts.clients,
+        rate_per_client: opts.rate_per_client,
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        hot_per_section: 4,
+        max_batch: 16,
+    };
+    let hot = Arc::new(hot_uids(&wp));
+    let mut workers = Vec::new();
+    for c in 1..=opts.clients {
+        let client = Client::connect(client_cfg.clone()).await.context("client connect")?;
+        let worker = run_client(client, c, wp.clone(), hot.clone(), rec.clone(), stop.clone());
+        workers.push(tokio::spawn(worker));
+    }
+    for (&a, proxy) in &shared.topo.client_alloc {
+        let pinned = WorkloadParams {
+            rate_per_client: opts.rate_per_client / 2.0,
+            ..wp.clone()
+        };
+        let id = crate::workload::PINNED_CLIENT_BASE + a as u32;
+        let worker = run_pinned(
+            proxy.addr().to_string(),
+            id,
+            pinned,
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        );
+        workers.push(tokio::spawn(worker));
+    }
+    Ok(workers)
+}
+
+/// Every uid the workload touched, sorted.
+fn touched_uids(rec: &Recorder) -> Vec<u64> {
+    let t = rec.touched.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v: Vec<u64> = t.iter().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// Stops every process; the panics found in their logs and the crashes seen during the run.
+async fn stop_cluster(shared: &Shared) -> anyhow::Result<(Vec<PanicLine>, Vec<String>)> {
+    let mut cluster = shared.cluster.lock().await;
+    let exits = cluster.take_unexpected_exits();
+    cluster.kill_all();
+    let mut crashes = shared.crashes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    crashes.extend(exits.into_iter().map(|(n, s)| format!("{n}: {s}")));
+    Ok((cluster.scan_panics()?, crashes))
+}
+
+/// Prints the checkers' report, unavailability per fault kind and per fault, panics and crashes.
+fn print_report(h: &History, report: &checks::Report, panics: &[PanicLine], crashes: &[String]) {
+    print!("{}", report.render(h));
+    let unavail = stats::unavailability(&h.calls, &h.faults, h.info.section_size);
+    println!("faults: {} injected", h.faults.len());
+    for (kind, (n, p50, p99, max)) in stats::per_kind(&h.faults, &unavail) {
+        println!("  {kind:<24} x{n:<3} unavailability p50 {p50:?} p99 {p99:?} max {max:?}");
+    }
+    for (f, u) in h.faults.iter().zip(&unavail) {
+        println!(
+            "  fault {:<3} at {:>7.1?} {:<24} on {} for {:.1?}; unavailability {:.1?}",
+            f.id,
+            Duration::from_nanos(f.start_ns),
+            f.kind,
+            f.target,
+            Duration::from_nanos(f.end_ns.saturating_sub(f.start_ns)),
+            u
+        );
+    }
+    for p in panics {
+        println!("PANIC in {}: {}", p.process, p.line);
+    }
+    for c in crashes {
+        println!("CRASH: {c}");
+    }
+}
+
+/// Writes the final `max_seq` of every section into the history and `max_seqs.json`.
+async fn record_final_state(
+    shared: &Shared,
+    history: &HistoryWriter,
+    clock: RunClock,
+    max_path: &Path,
+) -> anyhow::Result<std::collections::BTreeMap<u64, u64>> {
+    let final_max = final_load(&shared.store, shared.sections).await?;
+    history.write(&Record::Poll(Poll {
+        at_ns: clock.now_ns(),
+        source: "leader".into(),
+        max_seqs: final_max.iter().map(|(&s, &m)| (s, m)).collect(),
+        sum: None,
+    }))?;
+    write_max_seqs(max_path, &final_max)?;
+    Ok(final_max)
+}
+
+pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
+    let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
+    println!("sim: seed {} data dir {}", opts.seed, dir.display());
+    println!("sim: replay with: {}", opts.replay);
+    let topo = Topology::new().await?;
+    let (cluster, store) = start_cluster(&opts, &dir, &topo).await?;
     let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
 
     let clock = RunClock::start();
@@ -141,41 +251,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     serve_every_section(&probe, &rec, &opts, Instant::now() + READY_TIMEOUT).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let wp = WorkloadParams {
-        seed: opts.seed,
-        clients: opts.clients,
-        rate_per_client: opts.rate_per_client,
-        section_size: opts.set.section_size,
-        uid_limit: opts.set.uid_limit,
-        hot_per_section: 4,
-        max_batch: 16,
-    };
-    let hot = Arc::new(hot_uids(&wp));
-    let mut workers = Vec::new();
-    for c in 1..=opts.clients {
-        let client = Client::connect(client_cfg.clone()).await.context("client connect")?;
-        workers.push(tokio::spawn(run_client(
-            client,
-            c,
-            wp.clone(),
-            hot.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
-    }
-    for (&a, proxy) in &shared.topo.client_alloc {
-        workers.push(tokio::spawn(run_pinned(
-            proxy.addr().to_string(),
-            crate::workload::PINNED_CLIENT_BASE + a as u32,
-            WorkloadParams {
-                rate_per_client: opts.rate_per_client / 2.0,
-                ..wp.clone()
-            },
-            hot.clone(),
-            rec.clone(),
-            stop.clone(),
-        )));
-    }
+    let workers = start_workload(&opts, &shared, &client_cfg, &rec, &stop).await?;
     let background_stop = Arc::new(AtomicBool::new(false));
     let poller = tokio::spawn(poll_loop(shared.clone(), background_stop.clone()));
     let progress = tokio::spawn(progress_loop(shared.clone(), counters.clone(), background_stop.clone()));
@@ -192,65 +268,23 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
 
     heal_everything(&shared).await?;
     let verify_from = clock.now_ns();
-    let touched: Vec<u64> = {
-        let t = rec.touched.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<u64> = t.iter().copied().collect();
-        v.sort_unstable();
-        v
-    };
+    let touched = touched_uids(&rec);
     println!("sim: healed; verifying {} touched uids are served again", touched.len());
     verify_served(&probe, &rec, &touched).await;
     background_stop.store(true, Ordering::Relaxed);
     poller.await.context("poller")?;
     progress.await.context("progress")?;
 
-    let final_max = final_load(&shared.store, sections).await?;
-    history.write(&Record::Poll(Poll {
-        at_ns: clock.now_ns(),
-        source: "leader".into(),
-        max_seqs: final_max.iter().map(|(&s, &m)| (s, m)).collect(),
-        sum: None,
-    }))?;
     let max_path = dir.join("max_seqs.json");
-    write_max_seqs(&max_path, &final_max)?;
+    let final_max = record_final_state(&shared, &history, clock, &max_path).await?;
     info.verify_from_ns = Some(verify_from);
     history.write(&Record::Info(info))?;
     history.flush()?;
-
-    let (panics, crashes) = {
-        let mut cluster = shared.cluster.lock().await;
-        let exits = cluster.take_unexpected_exits();
-        cluster.kill_all();
-        let mut crashes = shared.crashes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        crashes.extend(exits.into_iter().map(|(n, s)| format!("{n}: {s}")));
-        (cluster.scan_panics()?, crashes)
-    };
+    let (panics, crashes) = stop_cluster(&shared).await?;
 
     let h = History::read(&history_path)?;
     let report = checks::check_all(&h, Some(&final_max))?;
-    print!("{}", report.render(&h));
-    let unavail = stats::unavailability(&h.calls, &h.faults, h.info.section_size);
-    println!("faults: {} injected", h.faults.len());
-    for (kind, (n, p50, p99, max)) in stats::per_kind(&h.faults, &unavail) {
-        println!("  {kind:<24} x{n:<3} unavailability p50 {p50:?} p99 {p99:?} max {max:?}");
-    }
-    for (f, u) in h.faults.iter().zip(&unavail) {
-        println!(
-            "  fault {:<3} at {:>7.1?} {:<24} on {} for {:.1?}; unavailability {:.1?}",
-            f.id,
-            Duration::from_nanos(f.start_ns),
-            f.kind,
-            f.target,
-            Duration::from_nanos(f.end_ns.saturating_sub(f.start_ns)),
-            u
-        );
-    }
-    for p in &panics {
-        println!("PANIC in {}: {}", p.process, p.line);
-    }
-    for c in &crashes {
-        println!("CRASH: {c}");
-    }
+    print_report(&h, &report, &panics, &crashes);
     println!("history: {}  max_seqs: {}", history_path.display(), max_path.display());
     println!(
         "re-check with: sim check {} --max-seqs {}",
