@@ -209,6 +209,52 @@ async fn record_final_state(
     Ok(final_max)
 }
 
+/// Injects the fault schedule while the workload runs for the run's duration, then stops the
+/// workload and waits for its clients.
+async fn drive_faults(
+    shared: &Arc<Shared>,
+    opts: &RunOpts,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let schedule = schedule_for(opts);
+    println!("sim: {} faults scheduled over {:?}", schedule.len(), opts.duration);
+    let start = Instant::now();
+    let injector = tokio::spawn(inject_all(shared.clone(), schedule, start));
+    tokio::time::sleep_until(start + opts.duration).await;
+    injector.await.context("fault injector")??;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.context("workload client")?;
+    }
+    Ok(())
+}
+
+/// The run's parameters as the history's first record states them.
+fn run_info(opts: &RunOpts) -> RunInfo {
+    RunInfo {
+        seed: opts.seed,
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        step: opts.set.step,
+        lease_ms: opts.set.lease_ms,
+        fault_free: !opts.faults,
+        replay: opts.replay.clone(),
+        verify_from_ns: None,
+    }
+}
+
+/// Prints where the history is and how to check it again or replay the run.
+fn print_where(opts: &RunOpts, history_path: &Path, max_path: &Path) {
+    println!("history: {}  max_seqs: {}", history_path.display(), max_path.display());
+    println!(
+        "re-check with: sim check {} --max-seqs {}",
+        history_path.display(),
+        max_path.display()
+    );
+    println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
+}
+
 pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
     println!("sim: seed {} data dir {}", opts.seed, dir.display());
@@ -218,16 +264,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
 
     let clock = RunClock::start();
-    let mut info = RunInfo {
-        seed: opts.seed,
-        section_size: opts.set.section_size,
-        uid_limit: opts.set.uid_limit,
-        step: opts.set.step,
-        lease_ms: opts.set.lease_ms,
-        fault_free: !opts.faults,
-        replay: opts.replay.clone(),
-        verify_from_ns: None,
-    };
+    let mut info = run_info(&opts);
     let history_path = dir.join("history.jsonl");
     let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
     let shared = Arc::new(Shared {
@@ -255,17 +292,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let background_stop = Arc::new(AtomicBool::new(false));
     let poller = tokio::spawn(poll_loop(shared.clone(), background_stop.clone()));
     let progress = tokio::spawn(progress_loop(shared.clone(), counters.clone(), background_stop.clone()));
-    let schedule = schedule_for(&opts);
-    println!("sim: {} faults scheduled over {:?}", schedule.len(), opts.duration);
-    let start = Instant::now();
-    let injector = tokio::spawn(inject_all(shared.clone(), schedule, start));
-    tokio::time::sleep_until(start + opts.duration).await;
-    injector.await.context("fault injector")??;
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.await.context("workload client")?;
-    }
-
+    drive_faults(&shared, &opts, workers, &stop).await?;
     heal_everything(&shared).await?;
     let verify_from = clock.now_ns();
     let touched = touched_uids(&rec);
@@ -285,13 +312,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let h = History::read(&history_path)?;
     let report = checks::check_all(&h, Some(&final_max))?;
     print_report(&h, &report, &panics, &crashes);
-    println!("history: {}  max_seqs: {}", history_path.display(), max_path.display());
-    println!(
-        "re-check with: sim check {} --max-seqs {}",
-        history_path.display(),
-        max_path.display()
-    );
-    println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
+    print_where(&opts, &history_path, &max_path);
     Ok(Verdict {
         violations: report.total_violations(),
         crashes,
@@ -641,136 +662,151 @@ async fn store_links_through(topo: &Topology, a: u64, steps: &[(LinkMode, Durati
     set(LinkMode::PASS);
 }
 
+/// Injects one fault and holds it for its duration; a description of its target.
 async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
-    let topo = &shared.topo;
     match f.kind {
         FaultKind::KillAllocOwner | FaultKind::KillStoreLeader | FaultKind::KillStoreFollower => {
-            let (name, desc) = match f.kind {
-                FaultKind::KillAllocOwner => {
-                    let (a, desc) = owner_of(shared, f.pick).await;
-                    (alloc_name(a), desc)
-                }
-                FaultKind::KillStoreLeader => leader_target(shared, f.pick).await,
-                _ => {
-                    let leader = store_leader(shared).await.unwrap_or(0);
-                    let followers: Vec<u64> = (1..=N).filter(|&i| i != leader).collect();
-                    let n = store_name(followers[(f.pick % followers.len() as u64) as usize]);
-                    (n.clone(), n)
-                }
-            };
-            shared.cluster.lock().await.kill(&name)?;
-            sleep(f.hold).await;
-            shared.cluster.lock().await.start(&name)?;
-            Ok(desc)
+            kill_fault(shared, f).await
         }
         FaultKind::PauseAllocShort
         | FaultKind::PauseAllocLong
         | FaultKind::PauseAllocVeryLong
-        | FaultKind::PauseStoreLeader => {
-            let (name, desc) = match f.kind {
-                FaultKind::PauseStoreLeader => leader_target(shared, f.pick).await,
-                _ => {
-                    let (a, desc) = owner_of(shared, f.pick).await;
-                    (alloc_name(a), desc)
-                }
-            };
-            shared.cluster.lock().await.pause(&name)?;
+        | FaultKind::PauseStoreLeader => pause_fault(shared, f).await,
+        FaultKind::CutAllocFromStore | FaultKind::HoldAllocToStore | FaultKind::LagAllocToStore => {
+            owner_link_fault(shared, f).await
+        }
+        FaultKind::PartitionStoreLeader => partition_leader(shared, f).await,
+        FaultKind::DelayLinks => {
+            for p in shared.topo.all_proxies() {
+                p.set(LinkMode::delay(f.delay));
+            }
             sleep(f.hold).await;
-            shared.cluster.lock().await.resume(&name)?;
-            Ok(desc)
+            shared.topo.heal_all();
+            Ok(format!("all links +{:?}", f.delay))
         }
-        FaultKind::CutAllocFromStore => {
+        FaultKind::TermAlloc | FaultKind::TermAllocTwice => term_fault(shared, f).await,
+        FaultKind::KillAllocRegistered => kill_registered(shared, f).await,
+    }
+}
+
+/// SIGKILL an owner AllocSvr, the StoreSvr leader or a follower; restart it after the hold.
+async fn kill_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let (name, desc) = match f.kind {
+        FaultKind::KillAllocOwner => {
             let (a, desc) = owner_of(shared, f.pick).await;
-            store_links_through(topo, a, &[(LinkMode::DROP, f.hold)]).await;
-            Ok(desc)
+            (alloc_name(a), desc)
         }
+        FaultKind::KillStoreLeader => leader_target(shared, f.pick).await,
+        _ => {
+            let leader = store_leader(shared).await.unwrap_or(0);
+            let followers: Vec<u64> = (1..=N).filter(|&i| i != leader).collect();
+            let n = store_name(followers[(f.pick % followers.len() as u64) as usize]);
+            (n.clone(), n)
+        }
+    };
+    shared.cluster.lock().await.kill(&name)?;
+    sleep(f.hold).await;
+    shared.cluster.lock().await.start(&name)?;
+    Ok(desc)
+}
+
+/// SIGSTOP an owner AllocSvr or the StoreSvr leader; SIGCONT after the hold.
+async fn pause_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let (name, desc) = match f.kind {
+        FaultKind::PauseStoreLeader => leader_target(shared, f.pick).await,
+        _ => {
+            let (a, desc) = owner_of(shared, f.pick).await;
+            (alloc_name(a), desc)
+        }
+    };
+    shared.cluster.lock().await.pause(&name)?;
+    sleep(f.hold).await;
+    shared.cluster.lock().await.resume(&name)?;
+    Ok(desc)
+}
+
+/// Drives an owner's links to the store through phases: cut, hold-then-release, or lag.
+async fn owner_link_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let (a, desc) = owner_of(shared, f.pick).await;
+    let steps: Vec<(LinkMode, Duration)> = match f.kind {
         FaultKind::HoldAllocToStore => {
-            let (a, desc) = owner_of(shared, f.pick).await;
             let phases = f.phases.context("a hold fault without its phases")?;
-            let steps = [
+            vec![
                 (LinkMode::DROP, phases.drop_first),
                 (LinkMode::HOLD, phases.hold),
                 (LinkMode::PASS, RELEASE_WINDOW),
                 (LinkMode::DROP, phases.drop_after),
-            ];
-            store_links_through(topo, a, &steps).await;
-            Ok(desc)
+            ]
         }
         FaultKind::LagAllocToStore => {
-            let (a, desc) = owner_of(shared, f.pick).await;
             let lag = f.delay + LAG_SEND_WINDOW;
             let late_requests = LinkMode {
                 forward: FlowMode::Delay(f.delay),
                 backward: FlowMode::Pass,
             };
-            let steps = [(late_requests, lag), (LinkMode::DROP, f.hold.saturating_sub(lag))];
-            store_links_through(topo, a, &steps).await;
-            Ok(desc)
+            vec![(late_requests, lag), (LinkMode::DROP, f.hold.saturating_sub(lag))]
         }
-        FaultKind::PartitionStoreLeader => {
-            let l = store_leader(shared).await;
-            let desc = match l {
-                Some(l) => format!("{} (leader)", store_name(l)),
-                None => format!("{} (no leader found; guessed)", store_name(f.pick % N + 1)),
-            };
-            let l = l.unwrap_or(f.pick % N + 1);
-            let links: Vec<(u64, u64)> = (1..=N).filter(|&j| j != l).flat_map(|j| [(l, j), (j, l)]).collect();
-            for k in &links {
-                topo.raft[k].set(LinkMode::DROP);
-            }
-            sleep(f.hold).await;
-            for k in &links {
-                topo.raft[k].set(LinkMode::PASS);
-            }
-            Ok(desc)
-        }
-        FaultKind::DelayLinks => {
-            for p in topo.all_proxies() {
-                p.set(LinkMode::delay(f.delay));
-            }
-            sleep(f.hold).await;
-            topo.heal_all();
-            Ok(format!("all links +{:?}", f.delay))
-        }
-        FaultKind::TermAlloc => {
-            let (a, desc) = owner_of(shared, f.pick).await;
-            let name = alloc_name(a);
-            terminate(shared, &name).await?;
-            sleep(f.hold).await;
-            shared.cluster.lock().await.start(&name)?;
-            Ok(desc)
-        }
-        FaultKind::TermAllocTwice => {
-            let (a, desc) = owner_of(shared, f.pick).await;
-            let name = alloc_name(a);
-            terminate(shared, &name).await?;
-            shared.cluster.lock().await.start(&name)?;
-            sleep(f.hold).await;
-            terminate(shared, &name).await?;
-            shared.cluster.lock().await.start(&name)?;
-            Ok(desc)
-        }
-        FaultKind::KillAllocRegistered => {
-            let (a, desc) = owner_of(shared, f.pick).await;
-            let name = alloc_name(a);
-            let log = {
-                let mut c = shared.cluster.lock().await;
-                c.kill(&name)?;
-                c.start(&name)?;
-                c.log_path(&name).map(|p| p.to_path_buf())
-            };
-            let seen = match log {
-                Some(log) => wait_for_log_line(&log, "registered", TARGET_TIMEOUT).await,
-                None => false,
-            };
-            shared.cluster.lock().await.kill(&name)?;
-            sleep(f.hold).await;
-            shared.cluster.lock().await.start(&name)?;
-            Ok(if seen {
-                format!("{desc}; killed again right after it registered")
-            } else {
-                format!("{desc}; no registration seen, killed again anyway")
-            })
-        }
+        _ => vec![(LinkMode::DROP, f.hold)],
+    };
+    store_links_through(&shared.topo, a, &steps).await;
+    Ok(desc)
+}
+
+/// Cuts the StoreSvr leader off from both followers for the hold.
+async fn partition_leader(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let l = store_leader(shared).await;
+    let desc = match l {
+        Some(l) => format!("{} (leader)", store_name(l)),
+        None => format!("{} (no leader found; guessed)", store_name(f.pick % N + 1)),
+    };
+    let l = l.unwrap_or(f.pick % N + 1);
+    let links: Vec<(u64, u64)> = (1..=N).filter(|&j| j != l).flat_map(|j| [(l, j), (j, l)]).collect();
+    for k in &links {
+        shared.topo.raft[k].set(LinkMode::DROP);
     }
+    sleep(f.hold).await;
+    for k in &links {
+        shared.topo.raft[k].set(LinkMode::PASS);
+    }
+    Ok(desc)
+}
+
+/// SIGTERM an owner AllocSvr and restart it; for `TermAllocTwice`, once more after the hold.
+async fn term_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let (a, desc) = owner_of(shared, f.pick).await;
+    let name = alloc_name(a);
+    terminate(shared, &name).await?;
+    if f.kind == FaultKind::TermAllocTwice {
+        shared.cluster.lock().await.start(&name)?;
+        sleep(f.hold).await;
+        terminate(shared, &name).await?;
+    } else {
+        sleep(f.hold).await;
+    }
+    shared.cluster.lock().await.start(&name)?;
+    Ok(desc)
+}
+
+/// SIGKILL an owner, restart it, SIGKILL it again as soon as it registered; restart after the hold.
+async fn kill_registered(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    let (a, desc) = owner_of(shared, f.pick).await;
+    let name = alloc_name(a);
+    let log = {
+        let mut c = shared.cluster.lock().await;
+        c.kill(&name)?;
+        c.start(&name)?;
+        c.log_path(&name).map(|p| p.to_path_buf())
+    };
+    let seen = match log {
+        Some(log) => wait_for_log_line(&log, "registered", TARGET_TIMEOUT).await,
+        None => false,
+    };
+    shared.cluster.lock().await.kill(&name)?;
+    sleep(f.hold).await;
+    shared.cluster.lock().await.start(&name)?;
+    Ok(if seen {
+        format!("{desc}; killed again right after it registered")
+    } else {
+        format!("{desc}; no registration seen, killed again anyway")
+    })
 }
