@@ -167,6 +167,56 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, mode: watch::Rec
     }
 }
 
+/// Bytes of one direction not delivered yet: queued (with the instant each is due) or held.
+#[derive(Default)]
+struct Backlog {
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    queued: usize,
+    held: VecDeque<Vec<u8>>,
+    held_bytes: usize,
+}
+
+impl Backlog {
+    /// What a mode does to what is already here: a drop loses everything, passing or delaying
+    /// releases what was held (due now).
+    fn apply(&mut self, m: FlowMode) {
+        match m {
+            FlowMode::Hold => {}
+            FlowMode::Drop => *self = Backlog::default(),
+            FlowMode::Pass | FlowMode::Delay(_) => {
+                let now = Instant::now();
+                for chunk in self.held.drain(..) {
+                    self.queued += chunk.len();
+                    self.queue.push_back((now, chunk));
+                }
+                self.held_bytes = 0;
+            }
+        }
+    }
+
+    /// Takes bytes just read under mode `m` (a pass with nothing queued is written by the caller).
+    fn accept(&mut self, m: FlowMode, bytes: &[u8]) {
+        match m {
+            FlowMode::Pass => self.push_due(Instant::now(), bytes),
+            FlowMode::Delay(d) => self.push_due(Instant::now() + d, bytes),
+            FlowMode::Hold => {
+                self.held_bytes += bytes.len();
+                self.held.push_back(bytes.to_vec());
+            }
+            FlowMode::Drop => {}
+        }
+    }
+
+    fn push_due(&mut self, at: Instant, bytes: &[u8]) {
+        self.queued += bytes.len();
+        self.queue.push_back((at, bytes.to_vec()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.held.is_empty()
+    }
+}
+
 /// Moves bytes of one direction according to the current mode until both the reader is done and
 /// nothing is left to deliver.
 async fn pump(
@@ -177,36 +227,17 @@ async fn pump(
     limit: usize,
 ) {
     let mut buf = vec![0u8; CHUNK];
-    let mut queue: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
-    let mut queued = 0usize;
-    let mut held: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut held_bytes = 0usize;
+    let mut backlog = Backlog::default();
     let mut eof = false;
     loop {
         let m = pick(&mode.borrow_and_update());
-        match m {
-            FlowMode::Hold => {}
-            FlowMode::Drop => {
-                held.clear();
-                held_bytes = 0;
-                queue.clear();
-                queued = 0;
-            }
-            FlowMode::Pass | FlowMode::Delay(_) => {
-                let now = Instant::now();
-                for chunk in held.drain(..) {
-                    queued += chunk.len();
-                    queue.push_back((now, chunk));
-                }
-                held_bytes = 0;
-            }
-        }
+        backlog.apply(m);
         // A black hole delivers nothing, not even the close: keep the far side waiting.
-        if eof && queue.is_empty() && held.is_empty() && m != FlowMode::Drop {
+        if eof && backlog.is_empty() && m != FlowMode::Drop {
             break;
         }
-        let can_read = !eof && held_bytes < limit && queued < limit;
-        let next_due = queue.front().map(|(t, _)| *t);
+        let can_read = !eof && backlog.held_bytes < limit && backlog.queued < limit;
+        let next_due = backlog.queue.front().map(|(t, _)| *t);
         tokio::select! {
             // A mode change seen in the same poll as data applies to that data.
             biased;
@@ -217,30 +248,16 @@ async fn pump(
             }
             r = rd.read(&mut buf), if can_read => match r {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => match m {
-                    FlowMode::Pass if queue.is_empty() => {
-                        if wr.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
+                Ok(n) if m == FlowMode::Pass && backlog.queue.is_empty() => {
+                    if wr.write_all(&buf[..n]).await.is_err() {
+                        return;
                     }
-                    FlowMode::Pass => {
-                        queued += n;
-                        queue.push_back((Instant::now(), buf[..n].to_vec()));
-                    }
-                    FlowMode::Delay(d) => {
-                        queued += n;
-                        queue.push_back((Instant::now() + d, buf[..n].to_vec()));
-                    }
-                    FlowMode::Hold => {
-                        held_bytes += n;
-                        held.push_back(buf[..n].to_vec());
-                    }
-                    FlowMode::Drop => {}
-                },
+                }
+                Ok(n) => backlog.accept(m, &buf[..n]),
             },
             _ = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
-                if let Some((_, chunk)) = queue.pop_front() {
-                    queued -= chunk.len();
+                if let Some((_, chunk)) = backlog.queue.pop_front() {
+                    backlog.queued -= chunk.len();
                     if wr.write_all(&chunk).await.is_err() {
                         return;
                     }

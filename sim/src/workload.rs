@@ -330,33 +330,42 @@ pub async fn run_pinned(
             owners: vec![],
             error: None,
         };
-        match r {
-            Ok(Ok(reply)) => {
-                let reply = reply.into_inner();
-                if reply.outcome == pb::Outcome::Ok as i32 {
-                    call.outcome = Outcome::Ok;
-                    call.values = vec![reply.seq];
-                    call.owners = reply
-                        .owner
-                        .iter()
-                        .map(|o| OwnerTag {
-                            section: o.section,
-                            node_id: o.node_id,
-                            incarnation: o.incarnation,
-                            epoch: o.epoch,
-                        })
-                        .collect();
-                } else {
-                    // NOT_OWNER / NOT_READY: an answer that says nothing was handed out.
-                    call.outcome = Outcome::Failed;
-                    call.error = Some(format!("outcome {}", reply.outcome));
-                }
-            }
-            // A transport error or a timeout may have reached the server: unknown, never "absent".
-            Ok(Err(status)) => call.error = Some(status.to_string()),
-            Err(_) => call.error = Some("timed out".into()),
-        }
+        settle_pinned(&mut call, r);
         rec.record(call);
+    }
+}
+
+/// Fills a pinned client's call from the outcome of its one attempt.
+fn settle_pinned(
+    call: &mut Call,
+    r: Result<Result<tonic::Response<seqsvr_proto::pb::FetchNextSeqReply>, tonic::Status>, tokio::time::error::Elapsed>,
+) {
+    use seqsvr_proto::pb;
+    match r {
+        Ok(Ok(reply)) => {
+            let reply = reply.into_inner();
+            if reply.outcome == pb::Outcome::Ok as i32 {
+                call.outcome = Outcome::Ok;
+                call.values = vec![reply.seq];
+                call.owners = reply
+                    .owner
+                    .iter()
+                    .map(|o| OwnerTag {
+                        section: o.section,
+                        node_id: o.node_id,
+                        incarnation: o.incarnation,
+                        epoch: o.epoch,
+                    })
+                    .collect();
+            } else {
+                // NOT_OWNER / NOT_READY: an answer that says nothing was handed out.
+                call.outcome = Outcome::Failed;
+                call.error = Some(format!("outcome {}", reply.outcome));
+            }
+        }
+        // A transport error or a timeout may have reached the server: unknown, never "absent".
+        Ok(Err(status)) => call.error = Some(status.to_string()),
+        Err(_) => call.error = Some("timed out".into()),
     }
 }
 

@@ -116,6 +116,32 @@ impl StoreSvc {
 }
 
 /// A result the command cannot produce: a bug in this server, not a reason to retry.
+/// The items of a Bump, checked against the limits and the set's sections.
+fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpItem>, StoreError> {
+    if items.is_empty() || items.len() > MAX_BUMP_ITEMS {
+        return Err(StoreError::InvalidArgument(format!(
+            "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
+            items.len()
+        )));
+    }
+    items
+        .iter()
+        .map(|i| {
+            if !p.sections().contains(&i.section) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "unknown section {} (this set has [{}, {}))",
+                    i.section, p.section_begin, p.section_end
+                )));
+            }
+            Ok(BumpItem {
+                section: i.section,
+                epoch: i.epoch,
+                new_max: i.new_max,
+            })
+        })
+        .collect()
+}
+
 fn unexpected(r: CommandResult) -> StoreError {
     StoreError::Internal(format!("unexpected state machine result {r:?}"))
 }
@@ -359,29 +385,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn bump(&self, req: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
         let req = req.into_inner();
-        let p = self.params()?;
-        if req.items.is_empty() || req.items.len() > MAX_BUMP_ITEMS {
-            return Err(StoreError::InvalidArgument(format!(
-                "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
-                req.items.len()
-            ))
-            .into());
-        }
-        let mut items = Vec::with_capacity(req.items.len());
-        for i in &req.items {
-            if !(p.section_begin..p.section_end).contains(&i.section) {
-                return Err(StoreError::InvalidArgument(format!(
-                    "unknown section {} (this set has [{}, {}))",
-                    i.section, p.section_begin, p.section_end
-                ))
-                .into());
-            }
-            items.push(BumpItem {
-                section: i.section,
-                epoch: i.epoch,
-                new_max: i.new_max,
-            });
-        }
+        let items = check_bump_items(&self.params()?, &req.items)?;
         // `--unsafe-skip-epoch-fence` (negative control) removes this check too: it is the fence
         // against an owner the arbiter declared dead (see `SetState::bump`).
         if !self.ctx.config.unsafe_skip_epoch_fence && !self.data(|d| d.set.allocsvrs.contains_key(&req.incarnation)) {
