@@ -50,12 +50,9 @@ pub fn check(calls: &[Call], faults: &[FaultSpan], fault_free: bool) -> (Vec<Vio
     check_with_sections(calls, faults, fault_free, 0)
 }
 
-pub fn check_with_sections(
-    calls: &[Call],
-    faults: &[FaultSpan],
-    fault_free: bool,
-    section_size: u64,
-) -> (Vec<Violation>, GapStats) {
+/// Every ok value per uid (with who served it), and the invoke times of the calls per uid that
+/// failed or whose outcome is unknown (each may have used up a number).
+fn collect(calls: &[Call], section_size: u64) -> (HashMap<u64, Vec<Seen>>, HashMap<u64, Vec<u64>>) {
     let mut seen: HashMap<u64, Vec<Seen>> = HashMap::new();
     let mut doubtful: HashMap<u64, Vec<u64>> = HashMap::new();
     for c in calls.iter().filter(|c| c.is_fetch()) {
@@ -79,6 +76,16 @@ pub fn check_with_sections(
             }
         }
     }
+    (seen, doubtful)
+}
+
+pub fn check_with_sections(
+    calls: &[Call],
+    faults: &[FaultSpan],
+    fault_free: bool,
+    section_size: u64,
+) -> (Vec<Violation>, GapStats) {
+    let (mut seen, mut doubtful) = collect(calls, section_size);
     let mut stats = GapStats::default();
     let mut out = Vec::new();
     let mut uids: Vec<_> = seen.keys().copied().collect();
