@@ -199,7 +199,8 @@ struct StoreReading {
     fetch_ok: f64,
 }
 
-async fn bench(args: &Args) -> Result<bool, Failure> {
+/// This binary and the server binaries beside it.
+fn binaries() -> Result<(PathBuf, PathBuf, PathBuf), Failure> {
     let exe = std::env::current_exe().map_err(|e| harness(format!("cannot find own binary: {e}")))?;
     let bin_dir = exe
         .parent()
@@ -209,58 +210,16 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     for b in [&storesvr, &allocsvr] {
         if !b.exists() {
             return Err(Failure::Usage(format!(
-                "{} not found; build first: cargo build --release -p storesvr -p allocsvr -p seqsvr-client --bins",
+                "{} not found; build first: cargo build --release -p storesvr -p allocsvr -p seqsvr-bench --bins",
                 b.display()
             )));
         }
     }
-    let tmp = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d),
-        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
-    }
-    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
-    print_machine(args, tmp.path());
+    Ok((exe, storesvr, allocsvr))
+}
 
-    let mut procs =
-        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
-    let cluster = start(&mut procs, &exe, &storesvr, &allocsvr, tmp.path()).await?;
-    let echo_clients = channels(&cluster.echo_addr).await?;
-    let alloc_clients = channels(&cluster.alloc_addr).await?;
-
-    let spread = Uids::Spread {
-        sections: Arc::new((0..SPREAD_SECTIONS).map(|k| 1_000 + k * 400).collect()),
-        section_size: SECTION_SIZE,
-    };
-    let hot_sections: Vec<u64> = (0..HOT_UIDS).map(|k| 29_000 + k).collect();
-    let hot = Uids::Hot {
-        uids: Arc::new(hot_sections.iter().map(|s| s * SECTION_SIZE + 7).collect()),
-    };
-    let memory_sections: Vec<u64> =
-        (MEMORY_FIRST_SECTION..MEMORY_FIRST_SECTION + args.memory_sections * args.runs as u64).collect();
-    let mut used: Vec<u64> = match &spread {
-        Uids::Spread { sections, .. } => sections.to_vec(),
-        Uids::Hot { .. } => Vec::new(),
-    };
-    used.extend(&hot_sections);
-    used.extend(&memory_sections);
-    let started = Instant::now();
-    let route_version = wait_serving(&alloc_clients[0], &used, Duration::from_secs(120)).await?;
-    println!(
-        "allocsvr serves every section used here (route version {route_version}), {:.1} s after all were owned",
-        started.elapsed().as_secs_f64()
-    );
-
-    let redis = start_redis(&mut procs, tmp.path()).await;
-    let before = read_store(&cluster).await?;
-    println!(
-        "store after start-up: applied index {}, route version {}",
-        before.applied_index, before.route_version
-    );
-
-    let window = Window {
-        warmup: Duration::from_millis(args.warmup_ms),
-        measure: Duration::from_secs(args.seconds),
-    };
+/// The measured cases in order, restricted to `--only`.
+fn plan_cases(args: &Args, spread: &Uids, hot: &Uids) -> Result<Vec<(Shape, Uids, Case)>, Failure> {
     let mut plan: Vec<(Shape, Uids, Case)> = Vec::new();
     for (shape, name) in [(Shape::Unary, "unary"), (Shape::Batch(BATCH), "batch100")] {
         for c in CONCURRENCIES {
@@ -279,11 +238,199 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
             return Err(Failure::Usage(format!("--only {:?} names no case", args.only)));
         }
     }
-    let mut hot_bumps: Vec<(String, f64)> = Vec::new();
-    let mut coalesced: Vec<(usize, Vec<Sample>)> = COALESCED_CONCURRENCIES.iter().map(|c| (*c, Vec::new())).collect();
-    let mut bytes_per_uid: Vec<f64> = Vec::new();
-    let mut redis_rates: Vec<(usize, Vec<f64>)> = REDIS_CLIENTS.iter().map(|c| (*c, Vec::new())).collect();
+    Ok(plan)
+}
 
+/// What every measurement needs: the cluster, channels to both servers, the uid sets, the pids.
+struct Bench<'a> {
+    args: &'a Args,
+    cluster: Cluster,
+    echo_clients: Vec<AllocServiceClient<Channel>>,
+    alloc_clients: Vec<AllocServiceClient<Channel>>,
+    route_version: u64,
+    window: Window,
+    /// Every process this benchmark started (the rest of the machine's busy time is foreign load).
+    ours: Vec<u32>,
+    spread: Uids,
+    memory_sections: Vec<u64>,
+    coalescer: Arc<Coalescer>,
+    redis: Option<(u16, u32)>,
+}
+
+/// What the runs measured.
+struct Results {
+    plan: Vec<(Shape, Uids, Case)>,
+    hot_bumps: Vec<(String, f64)>,
+    coalesced: Vec<(usize, Vec<Sample>)>,
+    bytes_per_uid: Vec<f64>,
+    redis_rates: Vec<(usize, Vec<f64>)>,
+}
+
+impl Bench<'_> {
+    fn echo_pids(&self) -> Pids<'_> {
+        Pids {
+            server: self.cluster.echo_pid,
+            others: &[],
+            ours: &self.ours,
+        }
+    }
+
+    fn alloc_pids(&self) -> Pids<'_> {
+        Pids {
+            server: self.cluster.alloc_pid,
+            others: &self.cluster.store_pids,
+            ours: &self.ours,
+        }
+    }
+
+    async fn quiet(&self) {
+        let a = self.args;
+        wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
+    }
+
+    /// One echo/AllocSvr pair of a case, measured again (bounded) while foreign load was high;
+    /// the quietest pair and the step boundaries crossed during its AllocSvr half.
+    async fn measure_pair(
+        &self,
+        procs: &mut Supervisor,
+        shape: Shape,
+        uids: &Uids,
+        case: &Case,
+    ) -> Result<(Sample, Sample, Option<f64>), Failure> {
+        let n = channel_count(case.concurrency);
+        let (c, v, w) = (case.concurrency, self.route_version, self.window);
+        let mut best: Option<(f64, Sample, Sample, Option<f64>)> = None;
+        for attempt in 0..=self.args.noisy_retries {
+            self.quiet().await;
+            let e = load::raw(&self.echo_clients[..n], c, shape, uids.clone(), v, w, self.echo_pids()).await;
+            let items0 = store_bump_items(&self.cluster);
+            let a = load::raw(
+                &self.alloc_clients[..n],
+                c,
+                shape,
+                uids.clone(),
+                v,
+                w,
+                self.alloc_pids(),
+            )
+            .await;
+            let items1 = store_bump_items(&self.cluster);
+            check_alive(procs, &[&e, &a])?;
+            let noise = e.foreign_pct().max(a.foreign_pct());
+            if noise > self.args.quiet_below {
+                let again = if attempt < self.args.noisy_retries {
+                    ", measuring again"
+                } else {
+                    ""
+                };
+                println!(
+                    "  (attempt {}: foreign load {noise:.0} % > {} %{again})",
+                    attempt + 1,
+                    self.args.quiet_below
+                );
+            }
+            let bumps = items0.zip(items1).map(|(i0, i1)| i1 - i0);
+            if best.as_ref().is_none_or(|(n, ..)| noise < *n) {
+                best = Some((noise, e, a, bumps));
+            }
+            if noise <= self.args.quiet_below {
+                break;
+            }
+        }
+        let (_, e, a, bumps) = best.expect("at least one attempt");
+        Ok((e, a, bumps))
+    }
+
+    /// Every raw case once.
+    async fn run_cases(&self, procs: &mut Supervisor, r: &mut Results) -> Result<(), Failure> {
+        println!("{}", report::header());
+        for (shape, uids, case) in r.plan.iter_mut() {
+            let (e, a, bumps) = self.measure_pair(procs, *shape, uids, case).await?;
+            println!("{}", report::row(&case.name, case.concurrency, "echo", &e));
+            println!("{}", report::row(&case.name, case.concurrency, "alloc", &a));
+            if case.name.starts_with("hot")
+                && let Some(b) = bumps
+            {
+                println!("  {b:.0} step boundaries crossed (committed bumps) during the AllocSvr case");
+                r.hot_bumps.push((case.name.clone(), b));
+            }
+            case.runs.push((e, a));
+        }
+        Ok(())
+    }
+
+    /// The client library (coalesced single callers), memory, and Redis, once.
+    async fn run_others(&self, procs: &mut Supervisor, run: usize, r: &mut Results) -> Result<(), Failure> {
+        for (c, samples) in r.coalesced.iter_mut() {
+            self.quiet().await;
+            let s = load::coalesced(
+                self.coalescer.clone(),
+                *c,
+                self.spread.clone(),
+                self.window,
+                self.alloc_pids(),
+            )
+            .await;
+            println!("{}", report::row("coalesced", *c, "alloc", &s));
+            check_alive(procs, &[&s])?;
+            samples.push(s);
+        }
+        let per_run = self.args.memory_sections as usize;
+        let sections = &self.memory_sections[run * per_run..(run + 1) * per_run];
+        self.quiet().await;
+        let b = memory(
+            &self.alloc_clients,
+            self.cluster.alloc_pid,
+            sections,
+            self.route_version,
+        )
+        .await?;
+        println!(
+            "memory: {} sections x {SECTION_SIZE} uids touched: {b:.2} bytes/uid of RSS",
+            sections.len()
+        );
+        r.bytes_per_uid.push(b);
+        if let Some((port, _)) = self.redis {
+            for (c, rates) in r.redis_rates.iter_mut() {
+                match redis_incr(port, *c).await {
+                    Ok(rate) => {
+                        println!("redis-benchmark -t incr -c {c} -n {REDIS_REQUESTS}: {rate:.0} requests/s");
+                        rates.push(rate);
+                    }
+                    Err(e) => println!("redis-benchmark -c {c}: {e}"),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts everything, waits until the sections used are served; the context of the measurements.
+async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Result<(Bench<'a>, Results), Failure> {
+    let (exe, storesvr, allocsvr) = binaries()?;
+    let cluster = start(procs, &exe, &storesvr, &allocsvr, dir).await?;
+    let echo_clients = channels(&cluster.echo_addr).await?;
+    let alloc_clients = channels(&cluster.alloc_addr).await?;
+    let spread = Uids::Spread {
+        sections: Arc::new((0..SPREAD_SECTIONS).map(|k| 1_000 + k * 400).collect()),
+        section_size: SECTION_SIZE,
+    };
+    let hot_sections: Vec<u64> = (0..HOT_UIDS).map(|k| 29_000 + k).collect();
+    let hot = Uids::Hot {
+        uids: Arc::new(hot_sections.iter().map(|s| s * SECTION_SIZE + 7).collect()),
+    };
+    let memory_sections: Vec<u64> =
+        (MEMORY_FIRST_SECTION..MEMORY_FIRST_SECTION + args.memory_sections * args.runs as u64).collect();
+    let mut used: Vec<u64> = (0..SPREAD_SECTIONS).map(|k| 1_000 + k * 400).collect();
+    used.extend(&hot_sections);
+    used.extend(&memory_sections);
+    let started = Instant::now();
+    let route_version = wait_serving(&alloc_clients[0], &used, Duration::from_secs(120)).await?;
+    println!(
+        "allocsvr serves every section used here (route version {route_version}), {:.1} s after all were owned",
+        started.elapsed().as_secs_f64()
+    );
+    let redis = start_redis(procs, dir).await;
     let client = Client::connect(ClientConfig::new([cluster.alloc_addr.clone()]))
         .await
         .map_err(|e| harness(format!("client library cannot connect: {e}")))?;
@@ -292,119 +439,59 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     let mut ours = vec![cluster.echo_pid, cluster.alloc_pid];
     ours.extend(&cluster.store_pids);
     ours.extend(redis.map(|(_, pid)| pid));
-    let echo_pids = Pids {
-        server: cluster.echo_pid,
-        others: &[],
-        ours: &ours,
+    let results = Results {
+        plan: plan_cases(args, &spread, &hot)?,
+        hot_bumps: Vec::new(),
+        coalesced: COALESCED_CONCURRENCIES.iter().map(|c| (*c, Vec::new())).collect(),
+        bytes_per_uid: Vec::new(),
+        redis_rates: REDIS_CLIENTS.iter().map(|c| (*c, Vec::new())).collect(),
     };
-    let alloc_pids = Pids {
-        server: cluster.alloc_pid,
-        others: &cluster.store_pids,
-        ours: &ours,
+    let window = Window {
+        warmup: Duration::from_millis(args.warmup_ms),
+        measure: Duration::from_secs(args.seconds),
     };
+    let bench = Bench {
+        args,
+        cluster,
+        echo_clients,
+        alloc_clients,
+        route_version,
+        window,
+        ours,
+        spread,
+        memory_sections,
+        coalescer,
+        redis,
+    };
+    Ok((bench, results))
+}
 
+async fn bench(args: &Args) -> Result<bool, Failure> {
+    let bin_dir = binaries()?.0.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tmp = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
+    }
+    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
+    print_machine(args, tmp.path());
+    let mut procs =
+        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
+    let (b, mut r) = prepare(args, &mut procs, tmp.path()).await?;
+    let before = read_store(&b.cluster).await?;
+    println!(
+        "store after start-up: applied index {}, route version {}",
+        before.applied_index, before.route_version
+    );
     for run in 0..args.runs {
         println!("\n== run {}/{} ==", run + 1, args.runs);
-        println!("{}", report::header());
-        for (shape, uids, case) in plan.iter_mut() {
-            let n = channel_count(case.concurrency);
-            // The machine may be shared: measure a pair again (bounded) when foreign load was high.
-            let mut best: Option<(f64, Sample, Sample, Option<f64>)> = None;
-            for attempt in 0..=args.noisy_retries {
-                wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
-                let e = load::raw(
-                    &echo_clients[..n],
-                    case.concurrency,
-                    *shape,
-                    uids.clone(),
-                    route_version,
-                    window,
-                    echo_pids,
-                )
-                .await;
-                let items0 = store_bump_items(&cluster);
-                let a = load::raw(
-                    &alloc_clients[..n],
-                    case.concurrency,
-                    *shape,
-                    uids.clone(),
-                    route_version,
-                    window,
-                    alloc_pids,
-                )
-                .await;
-                let items1 = store_bump_items(&cluster);
-                check_alive(&mut procs, &[&e, &a])?;
-                let noise = e.foreign_pct().max(a.foreign_pct());
-                if noise > args.quiet_below {
-                    println!(
-                        "  (attempt {}: foreign load {noise:.0} % > {} %{})",
-                        attempt + 1,
-                        args.quiet_below,
-                        if attempt < args.noisy_retries {
-                            ", measuring again"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-                let bumps = items0.zip(items1).map(|(i0, i1)| i1 - i0);
-                if best.as_ref().is_none_or(|(n, ..)| noise < *n) {
-                    best = Some((noise, e, a, bumps));
-                }
-                if noise <= args.quiet_below {
-                    break;
-                }
-            }
-            let (_, e, a, bumps) = best.expect("at least one attempt");
-            println!("{}", report::row(&case.name, case.concurrency, "echo", &e));
-            println!("{}", report::row(&case.name, case.concurrency, "alloc", &a));
-            if case.name.starts_with("hot")
-                && let Some(b) = bumps
-            {
-                println!("  {b:.0} step boundaries crossed (committed bumps) during the AllocSvr case");
-                hot_bumps.push((case.name.clone(), b));
-            }
-            case.runs.push((e, a));
-        }
-        if !args.only.is_empty() {
-            continue;
-        }
-        for (c, samples) in coalesced.iter_mut() {
-            wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
-            let s = load::coalesced(coalescer.clone(), *c, spread.clone(), window, alloc_pids).await;
-            println!("{}", report::row("coalesced", *c, "alloc", &s));
-            check_alive(&mut procs, &[&s])?;
-            samples.push(s);
-        }
-        let first = run as u64 * args.memory_sections;
-        let sections = &memory_sections[first as usize..(first + args.memory_sections) as usize];
-        wait_quiet(&ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
-        let b = memory(&alloc_clients, cluster.alloc_pid, sections, route_version).await?;
-        println!(
-            "memory: {} sections x {} uids touched: {:.2} bytes/uid of RSS",
-            sections.len(),
-            SECTION_SIZE,
-            b
-        );
-        bytes_per_uid.push(b);
-        if !args.only.is_empty() {
-            continue;
-        }
-        if let Some((port, _)) = redis {
-            for (c, rates) in redis_rates.iter_mut() {
-                match redis_incr(port, *c).await {
-                    Ok(r) => {
-                        println!("redis-benchmark -t incr -c {c} -n {REDIS_REQUESTS}: {r:.0} requests/s");
-                        rates.push(r);
-                    }
-                    Err(e) => println!("redis-benchmark -c {c}: {e}"),
-                }
-            }
+        b.run_cases(&mut procs, &mut r).await?;
+        if args.only.is_empty() {
+            b.run_others(&mut procs, run, &mut r).await?;
         }
     }
-    let after = read_store(&cluster).await?;
-    let noisy = plan
+    let after = read_store(&b.cluster).await?;
+    let noisy = r
+        .plan
         .iter()
         .flat_map(|(_, _, c)| &c.runs)
         .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > args.quiet_below)
@@ -412,20 +499,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     println!(
         "\npairs measured while processes this benchmark did not start used > {} % of a core: {noisy} of {}",
         args.quiet_below,
-        plan.len() * args.runs
+        r.plan.len() * args.runs
     );
-    let cases: Vec<Case> = plan.into_iter().map(|(_, _, c)| c).collect();
-    let all_met = summarize(
-        &cases,
-        &coalesced,
-        &bytes_per_uid,
-        &redis_rates,
-        redis.is_some(),
-        &hot_bumps,
-        before,
-        after,
-        args.only.is_empty(),
-    );
+    let cases: Vec<Case> = std::mem::take(&mut r.plan).into_iter().map(|(_, _, c)| c).collect();
+    let all_met = summarize(&cases, &r, b.redis.is_some(), before, after, args.only.is_empty());
     drop(procs);
     Ok(all_met)
 }
@@ -500,22 +577,14 @@ fn print_machine(args: &Args, dir: &Path) {
 }
 
 /// Starts the echo, the 3 StoreSvrs and the AllocSvr; returns when every section is owned.
-async fn start(
+/// Starts the 3 StoreSvr replicas; their addresses, metrics addresses, `--peers` items and pids.
+#[allow(clippy::type_complexity)]
+fn start_stores(
     procs: &mut Supervisor,
-    exe: &Path,
     storesvr: &Path,
-    allocsvr: &Path,
     dir: &Path,
-) -> Result<Cluster, Failure> {
+) -> Result<(Vec<String>, Vec<String>, Vec<String>, Vec<u32>), Failure> {
     let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
-
-    let echo_addr = seqsvr_harness::free_addr();
-    let echo = ProcSpec::new("echo", exe, [format!("--serve-echo={echo_addr}")]);
-    let echo_pid = procs.spawn(echo).map_err(|e| spawn_err("echo", e))?;
-    if !seqsvr_harness::wait_listening(&echo_addr, Duration::from_secs(10)).await {
-        return Err(harness("echo server did not listen within 10 s"));
-    }
-
     let store_addrs: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
     let store_metrics: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
     let peers: Vec<String> = store_addrs
@@ -546,6 +615,26 @@ async fn start(
         };
         store_pids.push(procs.spawn(spec).map_err(|e| spawn_err(&name, e))?);
     }
+    Ok((store_addrs, store_metrics, peers, store_pids))
+}
+
+async fn start(
+    procs: &mut Supervisor,
+    exe: &Path,
+    storesvr: &Path,
+    allocsvr: &Path,
+    dir: &Path,
+) -> Result<Cluster, Failure> {
+    let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
+
+    let echo_addr = seqsvr_harness::free_addr();
+    let echo = ProcSpec::new("echo", exe, [format!("--serve-echo={echo_addr}")]);
+    let echo_pid = procs.spawn(echo).map_err(|e| spawn_err("echo", e))?;
+    if !seqsvr_harness::wait_listening(&echo_addr, Duration::from_secs(10)).await {
+        return Err(harness("echo server did not listen within 10 s"));
+    }
+
+    let (store_addrs, store_metrics, peers, store_pids) = start_stores(procs, storesvr, dir)?;
     let leader = wait_leader(&store_addrs, Duration::from_secs(30)).await?;
 
     let alloc_addr = seqsvr_harness::free_addr();
@@ -836,114 +925,123 @@ async fn redis_incr(port: u16, clients: usize) -> Result<f64, String> {
 }
 
 /// Prints the medians and the verdict per target; true when every target is met.
-#[allow(clippy::too_many_arguments)]
 fn summarize(
     cases: &[Case],
-    coalesced: &[(usize, Vec<Sample>)],
-    bytes_per_uid: &[f64],
-    redis_rates: &[(usize, Vec<f64>)],
+    r: &Results,
     redis_ran: bool,
-    hot_bumps: &[(String, f64)],
     before: StoreReading,
     after: StoreReading,
     full: bool,
 ) -> bool {
-    let mut all_met = true;
-    let mut target = |met: bool, what: String| {
-        all_met &= met;
-        println!("  {:<8} {what}", verdict(met));
-    };
     println!("\n== summary: medians of {} run(s) ==", cases[0].runs.len());
     println!("{}", report::summary_header());
     let summaries: Vec<_> = cases.iter().map(|c| (c, c.summary())).collect();
     for (c, s) in &summaries {
         println!("{}", report::summary_row(c, s));
     }
-    println!(
-        "\nserver CPU per call (µs, median): {}",
-        summaries
-            .iter()
-            .map(|(c, s)| format!(
+    let cpu: Vec<String> = summaries
+        .iter()
+        .map(|(c, s)| {
+            format!(
                 "{}@{} echo {:.1} alloc {:.1}",
                 c.name, c.concurrency, s.echo.server_cpu_us, s.alloc.server_cpu_us
-            ))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+            )
+        })
+        .collect();
+    println!("\nserver CPU per call (µs, median): {}", cpu.join("; "));
 
+    let mut verdicts = data_plane_verdicts(&summaries, &r.hot_bumps);
+    if full {
+        let b = median(r.bytes_per_uid.to_vec());
+        let what = format!("memory: {b:.2} bytes per touched uid (<= {TARGET_BYTES_PER_UID})");
+        verdicts.push((b <= TARGET_BYTES_PER_UID, what));
+    }
+    verdicts.push(store_write_verdict(before, after));
+    if full {
+        verdicts.extend(client_verdicts(&r.coalesced, &r.redis_rates, redis_ran));
+    }
     println!("\ntargets (docs/BENCHMARKS.md):");
+    for (met, what) in &verdicts {
+        println!("  {:<8} {what}", verdict(*met));
+    }
+    verdicts.iter().all(|(met, _)| *met)
+}
+
+/// Throughput and p99 against the echo per raw case; the p99.9 of the hot cases.
+fn data_plane_verdicts(summaries: &[(&Case, report::Summary)], hot_bumps: &[(String, f64)]) -> Vec<(bool, String)> {
+    let mut out = Vec::new();
     for (c, s) in summaries.iter().filter(|(c, _)| !c.name.starts_with("hot")) {
-        target(
+        let (name, conc) = (&c.name, c.concurrency);
+        out.push((
             s.throughput_ratio >= TARGET_THROUGHPUT,
             format!(
-                "{}@{}: seqs/s AllocSvr/echo = {:.2} (>= {TARGET_THROUGHPUT})",
-                c.name, c.concurrency, s.throughput_ratio
+                "{name}@{conc}: seqs/s AllocSvr/echo = {:.2} (>= {TARGET_THROUGHPUT})",
+                s.throughput_ratio
             ),
-        );
-        target(
+        ));
+        out.push((
             s.p99_ratio <= TARGET_P99,
             format!(
-                "{}@{}: p99 AllocSvr/echo = {:.2} (<= {TARGET_P99}; {:.0} vs {:.0} µs)",
-                c.name, c.concurrency, s.p99_ratio, s.alloc.p99_us, s.echo.p99_us
+                "{name}@{conc}: p99 AllocSvr/echo = {:.2} (<= {TARGET_P99}; {:.0} vs {:.0} µs)",
+                s.p99_ratio, s.alloc.p99_us, s.echo.p99_us
             ),
-        );
+        ));
     }
     for (c, s) in summaries.iter().filter(|(c, _)| c.name.starts_with("hot")) {
-        target(
+        let crossed = median(
+            hot_bumps
+                .iter()
+                .filter(|(n, _)| n == &c.name)
+                .map(|(_, b)| *b)
+                .collect(),
+        );
+        out.push((
             s.p999_ratio <= TARGET_P99,
             format!(
-                "{}@{}: step boundary not visible: p99.9 AllocSvr/echo = {:.2} (<= {TARGET_P99}; {:.0} vs {:.0} µs; median {:.0} step boundaries crossed per run)",
-                c.name,
-                c.concurrency,
-                s.p999_ratio,
-                s.alloc.p999_us,
-                s.echo.p999_us,
-                median(
-                    hot_bumps
-                        .iter()
-                        .filter(|(n, _)| n == &c.name)
-                        .map(|(_, b)| *b)
-                        .collect()
-                )
+                "{}@{}: step boundary not visible: p99.9 AllocSvr/echo = {:.2} (<= {TARGET_P99}; {:.0} vs {:.0} µs; median {crossed:.0} step boundaries crossed per run)",
+                c.name, c.concurrency, s.p999_ratio, s.alloc.p999_us, s.echo.p999_us
             ),
-        );
+        ));
     }
-    if full {
-        let b = median(bytes_per_uid.to_vec());
-        target(
-            b <= TARGET_BYTES_PER_UID,
-            format!("memory: {b:.2} bytes per touched uid (<= {TARGET_BYTES_PER_UID})"),
-        );
-    }
+    out
+}
 
+/// Raft entries written against fetches served: at most one per step plus ownership changes.
+fn store_write_verdict(before: StoreReading, after: StoreReading) -> (bool, String) {
     let fetches = after.fetch_ok - before.fetch_ok;
     let entries = after.applied_index - before.applied_index;
     let items = after.bump_items - before.bump_items;
     let ownership = after.route_version - before.route_version;
     let bound = fetches / STEP as f64 + ownership as f64;
     let per = |x: f64| x * 10_000.0 / fetches.max(1.0);
-    target(
+    (
         entries as f64 <= bound,
         format!(
             "store writes: {entries} Raft entries ({items:.0} section bumps) for {fetches:.0} fetches = {:.4} entries per 10,000 fetches (<= fetches/step + ownership changes = {:.2}; {ownership} route changes)",
             per(entries as f64),
             per(bound)
         ),
-    );
+    )
+}
 
-    for (c, samples) in coalesced.iter().filter(|_| full) {
+/// The client library's coalesced rate against Redis INCR measured in the same run.
+fn client_verdicts(
+    coalesced: &[(usize, Vec<Sample>)],
+    redis_rates: &[(usize, Vec<f64>)],
+    redis_ran: bool,
+) -> Vec<(bool, String)> {
+    let redis_at = |c: usize| {
+        redis_rates
+            .iter()
+            .find(|(rc, _)| *rc == c)
+            .map(|(_, r)| median(r.clone()))
+    };
+    let mut out = Vec::new();
+    for (c, samples) in coalesced {
         let rate = median(samples.iter().map(Sample::seqs_per_sec).collect());
         let p99 = median(samples.iter().map(|s| s.quantile_us(0.99)).collect());
-        let same = redis_rates
-            .iter()
-            .find(|(rc, _)| rc == c)
-            .map(|(_, r)| median(r.clone()));
-        let fifty = redis_rates
-            .iter()
-            .find(|(rc, _)| *rc == 50)
-            .map(|(_, r)| median(r.clone()));
-        match (redis_ran, same, fifty) {
-            (true, Some(same), Some(fifty)) if same.is_finite() => target(
+        out.push(match (redis_ran, redis_at(*c), redis_at(50)) {
+            (true, Some(same), Some(fifty)) if same.is_finite() => (
                 rate >= TARGET_OVER_REDIS * same,
                 format!(
                     "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs) = {:.2}x Redis INCR @{c} ({same:.0}/s), {:.2}x Redis @50 ({fifty:.0}/s) (>= {TARGET_OVER_REDIS}x Redis at the same concurrency)",
@@ -952,13 +1050,13 @@ fn summarize(
                 ),
             ),
             // No baseline from this run: the target cannot be judged, so it is not met.
-            _ => target(
+            _ => (
                 false,
                 format!(
                     "client library, Coalescer @{c}: {rate:.0} seqs/s (p99 {p99:.0} µs); Redis not measured in this run, so no ratio (>= {TARGET_OVER_REDIS}x Redis)"
                 ),
             ),
-        }
+        });
     }
-    all_met
+    out
 }
