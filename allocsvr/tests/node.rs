@@ -387,3 +387,14 @@ async fn a_section_handed_over_before_it_was_taken_is_still_released() {
     .await;
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn reflection_lists_exactly_the_data_plane_in_v1_and_v1alpha() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let addr = node.local_addr().to_string();
+    let (v1, v1alpha) = seqsvr_harness::reflection::listed_services(&addr).await.unwrap();
+    let expected = ["grpc.health.v1.Health", "seqsvr.v1.AllocService"];
+    assert_eq!(v1, expected);
+    assert_eq!(v1alpha, expected);
+}

@@ -5,11 +5,13 @@
 //! - [`supervisor`]: named processes with a log file each; kill, pause, resume, terminate with a
 //!   grace, wait for an exit, crash and panic detection; everything killed on drop.
 //! - [`net`]: a free loopback port, waiting until a port listens, polling with a deadline.
+//! - [`reflection`]: which services a port lists over gRPC reflection v1 and v1alpha.
 //!
 //! Deliberately left out: anything a production deployment would run; this crate only starts
 //! processes for tests, benchmarks and the simulator.
 
 pub mod net;
+pub mod reflection;
 pub mod supervisor;
 
 pub use net::{free_addr, poll_until, wait_listening};
