@@ -149,8 +149,17 @@ pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) ->
     out
 }
 
-/// Balanced contiguous layout: `(begin, end, incarnation)` runs over the set's sections.
-pub fn desired_layout(set: &SetState, renewing: &BTreeSet<u64>) -> Vec<(u64, u64, u64)> {
+/// A run of consecutive sections `[begin, end)` the layout gives to one incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    pub begin: u64,
+    pub end: u64,
+    pub incarnation: u64,
+}
+
+/// Balanced contiguous layout: runs over the set's sections, one per renewing incarnation in
+/// node-id order.
+pub fn desired_layout(set: &SetState, renewing: &BTreeSet<u64>) -> Vec<Run> {
     let Some(p) = set.params.as_ref() else {
         return Vec::new();
     };
@@ -166,14 +175,12 @@ pub fn desired_layout(set: &SetState, renewing: &BTreeSet<u64>) -> Vec<(u64, u64
         return Vec::new();
     }
     (0..k)
-        .map(|i| {
-            (
-                p.section_begin + i * n / k,
-                p.section_begin + (i + 1) * n / k,
-                nodes[i as usize].1,
-            )
+        .map(|i| Run {
+            begin: p.section_begin + i * n / k,
+            end: p.section_begin + (i + 1) * n / k,
+            incarnation: nodes[i as usize].1,
         })
-        .filter(|(b, e, _)| b < e)
+        .filter(|r| r.begin < r.end)
         .collect()
 }
 
@@ -188,8 +195,9 @@ pub fn plan(set: &SetState, alive: &Alive) -> Plan {
             .collect(),
         ..Default::default()
     };
-    for (begin, end, want) in desired_layout(set, &alive.renewing) {
-        for section in begin..end {
+    for run in desired_layout(set, &alive.renewing) {
+        let want = run.incarnation;
+        for section in run.begin..run.end {
             let owner = set.section(section).map_or(0, |s| s.owner);
             if owner == want {
                 continue;
