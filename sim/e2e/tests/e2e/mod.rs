@@ -94,23 +94,15 @@ fn free_addrs(ip: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Polls `f` every [`POLL_EVERY`] until it returns `Some`, or panics after `within`.
-pub async fn poll<T, F, Fut>(what: &str, within: Duration, mut f: F) -> T
+/// Polls `f` until it returns `Some`, or panics after `within`.
+pub async fn poll<T, F, Fut>(what: &str, within: Duration, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
-        tokio::time::sleep(POLL_EVERY).await;
-    }
+    seqsvr_harness::poll_until(within, f)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {within:?} waiting for {what}"))
 }
 
 /// Three StoreSvr replicas and two AllocSvrs as OS processes.
