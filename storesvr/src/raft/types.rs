@@ -34,6 +34,7 @@ openraft::declare_raft_types!(
         R = Response,
 );
 
+/// openraft's node id: the raw `u64` of `seqsvr_proto::NodeId` (openraft needs a plain integer type).
 pub type NodeId = u64;
 pub type Node = openraft::BasicNode;
 pub type Raft = openraft::Raft<TypeConfig>;
