@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::pb;
-use crate::types::section_count;
+use crate::types::{SectionId, section_count};
 
 /// Largest `section_size`: one touched section costs 8 bytes per uid of AllocSvr memory.
 pub const MAX_SECTION_SIZE: u64 = 1 << 24;
@@ -159,6 +159,19 @@ impl SetParams {
     /// The sections this set serves.
     pub fn sections(&self) -> Range<u64> {
         self.section_begin..self.section_end
+    }
+
+    /// Whether `section` is one of the sections this set serves.
+    pub fn holds(&self, section: SectionId) -> bool {
+        self.sections().contains(&section.0)
+    }
+
+    pub fn first_section(&self) -> SectionId {
+        SectionId(self.section_begin)
+    }
+
+    pub fn end_section(&self) -> SectionId {
+        SectionId(self.section_end)
     }
 
     pub fn section_count(&self) -> u64 {

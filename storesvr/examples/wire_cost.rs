@@ -3,6 +3,7 @@
 //! `cargo run --release -p storesvr --example wire_cost`
 use openraft::raft::AppendEntriesRequest;
 use openraft::{CommittedLeaderId, EntryPayload, LogId, Vote};
+use seqsvr_proto::{Epoch, Incarnation, SectionId};
 use std::time::Instant;
 use storesvr::domain::state::{BumpItem, Command};
 use storesvr::raft::types::{Entry, Request, TypeConfig};
@@ -10,10 +11,10 @@ use storesvr::raft::types::{Entry, Request, TypeConfig};
 fn main() {
     let cmds: Vec<Command> = (0..29)
         .map(|i| Command::Bump {
-            incarnation: 17,
+            incarnation: Incarnation(17),
             items: vec![BumpItem {
-                section: i,
-                epoch: 3,
+                section: SectionId(i),
+                epoch: Epoch(3),
                 new_max: 1_234_567 + i * 10_000,
             }],
         })

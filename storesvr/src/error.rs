@@ -1,4 +1,4 @@
-//! StoreSvr's error enum and its one mapping to gRPC status.
+//! StoreSvr's error for an RPC it cannot answer, and its one mapping to a gRPC status.
 //!
 //! "Not the leader" is not here: it is an expected outcome, carried in the
 //! reply's `not_leader` field so the caller can follow it.
@@ -7,7 +7,7 @@ use tonic::Status;
 
 /// What went wrong, named for what the caller should do.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum RpcError {
     /// Fix the request: unknown section, uid out of range, malformed or oversized input.
     #[error("{0}")]
     InvalidArgument(String),
@@ -26,14 +26,14 @@ pub enum StoreError {
     Fatal(String),
 }
 
-impl From<StoreError> for Status {
-    fn from(e: StoreError) -> Status {
+impl From<RpcError> for Status {
+    fn from(e: RpcError) -> Status {
         match e {
-            StoreError::InvalidArgument(m) => Status::invalid_argument(m),
-            StoreError::FailedPrecondition(m) => Status::failed_precondition(m),
-            StoreError::Unavailable(m) => Status::unavailable(m),
-            StoreError::Internal(m) => Status::internal(m),
-            StoreError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),
+            RpcError::InvalidArgument(m) => Status::invalid_argument(m),
+            RpcError::FailedPrecondition(m) => Status::failed_precondition(m),
+            RpcError::Unavailable(m) => Status::unavailable(m),
+            RpcError::Internal(m) => Status::internal(m),
+            RpcError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),
         }
     }
 }

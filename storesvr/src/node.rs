@@ -25,7 +25,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::domain::arbiter::{Liveness, Plan};
+use crate::domain::arbiter::Plan;
+use crate::domain::liveness::Liveness;
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};

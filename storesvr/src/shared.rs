@@ -14,7 +14,8 @@ use std::time::Duration;
 use seqsvr_proto::pb;
 
 use crate::config::Config;
-use crate::domain::arbiter::{Liveness, Plan};
+use crate::domain::arbiter::Plan;
+use crate::domain::liveness::Liveness;
 use crate::raft::types::Raft;
 use crate::raft::writer::Writer;
 use crate::storage::log_store::Durability;

@@ -1,7 +1,19 @@
-//! The pure heart of a replica: the replicated state and its deterministic `apply`, and the
-//! arbiter's placement and liveness decisions. No IO, no clock reads (`now` is passed in).
+//! The pure core of StoreSvr: what the Raft group replicates and how the leader decides who owns
+//! what. No IO, no clock reads (`now` is handed in), no async: these are the parts the unit tests
+//! and the simulator exercise most.
 //!
-//! Deliberately left out: storing, replicating and serving any of it.
+//! - [`state`]: the replicated state of a set and its deterministic `apply` (P3, the store half
+//!   of P4, the bound on bumps).
+//! - [`liveness`]: when the leader last heard from each AllocSvr incarnation, and who counts as
+//!   alive at a given instant.
+//! - [`arbiter`]: the balanced layout of sections over live incarnations and the moves and
+//!   handovers that approach it.
+//!
+//! Left out: applying decisions (the arbiter task writes them through Raft) and everything
+//! about storage and the network.
 
-pub mod arbiter;
+pub(crate) mod arbiter;
+pub(crate) mod liveness;
 pub mod state;
+#[cfg(test)]
+mod testing;

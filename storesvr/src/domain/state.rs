@@ -13,9 +13,13 @@
 //!   callers are authenticated, anyone who can reach the leader could otherwise
 //!   raise a ceiling to the top of the 64-bit space and end the section for good.
 //!
-//! Left out on purpose: liveness (who is alive is the arbiter's in-memory
-//! business, see `arbiter.rs`), and moving sections between sets.
+//! Identifiers are the newtypes of `seqsvr_proto::types`; they serialize as the bare `u64`
+//! they wrap, so the log and snapshot formats do not depend on them.
+//!
+//! Left out on purpose: liveness (who is alive is the leader's in-memory
+//! business, see `liveness`), and moving sections between sets.
 
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,6 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// so one step would do; four leave room for a future owner that prefetches further ahead
 /// without letting a forged bump spend more than a few steps of the 64-bit space.
 pub const MAX_BUMP_STEPS: u64 = 4;
+
+/// The owner of a section nobody owns.
+pub const NOBODY: Incarnation = Incarnation(0);
 
 /// Test-only switches that remove one rule from `apply` (negative controls: the simulator must
 /// catch each). Every replica of a group must run with the same ones.
@@ -39,25 +46,71 @@ pub struct UnsafeRules {
 /// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
 pub use seqsvr_proto::params::SetParams;
 
+/// Position of `section` in [`SetState::sections`]; only for a section the set holds.
+fn slot(p: &SetParams, section: SectionId) -> usize {
+    (section.0 - p.section_begin) as usize
+}
+
+/// The part of `[begin, end)` that lies inside the set, section by section.
+fn clamp(p: &SetParams, begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> + use<> {
+    sections(begin.max(p.first_section()), end.min(p.end_section()))
+}
+
+/// Sections `[begin, end)` one by one.
+pub fn sections(begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> {
+    (begin.0..end.0).map(SectionId)
+}
+
+/// Sections `[begin, end)`: what an owner is asked to hand over, or what a request names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub begin: SectionId,
+    pub end: SectionId,
+}
+
+/// Consecutive sections `[begin, end)` with one owner (epochs may differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerRun {
+    pub begin: SectionId,
+    pub end: SectionId,
+    pub owner: Incarnation,
+}
+
+/// Consecutive sections `[begin, end)` that share one state (owner, epoch, `no_wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run<'a> {
+    pub begin: SectionId,
+    pub end: SectionId,
+    pub state: &'a SectionState,
+}
+
 /// One section's durable state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SectionState {
     /// Durable ceiling: no uid of the section is ever given a seq above it.
     pub max_seq: u64,
     /// Raised on every ownership change; a bump must carry it.
-    pub epoch: u64,
-    /// Incarnation of the owner; 0 = unowned.
-    pub owner: u64,
+    pub epoch: Epoch,
+    /// Incarnation of the owner; [`NOBODY`] = unowned.
+    pub owner: Incarnation,
     /// The current (or next) owner may serve without waiting out the previous
     /// owner's lease: there was no previous owner, or it released the section.
     pub no_wait: bool,
 }
 
+impl SectionState {
+    /// Hands the section to `owner` under a new epoch.
+    fn change_owner(&mut self, owner: Incarnation) {
+        self.owner = owner;
+        self.epoch = Epoch(self.epoch.0 + 1);
+    }
+}
+
 /// A registered AllocSvr incarnation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocSvrRecord {
-    pub node_id: u64,
-    pub incarnation: u64,
+    pub node_id: NodeId,
+    pub incarnation: Incarnation,
     pub addr: String,
     /// The registering process's nonce: a retry of the same registration finds this record.
     pub nonce: u64,
@@ -66,8 +119,8 @@ pub struct AllocSvrRecord {
 /// One item of a fenced bump.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BumpItem {
-    pub section: u64,
-    pub epoch: u64,
+    pub section: SectionId,
+    pub epoch: Epoch,
     pub new_max: u64,
 }
 
@@ -81,30 +134,31 @@ pub enum BumpOutcome {
     OutOfRange,
 }
 
+/// One bump item's outcome with the section's ceiling and epoch after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BumpResult {
-    pub section: u64,
+    pub section: SectionId,
     pub outcome: BumpOutcome,
     pub max_seq: u64,
-    pub epoch: u64,
+    pub epoch: Epoch,
 }
 
 /// Sections `[begin, end)` that an owner held under `epoch` and dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
-    pub begin: u64,
-    pub end: u64,
-    pub epoch: u64,
+    pub begin: SectionId,
+    pub end: SectionId,
+    pub epoch: Epoch,
 }
 
-/// Move the sections of `[begin, end)` that are owned by `from` (0 = unowned)
+/// Move the sections of `[begin, end)` that are owned by `from` ([`NOBODY`] = unowned)
 /// to `to`. Sections whose owner changed since the arbiter decided are left alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Move {
-    pub begin: u64,
-    pub end: u64,
-    pub from: u64,
-    pub to: u64,
+    pub begin: SectionId,
+    pub end: SectionId,
+    pub from: Incarnation,
+    pub to: Incarnation,
 }
 
 /// A state-machine command. Many commands travel in one Raft entry.
@@ -113,27 +167,20 @@ pub enum Command {
     /// First command of a set; later ones are ignored.
     Init(SetParams),
     /// A new incarnation for the node, unless a record with the same `nonce` exists (a retry).
-    Register {
-        node_id: u64,
-        addr: String,
-        nonce: u64,
-    },
+    Register { node_id: NodeId, addr: String, nonce: u64 },
     Bump {
-        incarnation: u64,
+        incarnation: Incarnation,
         items: Vec<BumpItem>,
     },
     /// The owner gives sections up, each under the epoch it held it in; `leaving` also forgets
     /// the incarnation (clean shutdown).
     Release {
-        incarnation: u64,
+        incarnation: Incarnation,
         ranges: Vec<Released>,
         leaving: bool,
     },
     /// Arbiter decision: forget dead incarnations, then apply the moves.
-    Assign {
-        expire: Vec<u64>,
-        moves: Vec<Move>,
-    },
+    Assign { expire: Vec<Incarnation>, moves: Vec<Move> },
 }
 
 /// Result of one command.
@@ -143,7 +190,7 @@ pub enum CommandResult {
         fresh: bool,
     },
     Registered {
-        incarnation: u64,
+        incarnation: Incarnation,
     },
     Bumped(Vec<BumpResult>),
     Released {
@@ -166,12 +213,12 @@ pub struct SetState {
     /// Indexed by `section - params.section_begin`.
     pub sections: Vec<SectionState>,
     /// Live registrations by incarnation.
-    pub allocsvrs: BTreeMap<u64, AllocSvrRecord>,
-    pub last_incarnation: u64,
+    pub allocsvrs: BTreeMap<Incarnation, AllocSvrRecord>,
+    pub last_incarnation: Incarnation,
     /// Raised on every change of any section's owner.
     pub route_version: u64,
     /// Every StoreSvr node id that was ever a member: ids are never reused.
-    pub replica_ids_ever: BTreeSet<u64>,
+    pub replica_ids_ever: BTreeSet<NodeId>,
 }
 
 impl SetState {
@@ -208,7 +255,7 @@ impl SetState {
     }
 
     fn init(&mut self, p: &SetParams) -> CommandResult {
-        let n = p.section_end.saturating_sub(p.section_begin) as usize;
+        let n = p.section_count() as usize;
         self.sections = vec![
             SectionState {
                 no_wait: true,
@@ -220,7 +267,7 @@ impl SetState {
         CommandResult::Initialized { fresh: true }
     }
 
-    fn register(&mut self, node_id: u64, addr: &str, nonce: u64) -> CommandResult {
+    fn register(&mut self, node_id: NodeId, addr: &str, nonce: u64) -> CommandResult {
         // A retry of a registration that already committed (its reply was lost or late) must not
         // supersede the incarnation the process may already be using.
         if let Some(r) = self
@@ -235,7 +282,7 @@ impl SetState {
         // Otherwise a node that registers again is a new process: its older incarnations are
         // superseded at once (their bumps and renewals are refused from now on).
         self.allocsvrs.retain(|_, r| r.node_id != node_id);
-        self.last_incarnation += 1;
+        self.last_incarnation = Incarnation(self.last_incarnation.0 + 1);
         let incarnation = self.last_incarnation;
         self.allocsvrs.insert(
             incarnation,
@@ -253,21 +300,17 @@ impl SetState {
     /// the store has no fence at all: it applies any bump that raises `max_seq`, whatever the
     /// item's epoch, the section's owner or whether the incarnation is still registered, and,
     /// knowing no epochs, echoes each item's own epoch in its result (so the caller cannot tell).
-    fn bump(&mut self, p: &SetParams, incarnation: u64, items: &[BumpItem], skip_fence: bool) -> CommandResult {
+    fn bump(&mut self, p: &SetParams, incarnation: Incarnation, items: &[BumpItem], skip_fence: bool) -> CommandResult {
         if !skip_fence && !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
-        if let Some(bad) = items
-            .iter()
-            .find(|i| !(p.section_begin..p.section_end).contains(&i.section))
-        {
+        if let Some(bad) = items.iter().find(|i| !p.holds(i.section)) {
             return CommandResult::Invalid(format!("section {} is not in this set", bad.section));
         }
-        let begin = p.section_begin;
         let results = items
             .iter()
             .map(|item| {
-                let s = &mut self.sections[(item.section - begin) as usize];
+                let s = &mut self.sections[slot(p, item.section)];
                 let fenced_out = s.epoch != item.epoch || s.owner != incarnation;
                 let outcome = if fenced_out && !skip_fence {
                     BumpOutcome::StaleEpoch
@@ -293,7 +336,7 @@ impl SetState {
     fn release(
         &mut self,
         p: &SetParams,
-        incarnation: u64,
+        incarnation: Incarnation,
         ranges: &[Released],
         leaving: bool,
         unfenced: bool,
@@ -303,13 +346,12 @@ impl SetState {
         }
         let mut count = 0;
         for r in ranges {
-            for section in r.begin.max(p.section_begin)..r.end.min(p.section_end) {
-                let s = &mut self.sections[(section - p.section_begin) as usize];
+            for section in clamp(p, r.begin, r.end) {
+                let s = &mut self.sections[slot(p, section)];
                 // The epoch pins the grant the owner dropped: the same incarnation may hold the
                 // section again under a later epoch, which this Release must not end.
                 if s.owner == incarnation && (s.epoch == r.epoch || unfenced) {
-                    s.owner = 0;
-                    s.epoch += 1;
+                    s.change_owner(NOBODY);
                     s.no_wait = true;
                     count += 1;
                 }
@@ -324,27 +366,26 @@ impl SetState {
         CommandResult::Released { count }
     }
 
-    fn assign(&mut self, p: &SetParams, expire: &[u64], moves: &[Move]) -> CommandResult {
+    fn assign(&mut self, p: &SetParams, expire: &[Incarnation], moves: &[Move]) -> CommandResult {
         let mut expired = false;
         for inc in expire {
             expired |= self.allocsvrs.remove(inc).is_some();
         }
         let mut moved = 0;
         for m in moves {
-            if m.to != 0 && !self.allocsvrs.contains_key(&m.to) {
+            if m.to != NOBODY && !self.allocsvrs.contains_key(&m.to) {
                 continue; // the target went away after the arbiter decided
             }
-            for section in m.begin.max(p.section_begin)..m.end.min(p.section_end) {
-                let s = &mut self.sections[(section - p.section_begin) as usize];
+            for section in clamp(p, m.begin, m.end) {
+                let s = &mut self.sections[slot(p, section)];
                 if s.owner != m.from || s.owner == m.to {
                     continue;
                 }
                 // Only an unowned section that was released (or never owned) may be
                 // served at once; taking it from a live or dead owner means waiting
                 // out that owner's lease.
-                s.no_wait = s.owner == 0 && s.no_wait;
-                s.owner = m.to;
-                s.epoch += 1;
+                s.no_wait = s.owner == NOBODY && s.no_wait;
+                s.change_owner(m.to);
                 moved += 1;
             }
         }
@@ -359,12 +400,32 @@ impl SetState {
     }
 
     /// The section's state, if it belongs to the set.
-    pub fn section(&self, section: u64) -> Option<&SectionState> {
+    pub fn section(&self, section: SectionId) -> Option<&SectionState> {
         let p = self.params.as_ref()?;
-        if !(p.section_begin..p.section_end).contains(&section) {
+        if !p.holds(section) {
             return None;
         }
-        self.sections.get((section - p.section_begin) as usize)
+        self.sections.get(slot(p, section))
+    }
+
+    /// The sections of `[begin, end)` that the set holds, with their states, in order. One slice
+    /// walk: the arbiter runs this over every section of the set on each tick.
+    pub fn sections_in(&self, begin: SectionId, end: SectionId) -> impl Iterator<Item = (SectionId, &SectionState)> {
+        let (first, states): (SectionId, &[SectionState]) = match self.params.as_ref() {
+            Some(p) => {
+                let first = begin.max(p.first_section());
+                let last = end.min(p.end_section()).max(first);
+                (
+                    first,
+                    self.sections.get(slot(p, first)..slot(p, last)).unwrap_or_default(),
+                )
+            }
+            None => (begin, &[]),
+        };
+        states
+            .iter()
+            .enumerate()
+            .map(move |(i, s)| (SectionId(first.0 + i as u64), s))
     }
 
     /// Sum of every section's `max_seq`, saturating (a progress signal for operators).
@@ -372,31 +433,42 @@ impl SetState {
         self.sections.iter().fold(0u64, |a, s| a.saturating_add(s.max_seq))
     }
 
-    /// Runs of consecutive sections `(begin, end, state)` with the same owner, epoch and no_wait.
-    pub fn runs(&self) -> Vec<(u64, u64, &SectionState)> {
+    /// Runs of consecutive sections with the same owner, epoch and no_wait.
+    pub fn runs(&self) -> Vec<Run<'_>> {
         let Some(p) = self.params.as_ref() else {
             return Vec::new();
         };
-        let mut out: Vec<(u64, u64, &SectionState)> = Vec::new();
+        let mut out: Vec<Run<'_>> = Vec::new();
         for (i, s) in self.sections.iter().enumerate() {
-            let section = p.section_begin + i as u64;
+            let section = SectionId(p.section_begin + i as u64);
+            let next = SectionId(section.0 + 1);
             match out.last_mut() {
-                Some((_, end, last)) if last.owner == s.owner && last.epoch == s.epoch && last.no_wait == s.no_wait => {
-                    *end = section + 1
+                Some(run)
+                    if run.state.owner == s.owner && run.state.epoch == s.epoch && run.state.no_wait == s.no_wait =>
+                {
+                    run.end = next
                 }
-                _ => out.push((section, section + 1, s)),
+                _ => out.push(Run {
+                    begin: section,
+                    end: next,
+                    state: s,
+                }),
             }
         }
         out
     }
 
     /// Runs of consecutive sections with the same owner (epochs may differ).
-    pub fn owner_runs(&self) -> Vec<(u64, u64, u64)> {
-        let mut out: Vec<(u64, u64, u64)> = Vec::new();
-        for (b, e, s) in self.runs() {
+    pub fn owner_runs(&self) -> Vec<OwnerRun> {
+        let mut out: Vec<OwnerRun> = Vec::new();
+        for run in self.runs() {
             match out.last_mut() {
-                Some((_, end, owner)) if *owner == s.owner => *end = e,
-                _ => out.push((b, e, s.owner)),
+                Some(last) if last.owner == run.state.owner => last.end = run.end,
+                _ => out.push(OwnerRun {
+                    begin: run.begin,
+                    end: run.end,
+                    owner: run.state.owner,
+                }),
             }
         }
         out
@@ -406,6 +478,7 @@ impl SetState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::testing::register_with;
 
     fn params() -> SetParams {
         SetParams {
@@ -423,62 +496,62 @@ mod tests {
     }
 
     /// Registers `node_id` as a new process (a nonce never used before).
-    fn register(st: &mut SetState, node_id: u64) -> u64 {
-        let nonce = 1_000_000 + st.last_incarnation;
+    fn register(st: &mut SetState, node_id: u64) -> Incarnation {
+        let nonce = 1_000_000 + st.last_incarnation.0;
         register_with(st, node_id, nonce)
     }
 
-    fn register_with(st: &mut SetState, node_id: u64, nonce: u64) -> u64 {
-        match st.apply(
-            &Command::Register {
-                node_id,
-                addr: format!("n{node_id}"),
-                nonce,
-            },
-            false,
-        ) {
-            CommandResult::Registered { incarnation } => incarnation,
-            other => panic!("register: {other:?}"),
-        }
-    }
-
-    fn ready() -> (SetState, u64) {
+    fn ready() -> (SetState, Incarnation) {
         let mut st = SetState::default();
         st.apply(&Command::Init(params()), false);
         let incarnation = register(&mut st, 1);
-        st.apply(
-            &Command::Assign {
-                expire: vec![],
-                moves: vec![Move {
-                    begin: 0,
-                    end: 10,
-                    from: 0,
-                    to: incarnation,
-                }],
-            },
-            false,
-        );
+        assign(&mut st, vec![], 0..10, NOBODY, incarnation);
         (st, incarnation)
     }
 
     /// A Release of `[begin, end)` under the epochs the sections have now (what their owner holds).
     fn held(st: &SetState, begin: u64, end: u64) -> Vec<Released> {
-        (begin..end)
+        sections(SectionId(begin), SectionId(end))
             .map(|section| Released {
                 begin: section,
-                end: section + 1,
+                end: SectionId(section.0 + 1),
                 epoch: st.section(section).unwrap().epoch,
             })
             .collect()
     }
 
-    fn bump(st: &mut SetState, inc: u64, section: u64, epoch: u64, new_max: u64) -> CommandResult {
+    /// The arbiter's command: expire `expire`, move `sections` from `from` to `to`.
+    fn assign(
+        st: &mut SetState,
+        expire: Vec<Incarnation>,
+        sections: std::ops::Range<u64>,
+        from: Incarnation,
+        to: Incarnation,
+    ) -> CommandResult {
+        let moves = vec![Move {
+            begin: SectionId(sections.start),
+            end: SectionId(sections.end),
+            from,
+            to,
+        }];
+        st.apply(&Command::Assign { expire, moves }, false)
+    }
+
+    fn run(begin: u64, end: u64, owner: Incarnation) -> OwnerRun {
+        OwnerRun {
+            begin: SectionId(begin),
+            end: SectionId(end),
+            owner,
+        }
+    }
+
+    fn bump(st: &mut SetState, inc: Incarnation, section: u64, epoch: u64, new_max: u64) -> CommandResult {
         st.apply(
             &Command::Bump {
                 incarnation: inc,
                 items: vec![BumpItem {
-                    section,
-                    epoch,
+                    section: SectionId(section),
+                    epoch: Epoch(epoch),
                     new_max,
                 }],
             },
@@ -486,12 +559,43 @@ mod tests {
         )
     }
 
+    /// The newtypes must not change the log format: a command encodes as the bare numbers it did
+    /// when these fields were `u64` (variant index, then each field as a varint).
+    #[test]
+    fn newtypes_encode_as_the_bare_numbers_they_wrap() {
+        let cmd = Command::Bump {
+            incarnation: Incarnation(17),
+            items: vec![BumpItem {
+                section: SectionId(3),
+                epoch: Epoch(2),
+                new_max: 300,
+            }],
+        };
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(bytes, [2, 17, 1, 3, 2, 0xAC, 0x02]);
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+    }
+
     #[test]
     fn first_assignment_needs_no_wait_and_raises_epoch() {
         let (st, inc) = ready();
-        let s = st.section(3).unwrap();
-        assert_eq!((s.owner, s.epoch, s.no_wait), (inc, 1, true));
+        let s = st.section(SectionId(3)).unwrap();
+        assert_eq!((s.owner, s.epoch, s.no_wait), (inc, Epoch(1), true));
         assert_eq!(st.route_version, 1);
+    }
+
+    #[test]
+    fn sections_in_walks_only_the_sets_sections() {
+        let (st, _) = ready();
+        let ids = |b, e| {
+            st.sections_in(SectionId(b), SectionId(e))
+                .map(|(s, _)| s.0)
+                .collect::<Vec<u64>>()
+        };
+        let cases: [(u64, u64, &[u64]); 4] = [(3, 6, &[3, 4, 5]), (8, 20, &[8, 9]), (12, 20, &[]), (5, 2, &[])];
+        for (begin, end, want) in cases {
+            assert_eq!(ids(begin, end), want, "[{begin}, {end})");
+        }
     }
 
     #[test]
@@ -521,68 +625,49 @@ mod tests {
     fn stale_epoch_bump_is_refused_after_a_move() {
         let (mut st, a) = ready();
         let b = register(&mut st, 2);
-        st.apply(
-            &Command::Assign {
-                expire: vec![],
-                moves: vec![Move {
-                    begin: 0,
-                    end: 5,
-                    from: a,
-                    to: b,
-                }],
-            },
-            false,
-        );
-        let s = st.section(2).unwrap().clone();
+        assign(&mut st, vec![], 0..5, a, b);
+        let s = st.section(SectionId(2)).unwrap().clone();
         assert_eq!(
             (s.owner, s.epoch, s.no_wait),
-            (b, 2, false),
+            (b, Epoch(2), false),
             "forced move must wait a lease"
         );
         let CommandResult::Bumped(r) = bump(&mut st, a, 2, 1, 1_000) else {
             panic!()
         };
         assert_eq!(r[0].outcome, BumpOutcome::StaleEpoch);
-        assert_eq!(st.section(2).unwrap().max_seq, 0);
+        assert_eq!(st.section(SectionId(2)).unwrap().max_seq, 0);
         // The unsafe switch lets the stale owner through and echoes its own epoch, so that the
         // stale owner takes the bump as acknowledged: the negative control works.
         let r = st.apply(
             &Command::Bump {
                 incarnation: a,
                 items: vec![BumpItem {
-                    section: 2,
-                    epoch: 1,
+                    section: SectionId(2),
+                    epoch: Epoch(1),
                     new_max: 9,
                 }],
             },
             true,
         );
         let CommandResult::Bumped(r) = r else { panic!("{r:?}") };
-        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 9));
-        assert_eq!(st.section(2).unwrap().max_seq, 9);
+        assert_eq!(
+            (r[0].outcome, r[0].epoch, r[0].max_seq),
+            (BumpOutcome::Applied, Epoch(1), 9)
+        );
+        assert_eq!(st.section(SectionId(2)).unwrap().max_seq, 9);
     }
 
     #[test]
     fn without_the_fence_an_expired_incarnation_still_bumps() {
         let (mut st, a) = ready();
         let b = register(&mut st, 2);
-        st.apply(
-            &Command::Assign {
-                expire: vec![a],
-                moves: vec![Move {
-                    begin: 0,
-                    end: 10,
-                    from: a,
-                    to: b,
-                }],
-            },
-            false,
-        );
+        assign(&mut st, vec![a], 0..10, a, b);
         let late = Command::Bump {
             incarnation: a,
             items: vec![BumpItem {
-                section: 4,
-                epoch: 1,
+                section: SectionId(4),
+                epoch: Epoch(1),
                 new_max: 40,
             }],
         };
@@ -590,10 +675,13 @@ mod tests {
         let CommandResult::Bumped(r) = st.apply(&late, true) else {
             panic!()
         };
-        assert_eq!((r[0].outcome, r[0].epoch, r[0].max_seq), (BumpOutcome::Applied, 1, 40));
         assert_eq!(
-            st.section(4).unwrap().epoch,
-            2,
+            (r[0].outcome, r[0].epoch, r[0].max_seq),
+            (BumpOutcome::Applied, Epoch(1), 40)
+        );
+        assert_eq!(
+            st.section(SectionId(4)).unwrap().epoch,
+            Epoch(2),
             "the fence-less store leaves the epoch alone"
         );
     }
@@ -613,21 +701,10 @@ mod tests {
             ),
             CommandResult::Released { count: 5 }
         );
-        st.apply(
-            &Command::Assign {
-                expire: vec![],
-                moves: vec![Move {
-                    begin: 5,
-                    end: 10,
-                    from: 0,
-                    to: b,
-                }],
-            },
-            false,
-        );
-        let s = st.section(7).unwrap();
-        assert_eq!((s.owner, s.epoch, s.no_wait), (b, 3, true));
-        assert_eq!(st.owner_runs(), vec![(0, 5, a), (5, 10, b)]);
+        assign(&mut st, vec![], 5..10, NOBODY, b);
+        let s = st.section(SectionId(7)).unwrap();
+        assert_eq!((s.owner, s.epoch, s.no_wait), (b, Epoch(3), true));
+        assert_eq!(st.owner_runs(), vec![run(0, 5, a), run(5, 10, b)]);
     }
 
     #[test]
@@ -645,7 +722,7 @@ mod tests {
         assert_eq!(r, CommandResult::Released { count: 10 });
         assert!(st.allocsvrs.is_empty());
         assert!(st.route_version > v);
-        assert!(st.sections.iter().all(|s| s.owner == 0 && s.no_wait));
+        assert!(st.sections.iter().all(|s| s.owner == NOBODY && s.no_wait));
         assert_eq!(bump(&mut st, a, 0, 2, 10), CommandResult::UnknownIncarnation);
     }
 
@@ -665,7 +742,7 @@ mod tests {
         assert!(matches!(
             empty.apply(
                 &Command::Register {
-                    node_id: 1,
+                    node_id: NodeId(1),
                     addr: "a".into(),
                     nonce: 0,
                 },
@@ -690,20 +767,6 @@ mod tests {
     fn a_late_release_does_not_take_a_section_back_from_its_current_owner() {
         let (mut st, a) = ready();
         let c = register(&mut st, 2);
-        let assign = |st: &mut SetState, to: u64| {
-            st.apply(
-                &Command::Assign {
-                    expire: vec![],
-                    moves: vec![Move {
-                        begin: 0,
-                        end: 5,
-                        from: 0,
-                        to,
-                    }],
-                },
-                false,
-            )
-        };
         // A hands sections 0..5 over with Release R; R commits but its reply is lost.
         let r = Command::Release {
             incarnation: a,
@@ -711,7 +774,7 @@ mod tests {
             leaving: false,
         };
         st.apply(&r, false);
-        assign(&mut st, c);
+        assign(&mut st, vec![], 0..5, NOBODY, c);
         // C leaves cleanly, the sections come back to A (no wait), C restarts as C2.
         st.apply(
             &Command::Release {
@@ -721,15 +784,15 @@ mod tests {
             },
             false,
         );
-        assign(&mut st, a);
-        let before = st.section(2).unwrap().clone();
+        assign(&mut st, vec![], 0..5, NOBODY, a);
+        let before = st.section(SectionId(2)).unwrap().clone();
         assert_eq!(before.owner, a);
         let _c2 = register(&mut st, 2);
         // The resent R lands now: it must change nothing.
         let mut unfenced = st.clone();
         st.apply(&r, false);
         assert_eq!(
-            st.section(2).unwrap(),
+            st.section(SectionId(2)).unwrap(),
             &before,
             "a stale Release took the section from its owner"
         );
@@ -740,8 +803,8 @@ mod tests {
         };
         unfenced.apply_with(&r, rules);
         assert_eq!(
-            unfenced.section(2).unwrap().owner,
-            0,
+            unfenced.section(SectionId(2)).unwrap().owner,
+            NOBODY,
             "--unsafe-unfenced-release lets R end A's grant"
         );
     }
@@ -757,7 +820,7 @@ mod tests {
             BumpOutcome::OutOfRange,
             "a forged bump to 2^64-2 was applied"
         );
-        assert_eq!(st.section(0).unwrap().max_seq, 0);
+        assert_eq!(st.section(SectionId(0)).unwrap().max_seq, 0);
         // An owner's own bumps (one step above the ceiling, a retry of the same) pass; the bound
         // is MAX_BUMP_STEPS steps above the current ceiling, inclusive.
         let step = params().step;
@@ -799,12 +862,13 @@ mod tests {
             let (mut st, _) = ready();
             for (kind, section, epoch, val) in ops {
                 let before: Vec<u64> = st.sections.iter().map(|s| s.max_seq).collect();
-                let inc = st.allocsvrs.keys().next().copied().unwrap_or(0);
+                let inc = st.allocsvrs.keys().next().copied().unwrap_or(NOBODY);
+                let (s, e) = (SectionId(section), Epoch(epoch));
                 let cmd = match kind {
-                    0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section, epoch, new_max: val }] },
-                    1 => Command::Release { incarnation: inc, ranges: vec![Released { begin: section, end: section + 2, epoch: val % 4 }], leaving: epoch == 3 },
-                    2 => Command::Register { node_id: epoch, addr: "x".into(), nonce: val },
-                    _ => Command::Assign { expire: vec![], moves: vec![Move { begin: 0, end: 10, from: 0, to: inc }] },
+                    0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section: s, epoch: e, new_max: val }] },
+                    1 => Command::Release { incarnation: inc, ranges: vec![Released { begin: s, end: SectionId(section + 2), epoch: Epoch(val % 4) }], leaving: epoch == 3 },
+                    2 => Command::Register { node_id: NodeId(epoch), addr: "x".into(), nonce: val },
+                    _ => Command::Assign { expire: vec![], moves: vec![Move { begin: SectionId(0), end: SectionId(10), from: NOBODY, to: inc }] },
                 };
                 st.apply(&cmd, false);
                 for (b, s) in before.iter().zip(&st.sections) {

@@ -8,11 +8,11 @@
 //! Left out: leader transfer (not in openraft 0.9) and joint changes of
 //! several replicas at once.
 
-use crate::error::StoreError;
+use crate::error::RpcError;
 use crate::shared::Shared;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
-use seqsvr_proto::pb;
+use seqsvr_proto::{NodeId, pb};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,17 +48,15 @@ impl AdminSvc {
         self.ctx.raft.metrics().borrow().current_leader == Some(self.ctx.node_id)
     }
 
-    async fn change(&self, changes: ChangeMembers<u64, BasicNode>) -> Result<pb::MembershipReply, StoreError> {
+    async fn change(&self, changes: ChangeMembers<u64, BasicNode>) -> Result<pb::MembershipReply, RpcError> {
         match tokio::time::timeout(CATCH_UP_TIMEOUT, self.ctx.raft.change_membership(changes, false)).await {
-            Err(_) => Err(StoreError::Unavailable(
-                "membership change did not commit in time".into(),
-            )),
+            Err(_) => Err(RpcError::Unavailable("membership change did not commit in time".into())),
             Ok(Ok(r)) => Ok(self.reply(r.log_id.index)),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => Ok(self.not_leader(f.leader_id)),
             Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(StoreError::FailedPrecondition(e.to_string()))
+                Err(RpcError::FailedPrecondition(e.to_string()))
             }
-            Ok(Err(RaftError::Fatal(e))) => Err(StoreError::Fatal(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
         }
     }
 }
@@ -68,7 +66,7 @@ impl pb::admin_service_server::AdminService for AdminSvc {
     async fn add_replica(&self, req: Request<pb::AddReplicaRequest>) -> Result<Response<pb::MembershipReply>, Status> {
         let req = req.into_inner();
         if req.node_id == 0 {
-            return Err(StoreError::InvalidArgument("node_id must be > 0".into()).into());
+            return Err(RpcError::InvalidArgument("node_id must be > 0".into()).into());
         }
         if req
             .addr
@@ -76,7 +74,7 @@ impl pb::admin_service_server::AdminService for AdminSvc {
             .and_then(|(_, p)| p.parse::<u16>().ok())
             .is_none()
         {
-            return Err(StoreError::InvalidArgument(format!("addr must be host:port, got {:?}", req.addr)).into());
+            return Err(RpcError::InvalidArgument(format!("addr must be host:port, got {:?}", req.addr)).into());
         }
         if !self.is_leader() {
             return Ok(Response::new(self.not_leader(None)));
@@ -88,9 +86,9 @@ impl pb::admin_service_server::AdminService for AdminSvc {
             .expect("state lock poisoned")
             .set
             .replica_ids_ever
-            .contains(&req.node_id);
+            .contains(&NodeId(req.node_id));
         if used {
-            return Err(StoreError::FailedPrecondition(format!(
+            return Err(RpcError::FailedPrecondition(format!(
                 "node id {} was a member before; node ids are never reused, pick a new one",
                 req.node_id
             ))
@@ -105,15 +103,15 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         )
         .await;
         match added {
-            Err(_) => return Err(StoreError::Unavailable("the new replica did not catch up in time".into()).into()),
+            Err(_) => return Err(RpcError::Unavailable("the new replica did not catch up in time".into()).into()),
             Ok(Ok(_)) => {}
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 return Ok(Response::new(self.not_leader(f.leader_id)));
             }
             Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                return Err(StoreError::FailedPrecondition(e.to_string()).into());
+                return Err(RpcError::FailedPrecondition(e.to_string()).into());
             }
-            Ok(Err(RaftError::Fatal(e))) => return Err(StoreError::Fatal(e.to_string()).into()),
+            Ok(Err(RaftError::Fatal(e))) => return Err(RpcError::Fatal(e.to_string()).into()),
         }
         tracing::info!(node_id = req.node_id, "learner caught up; promoting to voter");
         Ok(Response::new(
@@ -143,13 +141,13 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         let ids = BTreeSet::from([req.node_id]);
         let changes = if is_voter {
             if voters <= 1 {
-                return Err(StoreError::FailedPrecondition("cannot remove the last voter".into()).into());
+                return Err(RpcError::FailedPrecondition("cannot remove the last voter".into()).into());
             }
             ChangeMembers::RemoveVoters(ids)
         } else if is_learner {
             ChangeMembers::RemoveNodes(ids)
         } else {
-            return Err(StoreError::InvalidArgument(format!("node {} is not a member", req.node_id)).into());
+            return Err(RpcError::InvalidArgument(format!("node {} is not a member", req.node_id)).into());
         };
         tracing::info!(node_id = req.node_id, "removing replica");
         Ok(Response::new(self.change(changes).await?))

@@ -9,13 +9,15 @@
 //! Bad input is refused before anything is proposed, and the state machine
 //! checks again at apply time, so a refused request changes nothing.
 
-use crate::domain::state::{BumpItem, BumpOutcome, Command, CommandResult, Released, SetParams, SetState};
-use crate::error::StoreError;
+use crate::domain::state::{
+    BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
+};
+use crate::error::RpcError;
 use crate::raft::writer::WriteError;
 use crate::shared::{Shared, WRITE_TIMEOUT};
 use crate::storage::sm_store::SmData;
 use openraft::error::{CheckIsLeaderError, RaftError};
-use seqsvr_proto::pb;
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
 use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Request, Response, Status};
@@ -44,14 +46,14 @@ impl StoreSvc {
         f(&self.ctx.state.read().expect("state lock poisoned"))
     }
 
-    fn params(&self) -> Result<SetParams, StoreError> {
+    fn params(&self) -> Result<SetParams, RpcError> {
         self.data(|d| d.set.params.clone())
-            .ok_or_else(|| StoreError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
+            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
     }
 
     /// Before a local read shows state applied up to `applied`, make that commit index durable,
     /// so that this replica never shows an older state after a crash (see `Durability`).
-    async fn expose(&self, applied: Option<u64>) -> Result<(), StoreError> {
+    async fn expose(&self, applied: Option<u64>) -> Result<(), RpcError> {
         match applied {
             None => Ok(()),
             Some(index) => self
@@ -59,7 +61,7 @@ impl StoreSvc {
                 .durability
                 .make_durable(index)
                 .await
-                .map_err(|e| StoreError::Unavailable(format!("cannot persist the commit index: {e}"))),
+                .map_err(|e| RpcError::Unavailable(format!("cannot persist the commit index: {e}"))),
         }
     }
 
@@ -67,41 +69,41 @@ impl StoreSvc {
         self.data(|d| d.last_applied.map(|l| l.index))
     }
 
-    fn check_restored(&self) -> Result<(), StoreError> {
+    fn check_restored(&self) -> Result<(), RpcError> {
         if self.ctx.is_restored() {
             Ok(())
         } else {
-            Err(StoreError::Unavailable(
+            Err(RpcError::Unavailable(
                 "this replica is restoring its state after a restart (waiting for a leader's commit index)".into(),
             ))
         }
     }
 
-    async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, StoreError> {
+    async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {
         match self.ctx.writer.write(cmd, WRITE_TIMEOUT).await {
             Ok(r) => Ok(Led::Here(r)),
             Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.ctx.leader_hint(id))),
-            Err(WriteError::Unavailable(m)) => Err(StoreError::Unavailable(m)),
-            Err(WriteError::TooLarge(m)) => Err(StoreError::InvalidArgument(m)),
+            Err(WriteError::Unavailable(m)) => Err(RpcError::Unavailable(m)),
+            Err(WriteError::TooLarge(m)) => Err(RpcError::InvalidArgument(m)),
         }
     }
 
-    async fn linearizable(&self) -> Result<Led<()>, StoreError> {
+    async fn linearizable(&self) -> Result<Led<()>, RpcError> {
         match tokio::time::timeout(WRITE_TIMEOUT, self.ctx.raft.ensure_linearizable()).await {
-            Err(_) => Err(StoreError::Unavailable(
+            Err(_) => Err(RpcError::Unavailable(
                 "no quorum answered the read index in time".into(),
             )),
             Ok(Ok(_)) => Ok(Led::Here(())),
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
                 Ok(Led::Elsewhere(self.ctx.leader_hint(f.leader_id)))
             }
-            Ok(Err(RaftError::APIError(e))) => Err(StoreError::Unavailable(e.to_string())),
-            Ok(Err(RaftError::Fatal(e))) => Err(StoreError::Fatal(e.to_string())),
+            Ok(Err(RaftError::APIError(e))) => Err(RpcError::Unavailable(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
         }
     }
 
     /// The route table of the current state, rebuilt only when its version changed.
-    fn route_table(&self) -> Result<pb::RouteTable, StoreError> {
+    fn route_table(&self) -> Result<pb::RouteTable, RpcError> {
         let version = self.data(|d| d.set.route_version);
         let mut cache = self.ctx.routes.lock().expect("routes lock poisoned");
         if let Some(t) = cache.as_ref().filter(|t| t.version == version) {
@@ -109,7 +111,7 @@ impl StoreSvc {
         }
         let t = self
             .data(|d| build_routes(&d.set))
-            .ok_or_else(|| StoreError::Unavailable("the set is not initialized yet".into()))?;
+            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet".into()))?;
         *cache = Some(t.clone());
         Ok(t)
     }
@@ -117,9 +119,9 @@ impl StoreSvc {
 
 /// A result the command cannot produce: a bug in this server, not a reason to retry.
 /// The items of a Bump, checked against the limits and the set's sections.
-fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpItem>, StoreError> {
+fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpItem>, RpcError> {
     if items.is_empty() || items.len() > MAX_BUMP_ITEMS {
-        return Err(StoreError::InvalidArgument(format!(
+        return Err(RpcError::InvalidArgument(format!(
             "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
             items.len()
         )));
@@ -128,22 +130,22 @@ fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpIte
         .iter()
         .map(|i| {
             if !p.sections().contains(&i.section) {
-                return Err(StoreError::InvalidArgument(format!(
+                return Err(RpcError::InvalidArgument(format!(
                     "unknown section {} (this set has [{}, {}))",
                     i.section, p.section_begin, p.section_end
                 )));
             }
             Ok(BumpItem {
-                section: i.section,
-                epoch: i.epoch,
+                section: SectionId(i.section),
+                epoch: Epoch(i.epoch),
                 new_max: i.new_max,
             })
         })
         .collect()
 }
 
-fn unexpected(r: CommandResult) -> StoreError {
-    StoreError::Internal(format!("unexpected state machine result {r:?}"))
+fn unexpected(r: CommandResult) -> RpcError {
+    RpcError::Internal(format!("unexpected state machine result {r:?}"))
 }
 
 /// Route table of a set: runs of sections with the same owner.
@@ -152,14 +154,14 @@ pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
     let entries = set
         .owner_runs()
         .into_iter()
-        .map(|(b, e, owner)| {
-            let rec = set.allocsvrs.get(&owner);
+        .map(|run| {
+            let rec = set.allocsvrs.get(&run.owner);
             pb::RouteEntry {
                 set_id: p.set_id,
-                section_begin: b,
-                section_end: e,
-                node_id: rec.map_or(0, |r| r.node_id),
-                incarnation: rec.map_or(0, |r| r.incarnation),
+                section_begin: run.begin.0,
+                section_end: run.end.0,
+                node_id: rec.map_or(0, |r| r.node_id.0),
+                incarnation: rec.map_or(0, |r| r.incarnation.0),
                 addr: rec.map(|r| r.addr.clone()).unwrap_or_default(),
             }
         })
@@ -172,32 +174,35 @@ pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
     })
 }
 
-fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<(u64, u64)>, StoreError> {
+fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<Span>, RpcError> {
     if ranges.is_empty() {
-        return Err(StoreError::InvalidArgument("no sections given".into()));
+        return Err(RpcError::InvalidArgument("no sections given".into()));
     }
     let mut total = 0u64;
     let mut out = Vec::with_capacity(ranges.len());
     for r in ranges {
         if r.begin >= r.end || r.end > p.section_end || r.begin < p.section_begin {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(RpcError::InvalidArgument(format!(
                 "section range [{}, {}) is empty or outside this set's sections [{}, {})",
                 r.begin, r.end, p.section_begin, p.section_end
             )));
         }
         total += r.end - r.begin;
         if total > limit {
-            return Err(StoreError::InvalidArgument(format!(
+            return Err(RpcError::InvalidArgument(format!(
                 "more than {limit} sections in one request"
             )));
         }
-        out.push((r.begin, r.end));
+        out.push(Span {
+            begin: SectionId(r.begin),
+            end: SectionId(r.end),
+        });
     }
     Ok(out)
 }
 
 /// Validates a Release's ranges like [`check_ranges`], keeping each range's epoch.
-fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Result<Vec<Released>, StoreError> {
+fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Result<Vec<Released>, RpcError> {
     let plain: Vec<pb::SectionRange> = ranges
         .iter()
         .map(|r| pb::SectionRange {
@@ -209,14 +214,14 @@ fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Re
     Ok(ranges
         .iter()
         .map(|r| Released {
-            begin: r.begin,
-            end: r.end,
-            epoch: r.epoch,
+            begin: SectionId(r.begin),
+            end: SectionId(r.end),
+            epoch: Epoch(r.epoch),
         })
         .collect())
 }
 
-fn check_addr(addr: &str) -> Result<(), StoreError> {
+fn check_addr(addr: &str) -> Result<(), RpcError> {
     let ok = addr.len() <= MAX_ADDR_LEN
         && addr
             .rsplit_once(':')
@@ -224,7 +229,7 @@ fn check_addr(addr: &str) -> Result<(), StoreError> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::InvalidArgument(format!(
+        Err(RpcError::InvalidArgument(format!(
             "addr must be host:port, got {addr:?}"
         )))
     }
@@ -244,13 +249,13 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterReply>, Status> {
         let req = req.into_inner();
         if req.node_id == 0 {
-            return Err(StoreError::InvalidArgument("node_id must be > 0".into()).into());
+            return Err(RpcError::InvalidArgument("node_id must be > 0".into()).into());
         }
         check_addr(&req.addr)?;
         let params = self.params()?;
         let incarnation = match self
             .write(Command::Register {
-                node_id: req.node_id,
+                node_id: NodeId(req.node_id),
                 addr: req.addr.clone(),
                 nonce: req.nonce,
             })
@@ -270,16 +275,17 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .lock()
             .expect("liveness lock poisoned")
             .registered(incarnation, Instant::now());
-        tracing::info!(node_id = req.node_id, incarnation, addr = %req.addr, "AllocSvr registered");
+        tracing::info!(node_id = req.node_id, %incarnation, addr = %req.addr, "AllocSvr registered");
         Ok(Response::new(pb::RegisterReply {
             not_leader: None,
-            incarnation,
+            incarnation: incarnation.0,
             params: Some(params.to_pb()),
         }))
     }
 
     async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::RenewReply>, Status> {
         let req = req.into_inner();
+        let incarnation = Incarnation(req.incarnation);
         if let Led::Elsewhere(hint) = self.linearizable().await? {
             return Ok(Response::new(pb::RenewReply {
                 not_leader: Some(hint),
@@ -287,17 +293,17 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }));
         }
         let (known, grants, route_version) = self.data(|d| {
-            let known = d.set.allocsvrs.contains_key(&req.incarnation);
+            let known = d.set.allocsvrs.contains_key(&incarnation);
             let grants: Vec<pb::Grant> = d
                 .set
                 .runs()
                 .into_iter()
-                .filter(|(_, _, s)| s.owner == req.incarnation)
-                .map(|(b, e, s)| pb::Grant {
-                    section_begin: b,
-                    section_end: e,
-                    epoch: s.epoch,
-                    no_wait: s.no_wait,
+                .filter(|run| run.state.owner == incarnation)
+                .map(|run| pb::Grant {
+                    section_begin: run.begin.0,
+                    section_end: run.end.0,
+                    epoch: run.state.epoch.0,
+                    no_wait: run.state.no_wait,
                 })
                 .collect();
             (known, grants, d.set.route_version)
@@ -313,17 +319,21 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .liveness
             .lock()
             .expect("liveness lock poisoned")
-            .record(req.incarnation, Instant::now());
+            .record(incarnation, Instant::now());
         let handover = self
             .ctx
             .plan
             .lock()
             .expect("plan lock poisoned")
             .handover
-            .get(&req.incarnation)
-            .map(|runs| {
-                runs.iter()
-                    .map(|&(begin, end)| pb::SectionRange { begin, end })
+            .get(&incarnation)
+            .map(|spans| {
+                spans
+                    .iter()
+                    .map(|span| pb::SectionRange {
+                        begin: span.begin.0,
+                        end: span.end.0,
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -352,7 +362,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         };
         match self
             .write(Command::Release {
-                incarnation: req.incarnation,
+                incarnation: Incarnation(req.incarnation),
                 ranges,
                 leaving: req.leaving,
             })
@@ -374,7 +384,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                     released: count,
                 }))
             }
-            Led::Here(CommandResult::UnknownIncarnation) => Err(StoreError::FailedPrecondition(format!(
+            Led::Here(CommandResult::UnknownIncarnation) => Err(RpcError::FailedPrecondition(format!(
                 "incarnation {} is not registered (superseded or expired): register again",
                 req.incarnation
             ))
@@ -388,8 +398,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let items = check_bump_items(&self.params()?, &req.items)?;
         // `--unsafe-skip-epoch-fence` (negative control) removes this check too: it is the fence
         // against an owner the arbiter declared dead (see `SetState::bump`).
-        if !self.ctx.config.unsafe_skip_epoch_fence && !self.data(|d| d.set.allocsvrs.contains_key(&req.incarnation)) {
-            return Err(StoreError::FailedPrecondition(format!(
+        let incarnation = Incarnation(req.incarnation);
+        if !self.ctx.config.unsafe_skip_epoch_fence && !self.data(|d| d.set.allocsvrs.contains_key(&incarnation)) {
+            return Err(RpcError::FailedPrecondition(format!(
                 "unknown incarnation {}: register first",
                 req.incarnation
             ))
@@ -397,13 +408,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         }
         let started = Instant::now();
         let n = items.len();
-        match self
-            .write(Command::Bump {
-                incarnation: req.incarnation,
-                items,
-            })
-            .await?
-        {
+        match self.write(Command::Bump { incarnation, items }).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {
                 not_leader: Some(hint),
                 results: vec![],
@@ -414,10 +419,10 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 let results = results
                     .into_iter()
                     .map(|r| pb::BumpResult {
-                        section: r.section,
+                        section: r.section.0,
                         outcome: outcome_pb(r.outcome),
                         max_seq: r.max_seq,
-                        epoch: r.epoch,
+                        epoch: r.epoch.0,
                     })
                     .collect();
                 Ok(Response::new(pb::BumpReply {
@@ -425,12 +430,12 @@ impl pb::store_service_server::StoreService for StoreSvc {
                     results,
                 }))
             }
-            Led::Here(CommandResult::UnknownIncarnation) => Err(StoreError::FailedPrecondition(format!(
+            Led::Here(CommandResult::UnknownIncarnation) => Err(RpcError::FailedPrecondition(format!(
                 "unknown incarnation {}: register first",
                 req.incarnation
             ))
             .into()),
-            Led::Here(CommandResult::Invalid(m)) => Err(StoreError::InvalidArgument(m).into()),
+            Led::Here(CommandResult::Invalid(m)) => Err(RpcError::InvalidArgument(m).into()),
             Led::Here(other) => Err(unexpected(other).into()),
         }
     }
@@ -448,14 +453,12 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let sections = self.data(|d| {
             ranges
                 .iter()
-                .flat_map(|&(b, e)| b..e)
-                .filter_map(|section| {
-                    d.set.section(section).map(|s| pb::SectionState {
-                        section,
-                        max_seq: s.max_seq,
-                        epoch: s.epoch,
-                        owner_incarnation: s.owner,
-                    })
+                .flat_map(|span| d.set.sections_in(span.begin, span.end))
+                .map(|(section, s)| pb::SectionState {
+                    section: section.0,
+                    max_seq: s.max_seq,
+                    epoch: s.epoch.0,
+                    owner_incarnation: s.owner.0,
                 })
                 .collect()
         });
@@ -495,14 +498,14 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let detect = self.ctx.detect();
         let reply = self.data(|d| {
             let live = self.ctx.liveness.lock().expect("liveness lock poisoned");
-            let alive = crate::domain::arbiter::alive(&d.set, &live, now, detect);
+            let alive = crate::domain::liveness::alive(&d.set, &live, now, detect);
             let allocsvrs = d
                 .set
                 .allocsvrs
                 .values()
                 .map(|r| pb::AllocSvrInfo {
-                    node_id: r.node_id,
-                    incarnation: r.incarnation,
+                    node_id: r.node_id.0,
+                    incarnation: r.incarnation.0,
                     addr: r.addr.clone(),
                     alive: alive.renewing.contains(&r.incarnation),
                     last_renew_ms_ago: live
@@ -526,7 +529,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 allocsvrs,
                 route_version: d.set.route_version,
                 sections_total: d.set.sections.len() as u64,
-                sections_owned: d.set.sections.iter().filter(|s| s.owner != 0).count() as u64,
+                sections_owned: d.set.sections.iter().filter(|s| s.owner != NOBODY).count() as u64,
                 max_seq_high: d.set.sections.iter().map(|s| s.max_seq).max().unwrap_or(0),
                 params: d.set.params.as_ref().map(SetParams::to_pb),
                 max_seq_sum: d.set.max_seq_sum(),

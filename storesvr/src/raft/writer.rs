@@ -177,7 +177,7 @@ mod tests {
 
     fn register(addr_bytes: usize) -> Command {
         Command::Register {
-            node_id: 1,
+            node_id: seqsvr_proto::NodeId(1),
             addr: "a".repeat(addr_bytes),
             nonce: 0,
         }

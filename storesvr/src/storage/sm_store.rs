@@ -192,7 +192,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let resp = match entry.payload {
                 EntryPayload::Blank => Response::default(),
                 EntryPayload::Membership(m) => {
-                    let ids: Vec<u64> = m.nodes().map(|(id, _)| *id).collect();
+                    let ids: Vec<seqsvr_proto::NodeId> = m.nodes().map(|(id, _)| seqsvr_proto::NodeId(*id)).collect();
                     st.set.replica_ids_ever.extend(ids);
                     st.membership = StoredMembership::new(Some(entry.log_id), m);
                     Response::default()

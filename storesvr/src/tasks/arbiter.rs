@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use openraft::ServerState;
 
-use crate::domain::arbiter;
 use crate::domain::state::Command;
+use crate::domain::{arbiter, liveness};
 use crate::shared::{ARBITER_TICK, Shared, WRITE_TIMEOUT};
 
 /// Leadership bookkeeping plus one arbiter decision per tick, on the leader only.
@@ -53,7 +53,7 @@ pub async fn arbiter_loop(ctx: Arc<Shared>) {
         let (plan, warn) = {
             let st = ctx.state.read().expect("state lock poisoned");
             let live = ctx.liveness.lock().expect("liveness lock poisoned");
-            let alive = arbiter::alive(&st.set, &live, Instant::now(), ctx.detect());
+            let alive = liveness::alive(&st.set, &live, Instant::now(), ctx.detect());
             let p = arbiter::plan(&st.set, &alive);
             let warn = st.set.params.as_ref() != Some(&ctx.config.set_params());
             (p, warn)

@@ -1,0 +1,178 @@
+//! Liveness as seen by the leader: when it last heard from each AllocSvr incarnation.
+//!
+//! Liveness is in-memory and belongs to one leadership. A new leader trusts no liveness data
+//! from the old one (a leadership regained in a later term is a new leadership, even when no tick
+//! saw it lost): it starts every incarnation's clock at the moment it became leader, so nobody is
+//! declared dead before one full detection interval has passed under the new leader.
+//!
+//! An incarnation may draw sections only once this leader has heard a renewal from it within the
+//! detection interval ([`Alive::renewing`]): a process that dies right after registering is never
+//! planned anything, and is expired one detection interval after its registration. One that is
+//! merely not declared dead yet ([`Alive::not_dead`]: just registered, or not heard by a new
+//! leader yet) keeps what it owns but gets nothing new.
+//!
+//! Pure: every method is handed `now`; nothing here reads a clock.
+//!
+//! Left out: liveness of StoreSvr replicas (Raft's business) and any persistence (a new leader
+//! starts over on purpose).
+
+use super::state::SetState;
+use seqsvr_proto::Incarnation;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// Liveness as seen by this leader.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    leader_since: Option<Instant>,
+    /// The Raft term this node leads in.
+    term: u64,
+    /// When this leader last heard of each incarnation, and whether that was a renewal (true)
+    /// or only its registration (false).
+    last_renew: HashMap<Incarnation, (Instant, bool)>,
+}
+
+/// Who the arbiter may plan with, at one instant.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Alive {
+    /// Renewed with this leader within the detection interval: may gain sections.
+    pub renewing: BTreeSet<Incarnation>,
+    /// Not declared dead (a superset of `renewing`): keeps what it owns.
+    pub not_dead: BTreeSet<Incarnation>,
+}
+
+impl Liveness {
+    /// Called when this node becomes leader: forget everything heard before.
+    pub fn become_leader(&mut self, now: Instant) {
+        self.leader_since = Some(now);
+        self.last_renew.clear();
+    }
+
+    /// Called when this node stops leading: what it heard is of no use to the next leader.
+    pub fn step_down(&mut self) {
+        self.leader_since = None;
+        self.last_renew.clear();
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader_since.is_some()
+    }
+
+    /// Called on every arbiter tick with what Raft reports; true when this node just became
+    /// leader (its liveness data was reset). A higher term than the one it led in means the
+    /// leadership was lost and regained between two ticks: what was heard before is stale.
+    pub fn observe_leadership(&mut self, is_leader: bool, term: u64, now: Instant) -> bool {
+        match (is_leader, self.is_leader()) {
+            (true, false) => {}
+            (true, true) if term != self.term => {}
+            (false, true) => {
+                self.step_down();
+                return false;
+            }
+            _ => return false,
+        }
+        self.become_leader(now);
+        self.term = term;
+        true
+    }
+
+    /// A renewal from the incarnation reached this leader.
+    pub fn record(&mut self, incarnation: Incarnation, now: Instant) {
+        if self.leader_since.is_some() {
+            self.last_renew.insert(incarnation, (now, true));
+        }
+    }
+
+    /// The incarnation registered through this leader: its detection clock starts, but it is not
+    /// renewing until its first renewal arrives.
+    pub fn registered(&mut self, incarnation: Incarnation, now: Instant) {
+        if self.leader_since.is_some() {
+            self.last_renew.entry(incarnation).or_insert((now, false));
+        }
+    }
+
+    /// When this leader last heard from the incarnation (or became leader).
+    pub fn last_seen(&self, incarnation: Incarnation) -> Option<Instant> {
+        self.last_renew.get(&incarnation).map(|(t, _)| *t).or(self.leader_since)
+    }
+
+    fn has_renewed(&self, incarnation: Incarnation) -> bool {
+        self.last_renew.get(&incarnation).is_some_and(|(_, renewed)| *renewed)
+    }
+}
+
+/// Registered incarnations by what the arbiter may do with them at `now`.
+pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) -> Alive {
+    let mut out = Alive::default();
+    for &inc in set.allocsvrs.keys() {
+        let recent = live
+            .last_seen(inc)
+            .is_some_and(|t| now.saturating_duration_since(t) < detect);
+        if recent {
+            out.not_dead.insert(inc);
+            if live.has_renewed(inc) {
+                out.renewing.insert(inc);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::testing::set_with;
+
+    #[test]
+    fn leadership_regained_in_a_later_term_forgets_old_liveness() {
+        let (st, incs) = set_with(&[1]);
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let mut live = Liveness::default();
+        assert!(live.observe_leadership(true, 3, t0));
+        live.record(incs[0], t0 + Duration::from_millis(100));
+        // Leadership lost and regained between two ticks: the tick only sees a higher term.
+        let t1 = t0 + Duration::from_millis(2050);
+        assert!(live.observe_leadership(true, 5, t1), "a new term is a new leadership");
+        // The renewal heard in term 3 must not count: nobody is declared dead before t1 + detect.
+        let got: Vec<Incarnation> = alive(&st, &live, t1 + Duration::from_millis(100), detect)
+            .not_dead
+            .into_iter()
+            .collect();
+        assert_eq!(
+            got,
+            vec![incs[0]],
+            "declared dead on stale liveness from an earlier term"
+        );
+    }
+
+    #[test]
+    fn new_leader_waits_a_detection_interval_before_declaring_death() {
+        let (st, incs) = set_with(&[1, 2]);
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let mut live = Liveness::default();
+        live.become_leader(t0);
+        live.record(incs[0], t0 + Duration::from_millis(1500));
+        let cases = [
+            (Duration::from_millis(1999), vec![incs[0], incs[1]]),
+            (Duration::from_millis(2001), vec![incs[0]]),
+            (Duration::from_millis(3600), vec![]),
+        ];
+        for (at, want) in cases {
+            let got: Vec<Incarnation> = alive(&st, &live, t0 + at, detect).not_dead.into_iter().collect();
+            assert_eq!(got, want, "at {at:?}");
+        }
+        let now = alive(&st, &live, t0 + Duration::from_millis(1600), detect);
+        assert_eq!(
+            now.renewing.into_iter().collect::<Vec<_>>(),
+            vec![incs[0]],
+            "only the one heard renews"
+        );
+        live.step_down();
+        assert!(
+            alive(&st, &live, t0, detect).not_dead.is_empty(),
+            "a follower knows nobody is alive"
+        );
+    }
+}
