@@ -23,8 +23,9 @@ use crate::types::{SectionId, section_count};
 /// Largest `section_size`: one touched section costs 8 bytes per uid of AllocSvr memory.
 pub const MAX_SECTION_SIZE: u64 = 1 << 24;
 
-/// Most sections one set may hold: bounds memory, snapshot size and the size of a Raft entry.
-pub const MAX_SECTIONS_PER_SET: u64 = 1 << 20;
+/// Most sections of the whole uid space. Every set keeps a slot for each (a range may move into
+/// any set), so this bounds each replica's memory, snapshot size and the size of a Raft entry.
+pub const MAX_SECTIONS: u64 = 1 << 20;
 
 /// Largest `step`: a ceiling plus a few steps never overflows.
 pub const MAX_STEP: u64 = u64::MAX / 4;
@@ -101,21 +102,19 @@ impl SetParams {
             return refuse("step", format!("must be in 1..={MAX_STEP}"));
         }
         let total = self.total_sections();
-        if self.section_begin >= self.section_end || self.section_end > total {
+        if total > MAX_SECTIONS {
+            return refuse(
+                "section_size",
+                format!("the uid space has {total} sections, more than {MAX_SECTIONS}; raise section_size"),
+            );
+        }
+        // An empty range is a set that starts with nothing and gets its ranges by moves.
+        if self.section_begin > self.section_end || self.section_end > total {
             return refuse(
                 "sections",
                 format!(
-                    "the set's section range {}..{} must be non-empty and within 0..{total}",
+                    "the set's section range {}..{} must lie within 0..{total}",
                     self.section_begin, self.section_end
-                ),
-            );
-        }
-        if self.section_count() > MAX_SECTIONS_PER_SET {
-            return refuse(
-                "section_size",
-                format!(
-                    "the set has {} sections, more than {MAX_SECTIONS_PER_SET}; raise section_size",
-                    self.section_count()
                 ),
             );
         }
@@ -257,7 +256,7 @@ mod tests {
             (|p| p.step = 0, "step"),
             (|p| p.step = MAX_STEP + 1, "step"),
             (|p| p.section_end = 42_951, "sections"),
-            (|p| p.section_begin = p.section_end, "sections"),
+            (|p| p.section_begin = p.section_end + 1, "sections"),
             (|p| p.lease_ms = 0, "lease_ms"),
             (|p| p.drift_ppm = MAX_DRIFT_PPM, "drift_ppm"),
             (|p| p.renew_interval_ms = 1_001, "renew_interval_ms"),
@@ -271,6 +270,9 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
             assert_eq!(SetParams::from_pb(&p.to_pb()).unwrap_err().field, field);
         }
+        let mut empty = SetParams::single_set(1);
+        empty.section_begin = empty.section_end;
+        assert_eq!(empty.validate(), Ok(()), "a set may start empty and import its ranges");
         let mut no_range = SetParams::single_set(0).to_pb();
         no_range.sections = None;
         assert!(

@@ -30,7 +30,8 @@ pub struct Config {
     #[arg(long)]
     pub node_id: u64,
 
-    /// Id of the set this replica's Raft group stores.
+    /// Id of the set this replica's Raft group stores. Set 0 starts owning the whole uid space and
+    /// keeps the cluster map; any other set starts empty and gets its ranges by moves.
     #[arg(long, default_value_t = 0)]
     pub set_id: u64,
 
@@ -178,7 +179,9 @@ impl Config {
     }
 
     /// The set's parameters these options give (written at bootstrap; the stored ones apply after).
+    /// Only set 0 owns sections from the start (all of them); the others begin empty.
     pub fn set_params(&self) -> SetParams {
+        let total = self.uid_limit.div_ceil(self.section_size.max(1));
         SetParams {
             set_id: self.set_id,
             section_size: self.section_size,
@@ -189,7 +192,7 @@ impl Config {
             drift_ppm: self.drift_ppm,
             margin_ms: self.margin_ms,
             section_begin: 0,
-            section_end: self.uid_limit.div_ceil(self.section_size.max(1)),
+            section_end: if self.set_id == 0 { total } else { 0 },
         }
     }
 

@@ -133,6 +133,10 @@ fn settle(shared: &Shared, slot: &Arc<Slot>, new_max: u64, r: &pb::BumpResult) {
             info!(section = %slot.id, epoch = %slot.epoch, "bump refused: stale epoch, letting go");
             shared.abandon_bump(slot, true);
         }
+        Ok(pb::BumpOutcome::NotOwned) => {
+            info!(section = %slot.id, "bump refused: the set is moving the section away, letting go");
+            shared.abandon_bump(slot, true);
+        }
         Ok(pb::BumpOutcome::OutOfRange) => {
             error!(
                 section = %slot.id, new_max, max_seq = r.max_seq,

@@ -18,6 +18,7 @@
 //! Left out: weighting nodes by capacity or load.
 
 use super::liveness::Alive;
+use super::ranges::{RangeRun, RangeState};
 use super::state::{Command, Move, NOBODY, OwnerRun, SetState, Span};
 use seqsvr_proto::{Incarnation, SectionId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,30 +43,43 @@ impl Plan {
     }
 }
 
-/// Balanced contiguous layout: one run of the set's sections per renewing incarnation.
+/// Balanced layout: the set's owned sections, in order, cut into one share per renewing
+/// incarnation (a share spans several runs when the set owns several ranges).
 pub fn desired_layout(set: &SetState, renewing: &BTreeSet<Incarnation>) -> Vec<OwnerRun> {
-    let Some(p) = set.params.as_ref() else {
-        return Vec::new();
-    };
     let mut nodes: Vec<_> = renewing
         .iter()
         .filter_map(|i| set.allocsvrs.get(i))
         .map(|r| (r.node_id, r.incarnation))
         .collect();
     nodes.sort();
+    let owned: Vec<RangeRun> = set.ranges.owned().collect();
     let k = nodes.len() as u64;
-    let n = p.section_count();
+    let n: u64 = owned.iter().map(|r| r.end.0 - r.begin.0).sum();
     if k == 0 || n == 0 {
         return Vec::new();
     }
-    (0..k)
-        .map(|i| OwnerRun {
-            begin: SectionId(p.section_begin + i * n / k),
-            end: SectionId(p.section_begin + (i + 1) * n / k),
-            owner: nodes[i as usize].1,
-        })
-        .filter(|r| r.begin < r.end)
-        .collect()
+    let mut out = Vec::new();
+    // Node i's share is the owned sections at positions [i·n/k, (i+1)·n/k); `done` positions are
+    // handed out, `at` is the next section of the current run.
+    let (mut run, mut done, mut at) = (0, 0u64, owned[0].begin.0);
+    for (i, &(_, owner)) in nodes.iter().enumerate() {
+        let share_end = (i as u64 + 1) * n / k;
+        while done < share_end {
+            let take = (owned[run].end.0 - at).min(share_end - done);
+            out.push(OwnerRun {
+                begin: SectionId(at),
+                end: SectionId(at + take),
+                owner,
+            });
+            done += take;
+            at += take;
+            if at == owned[run].end.0 && run + 1 < owned.len() {
+                run += 1;
+                at = owned[run].begin.0;
+            }
+        }
+    }
+    out
 }
 
 /// What to change so that ownership approaches the desired layout.
@@ -79,6 +93,18 @@ pub fn plan(set: &SetState, alive: &Alive) -> Plan {
             .collect(),
         ..Default::default()
     };
+    // Owners of frozen sections hand them over: the move waits for it (or for their leases).
+    for frozen in set
+        .ranges
+        .runs()
+        .filter(|r| matches!(r.state, RangeState::Migrating { .. }))
+    {
+        for (section, state) in set.sections_in(frozen.begin, frozen.end) {
+            if state.owner != NOBODY && alive.not_dead.contains(&state.owner) {
+                push_run(out.handover.entry(state.owner).or_default(), section);
+            }
+        }
+    }
     for run in desired_layout(set, &alive.renewing) {
         let want = run.owner;
         for (section, state) in set.sections_in(run.begin, run.end) {
@@ -178,6 +204,43 @@ mod tests {
         assert_eq!(st.owner_runs(), vec![run(0, 5, incs[1]), run(5, 10, incs[0])]);
         assert!(st.sections.iter().all(|s| s.no_wait && s.epoch == Epoch(1)));
         assert_eq!(plan(&st, &alive), Plan::default(), "a balanced set needs nothing");
+    }
+
+    /// A set that owns two ranges (sections 0..3 and 6..10, the middle frozen for a move) splits
+    /// the seven owned sections over its nodes (3 and 4), and the frozen ones are asked back.
+    #[test]
+    fn owned_ranges_are_shared_across_gaps_and_frozen_sections_are_handed_over() {
+        use crate::domain::moves::RangeCommand;
+        let (mut st, incs) = set_with(&[1, 2]);
+        let alive = renewing(&incs);
+        let first = plan(&st, &alive);
+        apply(&mut st, &first);
+        let freeze = RangeCommand::Freeze {
+            op: 9,
+            span: Span {
+                begin: SectionId(3),
+                end: SectionId(6),
+            },
+            to_set: 1,
+        };
+        st.apply(&Command::Range(freeze), false);
+        let layout = desired_layout(&st, &alive.renewing);
+        assert_eq!(layout, vec![run(0, 3, incs[0]), run(6, 10, incs[1])]);
+        let p = plan(&st, &alive);
+        // Sections 3 and 4 were node 1's, 5 node 2's; both are asked to hand them over.
+        let span = |b, e| Span {
+            begin: SectionId(b),
+            end: SectionId(e),
+        };
+        assert_eq!(p.handover.get(&incs[0]), Some(&vec![span(3, 5)]));
+        assert_eq!(p.handover.get(&incs[1]).map(|v| v[0]), Some(span(5, 6)));
+        apply(&mut st, &p);
+        assert!(
+            st.owner_runs()
+                .iter()
+                .all(|r| r.end <= SectionId(3) || r.begin >= SectionId(6)),
+            "no frozen section is routed to"
+        );
     }
 
     #[test]

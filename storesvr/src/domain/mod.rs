@@ -14,6 +14,8 @@
 
 pub(crate) mod arbiter;
 pub(crate) mod liveness;
+pub mod moves;
+pub mod ranges;
 pub mod state;
 #[cfg(test)]
 mod testing;

@@ -19,6 +19,8 @@
 //! Left out on purpose: liveness (who is alive is the leader's in-memory
 //! business, see `liveness`), and moving sections between sets.
 
+use super::moves::{LocalMove, RangeCommand};
+use super::ranges::{OpId, RangeState, RangeTable};
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,14 +48,14 @@ pub struct UnsafeRules {
 /// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
 pub use seqsvr_proto::params::SetParams;
 
-/// Position of `section` in [`SetState::sections`]; only for a section the set holds.
-fn slot(p: &SetParams, section: SectionId) -> usize {
-    (section.0 - p.section_begin) as usize
+/// Position of `section` in [`SetState::sections`] (which covers the whole section space).
+pub(super) fn slot(section: SectionId) -> usize {
+    section.0 as usize
 }
 
-/// The part of `[begin, end)` that lies inside the set, section by section.
-fn clamp(p: &SetParams, begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> + use<> {
-    sections(begin.max(p.first_section()), end.min(p.end_section()))
+/// The part of `[begin, end)` that lies inside the section space, section by section.
+pub(super) fn clamp(p: &SetParams, begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> + use<> {
+    sections(begin, end.min(SectionId(p.total_sections())))
 }
 
 /// Sections `[begin, end)` one by one.
@@ -82,6 +84,8 @@ pub struct Run<'a> {
     pub begin: SectionId,
     pub end: SectionId,
     pub state: &'a SectionState,
+    /// What the set may do with these sections.
+    pub range: RangeState,
 }
 
 /// One section's durable state.
@@ -100,7 +104,7 @@ pub struct SectionState {
 
 impl SectionState {
     /// Hands the section to `owner` under a new epoch.
-    fn change_owner(&mut self, owner: Incarnation) {
+    pub(super) fn change_owner(&mut self, owner: Incarnation) {
         self.owner = owner;
         self.epoch = Epoch(self.epoch.0 + 1);
     }
@@ -132,6 +136,8 @@ pub enum BumpOutcome {
     StaleEpoch,
     /// `new_max` is more than [`MAX_BUMP_STEPS`] steps above `max_seq`: refused.
     OutOfRange,
+    /// The set does not own the section (it is frozen for a move, or another set's): refused.
+    NotOwned,
 }
 
 /// One bump item's outcome with the section's ceiling and epoch after it.
@@ -181,6 +187,9 @@ pub enum Command {
     },
     /// Arbiter decision: forget dead incarnations, then apply the moves.
     Assign { expire: Vec<Incarnation>, moves: Vec<Move> },
+    /// A step of moving a uid range between sets (see `moves.rs`). New variants go last: the
+    /// log stores a variant by its position.
+    Range(RangeCommand),
 }
 
 /// Result of one command.
@@ -204,6 +213,12 @@ pub enum CommandResult {
     UnknownIncarnation,
     /// The command names a section outside the set, or the set is not initialized.
     Invalid(String),
+    /// A range step that this set's range states do not allow (nothing changed).
+    Refused(String),
+    /// A range step was applied, or had been already (`already`): repeating one changes nothing.
+    Stepped {
+        already: bool,
+    },
 }
 
 /// The whole replicated state of a set.
@@ -219,6 +234,11 @@ pub struct SetState {
     pub route_version: u64,
     /// Every StoreSvr node id that was ever a member: ids are never reused.
     pub replica_ids_ever: BTreeSet<NodeId>,
+    /// Which sections this set owns, is importing, has frozen or has given away.
+    pub ranges: RangeTable,
+    /// Every move that touched this set, by op id (kept after it ends, so that a repeated step
+    /// is recognised; one small record per move).
+    pub moves: BTreeMap<OpId, LocalMove>,
 }
 
 impl SetState {
@@ -251,11 +271,14 @@ impl SetState {
                 leaving,
             } => self.release(&params, *incarnation, ranges, *leaving, rules.unfenced_release),
             Command::Assign { expire, moves } => self.assign(&params, expire, moves),
+            Command::Range(step) => self.range_step(&params, step),
         }
     }
 
+    /// Sections cover the whole section space (so that ranges can move in); the set owns the
+    /// parameters' own range from the start.
     fn init(&mut self, p: &SetParams) -> CommandResult {
-        let n = p.section_count() as usize;
+        let n = p.total_sections() as usize;
         self.sections = vec![
             SectionState {
                 no_wait: true,
@@ -264,6 +287,8 @@ impl SetState {
             n
         ];
         self.params = Some(p.clone());
+        self.ranges
+            .set(p.first_section(), p.end_section(), Some(RangeState::Owned));
         CommandResult::Initialized { fresh: true }
     }
 
@@ -304,15 +329,24 @@ impl SetState {
         if !skip_fence && !self.allocsvrs.contains_key(&incarnation) {
             return CommandResult::UnknownIncarnation;
         }
-        if let Some(bad) = items.iter().find(|i| !p.holds(i.section)) {
-            return CommandResult::Invalid(format!("section {} is not in this set", bad.section));
+        if let Some(bad) = items.iter().find(|i| i.section.0 >= p.total_sections()) {
+            return CommandResult::Invalid(format!(
+                "section {} is past the last section {}",
+                bad.section,
+                p.total_sections().saturating_sub(1)
+            ));
         }
         let results = items
             .iter()
             .map(|item| {
-                let s = &mut self.sections[slot(p, item.section)];
+                // Range states hold under every negative control: a set never raises a ceiling of
+                // a section it does not own (a frozen one is on its way to another set).
+                let owned = self.ranges.is_owned(item.section);
+                let s = &mut self.sections[slot(item.section)];
                 let fenced_out = s.epoch != item.epoch || s.owner != incarnation;
-                let outcome = if fenced_out && !skip_fence {
+                let outcome = if !owned {
+                    BumpOutcome::NotOwned
+                } else if fenced_out && !skip_fence {
                     BumpOutcome::StaleEpoch
                 } else if item.new_max > s.max_seq.saturating_add(MAX_BUMP_STEPS.saturating_mul(p.step)) {
                     BumpOutcome::OutOfRange
@@ -347,7 +381,7 @@ impl SetState {
         let mut count = 0;
         for r in ranges {
             for section in clamp(p, r.begin, r.end) {
-                let s = &mut self.sections[slot(p, section)];
+                let s = &mut self.sections[slot(section)];
                 // The epoch pins the grant the owner dropped: the same incarnation may hold the
                 // section again under a later epoch, which this Release must not end.
                 if s.owner == incarnation && (s.epoch == r.epoch || unfenced) {
@@ -377,7 +411,11 @@ impl SetState {
                 continue; // the target went away after the arbiter decided
             }
             for section in clamp(p, m.begin, m.end) {
-                let s = &mut self.sections[slot(p, section)];
+                // The arbiter may have decided before a range step froze or removed the section.
+                if !self.ranges.is_owned(section) {
+                    continue;
+                }
+                let s = &mut self.sections[slot(section)];
                 if s.owner != m.from || s.owner == m.to {
                     continue;
                 }
@@ -399,33 +437,37 @@ impl SetState {
         }
     }
 
-    /// The section's state, if it belongs to the set.
+    /// The section's state, if the set has a say over it (owned, importing, frozen or moved).
     pub fn section(&self, section: SectionId) -> Option<&SectionState> {
-        let p = self.params.as_ref()?;
-        if !p.holds(section) {
-            return None;
-        }
-        self.sections.get(slot(p, section))
+        self.ranges.state_at(section)?;
+        self.sections.get(slot(section))
     }
 
-    /// The sections of `[begin, end)` that the set holds, with their states, in order. One slice
-    /// walk: the arbiter runs this over every section of the set on each tick.
+    /// The sections of `[begin, end)`, whatever their range state, with their states, in order.
+    /// One slice walk: the arbiter runs this over every owned section on each tick.
     pub fn sections_in(&self, begin: SectionId, end: SectionId) -> impl Iterator<Item = (SectionId, &SectionState)> {
-        let (first, states): (SectionId, &[SectionState]) = match self.params.as_ref() {
-            Some(p) => {
-                let first = begin.max(p.first_section());
-                let last = end.min(p.end_section()).max(first);
-                (
-                    first,
-                    self.sections.get(slot(p, first)..slot(p, last)).unwrap_or_default(),
-                )
-            }
-            None => (begin, &[]),
-        };
+        let last = end.min(SectionId(self.sections.len() as u64)).max(begin);
+        let states = self.sections.get(slot(begin)..slot(last)).unwrap_or_default();
+        let first = begin;
         states
             .iter()
             .enumerate()
             .map(move |(i, s)| (SectionId(first.0 + i as u64), s))
+    }
+
+    /// The first section of `span` the set does not own, with its range state.
+    pub fn first_not_owned(&self, span: Span) -> Option<(SectionId, Option<RangeState>)> {
+        let mut at = span.begin;
+        for run in self.ranges.runs_in(span.begin, span.end) {
+            if run.begin > at {
+                return Some((at, None));
+            }
+            if run.state != RangeState::Owned {
+                return Some((run.begin, Some(run.state)));
+            }
+            at = run.end;
+        }
+        (at < span.end).then_some((at, None))
     }
 
     /// Sum of every section's `max_seq`, saturating (a progress signal for operators).
@@ -433,37 +475,42 @@ impl SetState {
         self.sections.iter().fold(0u64, |a, s| a.saturating_add(s.max_seq))
     }
 
-    /// Runs of consecutive sections with the same owner, epoch and no_wait.
+    /// Runs of consecutive sections with the same range state, owner, epoch and no_wait; sections
+    /// the set has no say over are left out.
     pub fn runs(&self) -> Vec<Run<'_>> {
-        let Some(p) = self.params.as_ref() else {
-            return Vec::new();
-        };
         let mut out: Vec<Run<'_>> = Vec::new();
-        for (i, s) in self.sections.iter().enumerate() {
-            let section = SectionId(p.section_begin + i as u64);
-            let next = SectionId(section.0 + 1);
-            match out.last_mut() {
-                Some(run)
-                    if run.state.owner == s.owner && run.state.epoch == s.epoch && run.state.no_wait == s.no_wait =>
-                {
-                    run.end = next
+        for range in self.ranges.runs() {
+            for (section, s) in self.sections_in(range.begin, range.end) {
+                let next = SectionId(section.0 + 1);
+                match out.last_mut() {
+                    Some(run)
+                        if run.end == section
+                            && run.range == range.state
+                            && run.state.owner == s.owner
+                            && run.state.epoch == s.epoch
+                            && run.state.no_wait == s.no_wait =>
+                    {
+                        run.end = next
+                    }
+                    _ => out.push(Run {
+                        begin: section,
+                        end: next,
+                        state: s,
+                        range: range.state,
+                    }),
                 }
-                _ => out.push(Run {
-                    begin: section,
-                    end: next,
-                    state: s,
-                }),
             }
         }
         out
     }
 
-    /// Runs of consecutive sections with the same owner (epochs may differ).
+    /// Runs of consecutive owned sections with the same owner (epochs may differ): the route
+    /// table. Frozen, importing and moved sections are nobody's to route to.
     pub fn owner_runs(&self) -> Vec<OwnerRun> {
         let mut out: Vec<OwnerRun> = Vec::new();
-        for run in self.runs() {
+        for run in self.runs().into_iter().filter(|r| r.range == RangeState::Owned) {
             match out.last_mut() {
-                Some(last) if last.owner == run.state.owner => last.end = run.end,
+                Some(last) if last.owner == run.state.owner && last.end == run.begin => last.end = run.end,
                 _ => out.push(OwnerRun {
                     begin: run.begin,
                     end: run.end,

@@ -9,6 +9,7 @@
 //! Bad input is refused before anything is proposed, and the state machine
 //! checks again at apply time, so a refused request changes nothing.
 
+use crate::domain::ranges::RangeState;
 use crate::domain::state::{
     BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
 };
@@ -27,7 +28,7 @@ use tonic::{Request, Response, Status};
 pub use seqsvr_proto::limits::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
 /// Most sections one Release may name: all of the largest set (a leaving AllocSvr gives back
 /// everything; the request names ranges, so its size does not grow with this).
-const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS_PER_SET;
+const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS;
 /// Longest accepted AllocSvr address.
 const MAX_ADDR_LEN: usize = 256;
 
@@ -129,10 +130,11 @@ fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpIte
     items
         .iter()
         .map(|i| {
-            if !p.sections().contains(&i.section) {
+            if i.section >= p.total_sections() {
                 return Err(RpcError::InvalidArgument(format!(
-                    "unknown section {} (this set has [{}, {}))",
-                    i.section, p.section_begin, p.section_end
+                    "unknown section {} (the uid space has sections [0, {}))",
+                    i.section,
+                    p.total_sections()
                 )));
             }
             Ok(BumpItem {
@@ -181,10 +183,12 @@ fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Resul
     let mut total = 0u64;
     let mut out = Vec::with_capacity(ranges.len());
     for r in ranges {
-        if r.begin >= r.end || r.end > p.section_end || r.begin < p.section_begin {
+        if r.begin >= r.end || r.end > p.total_sections() {
             return Err(RpcError::InvalidArgument(format!(
-                "section range [{}, {}) is empty or outside this set's sections [{}, {})",
-                r.begin, r.end, p.section_begin, p.section_end
+                "section range [{}, {}) is empty or outside the uid space's sections [0, {})",
+                r.begin,
+                r.end,
+                p.total_sections()
             )));
         }
         total += r.end - r.begin;
@@ -221,6 +225,22 @@ fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Re
         .collect())
 }
 
+/// Why a set refuses to load or serve a section it does not own, and where the caller should go.
+fn not_owned_message(set_id: u64, section: SectionId, state: Option<RangeState>) -> String {
+    match state {
+        Some(RangeState::Tombstoned {
+            to_set, map_version, ..
+        }) => format!("section {section} moved from set {set_id} to set {to_set} (cluster map version {map_version})"),
+        Some(RangeState::Migrating { to_set, .. }) => {
+            format!("section {section} is being moved from set {set_id} to set {to_set}; retry shortly")
+        }
+        Some(RangeState::Importing { .. }) => {
+            format!("section {section} is being moved into set {set_id}; retry shortly")
+        }
+        Some(RangeState::Owned) | None => format!("section {section} is not served by set {set_id}"),
+    }
+}
+
 fn check_addr(addr: &str) -> Result<(), RpcError> {
     let ok = addr.len() <= MAX_ADDR_LEN
         && addr
@@ -241,6 +261,7 @@ fn outcome_pb(o: BumpOutcome) -> i32 {
         BumpOutcome::NoOp => pb::BumpOutcome::NoOp as i32,
         BumpOutcome::StaleEpoch => pb::BumpOutcome::StaleEpoch as i32,
         BumpOutcome::OutOfRange => pb::BumpOutcome::OutOfRange as i32,
+        BumpOutcome::NotOwned => pb::BumpOutcome::NotOwned as i32,
     }
 }
 
@@ -451,7 +472,13 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }));
         }
         let sections = self.data(|d| {
-            ranges
+            // Only an owned section is loaded: an owner of a frozen or moved one would serve it.
+            if let Some((section, state)) = ranges.iter().find_map(|span| d.set.first_not_owned(*span)) {
+                return Err(RpcError::FailedPrecondition(not_owned_message(
+                    p.set_id, section, state,
+                )));
+            }
+            Ok(ranges
                 .iter()
                 .flat_map(|span| d.set.sections_in(span.begin, span.end))
                 .map(|(section, s)| pb::SectionState {
@@ -460,8 +487,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
                     epoch: s.epoch.0,
                     owner_incarnation: s.owner.0,
                 })
-                .collect()
-        });
+                .collect())
+        })?;
         Ok(Response::new(pb::LoadReply {
             not_leader: None,
             sections,

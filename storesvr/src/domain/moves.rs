@@ -1,0 +1,766 @@
+//! A set's half of moving a uid range to another set: the range steps applied inside `apply`.
+//!
+//! A move of sections `[begin, end)` from set A to set B is driven by an operator's tool, one
+//! step at a time, each step a Raft command keyed by the move's op id:
+//!
+//! ```text
+//!   B: Import   absent/tombstoned ──▶ importing(op)
+//!   A: Freeze   owned ──▶ migrating(op)      epoch +1, bumps refused, owners asked to hand over
+//!   A: (read)   the final max_seq of every section, once the owners are provably gone
+//!   B: Install  importing(op) ──▶ owned      max_seq = max(own, A's), epoch +1, no owner yet
+//!   A: Tombstone migrating(op) ──▶ tombstoned(op, B, map version)   epoch +1, owner dropped
+//!   A or B: Cancel (before the point of no return) importing(op) ──▶ absent,
+//!                                                    migrating(op) ──▶ owned (epoch +1)
+//! ```
+//!
+//! Each step checks the range states of every section it names and either changes all of them
+//! or none (`Refused`); repeating a step that was applied answers `Stepped { already: true }`
+//! and changes nothing, so a driver that died after sending a step can send it again.
+//!
+//! What makes the move safe is split between this file and the driver: here, a set never bumps,
+//! grants or routes a section it does not own, and the target starts at or above the source's
+//! ceiling; the driver orders the steps (the target's state is written before the source's is
+//! removed) and waits until the source's owners are provably gone before it reads the final
+//! ceilings ([`SetState::export_status`] says whether the fast path applies).
+//!
+//! Left out: the cluster map and the op record (they live in the map's home, see
+//! `cluster_map.rs`), and time: the lease wait is measured by the source's leader, not here.
+
+use super::ranges::{OpId, RangeState};
+use super::state::{CommandResult, NOBODY, SetParams, SetState, Span, clamp, slot};
+use seqsvr_proto::Epoch;
+use serde::{Deserialize, Serialize};
+
+/// One range step (see the module docs for the order).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RangeCommand {
+    Import {
+        op: OpId,
+        span: Span,
+        from_set: u64,
+    },
+    Freeze {
+        op: OpId,
+        span: Span,
+        to_set: u64,
+    },
+    /// `ceilings[i]` is the source's final `max_seq` of section `span.begin + i`.
+    Install {
+        op: OpId,
+        span: Span,
+        ceilings: Vec<u64>,
+    },
+    Tombstone {
+        op: OpId,
+        span: Span,
+        to_set: u64,
+        map_version: u64,
+    },
+    Cancel {
+        op: OpId,
+        span: Span,
+    },
+}
+
+/// This set's side of one move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalMove {
+    pub span: Span,
+    pub role: Role,
+    pub phase: Phase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// Cancelled before any step reached this set.
+    Unseen,
+    Import {
+        from_set: u64,
+    },
+    /// `forced`: when frozen, some section had an owner that took it without a release (or was
+    /// still waiting out a predecessor's lease), so only the lease wait proves the owners gone.
+    Export {
+        to_set: u64,
+        forced: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Imported range marked, or exported range frozen.
+    Started,
+    /// Installed (import) or tombstoned (export): this set's part is done.
+    Done,
+    Cancelled,
+}
+
+/// How far the owners of a frozen range have let go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportStatus {
+    pub span: Span,
+    pub to_set: u64,
+    pub forced: bool,
+    /// Sections that still have an owner (it has not released them yet).
+    pub held: u64,
+}
+
+impl ExportStatus {
+    /// Every owner released and none could still be serving under an older lease: the range
+    /// may be read and installed elsewhere without waiting out a lease.
+    pub fn released(&self) -> bool {
+        !self.forced && self.held == 0
+    }
+}
+
+impl SetState {
+    pub(super) fn range_step(&mut self, p: &SetParams, step: &RangeCommand) -> CommandResult {
+        let span = step.span();
+        if span.begin >= span.end || span.end.0 > p.total_sections() {
+            return CommandResult::Invalid(format!(
+                "sections [{}, {}) are empty or past the last section {}",
+                span.begin,
+                span.end,
+                p.total_sections().saturating_sub(1)
+            ));
+        }
+        if let Some(m) = self.moves.get(&step.op())
+            && m.span != span
+        {
+            return CommandResult::Refused(format!(
+                "move {} is about sections [{}, {}), not [{}, {})",
+                step.op(),
+                m.span.begin,
+                m.span.end,
+                span.begin,
+                span.end
+            ));
+        }
+        match step {
+            RangeCommand::Import { op, from_set, .. } => self.import(p, *op, span, *from_set),
+            RangeCommand::Freeze { op, to_set, .. } => self.freeze(p, *op, span, *to_set),
+            RangeCommand::Install { op, ceilings, .. } => self.install(p, *op, span, ceilings),
+            RangeCommand::Tombstone {
+                op,
+                to_set,
+                map_version,
+                ..
+            } => self.tombstone(p, *op, span, *to_set, *map_version),
+            RangeCommand::Cancel { op, .. } => self.cancel(p, *op, span),
+        }
+    }
+
+    fn import(&mut self, p: &SetParams, op: OpId, span: Span, from_set: u64) -> CommandResult {
+        if from_set == p.set_id {
+            return CommandResult::Refused(format!("set {from_set} cannot move a range to itself"));
+        }
+        let importing = RangeState::Importing { op };
+        if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(importing)) {
+            return done;
+        }
+        let free = |s: Option<RangeState>| matches!(s, None | Some(RangeState::Tombstoned { .. }));
+        if self.moves.contains_key(&op) || !self.ranges.all(span.begin, span.end, free) {
+            return self.refuse(op, span, "import");
+        }
+        self.ranges.set(span.begin, span.end, Some(importing));
+        self.record(op, span, Role::Import { from_set });
+        CommandResult::Stepped { already: false }
+    }
+
+    fn freeze(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64) -> CommandResult {
+        if to_set == p.set_id {
+            return CommandResult::Refused(format!("set {to_set} cannot move a range to itself"));
+        }
+        let migrating = RangeState::Migrating { op, to_set };
+        if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(migrating)) {
+            return done;
+        }
+        if self.moves.contains_key(&op) || !self.ranges.all(span.begin, span.end, |s| s == Some(RangeState::Owned)) {
+            return self.refuse(op, span, "freeze");
+        }
+        let mut forced = false;
+        for section in clamp(p, span.begin, span.end) {
+            let s = &mut self.sections[slot(section)];
+            // The owner keeps the section under a new epoch: its next renewal sees the grant
+            // change, is asked to hand it over, drops it and releases it (the fast path).
+            forced |= !s.no_wait;
+            s.epoch = Epoch(s.epoch.0 + 1);
+        }
+        self.ranges.set(span.begin, span.end, Some(migrating));
+        self.record(op, span, Role::Export { to_set, forced });
+        self.route_version += 1;
+        CommandResult::Stepped { already: false }
+    }
+
+    fn install(&mut self, p: &SetParams, op: OpId, span: Span, ceilings: &[u64]) -> CommandResult {
+        if ceilings.len() as u64 != span.end.0 - span.begin.0 {
+            return CommandResult::Invalid(format!(
+                "{} ceilings for {} sections",
+                ceilings.len(),
+                span.end.0 - span.begin.0
+            ));
+        }
+        if let Some(done) = self.repeated(op, Phase::Done, |s| s == Some(RangeState::Owned)) {
+            return done;
+        }
+        let importing = RangeState::Importing { op };
+        if !self.ranges.all(span.begin, span.end, |s| s == Some(importing)) {
+            return self.refuse(op, span, "install");
+        }
+        for (section, &ceiling) in clamp(p, span.begin, span.end).zip(ceilings) {
+            let s = &mut self.sections[slot(section)];
+            // max, never the source's value alone: this set may have served the range before
+            // (a range that comes back), and its own ceiling must not go down (P3).
+            s.max_seq = s.max_seq.max(ceiling);
+            s.change_owner(NOBODY);
+            s.no_wait = true;
+        }
+        self.ranges.set(span.begin, span.end, Some(RangeState::Owned));
+        self.set_phase(op, Phase::Done);
+        self.route_version += 1;
+        CommandResult::Stepped { already: false }
+    }
+
+    fn tombstone(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64, map_version: u64) -> CommandResult {
+        let gone = RangeState::Tombstoned {
+            op,
+            to_set,
+            map_version,
+        };
+        if let Some(done) = self.repeated(op, Phase::Done, |s| s == Some(gone)) {
+            return done;
+        }
+        if !self.ranges.all(span.begin, span.end, |s| {
+            s == Some(RangeState::Migrating { op, to_set })
+        }) {
+            return self.refuse(op, span, "tombstone");
+        }
+        for section in clamp(p, span.begin, span.end) {
+            let s = &mut self.sections[slot(section)];
+            // An owner that never released (dead, or cut off past its lease) is fenced for good.
+            if s.owner != NOBODY {
+                s.change_owner(NOBODY);
+            }
+            s.no_wait = true;
+        }
+        self.ranges.set(span.begin, span.end, Some(gone));
+        self.set_phase(op, Phase::Done);
+        self.route_version += 1;
+        CommandResult::Stepped { already: false }
+    }
+
+    fn cancel(&mut self, p: &SetParams, op: OpId, span: Span) -> CommandResult {
+        match self.moves.get(&op).map(|m| m.phase) {
+            Some(Phase::Cancelled) => return CommandResult::Stepped { already: true },
+            Some(Phase::Done) => return self.refuse(op, span, "cancel"),
+            None => {
+                // Cancelled before this set saw the move: remember it, so that a late step of the
+                // same op is refused rather than started.
+                self.moves.insert(
+                    op,
+                    LocalMove {
+                        span,
+                        role: Role::Unseen,
+                        phase: Phase::Cancelled,
+                    },
+                );
+                return CommandResult::Stepped { already: false };
+            }
+            Some(Phase::Started) => {}
+        }
+        for run in self.ranges.runs_in(span.begin, span.end) {
+            match run.state {
+                RangeState::Importing { op: o } if o == op => self.ranges.set(run.begin, run.end, None),
+                RangeState::Migrating { op: o, .. } if o == op => {
+                    for section in clamp(p, run.begin, run.end) {
+                        let s = &mut self.sections[slot(section)];
+                        s.epoch = Epoch(s.epoch.0 + 1);
+                    }
+                    self.ranges.set(run.begin, run.end, Some(RangeState::Owned));
+                }
+                _ => {}
+            }
+        }
+        self.set_phase(op, Phase::Cancelled);
+        self.route_version += 1;
+        CommandResult::Stepped { already: false }
+    }
+
+    /// `Some(already)` when the op has reached `phase` and every section of its span is as
+    /// `done` expects; `Some(refused)` when it was cancelled.
+    fn repeated(&self, op: OpId, phase: Phase, done: impl Fn(Option<RangeState>) -> bool) -> Option<CommandResult> {
+        let m = self.moves.get(&op)?;
+        if m.phase == Phase::Cancelled {
+            return Some(CommandResult::Refused(format!("move {op} was cancelled")));
+        }
+        (m.phase == phase && self.ranges.all(m.span.begin, m.span.end, done))
+            .then_some(CommandResult::Stepped { already: true })
+    }
+
+    fn refuse(&self, op: OpId, span: Span, step: &str) -> CommandResult {
+        let states: Vec<String> = self
+            .ranges
+            .runs_in(span.begin, span.end)
+            .iter()
+            .map(|r| format!("[{}, {}) {:?}", r.begin, r.end, r.state))
+            .collect();
+        let phase = self.moves.get(&op).map(|m| format!("{:?}", m.phase));
+        CommandResult::Refused(format!(
+            "cannot {step} sections [{}, {}) for move {op} (its phase here: {}); their states: {}",
+            span.begin,
+            span.end,
+            phase.as_deref().unwrap_or("none"),
+            if states.is_empty() {
+                "none (not this set's)".to_string()
+            } else {
+                states.join(", ")
+            }
+        ))
+    }
+
+    fn record(&mut self, op: OpId, span: Span, role: Role) {
+        self.moves.insert(
+            op,
+            LocalMove {
+                span,
+                role,
+                phase: Phase::Started,
+            },
+        );
+    }
+
+    fn set_phase(&mut self, op: OpId, phase: Phase) {
+        if let Some(m) = self.moves.get_mut(&op) {
+            m.phase = phase;
+        }
+    }
+
+    /// How far the owners of move `op`'s frozen range have let go; `None` unless it is frozen here.
+    pub fn export_status(&self, op: OpId) -> Option<ExportStatus> {
+        let m = self.moves.get(&op)?;
+        let Role::Export { to_set, forced } = m.role else {
+            return None;
+        };
+        if m.phase != Phase::Started {
+            return None;
+        }
+        let held = self
+            .sections_in(m.span.begin, m.span.end)
+            .filter(|(_, s)| s.owner != NOBODY)
+            .count() as u64;
+        Some(ExportStatus {
+            span: m.span,
+            to_set,
+            forced,
+            held,
+        })
+    }
+
+    /// The final ceilings of move `op`'s range, section by section: only once it is frozen here
+    /// (no bump can raise them any more) or tombstoned.
+    pub fn final_ceilings(&self, op: OpId) -> Option<Vec<u64>> {
+        let m = self.moves.get(&op)?;
+        let frozen = |s: Option<RangeState>| match s {
+            Some(RangeState::Migrating { op: o, .. } | RangeState::Tombstoned { op: o, .. }) => o == op,
+            _ => false,
+        };
+        (matches!(m.role, Role::Export { .. }) && self.ranges.all(m.span.begin, m.span.end, frozen)).then(|| {
+            self.sections_in(m.span.begin, m.span.end)
+                .map(|(_, s)| s.max_seq)
+                .collect()
+        })
+    }
+}
+
+impl RangeCommand {
+    pub fn op(&self) -> OpId {
+        match self {
+            Self::Import { op, .. }
+            | Self::Freeze { op, .. }
+            | Self::Install { op, .. }
+            | Self::Tombstone { op, .. }
+            | Self::Cancel { op, .. } => *op,
+        }
+    }
+
+    pub fn span(&self) -> Span {
+        match self {
+            Self::Import { span, .. }
+            | Self::Freeze { span, .. }
+            | Self::Install { span, .. }
+            | Self::Tombstone { span, .. }
+            | Self::Cancel { span, .. } => *span,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::state::{BumpItem, BumpOutcome, Command, Move, Released};
+    use crate::domain::testing::{register, set_with, small_params};
+    use seqsvr_proto::{Incarnation, SectionId};
+
+    const OP: OpId = 41;
+
+    fn span(begin: u64, end: u64) -> Span {
+        Span {
+            begin: SectionId(begin),
+            end: SectionId(end),
+        }
+    }
+
+    /// An initialized set with id `set_id` that owns nothing yet.
+    fn empty_set(set_id: u64) -> SetState {
+        let mut p = small_params();
+        p.set_id = set_id;
+        p.section_begin = 0;
+        p.section_end = 0;
+        let mut st = SetState::default();
+        st.apply(&Command::Init(p), false);
+        st
+    }
+
+    fn step(st: &mut SetState, cmd: RangeCommand) -> CommandResult {
+        st.apply(&Command::Range(cmd), false)
+    }
+
+    fn assign_all(st: &mut SetState, to: Incarnation) {
+        let moves = vec![Move {
+            begin: SectionId(0),
+            end: SectionId(10),
+            from: NOBODY,
+            to,
+        }];
+        st.apply(&Command::Assign { expire: vec![], moves }, false);
+    }
+
+    fn bump(st: &mut SetState, inc: Incarnation, section: u64, new_max: u64) -> BumpOutcome {
+        let epoch = st.section(SectionId(section)).map_or(Epoch(0), |s| s.epoch);
+        let items = vec![BumpItem {
+            section: SectionId(section),
+            epoch,
+            new_max,
+        }];
+        match st.apply(
+            &Command::Bump {
+                incarnation: inc,
+                items,
+            },
+            false,
+        ) {
+            CommandResult::Bumped(r) => r[0].outcome,
+            other => panic!("bump: {other:?}"),
+        }
+    }
+
+    fn ok(already: bool) -> CommandResult {
+        CommandResult::Stepped { already }
+    }
+
+    fn refused(r: &CommandResult) -> bool {
+        matches!(r, CommandResult::Refused(_))
+    }
+
+    /// Sections 2..5 of set 0, owned and bumped by `a`, moved to set 1 on the released path.
+    #[test]
+    fn a_move_hands_the_range_over_with_its_ceilings_and_every_step_repeats_harmlessly() {
+        let (mut src, incs) = set_with(&[1]);
+        let a = incs[0];
+        assign_all(&mut src, a);
+        assert_eq!(bump(&mut src, a, 3, 15), BumpOutcome::Applied);
+        let mut dst = empty_set(1);
+        let import = RangeCommand::Import {
+            op: OP,
+            span: span(2, 5),
+            from_set: 0,
+        };
+        assert_eq!(step(&mut dst, import.clone()), ok(false));
+        assert_eq!(step(&mut dst, import), ok(true));
+
+        let freeze = RangeCommand::Freeze {
+            op: OP,
+            span: span(2, 5),
+            to_set: 1,
+        };
+        assert_eq!(step(&mut src, freeze.clone()), ok(false));
+        assert_eq!(step(&mut src, freeze), ok(true));
+        assert_eq!(
+            bump(&mut src, a, 3, 20),
+            BumpOutcome::NotOwned,
+            "a frozen section is never bumped"
+        );
+        assert_eq!(
+            bump(&mut src, a, 6, 20),
+            BumpOutcome::Applied,
+            "the rest of the set is not disturbed"
+        );
+        let status = src.export_status(OP).unwrap();
+        assert_eq!((status.held, status.forced, status.released()), (3, false, false));
+        assert!(
+            src.owner_runs()
+                .iter()
+                .all(|r| r.end <= SectionId(2) || r.begin >= SectionId(5)),
+            "a frozen range leaves the route table"
+        );
+
+        // The owner sees the new epoch, hands the sections over and releases them.
+        let ranges: Vec<Released> = (2..5)
+            .map(|s| Released {
+                begin: SectionId(s),
+                end: SectionId(s + 1),
+                epoch: src.section(SectionId(s)).unwrap().epoch,
+            })
+            .collect();
+        let release = Command::Release {
+            incarnation: a,
+            ranges,
+            leaving: false,
+        };
+        assert_eq!(src.apply(&release, false), CommandResult::Released { count: 3 });
+        assert!(src.export_status(OP).unwrap().released());
+
+        let ceilings = src.final_ceilings(OP).unwrap();
+        assert_eq!(ceilings, vec![0, 15, 0]);
+        let install = RangeCommand::Install {
+            op: OP,
+            span: span(2, 5),
+            ceilings,
+        };
+        assert_eq!(step(&mut dst, install.clone()), ok(false));
+        assert_eq!(step(&mut dst, install), ok(true));
+        let s = dst.section(SectionId(3)).unwrap();
+        assert_eq!((s.max_seq, s.owner, s.no_wait), (15, NOBODY, true));
+        assert!(dst.ranges.is_owned(SectionId(4)) && !dst.ranges.is_owned(SectionId(5)));
+
+        let tombstone = RangeCommand::Tombstone {
+            op: OP,
+            span: span(2, 5),
+            to_set: 1,
+            map_version: 7,
+        };
+        assert_eq!(step(&mut src, tombstone.clone()), ok(false));
+        assert_eq!(step(&mut src, tombstone), ok(true));
+        assert_eq!(
+            src.ranges.state_at(SectionId(2)),
+            Some(RangeState::Tombstoned {
+                op: OP,
+                to_set: 1,
+                map_version: 7
+            })
+        );
+        assert_eq!(
+            src.final_ceilings(OP),
+            Some(vec![0, 15, 0]),
+            "still readable after the tombstone"
+        );
+        assert!(refused(&step(
+            &mut src,
+            RangeCommand::Cancel {
+                op: OP,
+                span: span(2, 5)
+            }
+        )));
+    }
+
+    #[test]
+    fn a_range_coming_back_starts_above_both_ceilings() {
+        let mut st = empty_set(1);
+        st.apply(
+            &Command::Range(RangeCommand::Import {
+                op: 1,
+                span: span(0, 2),
+                from_set: 0,
+            }),
+            false,
+        );
+        step(
+            &mut st,
+            RangeCommand::Install {
+                op: 1,
+                span: span(0, 2),
+                ceilings: vec![900, 100],
+            },
+        );
+        let inc = register(&mut st, 5);
+        assign_all(&mut st, inc);
+        assert_eq!(bump(&mut st, inc, 1, 110), BumpOutcome::Applied);
+        step(
+            &mut st,
+            RangeCommand::Freeze {
+                op: 2,
+                span: span(0, 2),
+                to_set: 0,
+            },
+        );
+        step(
+            &mut st,
+            RangeCommand::Tombstone {
+                op: 2,
+                span: span(0, 2),
+                to_set: 0,
+                map_version: 3,
+            },
+        );
+        // Back again, with a source ceiling below this set's own for section 0.
+        assert_eq!(
+            step(
+                &mut st,
+                RangeCommand::Import {
+                    op: 3,
+                    span: span(0, 2),
+                    from_set: 0
+                }
+            ),
+            ok(false)
+        );
+        step(
+            &mut st,
+            RangeCommand::Install {
+                op: 3,
+                span: span(0, 2),
+                ceilings: vec![400, 100],
+            },
+        );
+        let max = |s| st.section(SectionId(s)).unwrap().max_seq;
+        assert_eq!((max(0), max(1)), (900, 110));
+    }
+
+    #[test]
+    fn steps_out_of_order_or_over_foreign_sections_are_refused_and_change_nothing() {
+        let (mut src, _) = set_with(&[1]);
+        let mut dst = empty_set(1);
+        let before = (src.clone(), dst.clone());
+        let import_owned = RangeCommand::Import {
+            op: OP,
+            span: span(0, 3),
+            from_set: 1,
+        };
+        let install_unimported = RangeCommand::Install {
+            op: OP,
+            span: span(0, 3),
+            ceilings: vec![0; 3],
+        };
+        let tombstone_unfrozen = RangeCommand::Tombstone {
+            op: OP,
+            span: span(0, 3),
+            to_set: 1,
+            map_version: 1,
+        };
+        let freeze_foreign = RangeCommand::Freeze {
+            op: OP,
+            span: span(0, 3),
+            to_set: 0,
+        };
+        assert!(refused(&step(&mut src, import_owned)));
+        assert!(refused(&step(&mut src, install_unimported)));
+        assert!(refused(&step(&mut src, tombstone_unfrozen)));
+        assert!(refused(&step(&mut dst, freeze_foreign)));
+        assert_eq!((src.clone(), dst.clone()), before);
+        let to_self = RangeCommand::Freeze {
+            op: OP,
+            span: span(0, 3),
+            to_set: 0,
+        };
+        assert!(refused(&step(&mut src, to_self)));
+        let past_the_end = RangeCommand::Freeze {
+            op: OP,
+            span: span(8, 11),
+            to_set: 1,
+        };
+        assert!(matches!(step(&mut src, past_the_end), CommandResult::Invalid(_)));
+        let wrong_count = RangeCommand::Install {
+            op: OP,
+            span: span(0, 3),
+            ceilings: vec![0; 2],
+        };
+        assert!(matches!(step(&mut dst, wrong_count), CommandResult::Invalid(_)));
+    }
+
+    #[test]
+    fn overlapping_moves_are_refused_and_a_span_cannot_change_under_an_op() {
+        let (mut src, _) = set_with(&[1]);
+        let freeze = |op, b, e| RangeCommand::Freeze {
+            op,
+            span: span(b, e),
+            to_set: 1,
+        };
+        assert_eq!(step(&mut src, freeze(1, 0, 4)), ok(false));
+        assert!(
+            refused(&step(&mut src, freeze(2, 3, 6))),
+            "sections 3 is frozen by move 1"
+        );
+        assert!(refused(&step(&mut src, freeze(1, 0, 5))), "move 1 is about [0, 4)");
+        assert_eq!(
+            step(&mut src, freeze(2, 4, 6)),
+            ok(false),
+            "disjoint moves may run at once"
+        );
+    }
+
+    #[test]
+    fn cancel_gives_a_frozen_range_back_under_a_new_epoch_and_forgets_an_import() {
+        let (mut src, incs) = set_with(&[1]);
+        assign_all(&mut src, incs[0]);
+        let epoch = |st: &SetState| st.section(SectionId(1)).unwrap().epoch;
+        let e0 = epoch(&src);
+        let freeze = RangeCommand::Freeze {
+            op: OP,
+            span: span(0, 2),
+            to_set: 1,
+        };
+        step(&mut src, freeze.clone());
+        let cancel = RangeCommand::Cancel {
+            op: OP,
+            span: span(0, 2),
+        };
+        assert_eq!(step(&mut src, cancel.clone()), ok(false));
+        assert_eq!(step(&mut src, cancel.clone()), ok(true));
+        assert!(src.ranges.is_owned(SectionId(1)));
+        assert_eq!(epoch(&src), Epoch(e0.0 + 2), "frozen and given back: two new epochs");
+        assert!(
+            refused(&step(&mut src, freeze)),
+            "a cancelled move does not start again"
+        );
+
+        // The target never saw the move: the cancel is remembered, a late import refused.
+        let mut dst = empty_set(1);
+        assert_eq!(step(&mut dst, cancel), ok(false));
+        let late = RangeCommand::Import {
+            op: OP,
+            span: span(0, 2),
+            from_set: 0,
+        };
+        assert!(refused(&step(&mut dst, late)));
+        assert_eq!(dst.ranges.state_at(SectionId(0)), None);
+    }
+
+    #[test]
+    fn a_range_frozen_during_a_forced_takeover_must_wait_out_the_lease() {
+        let (mut src, incs) = set_with(&[1, 2]);
+        assign_all(&mut src, incs[0]);
+        // The arbiter takes the sections from a dead owner: the new one waits a lease.
+        let moves = vec![Move {
+            begin: SectionId(0),
+            end: SectionId(10),
+            from: incs[0],
+            to: incs[1],
+        }];
+        src.apply(
+            &Command::Assign {
+                expire: vec![incs[0]],
+                moves,
+            },
+            false,
+        );
+        step(
+            &mut src,
+            RangeCommand::Freeze {
+                op: OP,
+                span: span(0, 2),
+                to_set: 1,
+            },
+        );
+        let status = src.export_status(OP).unwrap();
+        assert!(status.forced && !status.released());
+    }
+}
