@@ -127,6 +127,11 @@ pub struct Config {
     /// TEST ONLY (negative control): a Release ignores the epoch it names. Breaks P1 and P4.
     #[arg(long, hide = true)]
     pub unsafe_unfenced_release: bool,
+
+    /// TEST ONLY (negative control): a frozen range's final ceilings are handed out at once, before
+    /// its owners are provably gone, so the target set may serve while they still do. Breaks P1.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_move_wait: bool,
 }
 
 impl Config {

@@ -32,6 +32,7 @@ use crate::grpc::store::StoreSvc;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft::types::{Node, Raft};
 use crate::raft::writer::Writer;
+use crate::shared::FrozenSeen;
 use crate::shared::Shared;
 use crate::startup::{StartError, claim_data_dir, refuse_bootstrap_over_a_group, refuse_sled_era};
 use crate::storage::kv::{FileKv, KvStore};
@@ -197,6 +198,7 @@ impl StoreNode {
             liveness: Mutex::new(Liveness::default()),
             plan: Mutex::new(Plan::default()),
             routes: Mutex::new(None),
+            frozen_seen: Mutex::new(FrozenSeen::default()),
             durability: opened.durability,
             replay_to: opened.replay_to,
             restored: AtomicBool::new(false),

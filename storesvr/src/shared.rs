@@ -16,15 +16,25 @@ use seqsvr_proto::pb;
 use crate::config::Config;
 use crate::domain::arbiter::Plan;
 use crate::domain::liveness::Liveness;
+use crate::domain::state::{Command, CommandResult, SetParams};
+use crate::error::RpcError;
 use crate::raft::types::Raft;
+use crate::raft::writer::WriteError;
 use crate::raft::writer::Writer;
 use crate::storage::log_store::Durability;
-use crate::storage::sm_store::SharedState;
+use crate::storage::sm_store::{SharedState, SmData};
+use openraft::error::{CheckIsLeaderError, RaftError};
 
 /// How long one Raft write may take before the caller hears "unavailable".
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the arbiter looks at liveness and ownership.
 pub const ARBITER_TICK: Duration = Duration::from_millis(100);
+
+/// A leader-only call either proceeds or tells the caller where the leader is.
+pub(crate) enum Led<T> {
+    Here(T),
+    Elsewhere(pb::LeaderHint),
+}
 
 /// Everything the gRPC services and the background tasks share. Built once by `node`; the
 /// fields are crate-visible only.
@@ -46,9 +56,51 @@ pub struct Shared {
     pub(crate) replay_to: u64,
     /// Set once the state machine has replayed to `replay_to`.
     pub(crate) restored: AtomicBool,
+    /// When this leader first saw each frozen range (the start of its lease wait).
+    pub(crate) frozen_seen: Mutex<FrozenSeen>,
+}
+
+/// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a
+/// new term: a new leader cannot know when the freeze committed, so it starts the wait again.
+#[derive(Debug, Default)]
+pub struct FrozenSeen {
+    pub term: u64,
+    pub seen: std::collections::BTreeMap<crate::domain::ranges::OpId, std::time::Instant>,
 }
 
 impl Shared {
+    pub(crate) fn data<T>(&self, f: impl FnOnce(&SmData) -> T) -> T {
+        f(&self.state.read().expect("state lock poisoned"))
+    }
+
+    pub(crate) fn params(&self) -> Result<SetParams, RpcError> {
+        self.data(|d| d.set.params.clone())
+            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
+    }
+
+    pub(crate) async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {
+        match self.writer.write(cmd, WRITE_TIMEOUT).await {
+            Ok(r) => Ok(Led::Here(r)),
+            Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.leader_hint(id))),
+            Err(WriteError::Unavailable(m)) => Err(RpcError::Unavailable(m)),
+            Err(WriteError::TooLarge(m)) => Err(RpcError::InvalidArgument(m)),
+        }
+    }
+
+    pub(crate) async fn linearizable(&self) -> Result<Led<()>, RpcError> {
+        match tokio::time::timeout(WRITE_TIMEOUT, self.raft.ensure_linearizable()).await {
+            Err(_) => Err(RpcError::Unavailable(
+                "no quorum answered the read index in time".into(),
+            )),
+            Ok(Ok(_)) => Ok(Led::Here(())),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Ok(Led::Elsewhere(self.leader_hint(f.leader_id)))
+            }
+            Ok(Err(RaftError::APIError(e))) => Err(RpcError::Unavailable(e.to_string())),
+            Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
+        }
+    }
+
     /// Where a caller should send leader-only requests.
     pub fn leader_hint(&self, leader_id: Option<u64>) -> pb::LeaderHint {
         let m = self.raft.metrics().borrow().clone();

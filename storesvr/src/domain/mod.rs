@@ -13,6 +13,7 @@
 //! about storage and the network.
 
 pub(crate) mod arbiter;
+pub mod cluster_map;
 pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;

@@ -46,32 +46,46 @@ pub enum RangeState {
 
 /// A run of sections `[begin, end)` in one state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RangeRun {
+pub struct RangeRun<S = RangeState> {
     pub begin: SectionId,
     pub end: SectionId,
-    pub state: RangeState,
+    pub state: S,
 }
 
-/// Range states over the section space: maximal runs keyed by their first section.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RangeTable {
+/// Values over the section space as maximal runs keyed by their first section: a set's range
+/// states, or the cluster map's set per section.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeTable<S = RangeState> {
     /// begin → (end, state); runs do not overlap, and touching runs have different states.
-    runs: BTreeMap<SectionId, (SectionId, RangeState)>,
+    runs: BTreeMap<SectionId, (SectionId, S)>,
 }
 
-impl RangeTable {
-    /// The state of `section`, or `None` when the set has no say over it.
-    pub fn state_at(&self, section: SectionId) -> Option<RangeState> {
-        let (_, &(end, state)) = self.runs.range(..=section).next_back()?;
-        (section < end).then_some(state)
+impl<S> Default for RangeTable<S> {
+    fn default() -> Self {
+        Self { runs: BTreeMap::new() }
     }
+}
 
+impl RangeTable<RangeState> {
     pub fn is_owned(&self, section: SectionId) -> bool {
         self.state_at(section) == Some(RangeState::Owned)
     }
 
+    /// The owned runs, in order.
+    pub fn owned(&self) -> impl Iterator<Item = RangeRun> + '_ {
+        self.runs().filter(|r| r.state == RangeState::Owned)
+    }
+}
+
+impl<S: Copy + Eq> RangeTable<S> {
+    /// The state of `section`, or `None` when it has none.
+    pub fn state_at(&self, section: SectionId) -> Option<S> {
+        let (_, &(end, state)) = self.runs.range(..=section).next_back()?;
+        (section < end).then_some(state)
+    }
+
     /// The runs that overlap `[begin, end)`, clipped to it, absent parts left out, in order.
-    pub fn runs_in(&self, begin: SectionId, end: SectionId) -> Vec<RangeRun> {
+    pub fn runs_in(&self, begin: SectionId, end: SectionId) -> Vec<RangeRun<S>> {
         let first = self.runs.range(..=begin).next_back().map_or(begin, |(&b, _)| b);
         self.runs
             .range(first..end)
@@ -85,19 +99,14 @@ impl RangeTable {
     }
 
     /// Every run, in order.
-    pub fn runs(&self) -> impl Iterator<Item = RangeRun> + '_ {
+    pub fn runs(&self) -> impl Iterator<Item = RangeRun<S>> + '_ {
         self.runs
             .iter()
             .map(|(&begin, &(end, state))| RangeRun { begin, end, state })
     }
 
-    /// The owned runs, in order.
-    pub fn owned(&self) -> impl Iterator<Item = RangeRun> + '_ {
-        self.runs().filter(|r| r.state == RangeState::Owned)
-    }
-
     /// Whether every section of `[begin, end)` satisfies `pred` (an absent section gives `None`).
-    pub fn all(&self, begin: SectionId, end: SectionId, pred: impl Fn(Option<RangeState>) -> bool) -> bool {
+    pub fn all(&self, begin: SectionId, end: SectionId, pred: impl Fn(Option<S>) -> bool) -> bool {
         let mut at = begin;
         for run in self.runs_in(begin, end) {
             if run.begin > at && !pred(None) {
@@ -112,7 +121,7 @@ impl RangeTable {
     }
 
     /// Puts `[begin, end)` into `state` (`None` removes it), splitting and merging runs.
-    pub fn set(&mut self, begin: SectionId, end: SectionId, state: Option<RangeState>) {
+    pub fn set(&mut self, begin: SectionId, end: SectionId, state: Option<S>) {
         if begin >= end {
             return;
         }

@@ -19,6 +19,7 @@
 //! Left out on purpose: liveness (who is alive is the leader's in-memory
 //! business, see `liveness`), and moving sections between sets.
 
+use super::cluster_map::{ClusterMap, MapCommand, MapResult};
 use super::moves::{LocalMove, RangeCommand};
 use super::ranges::{OpId, RangeState, RangeTable};
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
@@ -190,6 +191,8 @@ pub enum Command {
     /// A step of moving a uid range between sets (see `moves.rs`). New variants go last: the
     /// log stores a variant by its position.
     Range(RangeCommand),
+    /// A change of the cluster map; only set 0 keeps it (see `cluster_map.rs`).
+    Map(MapCommand),
 }
 
 /// Result of one command.
@@ -219,6 +222,7 @@ pub enum CommandResult {
     Stepped {
         already: bool,
     },
+    Map(MapResult),
 }
 
 /// The whole replicated state of a set.
@@ -239,6 +243,8 @@ pub struct SetState {
     /// Every move that touched this set, by op id (kept after it ends, so that a repeated step
     /// is recognised; one small record per move).
     pub moves: BTreeMap<OpId, LocalMove>,
+    /// The cluster map, in set 0 (its home) only.
+    pub map: Option<ClusterMap>,
 }
 
 impl SetState {
@@ -272,6 +278,13 @@ impl SetState {
             } => self.release(&params, *incarnation, ranges, *leaving, rules.unfenced_release),
             Command::Assign { expire, moves } => self.assign(&params, expire, moves),
             Command::Range(step) => self.range_step(&params, step),
+            Command::Map(change) => match self.map.as_mut() {
+                Some(map) => CommandResult::Map(map.apply(change)),
+                None => CommandResult::Refused(format!(
+                    "set {} does not keep the cluster map; set 0 does",
+                    params.set_id
+                )),
+            },
         }
     }
 
@@ -289,6 +302,10 @@ impl SetState {
         self.params = Some(p.clone());
         self.ranges
             .set(p.first_section(), p.end_section(), Some(RangeState::Owned));
+        if p.set_id == 0 {
+            // Set 0's own addresses are its Raft members', filled in when the map is handed out.
+            self.map = Some(ClusterMap::first(p.section_end, Vec::new()));
+        }
         CommandResult::Initialized { fresh: true }
     }
 

@@ -1,4 +1,4 @@
-//! `AdminService`: Raft membership changes, on the leader.
+//! `AdminService`: Raft membership changes, on the leader, and the move RPCs (in `moves`).
 //!
 //! A new replica joins as a learner, catches up (by snapshot when the log it
 //! needs was purged), and only then becomes a voter, so adding a replica never
@@ -9,6 +9,7 @@
 //! several replicas at once.
 
 use crate::error::RpcError;
+use crate::grpc::moves;
 use crate::shared::Shared;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -151,5 +152,27 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         };
         tracing::info!(node_id = req.node_id, "removing replica");
         Ok(Response::new(self.change(changes).await?))
+    }
+
+    async fn get_cluster_map(
+        &self,
+        _req: Request<pb::GetClusterMapRequest>,
+    ) -> Result<Response<pb::ClusterMapReply>, Status> {
+        Ok(Response::new(moves::get_cluster_map(&self.ctx).await?))
+    }
+
+    async fn change_map(&self, req: Request<pb::ChangeMapRequest>) -> Result<Response<pb::ChangeMapReply>, Status> {
+        Ok(Response::new(moves::change_map(&self.ctx, req.into_inner()).await?))
+    }
+
+    async fn range_step(&self, req: Request<pb::RangeStepRequest>) -> Result<Response<pb::RangeStepReply>, Status> {
+        Ok(Response::new(moves::range_step(&self.ctx, req.into_inner()).await?))
+    }
+
+    async fn export_status(
+        &self,
+        req: Request<pb::ExportStatusRequest>,
+    ) -> Result<Response<pb::ExportStatusReply>, Status> {
+        Ok(Response::new(moves::export_status(&self.ctx, req.into_inner()).await?))
     }
 }

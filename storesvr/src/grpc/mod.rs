@@ -5,4 +5,5 @@
 //! turn requests into commands, and map results and errors to replies.
 
 pub mod admin;
+pub mod moves;
 pub mod store;

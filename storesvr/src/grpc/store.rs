@@ -14,10 +14,7 @@ use crate::domain::state::{
     BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
 };
 use crate::error::RpcError;
-use crate::raft::writer::WriteError;
-use crate::shared::{Shared, WRITE_TIMEOUT};
-use crate::storage::sm_store::SmData;
-use openraft::error::{CheckIsLeaderError, RaftError};
+use crate::shared::{Led, Shared};
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,22 +33,7 @@ pub struct StoreSvc {
     pub ctx: Arc<Shared>,
 }
 
-/// A leader-only call either proceeds or tells the caller where the leader is.
-enum Led<T> {
-    Here(T),
-    Elsewhere(pb::LeaderHint),
-}
-
 impl StoreSvc {
-    fn data<T>(&self, f: impl FnOnce(&SmData) -> T) -> T {
-        f(&self.ctx.state.read().expect("state lock poisoned"))
-    }
-
-    fn params(&self) -> Result<SetParams, RpcError> {
-        self.data(|d| d.set.params.clone())
-            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
-    }
-
     /// Before a local read shows state applied up to `applied`, make that commit index durable,
     /// so that this replica never shows an older state after a crash (see `Durability`).
     async fn expose(&self, applied: Option<u64>) -> Result<(), RpcError> {
@@ -67,7 +49,7 @@ impl StoreSvc {
     }
 
     fn applied(&self) -> Option<u64> {
-        self.data(|d| d.last_applied.map(|l| l.index))
+        self.ctx.data(|d| d.last_applied.map(|l| l.index))
     }
 
     fn check_restored(&self) -> Result<(), RpcError> {
@@ -80,37 +62,15 @@ impl StoreSvc {
         }
     }
 
-    async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {
-        match self.ctx.writer.write(cmd, WRITE_TIMEOUT).await {
-            Ok(r) => Ok(Led::Here(r)),
-            Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.ctx.leader_hint(id))),
-            Err(WriteError::Unavailable(m)) => Err(RpcError::Unavailable(m)),
-            Err(WriteError::TooLarge(m)) => Err(RpcError::InvalidArgument(m)),
-        }
-    }
-
-    async fn linearizable(&self) -> Result<Led<()>, RpcError> {
-        match tokio::time::timeout(WRITE_TIMEOUT, self.ctx.raft.ensure_linearizable()).await {
-            Err(_) => Err(RpcError::Unavailable(
-                "no quorum answered the read index in time".into(),
-            )),
-            Ok(Ok(_)) => Ok(Led::Here(())),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Ok(Led::Elsewhere(self.ctx.leader_hint(f.leader_id)))
-            }
-            Ok(Err(RaftError::APIError(e))) => Err(RpcError::Unavailable(e.to_string())),
-            Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
-        }
-    }
-
     /// The route table of the current state, rebuilt only when its version changed.
     fn route_table(&self) -> Result<pb::RouteTable, RpcError> {
-        let version = self.data(|d| d.set.route_version);
+        let version = self.ctx.data(|d| d.set.route_version);
         let mut cache = self.ctx.routes.lock().expect("routes lock poisoned");
         if let Some(t) = cache.as_ref().filter(|t| t.version == version) {
             return Ok(t.clone());
         }
         let t = self
+            .ctx
             .data(|d| build_routes(&d.set))
             .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet".into()))?;
         *cache = Some(t.clone());
@@ -273,8 +233,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
             return Err(RpcError::InvalidArgument("node_id must be > 0".into()).into());
         }
         check_addr(&req.addr)?;
-        let params = self.params()?;
+        let params = self.ctx.params()?;
         let incarnation = match self
+            .ctx
             .write(Command::Register {
                 node_id: NodeId(req.node_id),
                 addr: req.addr.clone(),
@@ -307,13 +268,13 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::RenewReply>, Status> {
         let req = req.into_inner();
         let incarnation = Incarnation(req.incarnation);
-        if let Led::Elsewhere(hint) = self.linearizable().await? {
+        if let Led::Elsewhere(hint) = self.ctx.linearizable().await? {
             return Ok(Response::new(pb::RenewReply {
                 not_leader: Some(hint),
                 ..Default::default()
             }));
         }
-        let (known, grants, route_version) = self.data(|d| {
+        let (known, grants, route_version) = self.ctx.data(|d| {
             let known = d.set.allocsvrs.contains_key(&incarnation);
             let grants: Vec<pb::Grant> = d
                 .set
@@ -375,13 +336,14 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
         let req = req.into_inner();
-        let p = self.params()?;
+        let p = self.ctx.params()?;
         let ranges = if req.leaving && req.sections.is_empty() {
             Vec::new()
         } else {
             check_released(&p, &req.sections, MAX_RELEASE_SECTIONS)?
         };
         match self
+            .ctx
             .write(Command::Release {
                 incarnation: Incarnation(req.incarnation),
                 ranges,
@@ -416,11 +378,11 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn bump(&self, req: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
         let req = req.into_inner();
-        let items = check_bump_items(&self.params()?, &req.items)?;
+        let items = check_bump_items(&self.ctx.params()?, &req.items)?;
         // `--unsafe-skip-epoch-fence` (negative control) removes this check too: it is the fence
         // against an owner the arbiter declared dead (see `SetState::bump`).
         let incarnation = Incarnation(req.incarnation);
-        if !self.ctx.config.unsafe_skip_epoch_fence && !self.data(|d| d.set.allocsvrs.contains_key(&incarnation)) {
+        if !self.ctx.config.unsafe_skip_epoch_fence && !self.ctx.data(|d| d.set.allocsvrs.contains_key(&incarnation)) {
             return Err(RpcError::FailedPrecondition(format!(
                 "unknown incarnation {}: register first",
                 req.incarnation
@@ -429,7 +391,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         }
         let started = Instant::now();
         let n = items.len();
-        match self.write(Command::Bump { incarnation, items }).await? {
+        match self.ctx.write(Command::Bump { incarnation, items }).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {
                 not_leader: Some(hint),
                 results: vec![],
@@ -463,15 +425,15 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
         let req = req.into_inner();
-        let p = self.params()?;
+        let p = self.ctx.params()?;
         let ranges = check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?;
-        if let Led::Elsewhere(hint) = self.linearizable().await? {
+        if let Led::Elsewhere(hint) = self.ctx.linearizable().await? {
             return Ok(Response::new(pb::LoadReply {
                 not_leader: Some(hint),
                 sections: vec![],
             }));
         }
-        let sections = self.data(|d| {
+        let sections = self.ctx.data(|d| {
             // Only an owned section is loaded: an owner of a frozen or moved one would serve it.
             if let Some((section, state)) = ranges.iter().find_map(|span| d.set.first_not_owned(*span)) {
                 return Err(RpcError::FailedPrecondition(not_owned_message(
@@ -523,7 +485,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .unwrap_or_default();
         let now = Instant::now();
         let detect = self.ctx.detect();
-        let reply = self.data(|d| {
+        let reply = self.ctx.data(|d| {
             let live = self.ctx.liveness.lock().expect("liveness lock poisoned");
             let alive = crate::domain::liveness::alive(&d.set, &live, now, detect);
             let allocsvrs = d
@@ -562,7 +524,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 max_seq_sum: d.set.max_seq_sum(),
             }
         });
-        let applied = self.data(|d| d.last_applied.map(|l| l.index));
+        let applied = self.ctx.data(|d| d.last_applied.map(|l| l.index));
         self.expose(applied).await?;
         Ok(Response::new(reply))
     }
