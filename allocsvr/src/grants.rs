@@ -10,7 +10,7 @@
 //!   took it: once the diff is applied no slot of this node serves it under that epoch.
 //!
 //! Deliberately left out: building slots, the lease wait and sending anything (see `shared` and
-//! `tasks::renew`); grants outside the set are ignored and reported, never trusted.
+//! `tasks::renew`); grants outside the uid space are ignored and reported, never trusted.
 
 use std::ops::Range;
 
@@ -35,7 +35,7 @@ pub struct GrantDiff {
     pub gain: Vec<Gain>,
     /// Handed-over sections to release, with the epoch they are granted under.
     pub release: Vec<(SectionId, Epoch)>,
-    /// Grants that reach outside the set's sections (ignored beyond its bounds).
+    /// Grants that reach outside the uid space (ignored beyond its bounds).
     pub outside: Vec<pb::Grant>,
 }
 

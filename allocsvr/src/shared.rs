@@ -74,7 +74,8 @@ impl Shared {
         let (bump_tx, bump_rx) = mpsc::channel(BUMP_QUEUE_MESSAGES);
         let shared = Shared {
             node_id: cfg.node_id,
-            owned: Owned::new(params.section_begin, params.section_count() as usize),
+            // Slots for the whole uid space: a range moved into the set is granted like any other.
+            owned: Owned::new(0, params.total_sections() as usize),
             timings: LeaseTimings::of(&params),
             params,
             unsafe_switches: cfg.unsafe_switches,
@@ -240,7 +241,7 @@ impl Shared {
     /// gained sections as not-ready, observed at `t_obs`. Returns the gained slots.
     pub fn apply_grants(&self, diff: &GrantDiff, t_obs: Instant) -> Vec<Arc<Slot>> {
         if !diff.outside.is_empty() {
-            warn!(grants = ?diff.outside, set = ?self.params.sections(), "grants outside the set's sections ignored in part");
+            warn!(grants = ?diff.outside, sections = ?self.params.all_sections(), "grants outside the uid space ignored in part");
         }
         let incarnation = self.incarnation();
         let mut changes: Vec<(SectionId, Option<Arc<Slot>>)> = diff.drop.iter().map(|id| (*id, None)).collect();

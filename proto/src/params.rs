@@ -155,7 +155,12 @@ impl SetParams {
         section_count(self.uid_limit, self.section_size)
     }
 
-    /// The sections this set serves.
+    /// Every section of the uid space: any of them may be moved into any set.
+    pub fn all_sections(&self) -> Range<u64> {
+        0..self.total_sections()
+    }
+
+    /// The sections this set serves from its bootstrap on (moves add and remove others).
     pub fn sections(&self) -> Range<u64> {
         self.section_begin..self.section_end
     }

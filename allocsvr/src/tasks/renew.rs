@@ -160,7 +160,7 @@ impl Renewer {
         if !unchanged {
             let p = shared.params();
             let held = shared.owned().held_epochs();
-            let diff = grants::diff(p.sections(), &held, &reply.grants, &reply.handover);
+            let diff = grants::diff(p.all_sections(), &held, &reply.grants, &reply.handover);
             let gained = shared.apply_grants(&diff, Instant::now());
             // While a handover is asked for, diff every renewal again: a Release that failed is
             // then sent again (it is idempotent under its epochs).
