@@ -1,5 +1,6 @@
-//! `AdminService` client for operator actions on a StoreSvr group (add or remove a replica), over
-//! the same leader-following loop as the StoreService client.
+//! `AdminService` client for operator actions on a StoreSvr group (add or remove a replica, read
+//! and change the cluster map, one set's move steps), over the same leader-following loop as the
+//! StoreService client.
 //!
 //! Membership changes are not idempotent from the caller's view: a failure with `maybe_taken` set
 //! means an attempt may have been applied; the operator checks `seqctl status` before retrying.
@@ -40,6 +41,29 @@ impl AdminClient {
     pub async fn remove_replica(&self, node_id: NodeId) -> Result<pb::MembershipReply, ControlError> {
         self.leader.call(pb::RemoveReplicaRequest { node_id: node_id.0 }).await
     }
+
+    /// The cluster map, read linearizably from set 0's leader.
+    pub async fn cluster_map(&self) -> Result<pb::ClusterMap, ControlError> {
+        let reply = self.leader.call(pb::GetClusterMapRequest {}).await?;
+        reply
+            .map
+            .ok_or_else(|| ControlError::Rejected(Status::internal("the cluster map reply carried no map")))
+    }
+
+    /// Changes the map (set 0 only).
+    pub async fn change_map(&self, change: pb::change_map_request::Change) -> Result<pb::ChangeMapReply, ControlError> {
+        self.leader.call(pb::ChangeMapRequest { change: Some(change) }).await
+    }
+
+    /// Applies one range step of a move on this group's set.
+    pub async fn range_step(&self, req: pb::RangeStepRequest) -> Result<pb::RangeStepReply, ControlError> {
+        self.leader.call(req).await
+    }
+
+    /// How far the owners of move `op`'s frozen range have let go.
+    pub async fn export_status(&self, op: u64) -> Result<pb::ExportStatusReply, ControlError> {
+        self.leader.call(pb::ExportStatusRequest { op }).await
+    }
 }
 
 fn admin_service(channel: Channel) -> AdminServiceClient<Channel> {
@@ -48,22 +72,26 @@ fn admin_service(channel: Channel) -> AdminServiceClient<Channel> {
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES)
 }
 
-impl LeaderCall for pb::AddReplicaRequest {
-    type Reply = pb::MembershipReply;
-    async fn send(channel: Channel, req: Request<Self>) -> Result<Response<Self::Reply>, Status> {
-        admin_service(channel).add_replica(req).await
-    }
-    fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint> {
-        reply.not_leader.as_ref()
-    }
+/// Each admin request goes to the group's leader; a reply's `not_leader` hint redirects it.
+macro_rules! admin_call {
+    ($($req:ident => $reply:ident, $method:ident;)*) => {$(
+        impl LeaderCall for pb::$req {
+            type Reply = pb::$reply;
+            async fn send(channel: Channel, req: Request<Self>) -> Result<Response<Self::Reply>, Status> {
+                admin_service(channel).$method(req).await
+            }
+            fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint> {
+                reply.not_leader.as_ref()
+            }
+        }
+    )*};
 }
 
-impl LeaderCall for pb::RemoveReplicaRequest {
-    type Reply = pb::MembershipReply;
-    async fn send(channel: Channel, req: Request<Self>) -> Result<Response<Self::Reply>, Status> {
-        admin_service(channel).remove_replica(req).await
-    }
-    fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint> {
-        reply.not_leader.as_ref()
-    }
+admin_call! {
+    AddReplicaRequest => MembershipReply, add_replica;
+    RemoveReplicaRequest => MembershipReply, remove_replica;
+    GetClusterMapRequest => ClusterMapReply, get_cluster_map;
+    ChangeMapRequest => ChangeMapReply, change_map;
+    RangeStepRequest => RangeStepReply, range_step;
+    ExportStatusRequest => ExportStatusReply, export_status;
 }

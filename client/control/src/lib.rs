@@ -8,8 +8,10 @@
 pub mod admin;
 pub mod classify;
 pub mod leader;
+pub mod mover;
 pub mod store;
 
 pub use admin::AdminClient;
 pub use leader::{ControlError, Seed, StoreTimeouts};
+pub use mover::{MoveError, Mover};
 pub use store::StoreClient;

@@ -100,6 +100,8 @@ pub struct MoveOp {
     pub driver: u64,
     /// The map version the move was recorded at.
     pub recorded_at: u64,
+    /// The map version its switch made (0 before the switch).
+    pub switched_at: u64,
 }
 
 impl MoveOp {
@@ -295,6 +297,7 @@ impl ClusterMap {
                 phase: Phase::Recorded,
                 driver,
                 recorded_at,
+                switched_at: 0,
             },
         );
         self.version += 1;
@@ -387,7 +390,8 @@ impl ClusterMap {
             };
         }
         m.phase = phase.clone();
-        if let Phase::Switched { .. } = phase {
+        if let Phase::Switched { map_version } = phase {
+            m.switched_at = map_version;
             let (span, to) = (m.span, m.to);
             self.ranges.set(span.begin, span.end, Some(to));
             self.version += 1;

@@ -72,10 +72,9 @@ fn phase_from_pb(phase: i32, ceilings: &[u64]) -> Result<Phase, RpcError> {
 }
 
 fn move_pb(m: &MoveOp) -> pb::MoveInfo {
-    let (switched_at, ceilings) = match &m.phase {
-        Phase::Sealed(c) => (0, c.clone()),
-        Phase::Switched { map_version } => (*map_version, Vec::new()),
-        _ => (0, Vec::new()),
+    let ceilings = match &m.phase {
+        Phase::Sealed(c) => c.clone(),
+        _ => Vec::new(),
     };
     pb::MoveInfo {
         op: m.op,
@@ -88,7 +87,7 @@ fn move_pb(m: &MoveOp) -> pb::MoveInfo {
         phase: phase_pb(&m.phase) as i32,
         driver: m.driver,
         recorded_at: m.recorded_at,
-        switched_at,
+        switched_at: m.switched_at,
         ceilings,
     }
 }

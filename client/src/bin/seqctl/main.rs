@@ -4,7 +4,9 @@
 //! `--help`): an unknown outcome has its own code because a script must not retry a fetch that may
 //! have taken effect as if it had not.
 //!
-//! Deliberately left out: set moves and rebalancing dry-runs (not in the wire contract yet).
+//! Deliberately left out: `alloc drain` (handing an AllocSvr's sections to the others of its set).
+
+mod moves;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,9 +19,9 @@ use seqsvr_proto::{NodeId, Uid, pb};
 use serde_json::{Value, json};
 
 /// Exit code of a failure that certainly did not take effect (unreachable, refused).
-const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_FAILED: u8 = 1;
 /// Exit code of bad input: unparsable arguments, a uid outside the cluster's range.
-const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code of an unknown outcome: the request may have taken effect (e.g. a timed-out fetch).
 const EXIT_UNKNOWN: u8 = 3;
 
@@ -31,7 +33,7 @@ const EXIT_UNKNOWN: u8 = 3;
     after_help = "Exit codes: 0 success; 1 failed (certainly did not take effect); \
                   2 bad input or usage; 3 unknown outcome (may have taken effect, e.g. a timed-out fetch)."
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// Read options from this TOML file (`some_option = value`); flags and environment variables
     /// override it.
     #[arg(long, value_name = "FILE", global = true)]
@@ -75,6 +77,15 @@ enum Cmd {
         #[command(subcommand)]
         action: ReplicaCmd,
     },
+    /// Every set of the cluster map: its StoreSvrs and the uids it serves (--store: set 0).
+    Sets,
+    /// Add a set to the cluster map (--store: set 0).
+    Set {
+        #[command(subcommand)]
+        action: moves::SetCmd,
+    },
+    /// Move a uid range between sets, or show, resume or cancel moves (--store: set 0).
+    Move(moves::MoveArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -86,13 +97,13 @@ enum ReplicaCmd {
 }
 
 /// Why a command failed, with the exit code it maps to.
-struct Failure {
+pub(crate) struct Failure {
     code: u8,
     message: String,
 }
 
 impl Failure {
-    fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Self {
             code: EXIT_USAGE,
             message: message.into(),
@@ -129,7 +140,7 @@ impl From<ControlError> for Failure {
 
 impl Failure {
     /// A failed write: when an attempt may have been applied its outcome is unknown.
-    fn of_write(e: ControlError) -> Self {
+    pub(crate) fn of_write(e: ControlError) -> Self {
         match e {
             ControlError::Unavailable {
                 last,
@@ -191,6 +202,9 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
             })?;
             Ok(render_routes(cli.json, &table))
         }
+        Cmd::Sets => moves::sets(cli).await,
+        Cmd::Set { action } => moves::set(cli, action).await,
+        Cmd::Move(args) => moves::moves(cli, args).await,
         Cmd::Replica { action } => {
             let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli)).map_err(Failure::usage)?;
             let reply = match action {
@@ -208,7 +222,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
     }
 }
 
-fn timeouts(cli: &Cli) -> StoreTimeouts {
+pub(crate) fn timeouts(cli: &Cli) -> StoreTimeouts {
     StoreTimeouts {
         attempt: Duration::from_millis(cli.attempt_timeout_ms),
         overall: Duration::from_millis(cli.timeout_ms),
@@ -236,7 +250,7 @@ fn alloc_client(cli: &Cli) -> Result<Client, Failure> {
     Ok(Client::new(cfg)?)
 }
 
-fn store_seeds(cli: &Cli) -> Result<Vec<Seed>, Failure> {
+pub(crate) fn store_seeds(cli: &Cli) -> Result<Vec<Seed>, Failure> {
     let list = cli
         .store
         .as_deref()
@@ -531,7 +545,7 @@ fn yes_no(b: bool) -> &'static str {
 }
 
 /// A left-aligned text table with a header row.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -1,0 +1,405 @@
+//! The driver of a move of sections between sets: what `seqctl move` runs.
+//!
+//! The move's record lives in the cluster map (set 0); every step is idempotent and keyed by the
+//! op id, so the driver keeps no state of its own: [`Mover::drive`] reads the record, sends the
+//! step its phase calls for to the set concerned, records the next phase, and repeats until the
+//! move is done. A driver killed anywhere is replaced by `resume`, which takes the move over
+//! (a new driver token: the old driver's next record is refused) and carries on from the record.
+//!
+//! The order, and why:
+//! 1. record (CAS on the map version): overlapping moves and stale plans are refused;
+//! 2. target imports: the target's state is written before anything removes the source's;
+//! 3. source freezes: bumps refused, epochs raised, owners asked to hand over;
+//! 4. the source's leader hands out the final ceilings only once the owners are provably gone
+//!    (all released, or a lease has passed since it saw the freeze) — the wait is the server's;
+//! 5. seal: the ceilings go into the record; from here on the move cannot be cancelled, because
+//!    the target may serve after the next step;
+//! 6. target installs `max(own, source's)` and owns the range;
+//! 7. the map switches (clients go to the target); 8. the source tombstones; done.
+//!
+//! Left out: choosing ranges (the operator does) and rebalancing AllocSvrs inside a set.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::change_map_request::Change;
+
+use crate::admin::AdminClient;
+use crate::leader::{ControlError, Seed, StoreTimeouts};
+
+/// Why a move command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    /// The input or the cluster's state does not allow it; nothing changed.
+    #[error("{0}")]
+    Refused(String),
+    /// The map changed since the plan was made; nothing changed.
+    #[error("the cluster map changed (now version {0}); look again and retry")]
+    VersionChanged(u64),
+    /// A set could not be reached or answered with an error; the move stays where its record says.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+/// What a move of `span` would do, as the dry run prints it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub from: u64,
+    pub to: u64,
+    pub begin: u64,
+    pub end: u64,
+    pub map_version: u64,
+    /// Per section: `max_seq`, epoch and owner incarnation in the source now.
+    pub sections: Vec<pb::SectionState>,
+    /// The longest the range is unavailable if an owner does not hand over (the lease wait).
+    pub forced_wait: Duration,
+}
+
+/// Where a running move stands, for progress output.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    Step { op: u64, phase: pb::MovePhase },
+    Waiting { op: u64, held: u64, wait_ms: u64 },
+}
+
+/// Drives moves through set 0's map and the sets' admin services.
+pub struct Mover {
+    meta: AdminClient,
+    timeouts: StoreTimeouts,
+    /// This driver's token (random per run).
+    pub driver: u64,
+}
+
+/// The steps of a move after `phase`: the set that applies it and the phase recorded after it.
+fn next_phase(phase: pb::MovePhase) -> Option<pb::MovePhase> {
+    use pb::MovePhase::*;
+    Some(match phase {
+        Recorded => Importing,
+        Importing => Frozen,
+        Frozen => Sealed,
+        Sealed => Installed,
+        Installed => Switched,
+        Switched => Done,
+        _ => return None,
+    })
+}
+
+impl Mover {
+    pub fn new(meta_seeds: Vec<Seed>, timeouts: StoreTimeouts, driver: u64) -> Result<Self, String> {
+        Ok(Self {
+            meta: AdminClient::new(meta_seeds, timeouts)?,
+            timeouts,
+            driver,
+        })
+    }
+
+    pub async fn map(&self) -> Result<pb::ClusterMap, MoveError> {
+        Ok(self.meta.cluster_map().await?)
+    }
+
+    /// The admin client of set `set_id`, at the addresses the map lists.
+    fn set_admin(&self, map: &pb::ClusterMap, set_id: u64) -> Result<AdminClient, MoveError> {
+        AdminClient::new(seeds_of(map, set_id)?, self.timeouts).map_err(MoveError::Refused)
+    }
+
+    /// Adds set `set_id` (its StoreSvr group already running) to the map.
+    pub async fn add_set(&self, set_id: u64, stores: Vec<String>) -> Result<pb::ChangeMapReply, MoveError> {
+        let map = self.map().await?;
+        let add = Change::AddSet(pb::AddSet {
+            expect_version: map.version,
+            set_id,
+            stores,
+        });
+        check_change(self.meta.change_map(add).await?)
+    }
+
+    /// Refuses a range not on section boundaries (naming the nearest ones), and turns uids into
+    /// sections.
+    pub fn sections_of(map: &pb::ClusterMap, lo: u64, hi: u64) -> Result<(u64, u64), MoveError> {
+        let size = map.section_size.max(1);
+        if lo >= hi || hi > map.uid_limit {
+            return Err(MoveError::Refused(format!(
+                "uids {lo}..{hi} must be a non-empty range within 0..{}",
+                map.uid_limit
+            )));
+        }
+        for (what, uid) in [("start", lo), ("end", hi)] {
+            if uid % size != 0 && !(what == "end" && uid == map.uid_limit) {
+                let below = uid / size * size;
+                return Err(MoveError::Refused(format!(
+                    "the {what} {uid} is not on a section boundary (sections are {size} uids); nearest: {below} or {}",
+                    below + size
+                )));
+            }
+        }
+        Ok((lo / size, hi.div_ceil(size)))
+    }
+
+    /// The dry run: what moving sections `[begin, end)` from `from` to `to` would do; changes nothing.
+    pub async fn plan(&self, from: u64, to: u64, begin: u64, end: u64) -> Result<Plan, MoveError> {
+        let map = self.map().await?;
+        refuse_move(&map, from, to, begin, end)?;
+        let store = crate::store::StoreClient::new(seeds_of(&map, from)?, self.timeouts).map_err(MoveError::Refused)?;
+        let loaded = store
+            .load(pb::LoadRequest {
+                sections: vec![pb::SectionRange { begin, end }],
+            })
+            .await?;
+        let status = store.status().await?;
+        let target = crate::store::StoreClient::new(seeds_of(&map, to)?, self.timeouts).map_err(MoveError::Refused)?;
+        if target.status().await?.leader_id == 0 {
+            return Err(MoveError::Refused(format!(
+                "set {to} has no leader (no quorum?): a move needs both sets up"
+            )));
+        }
+        let p = status.params.unwrap_or_default();
+        let lease = Duration::from_millis(p.lease_ms).mul_f64(1.0 + p.drift_ppm as f64 / 1e6);
+        Ok(Plan {
+            from,
+            to,
+            begin,
+            end,
+            map_version: map.version,
+            sections: loaded.sections,
+            forced_wait: lease + Duration::from_millis(p.margin_ms),
+        })
+    }
+
+    /// Records a new move (CAS on `expect_version`); drive it with [`Self::drive`].
+    pub async fn begin(&self, op: u64, plan: &Plan) -> Result<u64, MoveError> {
+        let begin = Change::BeginMove(pb::BeginMove {
+            expect_version: plan.map_version,
+            op,
+            from_set: plan.from,
+            to_set: plan.to,
+            sections: Some(pb::SectionRange {
+                begin: plan.begin,
+                end: plan.end,
+            }),
+            driver: self.driver,
+        });
+        Ok(check_change(self.meta.change_map(begin).await?)?.version)
+    }
+
+    /// Takes move `op` over from whichever driver had it.
+    pub async fn claim(&self, op: u64) -> Result<(), MoveError> {
+        let claim = Change::ClaimMove(pb::ClaimMove {
+            op,
+            driver: self.driver,
+        });
+        check_change(self.meta.change_map(claim).await?)?;
+        Ok(())
+    }
+
+    async fn advance(&self, op: u64, phase: pb::MovePhase, ceilings: Vec<u64>) -> Result<(), MoveError> {
+        let advance = Change::AdvanceMove(pb::AdvanceMove {
+            op,
+            driver: self.driver,
+            phase: phase as i32,
+            ceilings,
+        });
+        check_change(self.meta.change_map(advance).await?)?;
+        Ok(())
+    }
+
+    /// Drives move `op` from its recorded phase to done, reporting each step.
+    pub async fn drive(&self, op: u64, mut progress: impl FnMut(Progress)) -> Result<pb::MoveInfo, MoveError> {
+        loop {
+            let map = self.map().await?;
+            let m = find_move(&map, op)?;
+            let phase = pb::MovePhase::try_from(m.phase).unwrap_or(pb::MovePhase::Unspecified);
+            let Some(next) = next_phase(phase) else {
+                return match phase {
+                    pb::MovePhase::Done => Ok(m),
+                    _ => Err(MoveError::Refused(format!("move {op} is {}", phase.as_str_name()))),
+                };
+            };
+            let ceilings = self.apply_step(&map, &m, next, &mut progress).await?;
+            self.advance(op, next, ceilings).await?;
+            progress(Progress::Step { op, phase: next });
+        }
+    }
+
+    /// Sends the set-level step that leads to `next`; the ceilings when `next` is SEALED.
+    async fn apply_step(
+        &self,
+        map: &pb::ClusterMap,
+        m: &pb::MoveInfo,
+        next: pb::MovePhase,
+        progress: &mut impl FnMut(Progress),
+    ) -> Result<Vec<u64>, MoveError> {
+        use pb::MovePhase::*;
+        let step = |phase: pb::MovePhase, other_set: u64| pb::RangeStepRequest {
+            op: m.op,
+            step: phase as i32,
+            sections: m.sections,
+            other_set,
+            ceilings: Vec::new(),
+            map_version: 0,
+        };
+        match next {
+            Importing => self
+                .set_admin(map, m.to_set)?
+                .range_step(step(Importing, m.from_set))
+                .await
+                .map(drop)?,
+            Frozen => self
+                .set_admin(map, m.from_set)?
+                .range_step(step(Frozen, m.to_set))
+                .await
+                .map(drop)?,
+            Sealed => return self.wait_final(map, m, progress).await,
+            Installed => {
+                let req = pb::RangeStepRequest {
+                    ceilings: m.ceilings.clone(),
+                    ..step(Installed, m.from_set)
+                };
+                self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?
+            }
+            Switched => {}
+            Done => {
+                let req = pb::RangeStepRequest {
+                    map_version: m.switched_at,
+                    ..step(Done, m.to_set)
+                };
+                self.set_admin(map, m.from_set)?.range_step(req).await.map(drop)?
+            }
+            _ => {}
+        }
+        Ok(Vec::new())
+    }
+
+    /// Polls the source until its leader vouches that the owners are gone; the final ceilings.
+    async fn wait_final(
+        &self,
+        map: &pb::ClusterMap,
+        m: &pb::MoveInfo,
+        progress: &mut impl FnMut(Progress),
+    ) -> Result<Vec<u64>, MoveError> {
+        let source = self.set_admin(map, m.from_set)?;
+        let started = Instant::now();
+        loop {
+            let s = source.export_status(m.op).await?;
+            if s.ready {
+                return Ok(s.ceilings);
+            }
+            progress(Progress::Waiting {
+                op: m.op,
+                held: s.held,
+                wait_ms: s.wait_ms,
+            });
+            // The wait is bounded by the lease; a source that never gets ready is a bug or a
+            // leader that keeps changing: give up after a generous bound and let `resume` retry.
+            if started.elapsed() > Duration::from_secs(600) {
+                return Err(MoveError::Refused(format!(
+                    "move {}: the source has not vouched for the range in 10 minutes; resume later",
+                    m.op
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(s.wait_ms.clamp(20, 200))).await;
+        }
+    }
+
+    /// Cancels move `op` before its seal: the record first (so no driver can seal it any more),
+    /// then the source gives the range back and the target forgets its import.
+    pub async fn cancel(&self, op: u64) -> Result<(), MoveError> {
+        self.claim(op).await?;
+        self.advance(op, pb::MovePhase::Cancelled, Vec::new()).await?;
+        let map = self.map().await?;
+        let m = find_move(&map, op)?;
+        let cancel = pb::RangeStepRequest {
+            op,
+            step: pb::MovePhase::Cancelled as i32,
+            sections: m.sections,
+            other_set: 0,
+            ceilings: Vec::new(),
+            map_version: 0,
+        };
+        self.set_admin(&map, m.from_set)?.range_step(cancel.clone()).await?;
+        self.set_admin(&map, m.to_set)?.range_step(cancel).await?;
+        Ok(())
+    }
+}
+
+fn seeds_of(map: &pb::ClusterMap, set_id: u64) -> Result<Vec<Seed>, MoveError> {
+    let set = map
+        .sets
+        .iter()
+        .find(|s| s.set_id == set_id)
+        .ok_or_else(|| MoveError::Refused(format!("set {set_id} is not in the cluster map")))?;
+    set.stores
+        .iter()
+        .map(|a| Seed::parse(a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(MoveError::Refused)
+}
+
+fn find_move(map: &pb::ClusterMap, op: u64) -> Result<pb::MoveInfo, MoveError> {
+    map.moves
+        .iter()
+        .find(|m| m.op == op)
+        .cloned()
+        .ok_or_else(|| MoveError::Refused(format!("no move {op} in the cluster map")))
+}
+
+fn check_change(r: pb::ChangeMapReply) -> Result<pb::ChangeMapReply, MoveError> {
+    if r.version_changed {
+        return Err(MoveError::VersionChanged(r.version));
+    }
+    Ok(r)
+}
+
+/// The same refusals as the map's own check, made before anything is sent, with clear words.
+fn refuse_move(map: &pb::ClusterMap, from: u64, to: u64, begin: u64, end: u64) -> Result<(), MoveError> {
+    let sets: BTreeMap<u64, &pb::SetInfo> = map.sets.iter().map(|s| (s.set_id, s)).collect();
+    for set in [from, to] {
+        if !sets.contains_key(&set) {
+            return Err(MoveError::Refused(format!(
+                "set {set} is not in the cluster map (add it with `seqctl set add`)"
+            )));
+        }
+    }
+    if from == to {
+        return Err(MoveError::Refused(format!("set {to} already serves the range")));
+    }
+    let mut at = begin;
+    for r in map
+        .ranges
+        .iter()
+        .filter(|r| r.section_end > begin && r.section_begin < end)
+    {
+        if r.section_begin > at || r.set_id != from {
+            return Err(MoveError::Refused(format!(
+                "set {from} does not serve all of sections [{begin}, {end}) (sections [{}, {}) are set {}'s)",
+                r.section_begin.max(begin),
+                r.section_end.min(end),
+                r.set_id
+            )));
+        }
+        at = r.section_end;
+    }
+    if at < end {
+        return Err(MoveError::Refused(format!(
+            "sections [{at}, {end}) are served by no set"
+        )));
+    }
+    let running = |m: &&pb::MoveInfo| {
+        !matches!(
+            pb::MovePhase::try_from(m.phase),
+            Ok(pb::MovePhase::Done | pb::MovePhase::Cancelled)
+        )
+    };
+    if let Some(m) = map
+        .moves
+        .iter()
+        .filter(running)
+        .find(|m| m.sections.is_some_and(|s| s.begin < end && begin < s.end))
+    {
+        return Err(MoveError::Refused(format!(
+            "move {} overlaps the range; wait for it, or `seqctl move resume {}` / `seqctl move cancel {}`",
+            m.op, m.op, m.op
+        )));
+    }
+    Ok(())
+}

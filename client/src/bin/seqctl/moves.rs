@@ -1,0 +1,341 @@
+//! `seqctl sets`, `seqctl set add` and `seqctl move …`: the cluster map and moves of uid ranges
+//! between sets, over `seqsvr_control::Mover`.
+//!
+//! `--store` names StoreSvrs of set 0, where the map lives; every other set is reached at the
+//! addresses the map lists. Refusals exit 2 and change nothing; a map that changed under the
+//! caller exits 1 with its new version; a move interrupted mid-way exits 1 and says how to resume.
+//!
+//! Left out: a graphical progress bar (progress is printed as lines on stderr, one per step and
+//! one per second of the lease wait), and `alloc drain`.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use seqsvr_control::mover::{Plan, Progress};
+use seqsvr_control::{MoveError, Mover};
+use seqsvr_proto::pb;
+use serde_json::{Value, json};
+
+use crate::{EXIT_FAILED, EXIT_USAGE, Failure, table, timeouts};
+
+#[derive(Subcommand, Debug)]
+pub enum SetCmd {
+    /// Put a new, empty set into the cluster map (its StoreSvr group must already be running,
+    /// started with --set-id ID).
+    Add {
+        id: u64,
+        /// The new set's StoreSvr addresses, host:port, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        stores: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct MoveArgs {
+    #[command(subcommand)]
+    pub action: Option<MoveCmd>,
+    /// The set that serves the range now.
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// The set that will serve it.
+    #[arg(long)]
+    pub to: Option<u64>,
+    /// The uids to move, LO..HI (HI excluded), on section boundaries.
+    #[arg(long)]
+    pub uids: Option<String>,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MoveCmd {
+    /// One move's record.
+    Status { op: u64 },
+    /// Every move the map records.
+    List,
+    /// Take a move over (from a driver that died) and finish it.
+    Resume { op: u64 },
+    /// Cancel a move before its seal (after it, move the range back instead).
+    Cancel { op: u64 },
+}
+
+impl From<MoveError> for Failure {
+    fn from(e: MoveError) -> Self {
+        match e {
+            MoveError::Refused(m) => Failure {
+                code: EXIT_USAGE,
+                message: m,
+            },
+            MoveError::VersionChanged(v) => Failure {
+                code: EXIT_FAILED,
+                message: format!("the cluster map changed under you: it is at version {v} now; look again and retry"),
+            },
+            // The servers' own refusals (an overlap found there, a step out of order) change
+            // nothing either: bad input, like the ones caught here.
+            MoveError::Control(seqsvr_control::ControlError::Rejected(s))
+                if matches!(s.code(), tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument) =>
+            {
+                Failure {
+                    code: EXIT_USAGE,
+                    message: s.message().to_string(),
+                }
+            }
+            MoveError::Control(c) => Failure::of_write(c),
+        }
+    }
+}
+
+fn mover(cli: &crate::Cli) -> Result<Mover, Failure> {
+    let seeds = crate::store_seeds(cli)?;
+    Mover::new(seeds, timeouts(cli), rand::random::<u64>() | 1).map_err(Failure::usage)
+}
+
+pub async fn sets(cli: &crate::Cli) -> Result<String, Failure> {
+    let map = mover(cli)?.map().await?;
+    if cli.json {
+        return Ok(map_json(&map).to_string());
+    }
+    let rows = map
+        .sets
+        .iter()
+        .map(|s| {
+            let ranges: Vec<String> = map
+                .ranges
+                .iter()
+                .filter(|r| r.set_id == s.set_id)
+                .map(|r| {
+                    format!(
+                        "uids {}..{}",
+                        r.section_begin * map.section_size,
+                        (r.section_end * map.section_size).min(map.uid_limit)
+                    )
+                })
+                .collect();
+            vec![s.set_id.to_string(), s.stores.join(","), ranges.join(" ")]
+        })
+        .collect();
+    Ok(format!(
+        "cluster map version {}\n{}",
+        map.version,
+        table(&["set", "stores", "ranges"], rows)
+    ))
+}
+
+pub async fn set(cli: &crate::Cli, cmd: &SetCmd) -> Result<String, Failure> {
+    let SetCmd::Add { id, stores } = cmd;
+    for s in stores {
+        seqsvr_control::Seed::parse(s).map_err(Failure::usage)?;
+    }
+    let r = mover(cli)?.add_set(*id, stores.clone()).await?;
+    Ok(if cli.json {
+        json!({"set_id": id, "map_version": r.version, "already": r.already}).to_string()
+    } else if r.already {
+        format!("set {id} was already in the map (version {})", r.version)
+    } else {
+        format!("set {id} added; cluster map version {}", r.version)
+    })
+}
+
+pub async fn moves(cli: &crate::Cli, args: &MoveArgs) -> Result<String, Failure> {
+    let m = mover(cli)?;
+    match &args.action {
+        Some(MoveCmd::List) => {
+            let map = m.map().await?;
+            Ok(render_moves(cli.json, &map, &map.moves))
+        }
+        Some(MoveCmd::Status { op }) => {
+            let map = m.map().await?;
+            let found: Vec<pb::MoveInfo> = map.moves.iter().filter(|x| x.op == *op).cloned().collect();
+            if found.is_empty() {
+                return Err(Failure::usage(format!("no move {op} in the cluster map")));
+            }
+            Ok(render_moves(cli.json, &map, &found))
+        }
+        Some(MoveCmd::Resume { op }) => {
+            m.claim(*op).await?;
+            drive(&m, *op, cli.json).await
+        }
+        Some(MoveCmd::Cancel { op }) => {
+            m.cancel(*op).await?;
+            Ok(if cli.json {
+                json!({"op": op, "cancelled": true}).to_string()
+            } else {
+                format!("move {op} cancelled; the source serves the range again")
+            })
+        }
+        None => start(cli, &m, args).await,
+    }
+}
+
+/// `LO..HI` in uids.
+fn parse_uids(s: &str) -> Result<(u64, u64), Failure> {
+    let (lo, hi) = s
+        .split_once("..")
+        .ok_or_else(|| Failure::usage(format!("--uids {s:?} is not LO..HI")))?;
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|_| Failure::usage(format!("--uids {s:?}: {x:?} is not a number")))
+    };
+    Ok((num(lo)?, num(hi)?))
+}
+
+async fn start(cli: &crate::Cli, m: &Mover, args: &MoveArgs) -> Result<String, Failure> {
+    let (Some(from), Some(to), Some(uids)) = (args.from, args.to, args.uids.as_deref()) else {
+        return Err(Failure::usage("a move needs --from SET --to SET --uids LO..HI"));
+    };
+    let (lo, hi) = parse_uids(uids)?;
+    let map = m.map().await?;
+    let (begin, end) = Mover::sections_of(&map, lo, hi)?;
+    let plan = m.plan(from, to, begin, end).await?;
+    if args.dry_run {
+        return Ok(render_plan(cli.json, &plan, &map, lo, hi));
+    }
+    let op = rand::random::<u64>() >> 1;
+    // The op id first: whatever happens next, the operator can resume or cancel it.
+    eprintln!("move {op}: sections [{begin}, {end}) (uids {lo}..{hi}) from set {from} to set {to}");
+    m.begin(op, &plan).await?;
+    drive(m, op, cli.json).await
+}
+
+async fn drive(m: &Mover, op: u64, as_json: bool) -> Result<String, Failure> {
+    let started = std::time::Instant::now();
+    let mut last_wait_line = std::time::Instant::now() - Duration::from_secs(1);
+    let progress = |p: Progress| match p {
+        Progress::Step { op, phase } => {
+            eprintln!(
+                "move {op}: {} ({} ms)",
+                phase_label(phase),
+                started.elapsed().as_millis()
+            )
+        }
+        Progress::Waiting { op, held, wait_ms } => {
+            if last_wait_line.elapsed() >= Duration::from_secs(1) {
+                last_wait_line = std::time::Instant::now();
+                eprintln!(
+                    "move {op}: waiting for the source's owners: {held} sections held, at most {wait_ms} ms left"
+                );
+            }
+        }
+    };
+    let done = m.drive(op, progress).await.map_err(|e| {
+        let mut f = Failure::from(e);
+        f.message = format!(
+            "{}; the move stays recorded: `seqctl move resume {op}` finishes it",
+            f.message
+        );
+        f
+    })?;
+    let took = started.elapsed().as_millis();
+    Ok(if as_json {
+        json!({"op": op, "phase": "done", "millis": took, "switched_at": done.switched_at}).to_string()
+    } else {
+        format!("move {op} done in {took} ms; cluster map version {}", done.switched_at)
+    })
+}
+
+fn phase_label(p: pb::MovePhase) -> String {
+    p.as_str_name().trim_start_matches("MOVE_PHASE_").to_lowercase()
+}
+
+fn phase_name(m: &pb::MoveInfo) -> String {
+    pb::MovePhase::try_from(m.phase)
+        .map(phase_label)
+        .unwrap_or_else(|_| format!("unknown({})", m.phase))
+}
+
+fn render_moves(as_json: bool, map: &pb::ClusterMap, moves: &[pb::MoveInfo]) -> String {
+    let uids = |s: Option<pb::SectionRange>| {
+        s.map(|s| {
+            format!(
+                "{}..{}",
+                s.begin * map.section_size,
+                (s.end * map.section_size).min(map.uid_limit)
+            )
+        })
+        .unwrap_or_default()
+    };
+    if as_json {
+        let list: Vec<Value> = moves
+            .iter()
+            .map(|m| {
+                json!({"op": m.op, "from": m.from_set, "to": m.to_set, "uids": uids(m.sections),
+                       "phase": phase_name(m), "recorded_at": m.recorded_at, "switched_at": m.switched_at})
+            })
+            .collect();
+        return json!({"map_version": map.version, "moves": list}).to_string();
+    }
+    let rows = moves
+        .iter()
+        .map(|m| {
+            vec![
+                m.op.to_string(),
+                m.from_set.to_string(),
+                m.to_set.to_string(),
+                uids(m.sections),
+                phase_name(m),
+            ]
+        })
+        .collect();
+    table(&["op", "from", "to", "uids", "phase"], rows)
+}
+
+fn render_plan(as_json: bool, plan: &Plan, map: &pb::ClusterMap, lo: u64, hi: u64) -> String {
+    let back = format!("seqctl move --from {} --to {} --uids {lo}..{hi}", plan.to, plan.from);
+    if as_json {
+        let sections: Vec<Value> = plan
+            .sections
+            .iter()
+            .map(
+                |s| json!({"section": s.section, "max_seq": s.max_seq, "epoch": s.epoch, "owner": s.owner_incarnation}),
+            )
+            .collect();
+        return json!({"from": plan.from, "to": plan.to, "sections": sections, "map_version": plan.map_version,
+                      "unavailable_ms": {"released": "under 1000", "forced": plan.forced_wait.as_millis() as u64},
+                      "reverse": back})
+        .to_string();
+    }
+    let rows = plan
+        .sections
+        .iter()
+        .map(|s| {
+            vec![
+                s.section.to_string(),
+                s.max_seq.to_string(),
+                s.epoch.to_string(),
+                s.owner_incarnation.to_string(),
+            ]
+        })
+        .collect();
+    format!(
+        "dry run: move uids {lo}..{hi} (sections [{}, {})) from set {} to set {}; nothing changed\n{}\n\
+         expects cluster map version {} (currently {})\n\
+         unavailable: under a second if every owner hands over; at most {} ms if one does not\n\
+         to move it back later: {back}",
+        plan.begin,
+        plan.end,
+        plan.from,
+        plan.to,
+        table(&["section", "max_seq", "epoch", "owner"], rows),
+        plan.map_version,
+        map.version,
+        plan.forced_wait.as_millis()
+    )
+}
+
+fn map_json(map: &pb::ClusterMap) -> Value {
+    let sets: Vec<Value> = map
+        .sets
+        .iter()
+        .map(|s| json!({"set_id": s.set_id, "stores": s.stores}))
+        .collect();
+    let ranges: Vec<Value> = map
+        .ranges
+        .iter()
+        .map(|r| json!({"section_begin": r.section_begin, "section_end": r.section_end, "set_id": r.set_id}))
+        .collect();
+    json!({"version": map.version, "section_size": map.section_size, "uid_limit": map.uid_limit,
+           "sets": sets, "ranges": ranges})
+}

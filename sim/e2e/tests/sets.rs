@@ -1,0 +1,234 @@
+//! Two sets of real processes (each one StoreSvr and one AllocSvr) and `seqctl`: a set is added
+//! to the cluster map, bad moves are refused with exit 2 and change nothing, a dry run prints the
+//! plan, and a move hands a uid range from set 0's AllocSvr to set 1's, after which set 1 serves
+//! the range above every seq set 0 gave out, and set 0 keeps serving the rest.
+//!
+//! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
+//!
+//! Left out: load during the move and killing `seqctl` mid-move (the simulator's move faults, to
+//! come), and the client library routing across sets (it follows one set's route table today).
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use seqsvr_harness::{ProcSpec, Supervisor, find_binary, free_addr, poll_until};
+
+const SECTION_SIZE: u64 = 100_000;
+const UID_LIMIT: u64 = 1_000_000;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn bin(name: &str) -> std::path::PathBuf {
+    find_binary(name, None).unwrap_or_else(|e| panic!("{e}: run `cargo build --workspace --bins` first"))
+}
+
+struct TwoSets {
+    _dir: tempfile::TempDir,
+    procs: Supervisor,
+    stores: [String; 2],
+    allocs: [String; 2],
+}
+
+impl TwoSets {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
+        let stores = [free_addr(), free_addr()];
+        let allocs = [free_addr(), free_addr()];
+        for set in 0..2 {
+            let args = vec![
+                "--node-id=1".to_string(),
+                format!("--set-id={set}"),
+                format!("--listen={}", stores[set]),
+                format!("--data-dir={}", dir.path().join(format!("store{set}")).display()),
+                format!("--peers=1={}", stores[set]),
+                "--bootstrap".into(),
+                "--new-replica".into(),
+                format!("--section-size={SECTION_SIZE}"),
+                format!("--uid-limit={UID_LIMIT}"),
+                "--step=1000".into(),
+            ];
+            procs
+                .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
+                .unwrap();
+            let args = vec![
+                format!("--node-id={}", set + 1),
+                format!("--listen={}", allocs[set]),
+                format!("--store=1={}", stores[set]),
+            ];
+            procs
+                .spawn(ProcSpec::new(format!("alloc{set}"), bin("allocsvr"), args))
+                .unwrap();
+        }
+        Self {
+            _dir: dir,
+            procs,
+            stores,
+            allocs,
+        }
+    }
+
+    async fn seqctl(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--store", &self.stores[0]];
+        all.extend_from_slice(args);
+        tokio::process::Command::new(bin("seqctl"))
+            .args(&all)
+            .output()
+            .await
+            .expect("run seqctl")
+    }
+
+    /// `seqctl fetch UID --json` at set `set`'s AllocSvr, retried until it answers.
+    async fn fetch(&self, set: usize, uid: u64) -> u64 {
+        let uid = uid.to_string();
+        poll_until(WAIT, || async {
+            let out = tokio::process::Command::new(bin("seqctl"))
+                .args(["--alloc", &self.allocs[set], "--json", "fetch", &uid])
+                .output()
+                .await
+                .ok()?;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            v["seq"].as_u64()
+        })
+        .await
+        .unwrap_or_else(|| panic!("set {set} never served uid {uid}"))
+    }
+}
+
+impl Drop for TwoSets {
+    fn drop(&mut self) {
+        self.procs.kill_all();
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn assert_refused(o: &Output, says: &str) {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(says),
+        "wanted {says:?}: {}",
+        text(o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() {
+    let c = TwoSets::start();
+    let uid = 150_000;
+    let mut last = 0;
+    for _ in 0..5 {
+        let seq = c.fetch(0, uid).await;
+        assert!(seq > last, "{seq} after {last}");
+        last = seq;
+    }
+    let outside = c.fetch(0, 50_000).await;
+
+    let add = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(add.status.success(), "{}", text(&add));
+    let again = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("already"),
+        "{}",
+        text(&again)
+    );
+
+    let mv = |args: &[&'static str]| {
+        let mut v = vec!["move"];
+        v.extend_from_slice(args);
+        v
+    };
+    let refusals: [(&[&str], &str); 4] = [
+        (
+            &["--from", "0", "--to", "1", "--uids", "150000..300000"],
+            "nearest: 100000 or 200000",
+        ),
+        (&["--from", "0", "--to", "9", "--uids", "100000..300000"], "set 9"),
+        (
+            &["--from", "1", "--to", "0", "--uids", "100000..300000"],
+            "does not serve",
+        ),
+        (
+            &["--from", "0", "--to", "0", "--uids", "100000..300000"],
+            "already serves",
+        ),
+    ];
+    for (args, says) in refusals {
+        assert_refused(&c.seqctl(&mv(args)).await, says);
+    }
+
+    let dry = c
+        .seqctl(&mv(&[
+            "--from",
+            "0",
+            "--to",
+            "1",
+            "--uids",
+            "100000..300000",
+            "--dry-run",
+        ]))
+        .await;
+    assert!(dry.status.success(), "{}", text(&dry));
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        plan.contains("seqctl move --from 1 --to 0 --uids 100000..300000"),
+        "{plan}"
+    );
+    let list = c.seqctl(&["move", "list", "--json"]).await;
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("\"moves\":[]"),
+        "a dry run records nothing: {}",
+        text(&list)
+    );
+
+    let started = Instant::now();
+    let moved = c
+        .seqctl(&mv(&["--from", "0", "--to", "1", "--uids", "100000..300000"]))
+        .await;
+    let took = started.elapsed();
+    assert!(moved.status.success(), "{}", text(&moved));
+    assert!(
+        String::from_utf8_lossy(&moved.stdout).contains("cluster map version 4"),
+        "set added (2), move recorded (3), map switched (4): {}",
+        text(&moved)
+    );
+    eprintln!(
+        "move of 2 sections with a live owner that hands over: {took:?}\n{}",
+        text(&moved)
+    );
+
+    let after = c.fetch(1, uid).await;
+    assert!(after > last, "set 1 served {after} after set 0 served {last}");
+    assert!(c.fetch(0, 50_000).await > outside, "set 0 still serves the rest");
+    let list = c.seqctl(&["move", "list", "--json"]).await;
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("\"phase\":\"done\""),
+        "{}",
+        text(&list)
+    );
+    let sets = c.seqctl(&["sets", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&sets.stdout).expect("json");
+    let ranges: Vec<(u64, u64, u64)> = v["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["section_begin"].as_u64().unwrap(),
+                r["section_end"].as_u64().unwrap(),
+                r["set_id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ranges, vec![(0, 1, 0), (1, 3, 1), (3, 10, 0)]);
+}
