@@ -101,26 +101,28 @@ pub fn ranges(ids: impl Iterator<Item = SectionId>) -> Vec<pb::SectionRange> {
     out
 }
 
-/// What a Release names: `(section, epoch)` pairs in runs of consecutive sections under the same
-/// epoch (the store releases a section only while it is still granted under that epoch).
-pub fn released(mut held: Vec<(SectionId, Epoch)>) -> Vec<pb::ReleasedRange> {
+/// What a Release names: `(section, epoch, waited)` triples in runs of consecutive sections under
+/// the same epoch and wait state (the store releases a section only while it is still granted
+/// under that epoch, and lets the next owner skip its wait only when this one had waited).
+pub fn released(mut held: Vec<(SectionId, Epoch, bool)>) -> Vec<pb::ReleasedRange> {
     held.sort_unstable();
     held.dedup();
     let mut out: Vec<pb::ReleasedRange> = Vec::new();
-    for (SectionId(id), Epoch(epoch)) in held {
+    for (SectionId(id), Epoch(epoch), waited) in held {
         match out.last_mut() {
-            Some(r) if r.end == id && r.epoch == epoch => r.end += 1,
+            Some(r) if r.end == id && r.epoch == epoch && r.waited == waited => r.end += 1,
             _ => out.push(pb::ReleasedRange {
                 begin: id,
                 end: id + 1,
                 epoch,
+                waited,
             }),
         }
     }
     out
 }
 
-/// Most ranges in one Release: each encodes in at most 35 bytes, so a request stays near 2 MiB,
+/// Most ranges in one Release: each encodes in at most 37 bytes, so a request stays near 2 MiB,
 /// under both the store's message limit and the Raft entry byte cap (sections held under many
 /// different epochs make many ranges).
 pub const RELEASE_CHUNK_RANGES: usize = 65_536;
@@ -241,6 +243,7 @@ mod tests {
             begin: i,
             end: i + 1,
             epoch: i % 2,
+            waited: true,
         };
         let many: Vec<pb::ReleasedRange> = (0..(RELEASE_CHUNK_RANGES as u64 * 2 + 1)).map(range).collect();
         let reqs = release_requests(7, many.clone(), true);
@@ -256,6 +259,7 @@ mod tests {
                     begin: u64::MAX,
                     end: u64::MAX,
                     epoch: u64::MAX,
+                    waited: true,
                 };
                 RELEASE_CHUNK_RANGES
             ],
@@ -269,11 +273,18 @@ mod tests {
     }
 
     #[test]
-    fn released_runs_split_at_epoch_changes() {
-        let pairs = [(3, 1), (1, 1), (2, 1), (4, 2), (2, 1)];
-        let got = released(pairs.iter().map(|&(s, e)| (SectionId(s), Epoch(e))).collect());
-        let got: Vec<(u64, u64, u64)> = got.iter().map(|r| (r.begin, r.end, r.epoch)).collect();
-        assert_eq!(got, vec![(1, 4, 1), (4, 5, 2)]);
+    fn released_runs_split_at_epoch_and_wait_changes() {
+        let held = [
+            (3, 1, true),
+            (1, 1, true),
+            (2, 1, true),
+            (4, 2, true),
+            (2, 1, true),
+            (5, 2, false),
+        ];
+        let got = released(held.iter().map(|&(s, e, w)| (SectionId(s), Epoch(e), w)).collect());
+        let got: Vec<(u64, u64, u64, bool)> = got.iter().map(|r| (r.begin, r.end, r.epoch, r.waited)).collect();
+        assert_eq!(got, vec![(1, 4, 1, true), (4, 5, 2, true), (5, 6, 2, false)]);
     }
 
     #[test]

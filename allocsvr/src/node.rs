@@ -122,7 +122,13 @@ impl Node {
         info!(sections = dropped.len(), "shutting down: stopped serving every section");
         // Always tell the store we are leaving, even with nothing held: it then forgets this
         // incarnation and reassigns at once instead of waiting to detect our death.
-        let ranges = released(dropped.iter().map(|s| (s.id, s.epoch)).collect());
+        let now = Instant::now();
+        let ranges = released(
+            dropped
+                .iter()
+                .map(|s| (s.id, s.epoch, s.section.lock().unwrap().waited(now)))
+                .collect(),
+        );
         let reqs = release_requests(self.shared.incarnation().0, ranges, true);
         release::leave(&self.shared, reqs).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;

@@ -76,6 +76,14 @@ impl Owned {
         f(self.index(section).and_then(|i| slots.get(i)).and_then(Option::as_ref))
     }
 
+    /// Whether this node holds `section` under `epoch` and has waited out its predecessor's
+    /// lease (what a Release tells the store, so that the next owner need not wait).
+    pub fn waited(&self, section: SectionId, epoch: Epoch, now: Instant) -> bool {
+        self.with(section, |held| {
+            held.is_some_and(|s| s.epoch == epoch && s.section.lock().unwrap().waited(now))
+        })
+    }
+
     /// The end of the lease, if there is one.
     pub fn lease_until(&self) -> Option<Instant> {
         match self.lease_until_nanos.load(Ordering::Acquire) {

@@ -137,6 +137,11 @@ impl Section {
         self.cur.capacity() * size_of::<u64>()
     }
 
+    /// Whether the gain wait has passed: no earlier owner can still be serving the section.
+    pub fn waited(&self, now: Instant) -> bool {
+        now >= self.serve_after
+    }
+
     fn servable(&self, now: Instant, lease_until: Option<Instant>) -> Result<u64, Next> {
         if lease_until.is_none_or(|until| now >= until) {
             return Err(Next::LeaseExpired);

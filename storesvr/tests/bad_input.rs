@@ -231,6 +231,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
                     begin: 0,
                     end: 1,
                     epoch: 1,
+                    waited: false,
                 }],
                 leaving: false,
             })

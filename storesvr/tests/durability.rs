@@ -111,6 +111,7 @@ async fn stale_epoch_bump_is_refused_and_lower_bump_changes_nothing() {
                 begin: 5,
                 end: 6,
                 epoch,
+                waited: true,
             }],
             leaving: false,
         })

@@ -161,7 +161,14 @@ impl Renewer {
             let p = shared.params();
             let held = shared.owned().held_epochs();
             let diff = grants::diff(p.all_sections(), &held, &reply.grants, &reply.handover);
-            let gained = shared.apply_grants(&diff, Instant::now());
+            // Whether each handed-over section's wait had passed, read before its slot is dropped.
+            let now = Instant::now();
+            let release: Vec<_> = diff
+                .release
+                .iter()
+                .map(|&(id, epoch)| (id, epoch, shared.owned().waited(id, epoch, now)))
+                .collect();
+            let gained = shared.apply_grants(&diff, now);
             // While a handover is asked for, diff every renewal again: a Release that failed is
             // then sent again (it is idempotent under its epochs).
             self.last_applied = diff
@@ -171,7 +178,7 @@ impl Renewer {
             if !gained.is_empty() {
                 tokio::spawn(gain::gain(shared.clone(), gained));
             }
-            for req in release_requests(incarnation.0, released(diff.release), false) {
+            for req in release_requests(incarnation.0, released(release), false) {
                 tokio::spawn(release::hand_over(shared.clone(), req));
             }
         }

@@ -338,8 +338,10 @@ async fn a_handover_request_drops_then_releases_under_the_granted_epoch() {
         vec![pb::ReleasedRange {
             begin: 0,
             end: 2,
-            epoch: 3
-        }]
+            epoch: 3,
+            waited: true,
+        }],
+        "served sections: the next owner need not wait"
     );
     assert_eq!(node.fetch(0).await.0, pb::Outcome::NotOwner);
     assert_eq!(node.fetch(10).await.0, pb::Outcome::NotOwner);

@@ -275,6 +275,7 @@ mod tests {
                     begin: SectionId(5),
                     end: SectionId(10),
                     epoch: Epoch(1),
+                    waited: true,
                 }],
                 leaving: false,
             },

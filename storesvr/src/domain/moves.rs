@@ -77,11 +77,8 @@ pub enum Role {
     Import {
         from_set: u64,
     },
-    /// `forced`: when frozen, some section had an owner that took it without a release (or was
-    /// still waiting out a predecessor's lease), so only the lease wait proves the owners gone.
     Export {
         to_set: u64,
-        forced: bool,
     },
 }
 
@@ -99,16 +96,18 @@ pub enum Phase {
 pub struct ExportStatus {
     pub span: Span,
     pub to_set: u64,
-    pub forced: bool,
     /// Sections that still have an owner (it has not released them yet).
     pub held: u64,
+    /// Sections whose last owner let go without having waited out its predecessor's lease (a
+    /// forced takeover): that predecessor may still be serving until its lease ends.
+    pub forced: u64,
 }
 
 impl ExportStatus {
     /// Every owner released and none could still be serving under an older lease: the range
     /// may be read and installed elsewhere without waiting out a lease.
     pub fn released(&self) -> bool {
-        !self.forced && self.held == 0
+        self.held == 0 && self.forced == 0
     }
 }
 
@@ -177,16 +176,14 @@ impl SetState {
         if self.moves.contains_key(&op) || !self.ranges.all(span.begin, span.end, |s| s == Some(RangeState::Owned)) {
             return self.refuse(op, span, "freeze");
         }
-        let mut forced = false;
         for section in clamp(p, span.begin, span.end) {
             let s = &mut self.sections[slot(section)];
             // The owner keeps the section under a new epoch: its next renewal sees the grant
             // change, is asked to hand it over, drops it and releases it (the fast path).
-            forced |= !s.no_wait;
             s.epoch = Epoch(s.epoch.0 + 1);
         }
         self.ranges.set(span.begin, span.end, Some(migrating));
-        self.record(op, span, Role::Export { to_set, forced });
+        self.record(op, span, Role::Export { to_set });
         self.route_version += 1;
         CommandResult::Stepped { already: false }
     }
@@ -337,21 +334,22 @@ impl SetState {
     /// How far the owners of move `op`'s frozen range have let go; `None` unless it is frozen here.
     pub fn export_status(&self, op: OpId) -> Option<ExportStatus> {
         let m = self.moves.get(&op)?;
-        let Role::Export { to_set, forced } = m.role else {
+        let Role::Export { to_set } = m.role else {
             return None;
         };
         if m.phase != Phase::Started {
             return None;
         }
-        let held = self
-            .sections_in(m.span.begin, m.span.end)
-            .filter(|(_, s)| s.owner != NOBODY)
-            .count() as u64;
+        let (mut held, mut forced) = (0, 0);
+        for (_, s) in self.sections_in(m.span.begin, m.span.end) {
+            held += u64::from(s.owner != NOBODY);
+            forced += u64::from(!s.no_wait);
+        }
         Some(ExportStatus {
             span: m.span,
             to_set,
-            forced,
             held,
+            forced,
         })
     }
 
@@ -495,7 +493,7 @@ mod tests {
             "the rest of the set is not disturbed"
         );
         let status = src.export_status(OP).unwrap();
-        assert_eq!((status.held, status.forced, status.released()), (3, false, false));
+        assert_eq!((status.held, status.forced, status.released()), (3, 0, false));
         assert!(
             src.owner_runs()
                 .iter()
@@ -509,6 +507,7 @@ mod tests {
                 begin: SectionId(s),
                 end: SectionId(s + 1),
                 epoch: src.section(SectionId(s)).unwrap().epoch,
+                waited: true,
             })
             .collect();
         let release = Command::Release {
@@ -761,6 +760,6 @@ mod tests {
             },
         );
         let status = src.export_status(OP).unwrap();
-        assert!(status.forced && !status.released());
+        assert!(status.forced == 2 && !status.released());
     }
 }

@@ -156,6 +156,9 @@ pub struct Released {
     pub begin: SectionId,
     pub end: SectionId,
     pub epoch: Epoch,
+    /// The owner had waited out its predecessor's lease (or never had to): nobody else can be
+    /// serving these sections, so the next owner need not wait.
+    pub waited: bool,
 }
 
 /// Move the sections of `[begin, end)` that are owned by `from` ([`NOBODY`] = unowned)
@@ -403,7 +406,9 @@ impl SetState {
                 // section again under a later epoch, which this Release must not end.
                 if s.owner == incarnation && (s.epoch == r.epoch || unfenced) {
                     s.change_owner(NOBODY);
-                    s.no_wait = true;
+                    // An owner still inside its wait after a forced takeover proves nothing about
+                    // the owner before it, whose lease may still run: the next one waits too.
+                    s.no_wait = s.no_wait || r.waited;
                     count += 1;
                 }
             }
@@ -580,6 +585,7 @@ mod tests {
                 begin: section,
                 end: SectionId(section.0 + 1),
                 epoch: st.section(section).unwrap().epoch,
+                waited: false,
             })
             .collect()
     }
@@ -748,6 +754,30 @@ mod tests {
             Epoch(2),
             "the fence-less store leaves the epoch alone"
         );
+    }
+
+    /// A forced takeover (the old owner may still be inside its lease) followed by a handover
+    /// before the new owner waited that lease out: the next owner must still wait. Only a
+    /// release by an owner that had waited (or never had to) lets the next one serve at once.
+    #[test]
+    fn a_release_before_the_lease_wait_ended_keeps_the_next_owner_waiting() {
+        let (mut st, a) = ready();
+        let b = register(&mut st, 2);
+        let c = register(&mut st, 3);
+        assign(&mut st, vec![a], 0..2, a, b);
+        assert!(!st.section(SectionId(0)).unwrap().no_wait, "forced: b waits a lease");
+        let mut early = held(&st, 0, 2);
+        early[1].waited = true;
+        let release = Command::Release {
+            incarnation: b,
+            ranges: early,
+            leaving: false,
+        };
+        assert_eq!(st.apply(&release, false), CommandResult::Released { count: 2 });
+        assign(&mut st, vec![], 0..2, NOBODY, c);
+        let no_wait = |s| st.section(SectionId(s)).unwrap().no_wait;
+        assert!(!no_wait(0), "b released section 0 inside its wait: c must wait too");
+        assert!(no_wait(1), "b had waited section 1 out: c serves at once");
     }
 
     #[test]
@@ -930,7 +960,7 @@ mod tests {
                 let (s, e) = (SectionId(section), Epoch(epoch));
                 let cmd = match kind {
                     0 => Command::Bump { incarnation: inc, items: vec![BumpItem { section: s, epoch: e, new_max: val }] },
-                    1 => Command::Release { incarnation: inc, ranges: vec![Released { begin: s, end: SectionId(section + 2), epoch: Epoch(val % 4) }], leaving: epoch == 3 },
+                    1 => Command::Release { incarnation: inc, ranges: vec![Released { begin: s, end: SectionId(section + 2), epoch: Epoch(val % 4), waited: val % 2 == 0 }], leaving: epoch == 3 },
                     2 => Command::Register { node_id: NodeId(epoch), addr: "x".into(), nonce: val },
                     _ => Command::Assign { expire: vec![], moves: vec![Move { begin: SectionId(0), end: SectionId(10), from: NOBODY, to: inc }] },
                 };

@@ -318,7 +318,7 @@ pub async fn export_status(ctx: &Shared, req: pb::ExportStatusRequest) -> Result
         not_leader: None,
         ready,
         released: status.released(),
-        forced: status.forced,
+        forced: status.forced > 0,
         held: status.held,
         wait_ms: if ready { 0 } else { remaining.as_millis() as u64 },
         ceilings: if ready { ceilings } else { Vec::new() },

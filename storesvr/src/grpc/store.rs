@@ -181,6 +181,7 @@ fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Re
             begin: SectionId(r.begin),
             end: SectionId(r.end),
             epoch: Epoch(r.epoch),
+            waited: r.waited,
         })
         .collect())
 }
