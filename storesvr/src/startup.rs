@@ -59,12 +59,44 @@ pub enum StartError {
          `seqctl replica remove <old id>`"
     )]
     SledEra { dir: String },
+    #[error(
+        "data dir {dir} holds data format {found}; this storesvr reads format {DATA_FORMAT} only (format 2 \
+         added range states and the cluster map to the log and snapshots, which format 1 cannot be read as). \
+         Leave the dir as it is and run the build that wrote it, or bring up a new group on empty dirs"
+    )]
+    OldFormat { dir: String, found: String },
     #[error("storage: {0}")]
     Storage(String),
     #[error("raft: {0}")]
     Raft(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+/// The layout of the log entries and snapshots this build writes, recorded in `FORMAT` when a
+/// data dir is claimed. A dir without it (format 1) or with another number is refused: its
+/// entries would be decoded as something they are not.
+pub const DATA_FORMAT: u32 = 2;
+
+/// Refuses a claimed data dir written in another data format.
+fn check_format(dir: &Path) -> Result<(), StartError> {
+    let found = match std::fs::read_to_string(dir.join("FORMAT")) {
+        Ok(s) => s.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "1".to_string(),
+        Err(source) => {
+            return Err(StartError::DataDir {
+                dir: dir.display().to_string(),
+                source,
+            });
+        }
+    };
+    if found == DATA_FORMAT.to_string() {
+        return Ok(());
+    }
+    Err(StartError::OldFormat {
+        dir: dir.display().to_string(),
+        found,
+    })
 }
 
 /// Claims `dir` for `node_id`, or refuses it.
@@ -84,7 +116,7 @@ pub fn claim_data_dir(dir: &Path, node_id: u64, new_replica: bool) -> Result<(),
             if new_replica {
                 return Err(StartError::NotNew { dir: shown, node_id });
             }
-            Ok(())
+            check_format(dir)
         }
         Ok(found) => Err(StartError::WrongNode {
             dir: shown,
@@ -103,6 +135,10 @@ pub fn claim_data_dir(dir: &Path, node_id: u64, new_replica: bool) -> Result<(),
             if !leftovers.is_empty() {
                 return Err(StartError::Unclaimed { dir: shown, leftovers });
             }
+            // FORMAT first: a dir with NODE_ID is a claimed one, and must say its format.
+            let format = dir.join("FORMAT");
+            std::fs::write(&format, format!("{DATA_FORMAT}\n")).map_err(io)?;
+            std::fs::File::open(&format).and_then(|f| f.sync_all()).map_err(io)?;
             std::fs::write(&marker, format!("{node_id}\n")).map_err(io)?;
             std::fs::File::open(&marker).and_then(|f| f.sync_all()).map_err(io)?;
             // The marker's directory entry must be durable too.
@@ -205,6 +241,12 @@ mod tests {
         assert!(!dir.exists(), "a refused start created the dir");
         claim_data_dir(&dir, 2, true).unwrap();
         claim_data_dir(&dir, 2, false).unwrap(); // a restart
+        std::fs::remove_file(dir.join("FORMAT")).unwrap();
+        assert!(
+            matches!(claim_data_dir(&dir, 2, false), Err(StartError::OldFormat { found, .. }) if found == "1"),
+            "a dir written before FORMAT existed is format 1 and refused"
+        );
+        std::fs::write(dir.join("FORMAT"), format!("{DATA_FORMAT}\n")).unwrap();
         assert!(matches!(claim_data_dir(&dir, 2, true), Err(StartError::NotNew { .. })));
         assert!(matches!(
             claim_data_dir(&dir, 3, false),
