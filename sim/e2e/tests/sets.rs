@@ -232,3 +232,136 @@ async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() 
         .collect();
     assert_eq!(ranges, vec![(0, 1, 0), (1, 3, 1), (3, 10, 0)]);
 }
+
+/// Starts `seqctl move` for sections `[section, section + 1)` and SIGKILLs it as soon as it
+/// reports `phase`; the move's op id.
+async fn move_killed_after(c: &TwoSets, section: u64, phase: &str) -> u64 {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let uids = format!("{}..{}", section * SECTION_SIZE, (section + 1) * SECTION_SIZE);
+    let mut child = tokio::process::Command::new(bin("seqctl"))
+        .args([
+            "--store",
+            &c.stores[0],
+            "move",
+            "--from",
+            "0",
+            "--to",
+            "1",
+            "--uids",
+            &uids,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn seqctl");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut op = None;
+    while let Ok(Some(line)) = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("seqctl went quiet")
+    {
+        // "move OP: ..." — the op id comes first, before anything is changed.
+        if op.is_none() {
+            op = line
+                .split(':')
+                .next()
+                .and_then(|w| w.trim_start_matches("move ").parse::<u64>().ok());
+        }
+        if line.contains(&format!(": {phase} (")) {
+            child.kill().await.expect("kill seqctl");
+            return op.expect("op id printed first");
+        }
+    }
+    panic!("seqctl ended before {phase}");
+}
+
+/// Killed after each phase in turn, then resumed: every move ends with set 1 serving the range
+/// above every seq set 0 gave out, and set 0 refusing it. A move killed after it froze the range
+/// can also be cancelled instead, and set 0 serves the range again, above its own seqs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_killed_after_any_step_is_resumed_or_cancelled_to_one_owner() {
+    let c = TwoSets::start();
+    let add = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(add.status.success(), "{}", text(&add));
+    let phases = ["recorded", "importing", "frozen", "sealed", "installed", "switched"];
+    for (i, phase) in phases.iter().enumerate() {
+        let section = i as u64 + 1;
+        let uid = section * SECTION_SIZE + 7;
+        let before = c.fetch(0, uid).await;
+        let op = move_killed_after(&c, section, phase).await;
+        let resumed = c.seqctl(&["move", "resume", &op.to_string()]).await;
+        assert!(resumed.status.success(), "resume after {phase}: {}", text(&resumed));
+        let after = c.fetch(1, uid).await;
+        assert!(
+            after > before,
+            "after {phase}: set 1 served {after}, set 0 had served {before}"
+        );
+        let status = c.seqctl(&["move", "status", &op.to_string(), "--json"]).await;
+        assert!(
+            String::from_utf8_lossy(&status.stdout).contains("\"phase\":\"done\""),
+            "{}",
+            text(&status)
+        );
+        eprintln!("killed after {phase}, resumed: set 0 served {before}, set 1 then {after}");
+    }
+
+    let section = 8;
+    let uid = section * SECTION_SIZE + 3;
+    let before = c.fetch(0, uid).await;
+    let op = move_killed_after(&c, section, "frozen").await;
+    let cancelled = c.seqctl(&["move", "cancel", &op.to_string()]).await;
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    let after = c.fetch(0, uid).await;
+    assert!(after > before, "set 0 serves its range again above {before}: {after}");
+    let again = c.seqctl(&["move", "resume", &op.to_string()]).await;
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "a cancelled move cannot be resumed: {}",
+        text(&again)
+    );
+}
+
+/// The owner in set 0 is paused (SIGSTOP) and never hands over: the source leader gives the final
+/// ceilings out only after a lease, and the resumed owner never serves the moved range again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() {
+    let mut c = TwoSets::start();
+    let uid = 4 * SECTION_SIZE + 1;
+    let before = c.fetch(0, uid).await;
+    let add = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(add.status.success(), "{}", text(&add));
+    c.procs.pause("alloc0").unwrap();
+    let started = Instant::now();
+    let moved = c
+        .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "400000..500000"])
+        .await;
+    let took = started.elapsed();
+    assert!(moved.status.success(), "{}", text(&moved));
+    let after = c.fetch(1, uid).await;
+    let unavailable = started.elapsed();
+    c.procs.resume("alloc0").unwrap();
+    eprintln!("forced path: move took {took:?}; set 1 served after {unavailable:?} (lease 3 s)");
+    assert!(
+        took >= Duration::from_millis(2_900),
+        "the lease was not waited out: {took:?}"
+    );
+    assert!(after > before, "set 1 served {after} after set 0 served {before}");
+    // The paused owner wakes up with its memory of the range: it must not hand out any of it.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let out = tokio::process::Command::new(bin("seqctl"))
+        .args(["--alloc", &c.allocs[0], "--json", "fetch", &uid.to_string()])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "set 0's old owner served a moved uid: {}",
+        text(&out)
+    );
+}

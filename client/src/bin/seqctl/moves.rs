@@ -197,6 +197,7 @@ async fn start(cli: &crate::Cli, m: &Mover, args: &MoveArgs) -> Result<String, F
     // The op id first: whatever happens next, the operator can resume or cancel it.
     eprintln!("move {op}: sections [{begin}, {end}) (uids {lo}..{hi}) from set {from} to set {to}");
     m.begin(op, &plan).await?;
+    eprintln!("move {op}: recorded (map version {})", plan.map_version + 1);
     drive(m, op, cli.json).await
 }
 
