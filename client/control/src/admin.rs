@@ -60,6 +60,11 @@ impl AdminClient {
         self.leader.call(req).await
     }
 
+    /// Starts (or continues) draining AllocSvr node `node_id`; how many sections it still owns.
+    pub async fn drain_alloc_svr(&self, node_id: u64) -> Result<pb::DrainAllocSvrReply, ControlError> {
+        self.leader.call(pb::DrainAllocSvrRequest { node_id }).await
+    }
+
     /// How far the owners of move `op`'s frozen range have let go.
     pub async fn export_status(&self, op: u64) -> Result<pb::ExportStatusReply, ControlError> {
         self.leader.call(pb::ExportStatusRequest { op }).await
@@ -94,4 +99,5 @@ admin_call! {
     ChangeMapRequest => ChangeMapReply, change_map;
     RangeStepRequest => RangeStepReply, range_step;
     ExportStatusRequest => ExportStatusReply, export_status;
+    DrainAllocSvrRequest => DrainAllocSvrReply, drain_alloc_svr;
 }

@@ -150,6 +150,12 @@ impl AdminService for Admin {
     async fn range_step(&self, _req: Request<pb::RangeStepRequest>) -> Result<Response<pb::RangeStepReply>, Status> {
         Err(Status::unimplemented("not faked"))
     }
+    async fn drain_alloc_svr(
+        &self,
+        _req: Request<pb::DrainAllocSvrRequest>,
+    ) -> Result<Response<pb::DrainAllocSvrReply>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
     async fn export_status(
         &self,
         _req: Request<pb::ExportStatusRequest>,

@@ -198,6 +198,60 @@ async fn sigterm_hands_sections_over_without_a_lease_wait() {
     assert!(status.success(), "allocsvr 1 exited with {status:?} after SIGTERM");
 }
 
+/// `seqctl alloc drain 1` hands node 1's sections to node 2 by planned handover: node 2 serves
+/// them well within a lease, node 1 can then be killed with nothing to wait for, and a drain that
+/// would leave the set without a live AllocSvr, or names an unknown node, is refused (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqctl_alloc_drain_hands_a_nodes_sections_over_without_a_lease_wait() {
+    let _quiet = QUIET.write().await;
+    let mut c = started_cluster().await;
+    let client = c.client().await;
+    let (uid, before) = uid_served_by(&c, &client, 1).await;
+    let store = c.store_seeds_flag();
+    let seqctl = |args: Vec<String>| {
+        let store = store.clone();
+        async move {
+            let mut all = vec!["--store".to_string(), store];
+            all.extend(args);
+            tokio::process::Command::new(sibling_bin("seqctl"))
+                .args(&all)
+                .output()
+                .await
+                .expect("run seqctl")
+        }
+    };
+    let started = Instant::now();
+    let out = seqctl(vec!["alloc".into(), "drain".into(), "1".into()]).await;
+    let took = started.elapsed();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    eprintln!("drain of allocsvr 1: {took:?}: {said}");
+    assert!(took < LEASE, "drain took {took:?}: a lease wait crept in");
+    let seq = poll("allocsvr 2 serves the drained node's uid", LEASE, || {
+        raw_fetch(c.alloc_rpc(2), uid)
+    })
+    .await;
+    assert!(seq > before, "{uid}: {seq} after {before}");
+    c.kill(Role::Alloc, 1);
+    let again = raw_fetch(c.alloc_rpc(2), uid)
+        .await
+        .expect("served right after the drained node died");
+    assert!(again > seq);
+    for (node, says) in [("2", "no other live AllocSvr"), ("9", "not registered")] {
+        let out = seqctl(vec!["alloc".into(), "drain".into(), node.into()]).await;
+        assert_eq!(out.status.code(), Some(2), "drain {node}: {:?}", out);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "drain {node}: {:?}",
+            out
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_route_table_is_corrected_in_one_retry() {
     let _quiet = QUIET.read().await;

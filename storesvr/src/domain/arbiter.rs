@@ -49,6 +49,7 @@ pub fn desired_layout(set: &SetState, renewing: &BTreeSet<Incarnation>) -> Vec<O
     let mut nodes: Vec<_> = renewing
         .iter()
         .filter_map(|i| set.allocsvrs.get(i))
+        .filter(|r| !r.draining)
         .map(|r| (r.node_id, r.incarnation))
         .collect();
     nodes.sort();
@@ -240,6 +241,55 @@ mod tests {
                 .iter()
                 .all(|r| r.end <= SectionId(3) || r.begin >= SectionId(6)),
             "no frozen section is routed to"
+        );
+    }
+
+    /// A draining node is planned nothing: all its sections are asked back, and once it released
+    /// them (having served them) the other node takes them without a lease wait.
+    #[test]
+    fn a_draining_node_hands_everything_over_without_a_lease_wait() {
+        let (mut st, incs) = set_with(&[1, 2]);
+        let alive = renewing(&incs);
+        let first = plan(&st, &alive);
+        apply(&mut st, &first);
+        let r = st.apply(
+            &Command::Drain {
+                node_id: seqsvr_proto::NodeId(1),
+            },
+            false,
+        );
+        assert_eq!(
+            r,
+            crate::domain::state::CommandResult::Draining {
+                incarnation: Some(incs[0])
+            }
+        );
+        let p = plan(&st, &alive);
+        let asked: u64 = p.handover[&incs[0]].iter().map(|s| s.end.0 - s.begin.0).sum();
+        assert_eq!(asked, 5, "every section of the draining node is asked back");
+        let ranges = p.handover[&incs[0]]
+            .iter()
+            .map(|s| Released {
+                begin: s.begin,
+                end: s.end,
+                epoch: st.section(s.begin).unwrap().epoch,
+                waited: true,
+            })
+            .collect();
+        st.apply(
+            &Command::Release {
+                incarnation: incs[0],
+                ranges,
+                leaving: false,
+            },
+            false,
+        );
+        let next = plan(&st, &alive);
+        apply(&mut st, &next);
+        assert_eq!(st.owner_runs(), vec![run(0, 10, incs[1])]);
+        assert!(
+            st.sections.iter().take(10).all(|s| s.no_wait),
+            "no lease wait after a drain"
         );
     }
 

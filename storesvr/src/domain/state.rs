@@ -119,6 +119,9 @@ pub struct AllocSvrRecord {
     pub addr: String,
     /// The registering process's nonce: a retry of the same registration finds this record.
     pub nonce: u64,
+    /// An operator asked for this node's sections to go to the set's other AllocSvrs: the arbiter
+    /// plans it nothing, so it hands everything over and can then be stopped.
+    pub draining: bool,
 }
 
 /// One item of a fenced bump.
@@ -196,6 +199,8 @@ pub enum Command {
     Range(RangeCommand),
     /// A change of the cluster map; only set 0 keeps it (see `cluster_map.rs`).
     Map(MapCommand),
+    /// Hand every section of node `node_id`'s current incarnation to the other AllocSvrs.
+    Drain { node_id: NodeId },
 }
 
 /// Result of one command.
@@ -226,6 +231,10 @@ pub enum CommandResult {
         already: bool,
     },
     Map(MapResult),
+    /// The incarnation now draining, or none when the node is not registered.
+    Draining {
+        incarnation: Option<Incarnation>,
+    },
 }
 
 /// The whole replicated state of a set.
@@ -281,6 +290,15 @@ impl SetState {
             } => self.release(&params, *incarnation, ranges, *leaving, rules.unfenced_release),
             Command::Assign { expire, moves } => self.assign(&params, expire, moves),
             Command::Range(step) => self.range_step(&params, step),
+            Command::Drain { node_id } => {
+                let rec = self.allocsvrs.values_mut().find(|r| r.node_id == *node_id);
+                CommandResult::Draining {
+                    incarnation: rec.map(|r| {
+                        r.draining = true;
+                        r.incarnation
+                    }),
+                }
+            }
             Command::Map(change) => match self.map.as_mut() {
                 Some(map) => CommandResult::Map(map.apply(change)),
                 None => CommandResult::Refused(format!(
@@ -336,6 +354,7 @@ impl SetState {
                 incarnation,
                 addr: addr.to_string(),
                 nonce,
+                draining: false,
             },
         );
         CommandResult::Registered { incarnation }

@@ -169,6 +169,13 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         Ok(Response::new(moves::range_step(&self.ctx, req.into_inner()).await?))
     }
 
+    async fn drain_alloc_svr(
+        &self,
+        req: Request<pb::DrainAllocSvrRequest>,
+    ) -> Result<Response<pb::DrainAllocSvrReply>, Status> {
+        Ok(Response::new(moves::drain(&self.ctx, req.into_inner().node_id).await?))
+    }
+
     async fn export_status(
         &self,
         req: Request<pb::ExportStatusRequest>,

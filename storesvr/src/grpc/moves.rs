@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::{SectionId, pb};
+use seqsvr_proto::{NodeId, SectionId, pb};
 
 use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
 use crate::domain::moves::RangeCommand;
@@ -267,6 +267,59 @@ pub async fn range_step(ctx: &Shared, req: pb::RangeStepRequest) -> Result<pb::R
         Led::Here(CommandResult::Invalid(m)) => Err(RpcError::InvalidArgument(m)),
         Led::Here(other) => Err(RpcError::Internal(format!("unexpected state machine result {other:?}"))),
     }
+}
+
+/// Marks node `node_id` draining (once) and says how many sections it still owns. Refused when no
+/// other AllocSvr of the set is renewing: its sections would have nowhere to go.
+pub async fn drain(ctx: &Shared, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
+    if let Led::Elsewhere(hint) = ctx.linearizable().await? {
+        return Ok(pb::DrainAllocSvrReply {
+            not_leader: Some(hint),
+            ..Default::default()
+        });
+    }
+    let now = Instant::now();
+    let others = ctx.data(|d| {
+        let live = ctx.liveness.lock().expect("liveness lock poisoned");
+        let alive = crate::domain::liveness::alive(&d.set, &live, now, ctx.detect());
+        alive
+            .renewing
+            .iter()
+            .filter_map(|i| d.set.allocsvrs.get(i))
+            .filter(|r| r.node_id.0 != node_id && !r.draining)
+            .count()
+    });
+    if others == 0 {
+        return Err(RpcError::FailedPrecondition(format!(
+            "no other live AllocSvr in this set to take node {node_id}'s sections; start one first"
+        )));
+    }
+    let incarnation = match ctx
+        .write(Command::Drain {
+            node_id: NodeId(node_id),
+        })
+        .await?
+    {
+        Led::Elsewhere(hint) => {
+            return Ok(pb::DrainAllocSvrReply {
+                not_leader: Some(hint),
+                ..Default::default()
+            });
+        }
+        Led::Here(CommandResult::Draining { incarnation: Some(i) }) => i,
+        Led::Here(CommandResult::Draining { incarnation: None }) => {
+            return Err(RpcError::FailedPrecondition(format!(
+                "AllocSvr node {node_id} is not registered in this set"
+            )));
+        }
+        Led::Here(other) => return Err(RpcError::Internal(format!("unexpected state machine result {other:?}"))),
+    };
+    let held = ctx.data(|d| d.set.sections.iter().filter(|s| s.owner == incarnation).count() as u64);
+    Ok(pb::DrainAllocSvrReply {
+        not_leader: None,
+        incarnation: incarnation.0,
+        held,
+    })
 }
 
 /// How long after a freeze no owner can still be serving: a lease stretched by the drift bound,

@@ -4,8 +4,9 @@
 //! `--help`): an unknown outcome has its own code because a script must not retry a fetch that may
 //! have taken effect as if it had not.
 //!
-//! Deliberately left out: `alloc drain` (handing an AllocSvr's sections to the others of its set).
+//! Deliberately left out: authentication (anyone who reaches a StoreSvr may run these).
 
+mod drain;
 mod moves;
 
 use std::process::ExitCode;
@@ -86,6 +87,11 @@ enum Cmd {
     },
     /// Move a uid range between sets, or show, resume or cancel moves (--store: set 0).
     Move(moves::MoveArgs),
+    /// AllocSvr operations (--store: the node's set).
+    Alloc {
+        #[command(subcommand)]
+        action: drain::AllocCmd,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -205,6 +211,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Sets => moves::sets(cli).await,
         Cmd::Set { action } => moves::set(cli, action).await,
         Cmd::Move(args) => moves::moves(cli, args).await,
+        Cmd::Alloc { action } => drain::alloc(cli, action).await,
         Cmd::Replica { action } => {
             let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli)).map_err(Failure::usage)?;
             let reply = match action {
