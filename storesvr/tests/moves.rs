@@ -210,6 +210,18 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
         "the source says where the section went: {moved}"
     );
 
+    // Both sets' route tables still cover the whole uid space (clients refuse one with holes); the
+    // moved sections are nobody's in set 0's table and say they went to set 1.
+    let table0 = client0.get_routes().await.unwrap().routes.unwrap();
+    let routes0 = seqsvr_proto::Routes::new(table0.clone()).expect("set 0's table is complete");
+    let moved_entry = table0
+        .entries
+        .iter()
+        .find(|e| e.section_begin <= 2 && 2 < e.section_end)
+        .unwrap();
+    assert_eq!((moved_entry.set_id, moved_entry.addr.as_str()), (1, ""), "{table0:?}");
+    assert!(routes0.lookup(seqsvr_proto::Uid(0)).is_some());
+
     // The target serves the range from above the source's ceiling.
     let client1 = set1.client();
     let owner1 = FakeOwner::register(&client1, 5).await;
@@ -217,4 +229,13 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     assert_eq!(load(&client1, 2).await.max_seq, 777);
     let r = bump(&client1, owner1.incarnation, 2, epoch1, 1_777).await;
     assert_eq!((r.outcome, r.max_seq), (pb::BumpOutcome::Applied as i32, 1_777));
+    let table1 = client1.get_routes().await.unwrap().routes.unwrap();
+    seqsvr_proto::Routes::new(table1.clone()).expect("set 1's table is complete");
+    let owned: Vec<(u64, u64)> = table1
+        .entries
+        .iter()
+        .filter(|e| e.set_id == 1 && !e.addr.is_empty())
+        .map(|e| (e.section_begin, e.section_end))
+        .collect();
+    assert_eq!(owned, vec![(2, 4)], "{table1:?}");
 }
