@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::join_all;
-use seqsvr_proto::{Routes, Uid, pb};
+use seqsvr_proto::{Uid, pb};
 use tokio::time::Instant;
 
 use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
-use crate::routing::target_addr;
+use crate::routing::{RouteSet, target_addr};
 use seqsvr_control::classify::{Delivery, classify};
 
 /// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
@@ -80,12 +80,12 @@ impl Client {
             ));
         }
         // Refuse the whole call before anything is sent rather than serve part of it.
-        if let Some(routes) = self.routes()
-            && let Some(bad) = uids.iter().find(|u| u.0 >= routes.uid_limit())
+        if let Some(limit) = self.routes().uid_limit()
+            && let Some(bad) = uids.iter().find(|u| u.0 >= limit)
         {
             return Err(ClientError::failed(
                 FailureKind::InvalidArgument,
-                format!("uid {bad} is outside [0, {})", routes.uid_limit()),
+                format!("uid {bad} is outside [0, {limit})"),
             ));
         }
         let deadline = Instant::now() + self.inner.cfg.deadline;
@@ -99,27 +99,26 @@ impl Client {
         let mut budget = Budget::until(&self.inner.cfg, deadline);
         while !pending.is_empty() {
             let routes = self.routes();
-            let groups = self.group_by_owner(routes.as_deref(), uids, &pending, &mut slots);
+            let groups = self.group_by_owner(&routes, uids, &pending, &mut slots);
             pending.clear();
             if groups.is_empty() {
                 break;
             }
             let Some(timeout) = budget.start_attempt(Instant::now()) else {
-                pending = groups.into_values().flatten().collect();
+                pending = groups.into_values().flat_map(|(_, idx)| idx).collect();
                 break;
             };
-            let version = routes.as_ref().map_or(0, |r| r.version());
             // Owners are asked concurrently, but the RPCs of one owner one after another: every
             // occurrence of a uid goes to the same owner, so repeated uids get increasing seqs in
             // request order even when they span several RPCs.
-            let per_owner = groups.iter().map(|(addr, idx)| async move {
+            let per_owner = groups.iter().map(|(addr, (version, idx))| async move {
                 let mut out = Vec::new();
                 for chunk in idx.chunks(MAX_UIDS_PER_RPC) {
                     let batch: Vec<u64> = chunk.iter().map(|&i| uids[i].0).collect();
                     out.push((
                         addr.as_str(),
                         chunk,
-                        self.send_batch(addr, batch, version, timeout).await,
+                        self.send_batch(addr, batch, *version, timeout).await,
                     ));
                 }
                 out
@@ -155,18 +154,19 @@ impl Client {
             .collect()
     }
 
-    /// The pending uids by owner address; a uid with no owner to ask is settled as refused.
+    /// The pending uids by owner address, with the route version of the owner's set; a uid with
+    /// no owner to ask is settled as refused.
     fn group_by_owner(
         &self,
-        routes: Option<&Routes>,
+        routes: &RouteSet,
         uids: &[Uid],
         pending: &[usize],
         slots: &mut [Slot],
-    ) -> HashMap<String, Vec<usize>> {
-        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+    ) -> HashMap<String, (u64, Vec<usize>)> {
+        let mut groups: HashMap<String, (u64, Vec<usize>)> = HashMap::new();
         for &i in pending {
             match target_addr(routes, uids[i], &self.inner.seeds) {
-                Ok(addr) => groups.entry(addr).or_default().push(i),
+                Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),
                 Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
             }
         }
@@ -194,7 +194,7 @@ impl Client {
             round.retry_maybe_taken(chunk, &why, slots);
             return;
         }
-        let owners = OwnerIndex::new(&reply.owners, self.routes().map(|r| r.section_size()));
+        let owners = OwnerIndex::new(&reply.owners, self.routes().section_size());
         for (k, &i) in chunk.iter().enumerate() {
             let (uid, seq) = (uids[i], reply.seqs[k]);
             let state = &mut slots[i].state;

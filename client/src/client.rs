@@ -15,14 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
-use seqsvr_proto::{Epoch, Incarnation, NodeId, Routes, SectionId, Uid, pb};
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, Uid, pb};
 use tokio::time::Instant;
 use tonic::Status;
 
 use crate::config::ClientConfig;
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
-use crate::routing::{Channels, RouteCache, Seeds, target_addr};
+use crate::routing::{Channels, RouteCache, RouteSet, Seeds, Target, target_addr};
 use seqsvr_control::classify::{Delivery, classify};
 
 /// Who served a value: lets callers (and the simulator) check that one section had one owner (P4).
@@ -163,7 +163,7 @@ impl Client {
     /// Asks the seeds (round-robin, with backoff) for their route table; keeps it when newer than ours.
     ///
     /// Uses `GetCurSeq(0)` with `route_version = 0`: a read, so a lost reply consumes nothing.
-    pub async fn refresh_routes(&self) -> Result<Arc<Routes>, ClientError> {
+    pub async fn refresh_routes(&self) -> Result<Arc<RouteSet>, ClientError> {
         let cfg = &self.inner.cfg;
         let mut budget = Budget::until(cfg, Instant::now() + cfg.deadline);
         let mut state = Unsettled::default();
@@ -172,10 +172,11 @@ impl Client {
             match self.send_single(Op::Get, &addr, Uid(0), 0, timeout).await {
                 Ok(reply) => {
                     self.inner.routes.offer(reply.routes);
-                    match self.routes() {
-                        Some(r) => return Ok(r),
-                        None => state.last = format!("{addr} has no route table yet"),
+                    let routes = self.routes();
+                    if !routes.is_empty() {
+                        return Ok(routes);
                     }
+                    state.last = format!("{addr} has no route table yet");
                 }
                 Err(AttemptError::Status(s)) => state.last = format!("{addr}: {}", s.message()),
                 Err(AttemptError::TimedOut) => state.last = format!("{addr}: timed out"),
@@ -185,8 +186,8 @@ impl Client {
         Err(state.into_error(FailureKind::Unavailable))
     }
 
-    /// The cached route table, if one was learned.
-    pub fn routes(&self) -> Option<Arc<Routes>> {
+    /// The cached route tables, one per set heard from.
+    pub fn routes(&self) -> Arc<RouteSet> {
         self.inner.routes.get()
     }
 
@@ -218,15 +219,14 @@ impl Client {
         let mut state = Unsettled::default();
         loop {
             let routes = self.routes();
-            let addr = match target_addr(routes.as_deref(), uid, &self.inner.seeds) {
-                Ok(a) => a,
+            let Target { addr, version } = match target_addr(&routes, uid, &self.inner.seeds) {
+                Ok(t) => t,
                 Err(e) if state.maybe_taken => return Err(ClientError::unknown(e.to_string())),
                 Err(e) => return Err(e),
             };
             let Some(timeout) = budget.start_attempt(Instant::now()) else {
                 break;
             };
-            let version = routes.as_ref().map_or(0, |r| r.version());
             let reply = match self.send_single(op, &addr, uid, version, timeout).await {
                 Ok(r) => r,
                 Err(AttemptError::TimedOut) => {
@@ -285,9 +285,7 @@ impl Client {
     pub(crate) async fn learn_routes_elsewhere(&self, avoid: &str, timeout: Duration) -> bool {
         let routes = self.routes();
         let mut candidates: Vec<&str> = self.inner.seeds.all().iter().map(String::as_str).collect();
-        if let Some(r) = routes.as_deref() {
-            candidates.extend(r.entries().iter().map(|e| e.addr.as_str()));
-        }
+        candidates.extend(routes.owner_addrs());
         candidates.retain(|a| !a.is_empty() && *a != avoid);
         candidates.sort_unstable();
         candidates.dedup();
@@ -311,9 +309,7 @@ impl Client {
     pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<tonic::transport::Channel>, Status> {
         let routes = self.routes();
         let seeds = self.inner.seeds.all();
-        let keep = |a: &str| {
-            seeds.iter().any(|s| s == a) || routes.as_ref().is_some_and(|r| r.entries().iter().any(|e| e.addr == a))
-        };
+        let keep = |a: &str| seeds.iter().any(|s| s == a) || routes.routes_to(a);
         // A bad address is refused before anything is sent.
         let channel = self
             .inner

@@ -100,7 +100,7 @@ impl Coalescer {
     /// The next seq of `uid`, sent in a batch with other callers' uids for the same owner.
     pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
-        let addr = target_addr(self.client.routes().as_deref(), uid, &self.client.inner.seeds)?;
+        let addr = target_addr(&self.client.routes(), uid, &self.client.inner.seeds)?.addr;
         let queue = self.queue_for(addr);
         let (tx, rx) = oneshot::channel();
         queue
@@ -135,11 +135,7 @@ impl Coalescer {
         if queues.len() >= MAX_QUEUES {
             // Dropping a sender closes that queue once its drain task has answered what is in it.
             let routes = self.client.routes();
-            queues.retain(|a, _| {
-                routes
-                    .as_ref()
-                    .is_some_and(|r| r.entries().iter().any(|e| &e.addr == a))
-            });
+            queues.retain(|a, _| routes.routes_to(a));
         }
         let (tx, rx) = mpsc::channel(self.cfg.queue_capacity);
         tokio::spawn(drain(self.client.clone(), rx, self.cfg.clone()));

@@ -44,3 +44,4 @@ pub use client::{Client, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
+pub use routing::RouteSet;

@@ -4,10 +4,11 @@
 //! the caller's version is older), so a late reply carrying an old table cannot move the client back.
 //! Readers take a cheap `Arc` clone under a read lock and never hold the lock across an `.await`.
 //!
-//! Deliberately left out: learning routes from StoreSvr. The data plane hands tables out on demand,
-//! which keeps the client independent of the control plane.
+//! Deliberately left out: learning routes from StoreSvr or the cluster map. The data plane hands
+//! each set's table out on demand, which keeps the client independent of the control plane; a
+//! client that should reach several sets is given seeds in each of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -17,21 +18,86 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ClientError, FailureKind};
 
-/// The latest valid route table seen, if any.
+/// The latest valid route table of every set heard from.
+///
+/// Each set's table covers the whole uid space but names an owner only for the sections that set
+/// serves; a uid is sent to the owner some table names under that table's own set. Two tables
+/// can both claim a uid for a moment (one of them stale, from before a move): the stale set's
+/// AllocSvr then answers NOT_OWNER with its newer table, and the next attempt goes to the other.
+#[derive(Debug, Default, Clone)]
+pub struct RouteSet {
+    by_set: BTreeMap<u64, Arc<Routes>>,
+}
+
+/// Where a uid's request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub addr: String,
+    /// The route version of the table that chose `addr` (0 for a seed: its reply carries its table).
+    pub version: u64,
+}
+
+impl RouteSet {
+    /// The table of set `set_id`, if one was learned.
+    pub fn table(&self, set_id: u64) -> Option<Arc<Routes>> {
+        self.by_set.get(&set_id).cloned()
+    }
+
+    /// Every learned table, by set.
+    pub fn tables(&self) -> impl Iterator<Item = &Arc<Routes>> {
+        self.by_set.values()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_set.is_empty()
+    }
+
+    /// The uid space's size, from any table (every set has the same).
+    pub fn uid_limit(&self) -> Option<u64> {
+        self.tables().next().map(|t| t.uid_limit())
+    }
+
+    pub fn section_size(&self) -> Option<u64> {
+        self.tables().next().map(|t| t.section_size())
+    }
+
+    /// The owner some table names for `uid` under its own set, with that table's version.
+    pub(crate) fn owner_of(&self, uid: Uid) -> Option<(&str, u64)> {
+        self.tables().find_map(|t| {
+            let target = t.lookup(uid)?;
+            (!target.addr.is_empty() && target.set_id == t.set_id()).then_some((target.addr, t.version()))
+        })
+    }
+
+    /// Whether `addr` is an owner some table names.
+    pub(crate) fn routes_to(&self, addr: &str) -> bool {
+        self.tables().any(|t| t.entries().iter().any(|e| e.addr == addr))
+    }
+
+    /// Every owner address the tables name.
+    pub(crate) fn owner_addrs(&self) -> Vec<&str> {
+        self.tables()
+            .flat_map(|t| t.entries().iter().map(|e| e.addr.as_str()))
+            .collect()
+    }
+}
+
+/// The route tables, shared by every call of a client.
 #[derive(Debug, Default)]
 pub(crate) struct RouteCache {
-    current: RwLock<Option<Arc<Routes>>>,
+    current: RwLock<Arc<RouteSet>>,
 }
 
 impl RouteCache {
-    pub(crate) fn get(&self) -> Option<Arc<Routes>> {
+    pub(crate) fn get(&self) -> Arc<RouteSet> {
         self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Installs `table` when it is valid and newer than the cached one; true when it did.
+    /// Installs `table` when it is valid and newer than the cached one of its set; true when it did.
     pub(crate) fn offer(&self, table: Option<pb::RouteTable>) -> bool {
         let Some(table) = table else { return false };
-        if table.version <= self.get().map_or(0, |r| r.version()) {
+        let set = table.set_id;
+        if table.version <= self.get().table(set).map_or(0, |r| r.version()) {
             return false;
         }
         let routes = match Routes::new(table) {
@@ -43,29 +109,38 @@ impl RouteCache {
         };
         let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
         // Checked again under the write lock: another reply may have installed a newer table meanwhile.
-        if current.as_ref().is_some_and(|c| c.version() >= routes.version()) {
+        if current.table(set).is_some_and(|c| c.version() >= routes.version()) {
             return false;
         }
-        tracing::info!(version = routes.version(), "route table updated");
-        *current = Some(routes);
+        tracing::info!(set, version = routes.version(), "route table updated");
+        let mut next = (**current).clone();
+        next.by_set.insert(set, routes);
+        *current = Arc::new(next);
         true
     }
 }
 
-/// Where to send a request for one uid.
-pub(crate) fn target_addr(routes: Option<&Routes>, uid: Uid, seeds: &Seeds) -> Result<String, ClientError> {
-    let Some(routes) = routes else {
-        return Ok(seeds.next().to_owned());
-    };
-    match routes.lookup(uid) {
-        None => Err(ClientError::failed(
+/// Where to send a request for one uid: its owner, or a seed when no table names one.
+pub(crate) fn target_addr(routes: &RouteSet, uid: Uid, seeds: &Seeds) -> Result<Target, ClientError> {
+    if let Some(limit) = routes.uid_limit()
+        && uid.0 >= limit
+    {
+        return Err(ClientError::failed(
             FailureKind::InvalidArgument,
-            format!("uid {uid} is outside [0, {})", routes.uid_limit()),
-        )),
-        // The section is being reassigned: ask a seed, whose reply carries any newer table.
-        Some(t) if t.addr.is_empty() => Ok(seeds.next().to_owned()),
-        Some(t) => Ok(t.addr.to_owned()),
+            format!("uid {uid} is outside [0, {limit})"),
+        ));
     }
+    Ok(match routes.owner_of(uid) {
+        Some((addr, version)) => Target {
+            addr: addr.to_owned(),
+            version,
+        },
+        // Unowned or being moved: ask a seed, whose reply carries its table.
+        None => Target {
+            addr: seeds.next().to_owned(),
+            version: 0,
+        },
+    })
 }
 
 /// Seed addresses, handed out round-robin so that one dead seed does not stall every retry.
@@ -140,6 +215,7 @@ mod tests {
             version,
             section_size: 10,
             uid_limit: 100,
+            set_id: 0,
             entries: vec![pb::RouteEntry {
                 set_id: 0,
                 section_begin: 0,
@@ -161,21 +237,84 @@ mod tests {
         let mut broken = table(3, "broken:1");
         broken.entries.clear();
         assert!(!cache.offer(Some(broken)), "malformed");
-        assert_eq!(cache.get().unwrap().lookup(Uid(5)).unwrap().addr, "a:1");
+        assert_eq!(cache.get().owner_of(Uid(5)), Some(("a:1", 2)));
         assert!(cache.offer(Some(table(3, "b:1"))));
-        assert_eq!(cache.get().unwrap().version(), 3);
+        assert_eq!(cache.get().table(0).unwrap().version(), 3);
     }
 
     #[test]
     fn targets_follow_the_table_and_fall_back_to_seeds() {
         let seeds = Seeds::new(vec!["s1:1".into(), "s2:1".into()]);
-        let owned = Routes::new(table(1, "a:1")).unwrap();
-        let unowned = Routes::new(table(1, "")).unwrap();
-        assert_eq!(target_addr(Some(&owned), Uid(99), &seeds).unwrap(), "a:1");
-        let err = target_addr(Some(&owned), Uid(100), &seeds).unwrap_err();
+        let cache = RouteCache::default();
+        let target = |cache: &RouteCache, uid| target_addr(&cache.get(), Uid(uid), &seeds);
+        assert_eq!(target(&cache, 1).unwrap().addr, "s1:1", "no table yet");
+        assert_eq!(target(&cache, 1).unwrap().addr, "s2:1", "round robin");
+        cache.offer(Some(table(1, "a:1")));
+        assert_eq!(
+            target(&cache, 99).unwrap(),
+            Target {
+                addr: "a:1".into(),
+                version: 1
+            }
+        );
+        let err = target(&cache, 100).unwrap_err();
         assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument));
-        assert_eq!(target_addr(Some(&unowned), Uid(1), &seeds).unwrap(), "s1:1");
-        assert_eq!(target_addr(None, Uid(1), &seeds).unwrap(), "s2:1");
-        assert_eq!(target_addr(None, Uid(1), &seeds).unwrap(), "s1:1", "round robin");
+        let unowned = RouteCache::default();
+        unowned.offer(Some(table(1, "")));
+        assert_eq!(target(&unowned, 1).unwrap().version, 0, "unowned: a seed");
+    }
+
+    /// After a move of sections 0..5 from set 0 to set 1: set 0's table lists them without an owner
+    /// under set 1, set 1's table owns them. Until set 0's newer table arrives, its stale one may
+    /// still claim them; after, only set 1 does.
+    #[test]
+    fn uids_go_to_the_set_whose_table_owns_them() {
+        let seeds = Seeds::new(vec!["s:1".into()]);
+        let cache = RouteCache::default();
+        cache.offer(Some(table(1, "a:1")));
+        let moved = |version, set_id, owner_set, addr: &str| pb::RouteTable {
+            version,
+            section_size: 10,
+            uid_limit: 100,
+            set_id,
+            entries: vec![
+                pb::RouteEntry {
+                    set_id: owner_set,
+                    section_begin: 0,
+                    section_end: 5,
+                    addr: addr.into(),
+                    ..Default::default()
+                },
+                pb::RouteEntry {
+                    set_id: 0,
+                    section_begin: 5,
+                    section_end: 10,
+                    addr: if set_id == 0 { "a:1".into() } else { String::new() },
+                    ..Default::default()
+                },
+            ],
+        };
+        assert!(cache.offer(Some(moved(4, 1, 1, "b:1"))));
+        let to = |uid| target_addr(&cache.get(), Uid(uid), &seeds).unwrap();
+        assert_eq!(
+            to(10).addr,
+            "a:1",
+            "set 0's stale table still claims it: its owner will say no"
+        );
+        assert!(cache.offer(Some(moved(2, 0, 1, ""))));
+        assert_eq!(
+            to(10),
+            Target {
+                addr: "b:1".into(),
+                version: 4
+            }
+        );
+        assert_eq!(
+            to(60),
+            Target {
+                addr: "a:1".into(),
+                version: 2
+            }
+        );
     }
 }

@@ -31,7 +31,7 @@ async fn one_owner() -> (FakeAlloc, Client) {
 #[tokio::test]
 async fn connect_learns_the_route_table_from_a_seed() {
     let (a, client) = one_owner().await;
-    let routes = client.routes().expect("routes learned at connect");
+    let routes = client.routes().table(0).expect("routes learned at connect");
     assert_eq!(routes.version(), 1);
     assert_eq!(routes.lookup(Uid(999)).unwrap().addr, a.addr);
     assert_eq!(a.data_rpcs(), 0, "connect uses a read, never a fetch");
@@ -43,7 +43,7 @@ async fn stale_route_table_is_corrected_in_one_retry() {
     let b = FakeAlloc::start().await;
     a.set_routes(table(1, &[(0, 10, &a.addr)]));
     let client = Client::connect(config(&[&a.addr])).await.unwrap();
-    assert_eq!(client.routes().unwrap().version(), 1);
+    assert_eq!(client.routes().table(0).unwrap().version(), 1);
 
     // Everything moved to B; A knows, the client does not.
     let moved = table(2, &[(0, 10, &b.addr)]);
@@ -57,7 +57,7 @@ async fn stale_route_table_is_corrected_in_one_retry() {
         (1, 1),
         "one NOT_OWNER from A, then B serves"
     );
-    assert_eq!(client.routes().unwrap().version(), 2);
+    assert_eq!(client.routes().table(0).unwrap().version(), 2);
     let owner = got.owner.expect("owner reported");
     assert_eq!(owner.section.0, 0);
 

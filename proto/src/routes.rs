@@ -26,6 +26,8 @@ pub enum RouteError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteTarget<'a> {
     pub section: SectionId,
+    /// The set the entry says serves the section.
+    pub set_id: u64,
     pub node_id: NodeId,
     pub incarnation: Incarnation,
     /// Empty when the section is currently unowned.
@@ -79,6 +81,11 @@ impl Routes {
         self.table.version
     }
 
+    /// The set whose table this is.
+    pub fn set_id(&self) -> u64 {
+        self.table.set_id
+    }
+
     pub fn section_size(&self) -> u64 {
         self.table.section_size
     }
@@ -108,6 +115,7 @@ impl Routes {
         let e = &entries[i];
         Some(RouteTarget {
             section,
+            set_id: e.set_id,
             node_id: NodeId(e.node_id),
             incarnation: Incarnation(e.incarnation),
             addr: &e.addr,
@@ -132,6 +140,7 @@ mod tests {
 
     fn table(entries: Vec<pb::RouteEntry>) -> pb::RouteTable {
         pb::RouteTable {
+            set_id: 0,
             version: 7,
             section_size: 100,
             uid_limit: 1_000,
@@ -161,6 +170,7 @@ mod tests {
             (table(vec![]), "no entries"),
             (
                 pb::RouteTable {
+                    set_id: 0,
                     section_size: 0,
                     ..table(vec![entry(0, 10, 1, "a")])
                 },
@@ -168,6 +178,7 @@ mod tests {
             ),
             (
                 pb::RouteTable {
+                    set_id: 0,
                     uid_limit: 0,
                     ..table(vec![entry(0, 10, 1, "a")])
                 },

@@ -102,6 +102,7 @@ impl State {
             }
         }
         pb::RouteTable {
+            set_id: 0,
             version: self.route_version,
             section_size: self.params.section_size,
             uid_limit: self.params.uid_limit,

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status};
 /// A route table of `section_size` 100 and `uid_limit` 1,000 (10 sections) from `(begin, end, addr)`.
 pub fn table(version: u64, entries: &[(u64, u64, &str)]) -> pb::RouteTable {
     pb::RouteTable {
+        set_id: 0,
         version,
         section_size: 100,
         uid_limit: 1_000,

@@ -265,12 +265,12 @@ async fn stale_route_table_is_corrected_in_one_retry() {
         Duration::from_secs(5),
         || async {
             let client = c.client().await;
-            let routes = client.routes()?;
+            let routes = client.routes().table(0)?;
             routes.entries().iter().all(|e| e.node_id == 2).then_some(client)
         },
     )
     .await;
-    let stale_version = stale.routes().unwrap().version();
+    let stale_version = stale.routes().table(0).unwrap().version();
 
     // allocsvr 1 comes back; the arbiter hands it its share with planned moves.
     c.start_alloc(1);
@@ -320,7 +320,7 @@ async fn stale_route_table_is_corrected_in_one_retry() {
         "expected one NOT_OWNER from allocsvr 2, then one OK from allocsvr 1"
     );
     assert_eq!(
-        stale.routes().unwrap().version(),
+        stale.routes().table(0).unwrap().version(),
         version,
         "the client installed the table from the reply"
     );

@@ -129,6 +129,20 @@ async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() 
         last = seq;
     }
     let outside = c.fetch(0, 50_000).await;
+    // A client given seeds in both sets, which learned set 0's table before the move.
+    let client = seqsvr_client::Client::connect(seqsvr_client::ClientConfig::new(vec![
+        c.allocs[0].clone(),
+        c.allocs[1].clone(),
+    ]))
+    .await
+    .expect("client connects");
+    let via_client = client
+        .fetch_next_seq(seqsvr_proto::Uid(uid))
+        .await
+        .expect("fetch before the move")
+        .seq;
+    assert!(via_client > last);
+    last = via_client;
 
     let add = c
         .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
@@ -207,8 +221,26 @@ async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() 
         text(&moved)
     );
 
+    // The client's table of set 0 is stale: set 0's AllocSvr says NOT_OWNER and hands it the new
+    // table, which sends the uid to set 1; uids left in set 0 keep going there.
+    let moved_seq = client
+        .fetch_next_seq(seqsvr_proto::Uid(uid))
+        .await
+        .expect("the client follows the move");
+    assert!(
+        moved_seq.seq > last,
+        "set 1 served {} after set 0 served {last}",
+        moved_seq.seq
+    );
+    let stayed = client
+        .fetch_next_seq(seqsvr_proto::Uid(50_001))
+        .await
+        .expect("uid left in set 0");
+    assert!(stayed.seq > 0);
+    let routes = client.routes();
+    assert!(routes.table(0).is_some() && routes.table(1).is_some(), "{routes:?}");
     let after = c.fetch(1, uid).await;
-    assert!(after > last, "set 1 served {after} after set 0 served {last}");
+    assert!(after > moved_seq.seq, "set 1 served {after} after {}", moved_seq.seq);
     assert!(c.fetch(0, 50_000).await > outside, "set 0 still serves the rest");
     let list = c.seqctl(&["move", "list", "--json"]).await;
     assert!(

@@ -86,6 +86,9 @@ impl<S: Copy + Eq> RangeTable<S> {
 
     /// The runs that overlap `[begin, end)`, clipped to it, absent parts left out, in order.
     pub fn runs_in(&self, begin: SectionId, end: SectionId) -> Vec<RangeRun<S>> {
+        if begin >= end {
+            return Vec::new();
+        }
         let first = self.runs.range(..=begin).next_back().map_or(begin, |(&b, _)| b);
         self.runs
             .range(first..end)
@@ -223,9 +226,17 @@ mod tests {
             assert!(pair[0].end < pair[1].begin || pair[0].state != pair[1].state);
         }
         assert!(runs.iter().all(|r| r.begin < r.end));
-        for (b, e) in [(0, N), (5, 17), (39, 40), (12, 12)] {
-            let covered: u64 = t.runs_in(s(b), s(e)).iter().map(|r| r.end.0 - r.begin.0).sum();
-            let want = model[b as usize..e as usize].iter().filter(|x| x.is_some()).count() as u64;
+        for (b, e) in [(0, N), (5, 17), (39, 40), (12, 12), (20, 10)] {
+            let runs = t.runs_in(s(b), s(e));
+            assert!(
+                runs.iter().all(|r| r.begin < r.end),
+                "runs_in({b}, {e}) has an empty run"
+            );
+            let covered: u64 = runs.iter().map(|r| r.end.0 - r.begin.0).sum();
+            let want = model[b as usize..e.max(b) as usize]
+                .iter()
+                .filter(|x| x.is_some())
+                .count() as u64;
             assert_eq!(covered, want, "runs_in({b}, {e})");
         }
     }

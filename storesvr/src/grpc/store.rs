@@ -135,6 +135,7 @@ pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
         section_size: p.section_size,
         uid_limit: p.uid_limit,
         entries,
+        set_id: p.set_id,
     })
 }
 
