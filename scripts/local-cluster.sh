@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# Builds seqsvr-rs and runs a complete local cluster on loopback:
-# 3 StoreSvr replicas (one Raft group) and 2 AllocSvr nodes. Data lives under
-# $SEQSVR_DATA (default ./data/local-cluster). Ctrl-C stops every process it started.
+# Builds seqsvr-rs and runs a complete local cluster on loopback: per set, 3 StoreSvr replicas
+# (one Raft group) and 2 AllocSvr nodes. Set 0 serves every uid and keeps the cluster map; with
+# --sets N, sets 1..N-1 start empty and are added to the map, ready for `seqctl move`. Data lives
+# under $SEQSVR_DATA (default ./data/local-cluster). Ctrl-C stops every process it started.
 #
+#   ./scripts/local-cluster.sh --sets 2                     # two sets
 #   SEQSVR_DATA=/tmp/seq ./scripts/local-cluster.sh        # other data dir
 #   SEQSVR_FRESH=1 ./scripts/local-cluster.sh              # wipe the data dir first
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SETS=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sets) SETS=${2:-}; shift 2 || { echo "--sets needs a number" >&2; exit 2; } ;;
+    --sets=*) SETS=${1#--sets=}; shift ;;
+    *) echo "unknown option $1 (only --sets N)" >&2; exit 2 ;;
+  esac
+done
+case "$SETS" in
+  [1-9]) ;;
+  *) echo "--sets must be 1..9, got '$SETS'" >&2; exit 2 ;;
+esac
+
 DATA=${SEQSVR_DATA:-./data/local-cluster}
+# Set s listens on these ports plus 10·s (metrics: plus 1000 more).
 STORE_PORTS=(7101 7102 7103)
 ALLOC_PORTS=(7201 7202)
 BIN=target/release
@@ -39,32 +55,42 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-PEERS="1=127.0.0.1:${STORE_PORTS[0]},2=127.0.0.1:${STORE_PORTS[1]},3=127.0.0.1:${STORE_PORTS[2]}"
-# --new-replica only when the whole group is new (no store dir yet). A restart keeps the dirs; a
-# single missing dir is a lost replica, which storesvr refuses to restart under its old id.
-NEW_GROUP=1
-for i in 1 2 3; do [ -e "$DATA/store$i" ] && NEW_GROUP=0; done
-for i in 1 2 3; do
-  port=${STORE_PORTS[$((i - 1))]}
-  extra=()
-  [ "$i" = 1 ] && extra+=(--bootstrap)
-  [ "$NEW_GROUP" = 1 ] && extra+=(--new-replica)
-  RUST_LOG=${RUST_LOG:-info,openraft=warn} "$BIN/storesvr" --node-id "$i" --listen "127.0.0.1:$port" \
-    --data-dir "$DATA/store$i" --peers "$PEERS" --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" \
-    2>>"$DATA/store$i.log" &
-  STORE_PIDS+=($!)
-  PIDS+=($!)
-done
+# Starts set $1: its StoreSvr group (in $DATA/set$1 for sets above 0) and its AllocSvrs.
+start_set() {
+  local set=$1 dir=$DATA off=$((10 * $1)) peers="" i port extra
+  [ "$set" != 0 ] && dir="$DATA/set$set"
+  mkdir -p "$dir"
+  for i in 1 2 3; do peers+="${peers:+,}$i=127.0.0.1:$((STORE_PORTS[i - 1] + off))"; done
+  # --new-replica only when the whole group is new (no store dir yet). A restart keeps the dirs; a
+  # single missing dir is a lost replica, which storesvr refuses to restart under its old id.
+  local new_group=1
+  for i in 1 2 3; do [ -e "$dir/store$i" ] && new_group=0; done
+  for i in 1 2 3; do
+    port=$((STORE_PORTS[i - 1] + off))
+    extra=()
+    [ "$i" = 1 ] && extra+=(--bootstrap)
+    [ "$new_group" = 1 ] && extra+=(--new-replica)
+    RUST_LOG=${RUST_LOG:-info,openraft=warn} "$BIN/storesvr" --node-id "$i" --set-id "$set" \
+      --listen "127.0.0.1:$port" --data-dir "$dir/store$i" --peers "$peers" \
+      --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" 2>>"$dir/store$i.log" &
+    STORE_PIDS+=($!)
+    PIDS+=($!)
+  done
+  for i in 1 2; do
+    port=$((ALLOC_PORTS[i - 1] + off))
+    RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$((10 * set + i))" --listen "127.0.0.1:$port" \
+      --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" 2>>"$dir/alloc$i.log" &
+    ALLOC_PIDS+=($!)
+    PIDS+=($!)
+    ALLOC+="${ALLOC:+,}127.0.0.1:$port"
+  done
+  SET_STORES[$set]=$peers
+}
 
-for i in 1 2; do
-  port=${ALLOC_PORTS[$((i - 1))]}
-  RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$i" --listen "127.0.0.1:$port" --store "$PEERS" \
-    --metrics-listen "127.0.0.1:$((port + 1000))" 2>>"$DATA/alloc$i.log" &
-  ALLOC_PIDS+=($!)
-  PIDS+=($!)
-done
+ALLOC=""
+SET_STORES=()
+for ((s = 0; s < SETS; s++)); do start_set "$s"; done
 
-ALLOC="127.0.0.1:${ALLOC_PORTS[0]},127.0.0.1:${ALLOC_PORTS[1]}"
 STORE="127.0.0.1:${STORE_PORTS[0]},127.0.0.1:${STORE_PORTS[1]},127.0.0.1:${STORE_PORTS[2]}"
 SEQCTL="$BIN/seqctl --alloc $ALLOC --store $STORE"
 
@@ -83,6 +109,18 @@ done
 
 $SEQCTL status
 echo
+deadline=$((SECONDS + 60))
+for ((s = 1; s < SETS; s++)); do
+  # Idempotent: a restarted cluster finds the set in the map already.
+  until $SEQCTL set add "$s" --stores "${SET_STORES[$s]}" >/dev/null 2>&1; do
+    [ $SECONDS -ge $deadline ] && { echo "set $s could not be added to the cluster map" >&2; exit 1; }
+    sleep 0.5
+  done
+done
+if [ "$SETS" -gt 1 ]; then
+  $SEQCTL sets
+  echo
+fi
 echo "uid 42 fetched three times (each seq above the one before):"
 $SEQCTL fetch 42
 $SEQCTL fetch 42 | tail -n +2
@@ -96,6 +134,9 @@ Try:
   $SEQCTL batch 1 2 3 100000 4000000000
   $SEQCTL status
   $SEQCTL --json status
+  $SEQCTL sets
+  $SEQCTL move --from 0 --to 1 --uids 0..200000 --dry-run     # with --sets 2 or more
+  $SEQCTL move --from 0 --to 1 --uids 0..200000
   grpcurl -plaintext -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
   grpcurl -plaintext 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)
