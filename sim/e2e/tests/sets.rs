@@ -30,12 +30,17 @@ struct TwoSets {
 
 impl TwoSets {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts both sets; `store_extra` goes to every StoreSvr (a negative control).
+    fn start_with(store_extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
         let stores = [free_addr(), free_addr()];
         let allocs = [free_addr(), free_addr()];
         for set in 0..2 {
-            let args = vec![
+            let mut args = vec![
                 "--node-id=1".to_string(),
                 format!("--set-id={set}"),
                 format!("--listen={}", stores[set]),
@@ -47,6 +52,7 @@ impl TwoSets {
                 format!("--uid-limit={UID_LIMIT}"),
                 "--step=1000".into(),
             ];
+            args.extend(store_extra.iter().map(|s| s.to_string()));
             procs
                 .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
                 .unwrap();
@@ -377,7 +383,30 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
     assert!(moved.status.success(), "{}", text(&moved));
     let after = c.fetch(1, uid).await;
     let unavailable = started.elapsed();
+    // As in the negative control below: a fetch waiting in the paused owner's socket when it wakes.
+    let addr = c.allocs[0].clone();
+    let queued = tokio::spawn(async move {
+        tokio::process::Command::new(bin("seqctl"))
+            .args([
+                "--alloc",
+                &addr,
+                "--json",
+                "--timeout-ms",
+                "3000",
+                "fetch",
+                &uid.to_string(),
+            ])
+            .output()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     c.procs.resume("alloc0").unwrap();
+    let woke = queued.await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&woke.stdout).unwrap_or_default();
+    if let Some(seq) = v["seq"].as_u64() {
+        assert!(seq > after, "the woken owner stepped back: {seq} after {after}");
+    }
     eprintln!("forced path: move took {took:?}; set 1 served after {unavailable:?} (lease 3 s)");
     assert!(
         took >= Duration::from_millis(2_900),
@@ -396,4 +425,52 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
         "set 0's old owner served a moved uid: {}",
         text(&out)
     );
+}
+
+/// Negative control: with `--unsafe-skip-move-wait` the source hands out its final ceilings while
+/// its paused owner still holds a lease. The target serves the moved uid; a fetch that reached the
+/// paused owner before it woke is then answered from its old memory, below what the target gave out
+/// after it: a step back (P1), which the safe build's lease wait prevents (see the paused-owner
+/// test above, where the woken owner serves nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_target_serving_before_the_source_owner_is_gone_steps_back() {
+    let mut c = TwoSets::start_with(&["--unsafe-skip-move-wait"]);
+    let uid = 6 * SECTION_SIZE + 5;
+    let before = c.fetch(0, uid).await;
+    let add = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(add.status.success(), "{}", text(&add));
+    c.procs.pause("alloc0").unwrap();
+    let moved = c
+        .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "600000..700000"])
+        .await;
+    assert!(moved.status.success(), "{}", text(&moved));
+    let target = c.fetch(1, uid).await;
+    // Sent while the old owner is paused: the request waits in its socket and is answered from
+    // memory the moment it wakes, before its first renewal can tell it the range is gone.
+    let addr = c.allocs[0].clone();
+    let stale = tokio::spawn(async move {
+        tokio::process::Command::new(bin("seqctl"))
+            .args([
+                "--alloc",
+                &addr,
+                "--json",
+                "--timeout-ms",
+                "3000",
+                "fetch",
+                &uid.to_string(),
+            ])
+            .output()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.procs.resume("alloc0").unwrap();
+    let out = stale.await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let old_owner = v["seq"].as_u64();
+    eprintln!("set 0 served {before}, then set 1 {target}, then the woken old owner {old_owner:?}");
+    let seq = old_owner.unwrap_or_else(|| panic!("the control did not trip: {}", text(&out)));
+    assert!(seq < target, "a step back: {seq} after {target}");
 }
