@@ -474,3 +474,83 @@ async fn negative_control_a_target_serving_before_the_source_owner_is_gone_steps
     let seq = old_owner.unwrap_or_else(|| panic!("the control did not trip: {}", text(&out)));
     assert!(seq < target, "a step back: {seq} after {target}");
 }
+
+/// One caller's fetches of its own uid, one after another, until `stop`.
+async fn fetch_loop(
+    client: seqsvr_client::Client,
+    uid: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<(Instant, Result<u64, String>)> {
+    let mut out = Vec::new();
+    // Bounded in count as well as by `stop`.
+    for _ in 0..200_000 {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let r = client.fetch_next_seq(seqsvr_proto::Uid(uid)).await;
+        out.push((Instant::now(), r.map(|f| f.seq).map_err(|e| e.to_string())));
+    }
+    out
+}
+
+/// A move under load: callers on uids inside and outside the moved range fetch one after another
+/// throughout. Every caller's seqs strictly increase; callers outside the range never see a failed
+/// fetch; callers inside it see at most a short gap (the released path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_under_load_never_repeats_or_steps_back_and_leaves_other_uids_alone() {
+    let c = TwoSets::start();
+    c.fetch(0, 1).await;
+    let add = c
+        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
+        .await;
+    assert!(add.status.success(), "{}", text(&add));
+    let cfg = seqsvr_client::ClientConfig::new(vec![c.allocs[0].clone(), c.allocs[1].clone()]);
+    let client = seqsvr_client::Client::connect(cfg).await.expect("client");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inside: Vec<u64> = (0..4).map(|i| 200_000 + i * 30_001).collect();
+    let outside: Vec<u64> = (0..4).map(|i| 500_000 + i * 70_001).collect();
+    let tasks: Vec<_> = inside
+        .iter()
+        .chain(&outside)
+        .map(|&uid| tokio::spawn(fetch_loop(client.clone(), uid, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let moved = c
+        .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "200000..400000"])
+        .await;
+    assert!(moved.status.success(), "{}", text(&moved));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (k, task) in tasks.into_iter().enumerate() {
+        let calls = task.await.unwrap();
+        let uid = if k < inside.len() {
+            inside[k]
+        } else {
+            outside[k - inside.len()]
+        };
+        let mut last = 0;
+        let mut gap = Duration::ZERO;
+        let mut last_ok = calls.first().map(|(t, _)| *t);
+        let mut failed = 0;
+        for (t, r) in &calls {
+            match r {
+                Ok(seq) => {
+                    assert!(*seq > last, "uid {uid}: {seq} after {last}");
+                    last = *seq;
+                    gap = gap.max(t.duration_since(last_ok.unwrap()));
+                    last_ok = Some(*t);
+                }
+                Err(_) => failed += 1,
+            }
+        }
+        eprintln!(
+            "uid {uid}: {} calls, {failed} failed, longest gap between served fetches {gap:?}",
+            calls.len()
+        );
+        assert!(calls.len() > 50, "uid {uid} was hardly served: {}", calls.len());
+        if k >= inside.len() {
+            assert_eq!(failed, 0, "uid {uid} outside the range was interrupted");
+        }
+        assert!(gap < Duration::from_secs(2), "uid {uid} went unserved for {gap:?}");
+    }
+}
