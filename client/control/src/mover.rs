@@ -297,7 +297,8 @@ impl Mover {
                     m.op
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(s.wait_ms.clamp(20, 200))).await;
+            // Short polls: on the released path the owners let go at their next renewal.
+            tokio::time::sleep(Duration::from_millis(s.wait_ms.clamp(20, 50))).await;
         }
     }
 
