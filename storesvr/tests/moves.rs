@@ -58,6 +58,14 @@ fn step(phase: pb::MovePhase, other_set: u64) -> pb::RangeStepRequest {
     }
 }
 
+async fn cluster_map(a: &mut AdminServiceClient<Channel>) -> pb::ClusterMap {
+    let reply = a
+        .get_cluster_map(pb::GetClusterMapRequest {})
+        .await
+        .expect("cluster map");
+    reply.into_inner().map.expect("set 0 keeps the map")
+}
+
 /// Sends a range step twice: applied the first time, recognised the second.
 async fn step_twice(a: &mut AdminServiceClient<Channel>, req: pb::RangeStepRequest) {
     let first = a.range_step(req.clone()).await.expect("range step").into_inner();
@@ -97,13 +105,7 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     assert_eq!(bump(&client0, owner.incarnation, 2, epoch, 777).await.max_seq, 777);
 
     // The map: set 0 serves everything; set 1 joins; a stale version changes nothing.
-    let map = a0
-        .get_cluster_map(pb::GetClusterMapRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .map
-        .unwrap();
+    let map = cluster_map(&mut a0).await;
     assert_eq!((map.version, map.ranges.len()), (1, 1));
     let add = |v| {
         pb::change_map_request::Change::AddSet(pb::AddSet {
@@ -185,13 +187,7 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     step_twice(&mut a0, tombstone).await;
     advance(&mut a0, pb::MovePhase::Done, vec![]).await;
 
-    let map = a0
-        .get_cluster_map(pb::GetClusterMapRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .map
-        .unwrap();
+    let map = cluster_map(&mut a0).await;
     let ranges: Vec<(u64, u64, u64)> = map
         .ranges
         .iter()

@@ -383,26 +383,8 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
     assert!(moved.status.success(), "{}", text(&moved));
     let after = c.fetch(1, uid).await;
     let unavailable = started.elapsed();
-    // As in the negative control below: a fetch waiting in the paused owner's socket when it wakes.
-    let addr = c.allocs[0].clone();
-    let queued = tokio::spawn(async move {
-        tokio::process::Command::new(bin("seqctl"))
-            .args([
-                "--alloc",
-                &addr,
-                "--json",
-                "--timeout-ms",
-                "3000",
-                "fetch",
-                &uid.to_string(),
-            ])
-            .output()
-            .await
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    c.procs.resume("alloc0").unwrap();
-    let woke = queued.await.unwrap();
+    // A fetch waiting in the paused owner's socket when it wakes, as in the negative control.
+    let woke = fetch_while_waking(&mut c, uid).await;
     let v: serde_json::Value = serde_json::from_slice(&woke.stdout).unwrap_or_default();
     if let Some(seq) = v["seq"].as_u64() {
         assert!(seq > after, "the woken owner stepped back: {seq} after {after}");
@@ -449,8 +431,19 @@ async fn negative_control_a_target_serving_before_the_source_owner_is_gone_steps
     let target = c.fetch(1, uid).await;
     // Sent while the old owner is paused: the request waits in its socket and is answered from
     // memory the moment it wakes, before its first renewal can tell it the range is gone.
+    let out = fetch_while_waking(&mut c, uid).await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let old_owner = v["seq"].as_u64();
+    eprintln!("set 0 served {before}, then set 1 {target}, then the woken old owner {old_owner:?}");
+    let seq = old_owner.unwrap_or_else(|| panic!("the control did not trip: {}", text(&out)));
+    assert!(seq < target, "a step back: {seq} after {target}");
+}
+
+/// `seqctl fetch UID` sent to set 0's paused AllocSvr, which is woken 300 ms later: the request
+/// waits in its socket and is answered the moment it wakes, before its first renewal.
+async fn fetch_while_waking(c: &mut TwoSets, uid: u64) -> Output {
     let addr = c.allocs[0].clone();
-    let stale = tokio::spawn(async move {
+    let queued = tokio::spawn(async move {
         tokio::process::Command::new(bin("seqctl"))
             .args([
                 "--alloc",
@@ -467,12 +460,7 @@ async fn negative_control_a_target_serving_before_the_source_owner_is_gone_steps
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.procs.resume("alloc0").unwrap();
-    let out = stale.await.unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let old_owner = v["seq"].as_u64();
-    eprintln!("set 0 served {before}, then set 1 {target}, then the woken old owner {old_owner:?}");
-    let seq = old_owner.unwrap_or_else(|| panic!("the control did not trip: {}", text(&out)));
-    assert!(seq < target, "a step back: {seq} after {target}");
+    queued.await.unwrap()
 }
 
 /// One caller's fetches of its own uid, one after another, until `stop`.

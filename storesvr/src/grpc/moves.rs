@@ -11,12 +11,13 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::{NodeId, SectionId, pb};
+use seqsvr_proto::{NodeId, pb};
 
 use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
 use crate::domain::moves::RangeCommand;
 use crate::domain::state::{Command, CommandResult, SetParams, Span};
 use crate::error::RpcError;
+use crate::grpc::store::check_ranges;
 use crate::shared::{Led, Shared};
 
 /// Most sections one move may name (the install carries one ceiling per section).
@@ -24,23 +25,8 @@ pub const MAX_MOVE_SECTIONS: u64 = seqsvr_proto::limits::MAX_LOAD_SECTIONS;
 
 fn span_of(p: &SetParams, r: Option<&pb::SectionRange>) -> Result<Span, RpcError> {
     let r = r.ok_or_else(|| RpcError::InvalidArgument("no section range given".into()))?;
-    if r.begin >= r.end || r.end > p.total_sections() {
-        return Err(RpcError::InvalidArgument(format!(
-            "section range [{}, {}) is empty or outside the uid space's sections [0, {})",
-            r.begin,
-            r.end,
-            p.total_sections()
-        )));
-    }
-    if r.end - r.begin > MAX_MOVE_SECTIONS {
-        return Err(RpcError::InvalidArgument(format!(
-            "a move may name at most {MAX_MOVE_SECTIONS} sections; split the range"
-        )));
-    }
-    Ok(Span {
-        begin: SectionId(r.begin),
-        end: SectionId(r.end),
-    })
+    let spans = check_ranges(p, std::slice::from_ref(r), MAX_MOVE_SECTIONS)?;
+    Ok(spans[0])
 }
 
 fn phase_pb(p: &Phase) -> pb::MovePhase {

@@ -169,7 +169,7 @@ fn not_owned(set: &SetState, p: &SetParams, begin: SectionId, end: SectionId, ou
     }
 }
 
-fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<Span>, RpcError> {
+pub(super) fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<Span>, RpcError> {
     if ranges.is_empty() {
         return Err(RpcError::InvalidArgument("no sections given".into()));
     }
