@@ -165,11 +165,6 @@ impl SetParams {
         self.section_begin..self.section_end
     }
 
-    /// Whether `section` is one of the sections this set serves.
-    pub fn holds(&self, section: SectionId) -> bool {
-        self.sections().contains(&section.0)
-    }
-
     pub fn first_section(&self) -> SectionId {
         SectionId(self.section_begin)
     }

@@ -124,14 +124,10 @@ async fn seqs_increase_across_allocsvr_restart_store_leader_kill_and_full_restar
     assert_eq!(seen.served, 9 * uids.len() as u64 + 2 * SECTIONS * STEP);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_allocsvr_sections_are_served_by_the_other_within_lease_plus_detection() {
-    let _quiet = QUIET.read().await;
-    let mut c = started_cluster().await;
-    let client = c.client().await;
-    let (uid, before) = uid_served_by(&c, &client, 1).await;
+/// SIGKILLs allocsvr 1 and polls allocsvr 2 until it serves `uid`: the seq, how long after the
+/// kill, and the bound it had (lease + detection + 3 s).
+async fn kill_1_until_2_serves(c: &mut Cluster, uid: Uid) -> (u64, Duration, Duration) {
     let other = c.alloc_rpc(2);
-
     c.kill(Role::Alloc, 1);
     let killed = Instant::now();
     let limit = LEASE + e2e::DETECT + Duration::from_secs(3);
@@ -139,7 +135,16 @@ async fn killed_allocsvr_sections_are_served_by_the_other_within_lease_plus_dete
         raw_fetch(other.clone(), uid)
     })
     .await;
-    let took = killed.elapsed();
+    (seq, killed.elapsed(), limit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_allocsvr_sections_are_served_by_the_other_within_lease_plus_detection() {
+    let _quiet = QUIET.read().await;
+    let mut c = started_cluster().await;
+    let client = c.client().await;
+    let (uid, before) = uid_served_by(&c, &client, 1).await;
+    let (seq, took, limit) = kill_1_until_2_serves(&mut c, uid).await;
     eprintln!("SIGKILL of allocsvr 1 -> allocsvr 2 serves {uid}: {took:?} (lease {LEASE:?}, limit {limit:?})");
     assert!(seq > before, "{uid}: {seq} after {before}");
     // The new owner may serve only once the old owner's lease has certainly run out (rule 4, P4).
@@ -159,13 +164,7 @@ async fn client_follows_a_killed_owners_sections_to_the_new_owner() {
     let mut c = started_cluster().await;
     let client = c.client().await;
     let (uid, before) = uid_served_by(&c, &client, 1).await;
-    let other = c.alloc_rpc(2);
-    c.kill(Role::Alloc, 1);
-    let limit = LEASE + e2e::DETECT + Duration::from_secs(3);
-    let seq = poll("allocsvr 2 serves the dead node's uid", limit, || {
-        raw_fetch(other.clone(), uid)
-    })
-    .await;
+    let (seq, _, _) = kill_1_until_2_serves(&mut c, uid).await;
     assert!(seq > before);
     // The client's table still names the dead node; the call must still reach the new owner.
     let f = client.fetch_next_seq(uid).await.expect("the client follows the move");

@@ -73,6 +73,13 @@ impl TwoSets {
         }
     }
 
+    /// `seqctl set add 1` with set 1's StoreSvr; panics unless it succeeds.
+    async fn add_set_1(&self) {
+        let stores = format!("1={}", self.stores[1]);
+        let add = self.seqctl(&["set", "add", "1", "--stores", &stores]).await;
+        assert!(add.status.success(), "{}", text(&add));
+    }
+
     async fn seqctl(&self, args: &[&str]) -> Output {
         let mut all = vec!["--store", &self.stores[0]];
         all.extend_from_slice(args);
@@ -150,10 +157,7 @@ async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() 
     assert!(via_client > last);
     last = via_client;
 
-    let add = c
-        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
-        .await;
-    assert!(add.status.success(), "{}", text(&add));
+    c.add_set_1().await;
     let again = c
         .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
         .await;
@@ -320,10 +324,7 @@ async fn move_killed_after(c: &TwoSets, section: u64, phase: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_killed_after_any_step_is_resumed_or_cancelled_to_one_owner() {
     let c = TwoSets::start();
-    let add = c
-        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
-        .await;
-    assert!(add.status.success(), "{}", text(&add));
+    c.add_set_1().await;
     let phases = ["recorded", "importing", "frozen", "sealed", "installed", "switched"];
     for (i, phase) in phases.iter().enumerate() {
         let section = i as u64 + 1;
@@ -370,10 +371,7 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
     let mut c = TwoSets::start();
     let uid = 4 * SECTION_SIZE + 1;
     let before = c.fetch(0, uid).await;
-    let add = c
-        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
-        .await;
-    assert!(add.status.success(), "{}", text(&add));
+    c.add_set_1().await;
     c.procs.pause("alloc0").unwrap();
     let started = Instant::now();
     let moved = c
@@ -419,10 +417,7 @@ async fn negative_control_a_target_serving_before_the_source_owner_is_gone_steps
     let mut c = TwoSets::start_with(&["--unsafe-skip-move-wait"]);
     let uid = 6 * SECTION_SIZE + 5;
     let before = c.fetch(0, uid).await;
-    let add = c
-        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
-        .await;
-    assert!(add.status.success(), "{}", text(&add));
+    c.add_set_1().await;
     c.procs.pause("alloc0").unwrap();
     let moved = c
         .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "600000..700000"])
@@ -488,10 +483,7 @@ async fn fetch_loop(
 async fn a_move_under_load_never_repeats_or_steps_back_and_leaves_other_uids_alone() {
     let c = TwoSets::start();
     c.fetch(0, 1).await;
-    let add = c
-        .seqctl(&["set", "add", "1", "--stores", &format!("1={}", c.stores[1])])
-        .await;
-    assert!(add.status.success(), "{}", text(&add));
+    c.add_set_1().await;
     let cfg = seqsvr_client::ClientConfig::new(vec![c.allocs[0].clone(), c.allocs[1].clone()]);
     let client = seqsvr_client::Client::connect(cfg).await.expect("client");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -22,7 +22,6 @@
 //!
 //! Left out: reaching the sets (the driver does), and time (the lease wait is the source's).
 
-use super::moves::RangeCommand;
 use super::ranges::{OpId, RangeTable};
 use super::state::Span;
 use seqsvr_proto::SectionId;
@@ -102,54 +101,6 @@ pub struct MoveOp {
     pub recorded_at: u64,
     /// The map version its switch made (0 before the switch).
     pub switched_at: u64,
-}
-
-impl MoveOp {
-    /// The range step that the set concerned applies for `phase` (what the driver sends next).
-    pub fn set_step(&self, phase: &Phase) -> Option<(u64, RangeCommand)> {
-        let (op, span) = (self.op, self.span);
-        Some(match phase {
-            Phase::Importing => (
-                self.to,
-                RangeCommand::Import {
-                    op,
-                    span,
-                    from_set: self.from,
-                },
-            ),
-            Phase::Frozen => (
-                self.from,
-                RangeCommand::Freeze {
-                    op,
-                    span,
-                    to_set: self.to,
-                },
-            ),
-            Phase::Installed => {
-                let Phase::Sealed(ceilings) = &self.phase else {
-                    return None;
-                };
-                let ceilings = ceilings.clone();
-                (self.to, RangeCommand::Install { op, span, ceilings })
-            }
-            Phase::Done => {
-                let Phase::Switched { map_version } = self.phase else {
-                    return None;
-                };
-                let to_set = self.to;
-                (
-                    self.from,
-                    RangeCommand::Tombstone {
-                        op,
-                        span,
-                        to_set,
-                        map_version,
-                    },
-                )
-            }
-            _ => return None,
-        })
-    }
 }
 
 /// A change of the map. Variants are appended only (the log stores a variant by position).
@@ -504,16 +455,7 @@ mod tests {
             MapResult::Ok { already: true, .. }
         ));
         assert_eq!(map.version, before + 1, "a repeated switch changes nothing");
-        let (_, tombstone) = map.ops[&5].set_step(&Phase::Done).unwrap();
-        assert_eq!(
-            tombstone,
-            RangeCommand::Tombstone {
-                op: 5,
-                span: span(2, 4),
-                to_set: 1,
-                map_version: before + 1
-            }
-        );
+        assert_eq!(map.ops[&5].switched_at, before + 1, "the tombstone names this version");
         assert!(matches!(advance(&mut map, 5, 77, Phase::Done), MapResult::Ok { .. }));
         assert!(matches!(
             advance(&mut map, 5, 77, Phase::Cancelled),

@@ -314,7 +314,8 @@ fn lease_wait(p: &SetParams) -> Duration {
     p.lease().mul_f64(1.0 + p.drift_ppm as f64 / 1e6) + p.margin()
 }
 
-/// When this leader first saw move `op` frozen (now, if it had not).
+/// When this leader first saw move `op` frozen (now, if it had not). Moves no longer frozen here
+/// are forgotten, so the map holds at most the moves in flight.
 fn first_seen(ctx: &Shared, op: u64, now: Instant) -> Instant {
     let term = ctx.raft.metrics().borrow().current_term;
     let mut seen = ctx.frozen_seen.lock().expect("frozen_seen lock poisoned");
@@ -322,6 +323,8 @@ fn first_seen(ctx: &Shared, op: u64, now: Instant) -> Instant {
         seen.term = term;
         seen.seen.clear();
     }
+    seen.seen
+        .retain(|o, _| *o == op || ctx.data(|d| d.set.export_status(*o).is_some()));
     *seen.seen.entry(op).or_insert(now)
 }
 
