@@ -85,6 +85,7 @@ impl Service {
             node_id: self.shared.node_id().0,
             incarnation: slot.incarnation.0,
             epoch: slot.epoch.0,
+            set_id: self.shared.params().set_id,
         }
     }
 
@@ -282,6 +283,7 @@ mod tests {
             node_id: 1,
             incarnation,
             epoch,
+            set_id: 0,
         };
         let mut owners = Vec::new();
         for o in [owner(7, 2), owner(7, 2), owner(7, 3), owner(9, 4)] {

@@ -205,6 +205,7 @@ impl FakeState {
                 node_id: target.node_id.0,
                 incarnation: target.incarnation.0,
                 epoch: 1,
+                set_id: 0,
             }),
         })
     }

@@ -37,6 +37,7 @@ impl Echo {
             node_id: NODE_ID,
             incarnation: INCARNATION,
             epoch: EPOCH,
+            set_id: 0,
         }
     }
 }
