@@ -34,8 +34,10 @@ pub struct Owner {
     pub node_id: NodeId,
     /// The AllocSvr process that served (a restart is a new incarnation).
     pub incarnation: Incarnation,
-    /// The section's ownership epoch at the time.
+    /// The section's ownership epoch at the time (epochs count per set).
     pub epoch: Epoch,
+    /// The set the AllocSvr belongs to.
+    pub set_id: u64,
 }
 
 impl From<&pb::Owner> for Owner {
@@ -45,6 +47,7 @@ impl From<&pb::Owner> for Owner {
             node_id: NodeId(o.node_id),
             incarnation: Incarnation(o.incarnation),
             epoch: Epoch(o.epoch),
+            set_id: o.set_id,
         }
     }
 }
