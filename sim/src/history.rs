@@ -50,7 +50,11 @@ pub struct OwnerTag {
     pub section: u64,
     pub node_id: u64,
     pub incarnation: u64,
+    /// Epochs count per set: compare them only within one set.
     pub epoch: u64,
+    /// The set of the AllocSvr that answered (histories of one-set runs before sets had none: 0).
+    #[serde(default)]
+    pub set_id: u64,
 }
 
 /// One call of one client.
@@ -122,6 +126,24 @@ pub struct FaultSpan {
     pub end_ns: u64,
 }
 
+/// One operator move of a section range between sets, as the simulator drove it (`seqctl`,
+/// perhaps killed and resumed): the range's owning set changes from `from` to `to` at some moment
+/// inside `[start_ns, end_ns]` when `done`, and never when it was cancelled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveSpan {
+    pub op: u64,
+    /// Sections `[begin, end)`.
+    pub sections: (u64, u64),
+    pub from: u64,
+    pub to: u64,
+    /// Before the operator's first command.
+    pub start_ns: u64,
+    /// After the op was seen done (or cancelled) in the cluster map.
+    pub end_ns: u64,
+    /// True when the map says the op is done; false when it was cancelled.
+    pub done: bool,
+}
+
 /// Facts about the run the checkers need.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunInfo {
@@ -148,6 +170,7 @@ pub enum Record {
     Call(Call),
     Poll(Poll),
     Fault(FaultSpan),
+    Move(MoveSpan),
 }
 
 /// A whole history in memory, as the checkers take it.
@@ -157,6 +180,7 @@ pub struct History {
     pub calls: Vec<Call>,
     pub polls: Vec<Poll>,
     pub faults: Vec<FaultSpan>,
+    pub moves: Vec<MoveSpan>,
 }
 
 /// Why a history file could not be read.
@@ -180,6 +204,7 @@ impl History {
                 Record::Call(c) => h.calls.push(c),
                 Record::Poll(p) => h.polls.push(p),
                 Record::Fault(f) => h.faults.push(f),
+                Record::Move(m) => h.moves.push(m),
             }
         }
         h
@@ -316,6 +341,7 @@ mod tests {
                 node_id: 1,
                 incarnation: 9,
                 epoch: 2,
+                set_id: 1,
             }],
             error: None,
         }

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use sim::checks::{self, Report};
 use sim::history::History;
 use sim::run::RunOpts;
-use sim::schedule::{CI_PROFILE, FaultKind};
+use sim::schedule::{CI_MOVES_PROFILE, CI_PROFILE, FaultKind};
 use sim::topology::SetArgs;
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -83,6 +83,10 @@ struct RunArgs {
     /// Draw the seeded faults only from these kinds (comma-separated); every kind when absent.
     #[arg(long, value_delimiter = ',')]
     fault_kinds: Vec<FaultKind>,
+    /// StoreSvr groups (sets), each with 3 StoreSvrs and 3 AllocSvrs. With two or more, the move
+    /// fault kinds move ranges between them (`--ci` then also includes one of each).
+    #[arg(long, default_value_t = 1)]
+    sets: u64,
     #[arg(long, default_value_t = 100_000)]
     section_size: u64,
     #[arg(long, default_value_t = 2_000_000)]
@@ -103,6 +107,10 @@ struct RunArgs {
     /// Negative control, passed to every StoreSvr: must make the run exit 1.
     #[arg(long)]
     unsafe_unfenced_release: bool,
+    /// Negative control, passed to every StoreSvr: a move's source hands out its final ceilings
+    /// without waiting for its owners' leases. Must make a run with moves exit 1.
+    #[arg(long)]
+    unsafe_skip_move_wait: bool,
     /// Negative control, passed to every AllocSvr.
     #[arg(long)]
     unsafe_skip_lease_wait: bool,
@@ -153,6 +161,22 @@ impl RunArgs {
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
         }
+        if !(1..=4).contains(&self.sets) {
+            return Err("--sets must be in 1..=4".into());
+        }
+        let moves = self
+            .must_include
+            .iter()
+            .chain(&self.fault_kinds)
+            .filter(|k| k.is_move());
+        if self.sets == 1
+            && let Some(k) = moves.into_iter().next()
+        {
+            return Err(format!(
+                "{} moves ranges between sets: it needs --sets 2 or more",
+                k.name()
+            ));
+        }
         if self.no_faults && (self.ci || !self.must_include.is_empty() || !self.fault_kinds.is_empty()) {
             return Err("--no-faults excludes --ci, --must-include and --fault-kinds".into());
         }
@@ -164,6 +188,7 @@ impl RunArgs {
         let store_extra = [
             flag(self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence"),
             flag(self.unsafe_unfenced_release, "--unsafe-unfenced-release"),
+            flag(self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
         ]
         .into_iter()
         .flatten()
@@ -184,7 +209,9 @@ impl RunArgs {
             clients: self.clients,
             rate_per_client: self.rate,
             faults: !self.no_faults,
-            must_include: if self.ci {
+            must_include: if self.ci && self.sets > 1 {
+                CI_PROFILE.iter().chain(&CI_MOVES_PROFILE).copied().collect()
+            } else if self.ci {
                 CI_PROFILE.to_vec()
             } else {
                 self.must_include
@@ -201,6 +228,7 @@ impl RunArgs {
                 store_extra,
                 alloc_extra,
             },
+            sets: self.sets,
             replay,
         }
     }

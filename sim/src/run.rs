@@ -6,15 +6,20 @@
 //! is served again; read every section's final `max_seq` linearizably (P2); stop the cluster;
 //! read the history back from disk and run every checker over it.
 //!
-//! Deliberately left out: operator moves (`seqctl`) under load and StoreSvr membership changes;
-//! they need the admin flows to exist first.
+//! With `--sets N` (N > 1) every set gets its own StoreSvr group and AllocSvrs; set 0 starts with
+//! the whole uid space, the others are added to the cluster map empty, and the move fault kinds
+//! ([`moves`]) shift ranges between them with `seqctl`.
+//!
+//! Deliberately left out: StoreSvr membership changes.
+
+mod moves;
 
 use crate::checks;
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo, write_max_seqs};
 use crate::proxy::{FlowMode, LinkMode};
 use crate::schedule::{FaultKind, LAG_SEND_WINDOW, PlannedFault, RELEASE_WINDOW, ScheduleParams, plan};
 use crate::stats;
-use crate::topology::{N, SetArgs, Topology, alloc_name, data_dir, store_name};
+use crate::topology::{N, SetArgs, Topology, alloc_name, data_dir, members, set_of, store_name};
 use crate::workload::{Counters, Recorder, WorkloadParams, hot_uids, run_client, run_pinned};
 use anyhow::{Context, bail};
 use seqsvr_client::{Client, ClientConfig};
@@ -46,6 +51,8 @@ pub struct RunOpts {
     /// Kinds the seeded draws pick from; every kind when empty.
     pub fault_kinds: Vec<FaultKind>,
     pub set: SetArgs,
+    /// StoreSvr groups (sets); moves need two or more.
+    pub sets: u64,
     pub replay: String,
 }
 
@@ -72,35 +79,50 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 struct Shared {
     cluster: AsyncMutex<Supervisor>,
     topo: Topology,
-    store: StoreClient,
+    /// One client per set's StoreSvr group, indexed by set id.
+    stores: Vec<StoreClient>,
     /// One direct client per StoreSvr replica (no proxy): Status polls and leader confirmation.
     replicas: Vec<(u64, ReplicaClient)>,
     history: Arc<HistoryWriter>,
     sections: u64,
     faults_done: AtomicU64,
     crashes: Mutex<Vec<String>>,
+    /// The `seqctl` binary (operator moves) and where its output goes.
+    seqctl: PathBuf,
+    logs: PathBuf,
+    section_size: u64,
+    uid_limit: u64,
+    lease_ms: u64,
 }
 
-/// Starts the StoreSvr group, waits for its leader, then the AllocSvrs, and waits until every
-/// section is owned.
-async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::Result<(Supervisor, StoreClient)> {
+/// Starts every set's StoreSvr group, waits for their leaders, then the AllocSvrs; waits until
+/// every section is owned (all in set 0) and puts the other sets into the cluster map.
+async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::Result<(Supervisor, Vec<StoreClient>)> {
     let store_bin = find_binary("storesvr", opts.bin_dir.as_deref())?;
     let alloc_bin = find_binary("allocsvr", opts.bin_dir.as_deref())?;
     let mut cluster = Supervisor::new(&dir.join("logs"))?;
-    for i in 1..=N {
+    let all = 1..=opts.sets * N;
+    for i in all.clone() {
         cluster.spawn(topo.store_spec(i, &store_bin, dir, &opts.set))?;
     }
     let timeouts = StoreTimeouts {
         attempt: Duration::from_millis(500),
         overall: Duration::from_secs(5),
     };
-    let store = StoreClient::new(topo.store_seeds(), timeouts).map_err(anyhow::Error::msg)?;
-    wait_for_leader(&store).await?;
-    for i in 1..=N {
+    let mut stores = Vec::new();
+    for set in 0..opts.sets {
+        let store = StoreClient::new(topo.store_seeds(set), timeouts).map_err(anyhow::Error::msg)?;
+        wait_for_leader(&store).await?;
+        stores.push(store);
+    }
+    for i in all {
         cluster.spawn(topo.alloc_spec(i, &alloc_bin, &opts.set))?;
     }
-    wait_for_owners(&store).await?;
-    Ok((cluster, store))
+    wait_for_owners(&stores[0]).await?;
+    for set in 1..opts.sets {
+        moves::add_set(topo, set).await?;
+    }
+    Ok((cluster, stores))
 }
 
 /// Starts the seeded routing clients and the pinned (stale-route) clients.
@@ -198,7 +220,7 @@ async fn record_final_state(
     clock: RunClock,
     max_path: &Path,
 ) -> anyhow::Result<std::collections::BTreeMap<u64, u64>> {
-    let final_max = final_load(&shared.store, shared.sections).await?;
+    let final_max = final_load(shared).await?;
     history.write(&Record::Poll(Poll {
         at_ns: clock.now_ns(),
         source: "leader".into(),
@@ -259,8 +281,8 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
     println!("sim: seed {} data dir {}", opts.seed, dir.display());
     println!("sim: replay with: {}", opts.replay);
-    let topo = Topology::new().await?;
-    let (cluster, store) = start_cluster(&opts, &dir, &topo).await?;
+    let topo = Topology::new(opts.sets).await?;
+    let (cluster, stores) = start_cluster(&opts, &dir, &topo).await?;
     let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
 
     let clock = RunClock::start();
@@ -271,11 +293,16 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
         cluster: AsyncMutex::new(cluster),
         replicas: replica_clients(&topo),
         topo,
-        store,
+        stores,
         history: history.clone(),
         sections,
         faults_done: AtomicU64::new(0),
         crashes: Mutex::new(Vec::new()),
+        seqctl: find_binary("seqctl", opts.bin_dir.as_deref())?,
+        logs: dir.join("logs"),
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        lease_ms: opts.set.lease_ms,
     });
     let counters = Arc::new(Counters::default());
     let rec = Arc::new(Recorder {
@@ -294,6 +321,7 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let progress = tokio::spawn(progress_loop(shared.clone(), counters.clone(), background_stop.clone()));
     drive_faults(&shared, &opts, workers, &stop).await?;
     heal_everything(&shared).await?;
+    moves::finish_all(&shared).await?;
     let verify_from = clock.now_ns();
     let touched = touched_uids(&rec);
     println!("sim: healed; verifying {} touched uids are served again", touched.len());
@@ -336,6 +364,7 @@ pub fn schedule_for(opts: &RunOpts) -> Vec<PlannedFault> {
             cooldown: Duration::from_secs(5),
             must_include: opts.must_include.clone(),
             kinds: opts.fault_kinds.clone(),
+            sets: opts.sets,
         },
     )
 }
@@ -406,24 +435,50 @@ async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64]) {
     }
 }
 
-async fn final_load(store: &StoreClient, sections: u64) -> anyhow::Result<BTreeMap<u64, u64>> {
+/// Every section's `max_seq`, read linearizably from the set that owns it (all of them, or an error
+/// once the deadline passes).
+async fn final_load(shared: &Shared) -> anyhow::Result<BTreeMap<u64, u64>> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
-        let req = pb::LoadRequest {
-            sections: vec![pb::SectionRange {
-                begin: 0,
-                end: sections,
-            }],
-        };
-        match store.load(req).await {
-            Ok(r) if r.not_leader.is_none() && r.sections.len() as u64 == sections => {
-                return Ok(r.sections.iter().map(|s| (s.section, s.max_seq)).collect());
+        let mut all = BTreeMap::new();
+        for set in 0..shared.stores.len() as u64 {
+            if let Ok(found) = load_owned(shared, set).await {
+                all.extend(found);
             }
-            Ok(_) | Err(_) if Instant::now() < deadline => sleep(Duration::from_millis(200)).await,
-            Ok(r) => bail!("final Load returned {} of {sections} sections", r.sections.len()),
-            Err(e) => bail!("final Load failed: {e}"),
         }
+        if all.len() as u64 == shared.sections {
+            return Ok(all);
+        }
+        if Instant::now() > deadline {
+            bail!("the final Loads returned {} of {} sections", all.len(), shared.sections);
+        }
+        sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// `(section, max_seq)` of every section set `set` serves, in one linearizable Load from its
+/// leader. Fails when the set's route table cannot be read or the Load is refused (a move changed
+/// what the set owns in between).
+async fn load_owned(shared: &Shared, set: u64) -> anyhow::Result<Vec<(u64, u64)>> {
+    let store = &shared.stores[set as usize];
+    let routes = store.get_routes().await?.routes.context("no route table")?;
+    let sections: Vec<pb::SectionRange> = routes
+        .entries
+        .iter()
+        .filter(|e| e.set_id == set)
+        .map(|e| pb::SectionRange {
+            begin: e.section_begin,
+            end: e.section_end,
+        })
+        .collect();
+    if sections.is_empty() {
+        return Ok(vec![]);
+    }
+    let r = store.load(pb::LoadRequest { sections }).await?;
+    if r.not_leader.is_some() {
+        bail!("set {set}: not the leader");
+    }
+    Ok(r.sections.iter().map(|s| (s.section, s.max_seq)).collect())
 }
 
 fn replica_clients(topo: &Topology) -> Vec<(u64, ReplicaClient)> {
@@ -443,21 +498,17 @@ fn replica_clients(topo: &Topology) -> Vec<(u64, ReplicaClient)> {
 async fn poll_loop(shared: Arc<Shared>, stop: Arc<AtomicBool>) {
     let clock = shared.history.clock();
     while !stop.load(Ordering::Relaxed) {
-        let req = pb::LoadRequest {
-            sections: vec![pb::SectionRange {
-                begin: 0,
-                end: shared.sections,
-            }],
-        };
-        if let Ok(r) = shared.store.load(req).await
-            && r.not_leader.is_none()
-        {
-            let _ = shared.history.write(&Record::Poll(Poll {
-                at_ns: clock.now_ns(),
-                source: "leader".into(),
-                max_seqs: r.sections.iter().map(|s| (s.section, s.max_seq)).collect(),
-                sum: None,
-            }));
+        // One source for every set: a range that moves keeps its ceiling (the target installs at
+        // least the source's), so `max_seq` must not go down across a move either.
+        for set in 0..shared.stores.len() as u64 {
+            if let Ok(max_seqs) = load_owned(&shared, set).await {
+                let _ = shared.history.write(&Record::Poll(Poll {
+                    at_ns: clock.now_ns(),
+                    source: "leader".into(),
+                    max_seqs,
+                    sum: None,
+                }));
+            }
         }
         for (i, c) in &shared.replicas {
             let mut c = c.clone();
@@ -547,13 +598,18 @@ async fn inject_all(shared: Arc<Shared>, schedule: Vec<PlannedFault>, start: Ins
 /// guess (and says so in the target's name).
 const TARGET_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The StoreSvr leader, confirmed by the replica itself (its own Status names itself leader; the
-/// highest term wins if two still do). Retried for [`TARGET_TIMEOUT`].
-async fn store_leader(shared: &Shared) -> Option<u64> {
+/// The set a StoreSvr fault hits: always set 0 in a one-set run.
+fn set_of_pick(shared: &Shared, pick: u64) -> u64 {
+    (pick >> 8) % shared.stores.len() as u64
+}
+
+/// The StoreSvr leader of `set`, confirmed by the replica itself (its own Status names itself
+/// leader; the highest term wins if two still do). Retried for [`TARGET_TIMEOUT`].
+async fn store_leader(shared: &Shared, set: u64) -> Option<u64> {
     let deadline = Instant::now() + TARGET_TIMEOUT;
     loop {
         let mut best: Option<(u64, u64)> = None;
-        for (i, c) in &shared.replicas {
+        for (i, c) in shared.replicas.iter().filter(|(i, _)| set_of(*i) == set) {
             let mut c = c.clone();
             if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_millis(500), c.status(pb::StatusRequest {})).await {
                 let r = r.into_inner();
@@ -572,12 +628,13 @@ async fn store_leader(shared: &Shared) -> Option<u64> {
     }
 }
 
-/// The StoreSvr leader's name, or a seeded guess marked as such.
+/// The StoreSvr leader's name (of the set `pick` chooses), or a seeded guess marked as such.
 async fn leader_target(shared: &Shared, pick: u64) -> (String, String) {
-    match store_leader(shared).await {
+    let set = set_of_pick(shared, pick);
+    match store_leader(shared, set).await {
         Some(l) => (store_name(l), format!("{} (leader)", store_name(l))),
         None => {
-            let n = store_name(pick % N + 1);
+            let n = store_name(members(set).start() + pick % N);
             (n.clone(), format!("{n} (no leader found; guessed)"))
         }
     }
@@ -620,23 +677,10 @@ async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
     let section = pick % shared.sections.max(1);
     let deadline = Instant::now() + TARGET_TIMEOUT;
     loop {
-        if let Ok(r) = shared.store.get_routes().await
-            && let Some(t) = r.routes
-            && let Some(e) = t
-                .entries
-                .iter()
-                .find(|e| e.section_begin <= section && section < e.section_end)
-            && (1..=N).contains(&e.node_id)
-            && e.incarnation != 0
-        {
-            let owned: Vec<String> = t
-                .entries
-                .iter()
-                .filter(|o| o.node_id == e.node_id && o.incarnation == e.incarnation)
-                .map(|o| format!("{}..{}", o.section_begin, o.section_end))
-                .collect();
-            let desc = format!("{} (owner of sections {})", alloc_name(e.node_id), owned.join(","));
-            return (e.node_id, desc);
+        for set in 0..shared.stores.len() as u64 {
+            if let Some(found) = owner_in(shared, set, section).await {
+                return found;
+            }
         }
         if Instant::now() > deadline {
             let a = pick % N + 1;
@@ -646,12 +690,33 @@ async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
     }
 }
 
+/// The AllocSvr of set `set` that owns `section` in that set's route table, with a description
+/// naming the sections it owns; `None` when the set does not serve the section or nobody owns it.
+async fn owner_in(shared: &Shared, set: u64, section: u64) -> Option<(u64, String)> {
+    let t = shared.stores[set as usize].get_routes().await.ok()?.routes?;
+    let e = t
+        .entries
+        .iter()
+        .find(|e| e.section_begin <= section && section < e.section_end)?;
+    if e.set_id != set || !members(set).contains(&e.node_id) || e.incarnation == 0 {
+        return None;
+    }
+    let owned: Vec<String> = t
+        .entries
+        .iter()
+        .filter(|o| o.node_id == e.node_id && o.incarnation == e.incarnation)
+        .map(|o| format!("{}..{}", o.section_begin, o.section_end))
+        .collect();
+    let desc = format!("{} (owner of sections {})", alloc_name(e.node_id), owned.join(","));
+    Some((e.node_id, desc))
+}
+
 /// Applies one fault, waits its hold, heals it. Returns the target's description.
 /// Puts every AllocSvr→StoreSvr link of AllocSvr `a` through `steps` (mode, how long), in order,
 /// then lets them pass again.
 async fn store_links_through(topo: &Topology, a: u64, steps: &[(LinkMode, Duration)]) {
     let set = |mode: LinkMode| {
-        for j in 1..=N {
+        for j in members(set_of(a)) {
             topo.alloc_store[&(a, j)].set(mode);
         }
     };
@@ -686,6 +751,9 @@ async fn inject(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
         }
         FaultKind::TermAlloc | FaultKind::TermAllocTwice => term_fault(shared, f).await,
         FaultKind::KillAllocRegistered => kill_registered(shared, f).await,
+        FaultKind::MoveRange | FaultKind::MoveKillCli | FaultKind::MovePausedOwner | FaultKind::MoveUnderFault => {
+            moves::move_fault(shared, f).await
+        }
     }
 }
 
@@ -698,8 +766,9 @@ async fn kill_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String>
         }
         FaultKind::KillStoreLeader => leader_target(shared, f.pick).await,
         _ => {
-            let leader = store_leader(shared).await.unwrap_or(0);
-            let followers: Vec<u64> = (1..=N).filter(|&i| i != leader).collect();
+            let set = set_of_pick(shared, f.pick);
+            let leader = store_leader(shared, set).await.unwrap_or(0);
+            let followers: Vec<u64> = members(set).filter(|&i| i != leader).collect();
             let n = store_name(followers[(f.pick % followers.len() as u64) as usize]);
             (n.clone(), n)
         }
@@ -754,13 +823,18 @@ async fn owner_link_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<S
 
 /// Cuts the StoreSvr leader off from both followers for the hold.
 async fn partition_leader(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
-    let l = store_leader(shared).await;
+    let set = set_of_pick(shared, f.pick);
+    let guess = members(set).start() + f.pick % N;
+    let l = store_leader(shared, set).await;
     let desc = match l {
         Some(l) => format!("{} (leader)", store_name(l)),
-        None => format!("{} (no leader found; guessed)", store_name(f.pick % N + 1)),
+        None => format!("{} (no leader found; guessed)", store_name(guess)),
     };
-    let l = l.unwrap_or(f.pick % N + 1);
-    let links: Vec<(u64, u64)> = (1..=N).filter(|&j| j != l).flat_map(|j| [(l, j), (j, l)]).collect();
+    let l = l.unwrap_or(guess);
+    let links: Vec<(u64, u64)> = members(set)
+        .filter(|&j| j != l)
+        .flat_map(|j| [(l, j), (j, l)])
+        .collect();
     for k in &links {
         shared.topo.raft[k].set(LinkMode::DROP);
     }

@@ -10,8 +10,13 @@
 //! in order, so that a CI run is guaranteed to contain them instead of hoping the seed draws them;
 //! `kinds` narrows the seeded draws to the kinds that exercise one rule (negative controls).
 //!
-//! Deliberately left out: overlapping faults. They find more bugs but make each one harder to
-//! explain; a later version can add a "storm" phase.
+//! Operator moves (runs of two sets or more) are fault kinds too: a move of a seeded range from
+//! the set that owns it to another, alone, with its `seqctl` killed mid-way and resumed, with the
+//! source's owner paused (the forced path), or overlapping a second fault (a kill, pause, cut or
+//! partition) drawn with it. Those are the only faults that overlap.
+//!
+//! Deliberately left out: overlapping faults other than a move and its companion. They find more
+//! bugs but make each one harder to explain; a later version can add a "storm" phase.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -63,10 +68,45 @@ pub enum FaultKind {
     /// SIGKILL an owner AllocSvr, restart it, and SIGKILL it again as soon as its log says it
     /// registered (before its first renewal); restart it after the hold.
     KillAllocRegistered,
+    /// `seqctl move` of a seeded section range from the set that owns it to another set.
+    MoveRange,
+    /// `seqctl move`, SIGKILLed `delay` after it started; `seqctl move resume` after the hold
+    /// (or, for odd picks, `seqctl move cancel` first, which the map refuses past the seal).
+    MoveKillCli,
+    /// A move while the source's owner of the range is paused for 1.5 leases: it cannot release,
+    /// so the move takes the forced path and waits out its lease.
+    MovePausedOwner,
+    /// A move overlapping a [`Companion`] fault that starts with it.
+    MoveUnderFault,
 }
 
+/// The second fault of a [`FaultKind::MoveUnderFault`], started together with the move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Companion {
+    pub kind: FaultKind,
+    pub hold: Duration,
+}
+
+/// Kinds a move overlaps: a process killed or paused in either set, an owner cut from its store,
+/// a Raft leader cut from its group.
+pub const COMPANIONS: [FaultKind; 5] = [
+    FaultKind::KillAllocOwner,
+    FaultKind::KillStoreLeader,
+    FaultKind::PauseAllocLong,
+    FaultKind::CutAllocFromStore,
+    FaultKind::PartitionStoreLeader,
+];
+
+/// The kinds that move ranges between sets (they need two sets or more).
+pub const MOVES: [FaultKind; 4] = [
+    FaultKind::MoveRange,
+    FaultKind::MoveKillCli,
+    FaultKind::MovePausedOwner,
+    FaultKind::MoveUnderFault,
+];
+
 impl FaultKind {
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 19] = [
         FaultKind::KillAllocOwner,
         FaultKind::KillStoreLeader,
         FaultKind::KillStoreFollower,
@@ -82,7 +122,16 @@ impl FaultKind {
         FaultKind::LagAllocToStore,
         FaultKind::TermAllocTwice,
         FaultKind::KillAllocRegistered,
+        FaultKind::MoveRange,
+        FaultKind::MoveKillCli,
+        FaultKind::MovePausedOwner,
+        FaultKind::MoveUnderFault,
     ];
+
+    /// True for the kinds that move ranges between sets.
+    pub fn is_move(self) -> bool {
+        MOVES.contains(&self)
+    }
 
     /// The kind with this [`FaultKind::name`].
     pub fn from_name(name: &str) -> Option<Self> {
@@ -107,6 +156,10 @@ impl FaultKind {
             FaultKind::TermAlloc => "term-alloc",
             FaultKind::TermAllocTwice => "term-alloc-twice",
             FaultKind::KillAllocRegistered => "kill-alloc-registered",
+            FaultKind::MoveRange => "move-range",
+            FaultKind::MoveKillCli => "move-kill-cli",
+            FaultKind::MovePausedOwner => "move-paused-owner",
+            FaultKind::MoveUnderFault => "move-under-fault",
         }
     }
 }
@@ -133,6 +186,9 @@ pub const CI_PROFILE: [FaultKind; 5] = [
     FaultKind::KillAllocRegistered,
 ];
 
+/// The moves a CI run of two sets must contain, after [`CI_PROFILE`]: one of each move kind.
+pub const CI_MOVES_PROFILE: [FaultKind; 4] = MOVES;
+
 /// Timing and shape parameters the schedule is derived from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduleParams {
@@ -148,8 +204,10 @@ pub struct ScheduleParams {
     pub cooldown: Duration,
     /// Kinds scheduled first, in this order, before any seeded draw.
     pub must_include: Vec<FaultKind>,
-    /// Kinds the seeded draws pick from; every kind when empty.
+    /// Kinds the seeded draws pick from; every kind when empty (moves only with two sets or more).
     pub kinds: Vec<FaultKind>,
+    /// Sets in the cluster.
+    pub sets: u64,
 }
 
 /// One planned fault.
@@ -166,6 +224,8 @@ pub struct PlannedFault {
     pub delay: Duration,
     /// The phases of a [`FaultKind::HoldAllocToStore`] (they add up to `hold`); `None` otherwise.
     pub phases: Option<HoldPhases>,
+    /// The overlapping fault of a [`FaultKind::MoveUnderFault`]; `None` otherwise.
+    pub companion: Option<Companion>,
 }
 
 /// How long requests are sent into the lag of a [`FaultKind::LagAllocToStore`] before the links
@@ -196,38 +256,22 @@ pub struct HoldPhases {
 /// [`missing`] tells whether they all fitted.
 pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let ms = |d: Duration| d.as_millis() as u64;
     let recovery = p.lease + p.detect;
     let end = p.duration.saturating_sub(p.cooldown);
-    let pool: &[FaultKind] = if p.kinds.is_empty() { &FaultKind::ALL } else { &p.kinds };
+    // Without a second set the pool is the kinds of one-set runs, in their old order, so that a
+    // one-set seed draws the schedule it always drew.
+    let one_set: Vec<FaultKind> = FaultKind::ALL.into_iter().filter(|k| !k.is_move()).collect();
+    let pool: &[FaultKind] = match (p.kinds.is_empty(), p.sets > 1) {
+        (false, _) => &p.kinds,
+        (true, true) => &FaultKind::ALL,
+        (true, false) => &one_set,
+    };
     let mut forced = p.must_include.iter().copied();
     let mut t = p.warmup;
     let mut out = Vec::new();
     loop {
         let kind = forced.next().unwrap_or_else(|| pool[rng.random_range(0..pool.len())]);
-        let lease = ms(p.lease);
-        let hold_ms = match kind {
-            FaultKind::KillAllocOwner
-            | FaultKind::KillStoreLeader
-            | FaultKind::KillStoreFollower
-            | FaultKind::KillAllocRegistered => rng.random_range(300..=3_000),
-            FaultKind::PauseAllocShort => lease / 2,
-            FaultKind::PauseAllocLong => lease * 3 / 2,
-            FaultKind::PauseAllocVeryLong => lease * 3,
-            FaultKind::PauseStoreLeader => 2 * ms(p.election_max),
-            FaultKind::CutAllocFromStore => rng.random_range(lease / 2..=lease * 2),
-            FaultKind::HoldAllocToStore => 0, // from its phases below
-            // The lag (in `delay`), the send window, then a drop that outlasts the new owner's
-            // lease wait (so the old owner cannot take its range back before that owner served).
-            FaultKind::LagAllocToStore => ms(p.detect) + 1_000 + ms(LAG_SEND_WINDOW) + lease + 1_000,
-
-            FaultKind::PartitionStoreLeader => rng.random_range(1_000..=4_000),
-            FaultKind::DelayLinks => rng.random_range(1_000..=4_000),
-            FaultKind::TermAlloc => rng.random_range(0..=1_000),
-            // Between the two SIGTERMs: long enough for the range to be handed back (a renew
-            // interval and an arbiter tick), short enough that the repeated Releases land after.
-            FaultKind::TermAllocTwice => rng.random_range(500..=1_200),
-        };
+        let base_ms = hold_ms(kind, p, &mut rng);
         // The hold ends past the detection interval by enough for the arbiter to move the
         // sections and the new owner to load them (a renew interval, 500 ms by default, plus an
         // arbiter tick); the second drop outlasts the new owner's lease wait.
@@ -236,15 +280,26 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             hold: Duration::from_millis(rng.random_range(800..=1_500)),
             drop_after: p.lease + Duration::from_secs(1),
         });
-        let hold = match phases {
+        let mut hold = match phases {
             Some(h) => h.drop_first + h.hold + RELEASE_WINDOW + h.drop_after,
-            None => Duration::from_millis(hold_ms),
+            None => Duration::from_millis(base_ms),
         };
         let delay = match kind {
             FaultKind::DelayLinks => Duration::from_millis(rng.random_range(20..=300)),
             FaultKind::LagAllocToStore => p.detect + Duration::from_secs(1),
+            // How long the killed `seqctl` ran.
+            FaultKind::MoveKillCli => Duration::from_millis(rng.random_range(50..=1_500)),
             _ => Duration::ZERO,
         };
+        let companion = (kind == FaultKind::MoveUnderFault).then(|| {
+            let kind = COMPANIONS[rng.random_range(0..COMPANIONS.len())];
+            let hold = Duration::from_millis(hold_ms(kind, p, &mut rng));
+            Companion { kind, hold }
+        });
+        if kind.is_move() {
+            // Room for the move itself: the forced path waits out a lease.
+            hold = hold.max(companion.map_or(Duration::ZERO, |c| c.hold)) + delay + p.lease;
+        }
         let pick = rng.random::<u64>();
         let quiet = recovery + Duration::from_millis(rng.random_range(500..=2_000));
         if t + hold + quiet > end {
@@ -257,10 +312,44 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             pick,
             delay,
             phases,
+            companion,
         });
         t += hold + quiet;
     }
     out
+}
+
+/// How long a fault of `kind` stays (for a move: what it waits for besides the move itself).
+fn hold_ms(kind: FaultKind, p: &ScheduleParams, rng: &mut StdRng) -> u64 {
+    let ms = |d: Duration| d.as_millis() as u64;
+    let lease = ms(p.lease);
+    match kind {
+        FaultKind::KillAllocOwner
+        | FaultKind::KillStoreLeader
+        | FaultKind::KillStoreFollower
+        | FaultKind::KillAllocRegistered => rng.random_range(300..=3_000),
+        FaultKind::PauseAllocShort => lease / 2,
+        FaultKind::PauseAllocLong => lease * 3 / 2,
+        // Shorter than the lease: the owner wakes while the move waits for it, still holding a
+        // lease, with its stale clients' requests queued (what a move must not let it serve).
+        FaultKind::MovePausedOwner => lease / 2,
+        FaultKind::PauseAllocVeryLong => lease * 3,
+        FaultKind::PauseStoreLeader => 2 * ms(p.election_max),
+        FaultKind::CutAllocFromStore => rng.random_range(lease / 2..=lease * 2),
+        FaultKind::HoldAllocToStore => 0, // from its phases
+        // The lag (in `delay`), the send window, then a drop that outlasts the new owner's
+        // lease wait (so the old owner cannot take its range back before that owner served).
+        FaultKind::LagAllocToStore => ms(p.detect) + 1_000 + ms(LAG_SEND_WINDOW) + lease + 1_000,
+        FaultKind::PartitionStoreLeader => rng.random_range(1_000..=4_000),
+        FaultKind::DelayLinks => rng.random_range(1_000..=4_000),
+        FaultKind::TermAlloc => rng.random_range(0..=1_000),
+        // Between the two SIGTERMs: long enough for the range to be handed back (a renew
+        // interval and an arbiter tick), short enough that the repeated Releases land after.
+        FaultKind::TermAllocTwice => rng.random_range(500..=1_200),
+        FaultKind::MoveRange | FaultKind::MoveUnderFault => 0,
+        // Between the kill of `seqctl` and the resume.
+        FaultKind::MoveKillCli => rng.random_range(500..=3_000),
+    }
 }
 
 /// The `must_include` kinds a schedule lacks (the run was too short to fit them), in order.
@@ -287,6 +376,7 @@ mod tests {
             cooldown: Duration::from_secs(5),
             must_include: vec![],
             kinds: vec![],
+            sets: 1,
         }
     }
 
@@ -375,11 +465,48 @@ mod tests {
     }
 
     #[test]
-    fn a_long_run_uses_every_kind() {
+    fn a_long_run_uses_every_kind_and_moves_only_with_two_sets() {
         let s = plan(3, &params(3_000));
         for k in FaultKind::ALL {
-            assert!(s.iter().any(|f| f.kind == k), "{k:?} never scheduled");
+            assert_eq!(s.iter().any(|f| f.kind == k), !k.is_move(), "{k:?}");
         }
+        let two = ScheduleParams {
+            sets: 2,
+            ..params(3_000)
+        };
+        let s = plan(3, &two);
+        for k in FaultKind::ALL {
+            assert!(s.iter().any(|f| f.kind == k), "{k:?} never scheduled with two sets");
+        }
+        for f in &s {
+            assert_eq!(f.companion.is_some(), f.kind == FaultKind::MoveUnderFault, "{f:?}");
+            if let Some(c) = f.companion {
+                assert!(COMPANIONS.contains(&c.kind) && f.hold >= c.hold + two.lease, "{f:?}");
+            }
+            if f.kind == FaultKind::MoveKillCli {
+                assert!(
+                    f.delay >= Duration::from_millis(50) && f.hold > f.delay + two.lease,
+                    "{f:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn one_set_schedules_do_not_change_when_move_kinds_exist() {
+        // Seed 42, 300 s, one set: what `sim plan` printed before the move kinds were added.
+        let s = plan(42, &params(300));
+        let kinds: Vec<&str> = s.iter().take(4).map(|f| f.kind.name()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "kill-store-follower",
+                "pause-store-leader",
+                "pause-alloc-3-lease",
+                "kill-store-leader"
+            ]
+        );
+        assert_eq!(s[0].hold, Duration::from_millis(971));
     }
 
     #[test]

@@ -1,9 +1,14 @@
-//! The simulated cluster's wiring: 3 StoreSvr replicas and 3 AllocSvrs on loopback, with a
-//! [`Proxy`] on every link: StoreSvr↔StoreSvr (each direction, through `--dial`),
-//! AllocSvr→StoreSvr (through `--store`), client→AllocSvr (through `--advertise`, so the route
-//! table itself points clients at the proxies).
+//! The simulated cluster's wiring: per set, 3 StoreSvr replicas (one Raft group) and 3 AllocSvrs
+//! on loopback, with a [`Proxy`] on every link: StoreSvr↔StoreSvr inside a set (each direction,
+//! through `--dial`), AllocSvr→StoreSvr of its own set (through `--store`), client→AllocSvr
+//! (through `--advertise`, so the route table itself points clients at the proxies).
 //!
-//! Deliberately left out: more than one set, and more or fewer than 3+3 processes.
+//! Process ids are global: set `s` has StoreSvrs and AllocSvrs `3s+1 ..= 3s+3`, so a name such as
+//! `allocsvr-5` says which set it is in and the history's owner tags never mix two sets' nodes.
+//! Set 0 bootstraps owning the whole uid space; the others start empty and get ranges by moves.
+//!
+//! Deliberately left out: more or fewer than 3+3 processes per set, and proxies on the admin
+//! links (`seqctl` and the simulator's own observers talk to StoreSvrs directly).
 
 use crate::proxy::{LinkMode, Proxy};
 use seqsvr_harness::ProcSpec;
@@ -12,8 +17,18 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-/// Replica and AllocSvr ids run 1..=N.
+/// StoreSvrs and AllocSvrs per set.
 pub const N: u64 = 3;
+
+/// The set a process id (StoreSvr or AllocSvr) belongs to.
+pub fn set_of(id: u64) -> u64 {
+    (id - 1) / N
+}
+
+/// The process ids of set `set`, StoreSvrs and AllocSvrs alike.
+pub fn members(set: u64) -> std::ops::RangeInclusive<u64> {
+    set * N + 1..=set * N + N
+}
 
 /// Set parameters passed to every StoreSvr.
 #[derive(Clone, Debug)]
@@ -33,6 +48,7 @@ pub struct SetArgs {
 
 /// Every address and proxy of one run.
 pub struct Topology {
+    pub sets: u64,
     pub store_addr: BTreeMap<u64, SocketAddr>,
     pub alloc_addr: BTreeMap<u64, SocketAddr>,
     /// (from replica, to replica) → proxy.
@@ -80,26 +96,28 @@ pub fn alloc_name(id: u64) -> String {
 }
 
 impl Topology {
-    pub async fn new() -> io::Result<Self> {
+    pub async fn new(sets: u64) -> io::Result<Self> {
         let mut t = Topology {
+            sets,
             store_addr: BTreeMap::new(),
             alloc_addr: BTreeMap::new(),
             raft: BTreeMap::new(),
             alloc_store: BTreeMap::new(),
             client_alloc: BTreeMap::new(),
         };
-        for i in 1..=N {
+        let all = 1..=sets * N;
+        for i in all.clone() {
             t.store_addr.insert(i, free_addr()?);
             t.alloc_addr.insert(i, free_addr()?);
         }
-        for i in 1..=N {
-            for j in (1..=N).filter(|&j| j != i) {
+        for i in all {
+            for j in members(set_of(i)).filter(|&j| j != i) {
                 t.raft.insert(
                     (i, j),
                     Proxy::start(format!("store{i}->store{j}"), t.store_addr[&j]).await?,
                 );
             }
-            for j in 1..=N {
+            for j in members(set_of(i)) {
                 t.alloc_store.insert(
                     (i, j),
                     Proxy::start(format!("alloc{i}->store{j}"), t.store_addr[&j]).await?,
@@ -111,16 +129,17 @@ impl Topology {
         Ok(t)
     }
 
-    fn peers(&self) -> String {
-        self.store_addr
-            .iter()
-            .map(|(i, a)| format!("{i}={a}"))
+    /// `ID=ADDR` of every StoreSvr of `set`.
+    fn peers(&self, set: u64) -> String {
+        members(set)
+            .map(|i| format!("{i}={}", self.store_addr[&i]))
             .collect::<Vec<_>>()
             .join(",")
     }
 
     pub fn store_spec(&self, id: u64, bin: &Path, data_dir: &Path, set: &SetArgs) -> ProcSpec {
-        let dial: Vec<String> = (1..=N)
+        let set_id = set_of(id);
+        let dial: Vec<String> = members(set_id)
             .filter(|&j| j != id)
             .map(|j| format!("{j}={}", self.raft[&(id, j)].addr()))
             .collect();
@@ -128,7 +147,8 @@ impl Topology {
             format!("--node-id={id}"),
             format!("--listen={}", self.store_addr[&id]),
             format!("--data-dir={}", data_dir.join(store_name(id)).display()),
-            format!("--peers={}", self.peers()),
+            format!("--set-id={set_id}"),
+            format!("--peers={}", self.peers(set_id)),
             format!("--dial={}", dial.join(",")),
             format!("--section-size={}", set.section_size),
             format!("--uid-limit={}", set.uid_limit),
@@ -138,7 +158,7 @@ impl Topology {
             format!("--election-min-ms={}", set.election_min_ms),
             format!("--election-max-ms={}", set.election_max_ms),
         ];
-        if id == 1 {
+        if id == *members(set_id).start() {
             args.push("--bootstrap".into());
         }
         args.extend(set.store_extra.iter().cloned());
@@ -150,7 +170,7 @@ impl Topology {
     }
 
     pub fn alloc_spec(&self, id: u64, bin: &Path, set: &SetArgs) -> ProcSpec {
-        let store: Vec<String> = (1..=N)
+        let store: Vec<String> = members(set_of(id))
             .map(|j| format!("{j}={}", self.alloc_store[&(id, j)].addr()))
             .collect();
         let mut args = vec![
@@ -167,15 +187,19 @@ impl Topology {
         ProcSpec::new(alloc_name(id), bin, args)
     }
 
-    /// Direct StoreSvr addresses (no proxy) for the simulator's own observer.
-    pub fn store_seeds(&self) -> Vec<seqsvr_control::Seed> {
-        self.store_addr
-            .iter()
-            .map(|(&i, a)| seqsvr_control::Seed {
+    /// Direct StoreSvr addresses (no proxy) of `set`, for the simulator's own observers.
+    pub fn store_seeds(&self, set: u64) -> Vec<seqsvr_control::Seed> {
+        members(set)
+            .map(|i| seqsvr_control::Seed {
                 node_id: Some(seqsvr_proto::NodeId(i)),
-                addr: a.to_string(),
+                addr: self.store_addr[&i].to_string(),
             })
             .collect()
+    }
+
+    /// `ID=ADDR,…` of `set`'s StoreSvrs, direct, as `seqctl --store` and the cluster map take them.
+    pub fn store_list(&self, set: u64) -> String {
+        self.peers(set)
     }
 
     /// The client→AllocSvr proxy addresses, as client seeds.

@@ -65,6 +65,7 @@ fn owner_tag(o: &Owner) -> OwnerTag {
         node_id: o.node_id.0,
         incarnation: o.incarnation.0,
         epoch: o.epoch.0,
+        set_id: o.set_id,
     }
 }
 
@@ -355,6 +356,7 @@ fn settle_pinned(
                         node_id: o.node_id,
                         incarnation: o.incarnation,
                         epoch: o.epoch,
+                        set_id: o.set_id,
                     })
                     .collect();
             } else {

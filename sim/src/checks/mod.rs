@@ -11,6 +11,7 @@
 //! statistic ([`crate::stats`]) except for the final "served again after heal" check here.
 
 pub mod liveness;
+pub mod one_set;
 pub mod p1_order;
 pub mod p2_durable;
 pub mod p3_monotonic;
@@ -32,6 +33,8 @@ pub enum Promise {
     P4,
     P5,
     P6,
+    /// Two sets served one section at once, or a set served a section it had left.
+    OneSet,
     /// A uid touched during the run was not served again after the final heal.
     Liveness,
 }
@@ -208,6 +211,7 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
     }
     r.add(Promise::P3, p3_monotonic::check(&history.polls));
     r.add(Promise::P4, p4_one_owner::check(&history.calls));
+    r.add(Promise::OneSet, one_set::check(&history.calls, &history.moves));
     r.add(Promise::P5, p5_read::check(&history.calls));
     let (p6, stats) = p6_waste::check_with_sections(
         &history.calls,
@@ -283,7 +287,16 @@ pub(crate) mod test_util {
             node_id,
             incarnation,
             epoch,
+            set_id: 0,
         });
+        c
+    }
+
+    /// Marks every owner tag of `c` as from set `set`.
+    pub fn in_set(mut c: Call, set: u64) -> Call {
+        for o in &mut c.owners {
+            o.set_id = set;
+        }
         c
     }
 

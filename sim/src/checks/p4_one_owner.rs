@@ -4,6 +4,9 @@
 //! - one epoch of a section belongs to one (node, incarnation): two owners answering under the
 //!   same epoch means the fence is broken.
 //!
+//! Epochs count per set (a set that takes a range over starts its own), so both rules hold per
+//! (set, section); whether two sets served a section at once is [`super::one_set`]'s question.
+//!
 //! Sweep per section over replies sorted by complete and by invoke with a running maximum epoch,
 //! O(n log n). Calls without owner tags (failed, unknown, or a client that does not report them)
 //! are not judged.
@@ -22,10 +25,10 @@ struct Reply {
 }
 
 pub fn check(calls: &[Call]) -> Vec<Violation> {
-    let mut by_section: BTreeMap<u64, Vec<Reply>> = BTreeMap::new();
+    let mut by_section: BTreeMap<(u64, u64), Vec<Reply>> = BTreeMap::new();
     for c in calls.iter().filter(|c| c.outcome == crate::history::Outcome::Ok) {
         for o in &c.owners {
-            by_section.entry(o.section).or_default().push(Reply {
+            by_section.entry((o.set_id, o.section)).or_default().push(Reply {
                 call: c.id,
                 invoke_ns: c.invoke_ns,
                 complete_ns: c.complete_ns,
@@ -35,13 +38,18 @@ pub fn check(calls: &[Call]) -> Vec<Violation> {
         }
     }
     let mut out = Vec::new();
-    for (section, replies) in &by_section {
-        check_section(*section, replies, &mut out);
+    for ((set, section), replies) in &by_section {
+        let name = if *set == 0 {
+            format!("section {section}")
+        } else {
+            format!("set {set} section {section}")
+        };
+        check_section(&name, replies, &mut out);
     }
     out
 }
 
-fn check_section(section: u64, replies: &[Reply], out: &mut Vec<Violation>) {
+fn check_section(section: &str, replies: &[Reply], out: &mut Vec<Violation>) {
     let mut owner_of_epoch: HashMap<u64, &Reply> = HashMap::new();
     for r in replies {
         let first = *owner_of_epoch.entry(r.epoch).or_insert(r);
@@ -49,7 +57,7 @@ fn check_section(section: u64, replies: &[Reply], out: &mut Vec<Violation>) {
             out.push(Violation::new(
                 Promise::P4,
                 format!(
-                    "section {section}: epoch {} answered by node {} incarnation {} and by node {} incarnation {}",
+                    "{section}: epoch {} answered by node {} incarnation {} and by node {} incarnation {}",
                     r.epoch, first.owner.0, first.owner.1, r.owner.0, r.owner.1
                 ),
                 vec![first.call, r.call],
@@ -76,7 +84,7 @@ fn check_section(section: u64, replies: &[Reply], out: &mut Vec<Violation>) {
             out.push(Violation::new(
                 Promise::P4,
                 format!(
-                    "section {section}: epoch {} (node {} incarnation {}) answered after epoch {} had answered (call {})",
+                    "{section}: epoch {} (node {} incarnation {}) answered after epoch {} had answered (call {})",
                     probe.epoch, probe.owner.0, probe.owner.1, n.epoch, n.call
                 ),
                 vec![n.call, probe.call],
@@ -139,6 +147,14 @@ mod tests {
                 vec![
                     owned(fetch(1, 5, 0, 10, 1), 0, 2, 22, 2),
                     owned(fetch(2, 15, 20, 30, 1), 1, 1, 11, 1),
+                ],
+                vec![],
+            ),
+            (
+                "epochs of different sets are not compared",
+                vec![
+                    owned(fetch(1, 5, 0, 10, 1), 0, 1, 11, 7),
+                    in_set(owned(fetch(2, 5, 20, 30, 900), 0, 4, 44, 1), 1),
                 ],
                 vec![],
             ),

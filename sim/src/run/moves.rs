@@ -1,0 +1,311 @@
+//! Operator moves as faults: the simulator runs the real `seqctl` as a process (so a move can be
+//! killed mid-way, as an operator's terminal can be) to move a seeded section range from the set
+//! that serves it to another set, under the workload, and records every move in the history
+//! ([`MoveSpan`]) for the one-set-at-a-time checker.
+//!
+//! A move that was interrupted is finished before the next move starts and again after the final
+//! heal ([`finish_all`]): `seqctl move resume` until the cluster map says done or cancelled. A move
+//! the map never recorded (its `seqctl` died before the record committed) moved nothing.
+//!
+//! Deliberately left out: moves that run at the same time (the map allows disjoint ones; one at a
+//! time keeps a failing run explainable) and `seqctl alloc drain` (the end-to-end tests cover it).
+
+use super::{Shared, inject, owner_in};
+use crate::history::{MoveSpan, Record};
+use crate::schedule::{FaultKind, PlannedFault};
+use crate::topology::{Topology, alloc_name};
+use anyhow::{Context, anyhow, bail};
+use seqsvr_control::{Mover, StoreTimeouts};
+use seqsvr_proto::pb;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::time::{Instant, sleep};
+
+/// How long one `seqctl` command may run before the simulator gives up on it (it is killed).
+const SEQCTL_LIMIT: Duration = Duration::from_secs(30);
+/// How often an unfinished move is resumed before the run fails as a harness error.
+const RESUME_ATTEMPTS: u32 = 10;
+
+fn mover(topo: &Topology) -> anyhow::Result<Mover> {
+    let timeouts = StoreTimeouts {
+        attempt: Duration::from_millis(500),
+        overall: Duration::from_secs(5),
+    };
+    Mover::new(topo.store_seeds(0), timeouts, rand::random::<u64>() | 1).map_err(anyhow::Error::msg)
+}
+
+/// Puts set `set` (running, empty) into the cluster map.
+pub(super) async fn add_set(topo: &Topology, set: u64) -> anyhow::Result<()> {
+    let stores = topo.store_list(set).split(',').map(String::from).collect();
+    mover(topo)?
+        .add_set(set, stores)
+        .await
+        .map_err(|e| anyhow!("adding set {set} to the cluster map: {e}"))?;
+    Ok(())
+}
+
+/// A range to move: sections `[begin, end)` from set `from` to set `to`.
+#[derive(Clone, Copy, Debug)]
+struct Pick {
+    from: u64,
+    to: u64,
+    begin: u64,
+    end: u64,
+}
+
+impl Pick {
+    fn uids(&self, shared: &Shared) -> String {
+        let hi = (self.end * shared.section_size).min(shared.uid_limit);
+        format!("{}..{}", self.begin * shared.section_size, hi)
+    }
+}
+
+/// The range a move fault moves: from section `pick % sections`, up to 4 sections of the map range
+/// that holds it (for `MovePausedOwner`: the whole run its owner holds, so the paused owner's
+/// stale clients ask for the moved range), to another set.
+async fn pick_range(shared: &Shared, f: &PlannedFault) -> anyhow::Result<(Pick, Option<u64>)> {
+    let map = mover(&shared.topo)?
+        .map()
+        .await
+        .map_err(|e| anyhow!("reading the map: {e}"))?;
+    let section = f.pick % shared.sections;
+    let r = map
+        .ranges
+        .iter()
+        .find(|r| r.section_begin <= section && section < r.section_end)
+        .with_context(|| format!("the cluster map does not cover section {section}"))?;
+    let sets = shared.stores.len() as u64;
+    let to = (r.set_id + 1 + (f.pick >> 40) % (sets - 1)) % sets;
+    let mut pick = Pick {
+        from: r.set_id,
+        to,
+        begin: section,
+        end: (section + 1 + (f.pick >> 20) % 4).min(r.section_end),
+    };
+    let mut owner = None;
+    if f.kind == FaultKind::MovePausedOwner
+        && let Some((node, begin, end)) = owner_run(shared, pick.from, section).await
+    {
+        pick.begin = begin.max(r.section_begin);
+        pick.end = end.min(r.section_end);
+        owner = Some(node);
+    }
+    Ok((pick, owner))
+}
+
+/// The AllocSvr of `set` owning `section` and the run of sections its route entry covers.
+async fn owner_run(shared: &Shared, set: u64, section: u64) -> Option<(u64, u64, u64)> {
+    let (node, _) = owner_in(shared, set, section).await?;
+    let t = shared.stores[set as usize].get_routes().await.ok()?.routes?;
+    let e = t
+        .entries
+        .iter()
+        .find(|e| e.section_begin <= section && section < e.section_end && e.node_id == node)?;
+    Some((node, e.section_begin, e.section_end))
+}
+
+/// Injects one move fault; a description of what it moved and what else it did.
+pub(super) async fn move_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
+    finish_all(shared).await?;
+    let (pick, owner) = pick_range(shared, f).await?;
+    let what = format!(
+        "sections {}..{} from set {} to set {}",
+        pick.begin, pick.end, pick.from, pick.to
+    );
+    let start_ns = shared.history.clock().now_ns();
+    let (op, extra) = match f.kind {
+        FaultKind::MoveKillCli => kill_cli_move(shared, f, &pick).await?,
+        FaultKind::MovePausedOwner => paused_owner_move(shared, f, &pick, owner).await?,
+        FaultKind::MoveUnderFault => {
+            let c = f.companion.context("a move-under-fault without its companion")?;
+            // The companion's target is the source's owner of the range (or a seeded set's leader).
+            let companion = PlannedFault {
+                kind: c.kind,
+                hold: c.hold,
+                pick: pick.begin,
+                companion: None,
+                ..*f
+            };
+            let (moved, hit) = tokio::join!(seqctl_move(shared, &pick, None), Box::pin(inject(shared, &companion)));
+            (moved?, format!("; with {} on {}", c.kind.name(), hit?))
+        }
+        _ => (seqctl_move(shared, &pick, None).await?, String::new()),
+    };
+    let Some(op) = op else {
+        return Ok(format!("{what}: the move was never recorded{extra}"));
+    };
+    let done = finish(shared, op, pick, start_ns).await?;
+    let outcome = if done { "done" } else { "cancelled" };
+    Ok(format!("{what} (op {op}, {outcome}){extra}"))
+}
+
+/// Runs `seqctl move` for `pick`, SIGKILLed after `kill_after` if given. The op id it printed
+/// first (`None` when it died before printing one).
+async fn seqctl_move(shared: &Shared, pick: &Pick, kill_after: Option<Duration>) -> anyhow::Result<Option<u64>> {
+    let (from, to, uids) = (pick.from.to_string(), pick.to.to_string(), pick.uids(shared));
+    let args = ["move", "--from", &from, "--to", &to, "--uids", &uids];
+    let out = seqctl(shared, &args, kill_after).await?;
+    Ok(out.lines().find_map(|l| {
+        l.strip_prefix("move ")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|op| op.parse().ok())
+    }))
+}
+
+/// A move whose `seqctl` is SIGKILLed mid-way; after the hold, for odd picks, a cancel (refused
+/// past the seal), then the caller resumes whatever is left.
+async fn kill_cli_move(shared: &Shared, f: &PlannedFault, pick: &Pick) -> anyhow::Result<(Option<u64>, String)> {
+    let op = seqctl_move(shared, pick, Some(f.delay)).await?;
+    sleep(f.hold.saturating_sub(f.delay + shared_lease(shared))).await;
+    let mut extra = format!("; seqctl killed after {:?}", f.delay);
+    if let Some(op) = op
+        && f.pick % 2 == 1
+    {
+        let out = seqctl(shared, &["move", "cancel", &op.to_string()], None).await?;
+        extra.push_str(if out.contains("cancelled") {
+            "; cancelled"
+        } else {
+            "; cancel refused"
+        });
+    }
+    Ok((op, extra))
+}
+
+/// The schedule adds a lease to every move's hold for the move itself; what is left is the wait.
+fn shared_lease(shared: &Shared) -> Duration {
+    Duration::from_millis(shared.lease_ms)
+}
+
+/// A move while the source's owner of the range is paused (it cannot release; it wakes during
+/// the lease wait and learns from its next renewal that the range is gone).
+async fn paused_owner_move(
+    shared: &Shared,
+    f: &PlannedFault,
+    pick: &Pick,
+    owner: Option<u64>,
+) -> anyhow::Result<(Option<u64>, String)> {
+    let Some(node) = owner else {
+        return Ok((
+            seqctl_move(shared, pick, None).await?,
+            "; no owner found to pause".into(),
+        ));
+    };
+    let name = alloc_name(node);
+    let paused_at = Instant::now();
+    shared.cluster.lock().await.pause(&name)?;
+    let op = seqctl_move(shared, pick, None).await;
+    let pause = f.hold.saturating_sub(shared_lease(shared));
+    tokio::time::sleep_until(paused_at + pause).await;
+    shared.cluster.lock().await.resume(&name)?;
+    Ok((op?, format!("; {name} paused for {pause:?}")))
+}
+
+/// Resumes move `op` until the map says it is done (true) or cancelled (false), then records it.
+async fn finish(shared: &Shared, op: u64, pick: Pick, start_ns: u64) -> anyhow::Result<bool> {
+    for attempt in 0..RESUME_ATTEMPTS {
+        let map = mover(&shared.topo)?
+            .map()
+            .await
+            .map_err(|e| anyhow!("reading the map: {e}"));
+        let phase = map
+            .ok()
+            .and_then(|m| m.moves.iter().find(|m| m.op == op).map(|m| m.phase()));
+        match phase {
+            Some(pb::MovePhase::Done) | Some(pb::MovePhase::Cancelled) => {
+                let done = phase == Some(pb::MovePhase::Done);
+                shared.history.write(&Record::Move(MoveSpan {
+                    op,
+                    sections: (pick.begin, pick.end),
+                    from: pick.from,
+                    to: pick.to,
+                    start_ns,
+                    end_ns: shared.history.clock().now_ns(),
+                    done,
+                }))?;
+                return Ok(done);
+            }
+            Some(_) => {
+                seqctl(shared, &["move", "resume", &op.to_string()], None).await?;
+            }
+            // Not readable, or not recorded yet: a Begin may still be on its way.
+            None => {}
+        }
+        sleep(Duration::from_millis(200 * (attempt as u64 + 1))).await;
+    }
+    bail!("move {op} neither done nor cancelled after {RESUME_ATTEMPTS} resumes")
+}
+
+/// Finishes every move the map has in progress (one a killed `seqctl` left behind).
+pub(super) async fn finish_all(shared: &Shared) -> anyhow::Result<()> {
+    if shared.stores.len() < 2 {
+        return Ok(());
+    }
+    let map = mover(&shared.topo)?
+        .map()
+        .await
+        .map_err(|e| anyhow!("reading the map: {e}"))?;
+    for m in &map.moves {
+        if matches!(m.phase(), pb::MovePhase::Done | pb::MovePhase::Cancelled) {
+            continue;
+        }
+        let s = m.sections.unwrap_or_default();
+        let pick = Pick {
+            from: m.from_set,
+            to: m.to_set,
+            begin: s.begin,
+            end: s.end,
+        };
+        let start_ns = shared.history.clock().now_ns();
+        finish(shared, m.op, pick, start_ns).await?;
+    }
+    Ok(())
+}
+
+/// Runs `seqctl ARGS` against set 0's StoreSvrs; everything it prints goes to `logs/seqctl.log`
+/// and is returned. SIGKILLed after `kill_after` if given, and after [`SEQCTL_LIMIT`] in any case.
+async fn seqctl(shared: &Shared, args: &[&str], kill_after: Option<Duration>) -> anyhow::Result<String> {
+    let store = shared.topo.store_list(0);
+    let mut child = tokio::process::Command::new(&shared.seqctl)
+        .args(["--store", &store])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting seqctl")?;
+    let stderr = child.stderr.take().context("seqctl stderr")?;
+    let stdout = child.stdout.take().context("seqctl stdout")?;
+    let lines = tokio::spawn(async move {
+        let mut out = String::new();
+        let mut err = BufReader::new(stderr).lines();
+        while let Ok(Some(l)) = err.next_line().await {
+            out.push_str(&l);
+            out.push('\n');
+        }
+        let mut rest = BufReader::new(stdout).lines();
+        while let Ok(Some(l)) = rest.next_line().await {
+            out.push_str(&l);
+            out.push('\n');
+        }
+        out
+    });
+    let limit = kill_after.unwrap_or(SEQCTL_LIMIT).min(SEQCTL_LIMIT);
+    let status = match tokio::time::timeout(limit, child.wait()).await {
+        Ok(status) => status?.to_string(),
+        Err(_) => {
+            child.kill().await?;
+            "killed by the simulator".into()
+        }
+    };
+    let out = lines.await?;
+    let mut log = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(shared.logs.join("seqctl.log"))
+        .await?;
+    let text = format!("$ seqctl {}\n{out}({status})\n", args.join(" "));
+    log.write_all(text.as_bytes()).await?;
+    Ok(out)
+}
