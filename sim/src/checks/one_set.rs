@@ -177,7 +177,8 @@ mod tests {
             done: false,
             ..mv(8, (0, 1), 0, 1, 50, 60)
         };
-        let cases: Vec<(&str, Vec<Call>, Vec<MoveSpan>, Vec<Vec<u64>>)> = vec![
+        type Row = (&'static str, Vec<Call>, Vec<MoveSpan>, Vec<Vec<u64>>);
+        let cases: Vec<Row> = vec![
             (
                 "one set, no moves",
                 vec![served(1, 0, 10, 0), served(2, 20, 30, 0)],
