@@ -14,8 +14,9 @@
 //!   and the end-to-end tests.
 //! - [`schedule`]: the seeded fault schedule (pure: same seed, same schedule).
 //! - [`stats`]: unavailability per fault, computed from the history after the run.
-//! - [`topology`], [`workload`], [`run`]: the wiring of 3 StoreSvrs + 3 AllocSvrs behind proxies,
-//!   the seeded clients (routing ones and pinned ones that play stale clients), and `sim run`.
+//! - [`topology`], [`workload`], [`run`]: the wiring of 3 StoreSvrs + 3 AllocSvrs per set behind
+//!   proxies, the seeded clients (routing ones and pinned ones that play stale clients), and
+//!   `sim run`, whose operator moves between sets run the real `seqctl`.
 //!
 //! Deliberately left out: a deterministic (single-threaded, simulated-time) mode. The processes
 //! are real, so a seed fixes the workload and the fault schedule, not the interleaving.

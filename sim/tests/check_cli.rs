@@ -86,3 +86,27 @@ fn bad_options_exit_two() {
     let out = sim().arg("check").arg("--no-such-flag").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn moves_without_a_second_set_and_too_many_sets_exit_two() {
+    let cases: [&[&str]; 3] = [
+        &["--fault-kinds", "move-range"],
+        &["--must-include", "move-kill-cli"],
+        &["--sets", "5"],
+    ];
+    for args in cases {
+        let out = sim()
+            .args(["plan", "--seed", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty(), "{args:?}: no message");
+    }
+    let ok = sim()
+        .args(["plan", "--seed", "1", "--sets", "2", "--fault-kinds", "move-range"])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("move-range"));
+}

@@ -9,12 +9,18 @@
 
 mod common;
 
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// The two runs take turns: two clusters side by side on a 2-core CI machine would stretch the
+/// timings both depend on.
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 const SEED: &str = "20250101";
 
 #[test]
 fn ci_profile_run_keeps_every_promise_through_owner_kill_leader_kill_and_long_pause() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = common::sim_run(
         "ci",
         &["--seed", SEED, "--duration", "120s", "--ci"],
@@ -58,6 +64,41 @@ fn ci_profile_run_keeps_every_promise_through_owner_kill_leader_kill_and_long_pa
     assert!(
         has("kill-alloc-registered", "killed again right after it registered"),
         "no SIGKILL right after a registration: {}",
+        run.explain()
+    );
+    run.clean_up();
+}
+
+/// Two sets under the CI profile plus one of each move: a plain move, a move whose `seqctl` is
+/// SIGKILLed mid-way and then resumed (or cancelled), a move while the source's owner is paused,
+/// and a move overlapping a second fault. Every promise must hold, the OneSet checker included,
+/// and every move must end done or cancelled.
+#[test]
+fn two_sets_with_moves_keep_every_promise() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = common::sim_run(
+        "ci-sets",
+        &["--seed", SEED, "--duration", "120s", "--sets", "2", "--ci"],
+        Duration::from_secs(420),
+    );
+    assert_eq!(run.code, Some(0), "{}", run.explain());
+    let out = &run.stdout;
+    assert!(out.contains("\"OneSet\": 0"), "the OneSet checker did not run: {}", run.explain());
+    assert!(common::ok_calls(out) > 10_000, "too few ok calls: {}", run.explain());
+    let moves: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("fault ") && l.contains(" move-"))
+        .collect();
+    for kind in ["move-range", "move-kill-cli", "move-paused-owner", "move-under-fault"] {
+        assert!(
+            moves.iter().any(|l| l.contains(&format!(" {kind} "))),
+            "no {kind}: {}",
+            run.explain()
+        );
+    }
+    assert!(
+        moves.iter().filter(|l| l.contains(", done)")).count() >= 3,
+        "fewer than 3 moves done: {}",
         run.explain()
     );
     run.clean_up();

@@ -155,3 +155,27 @@ fn skipping_the_epoch_fence_lets_a_late_bump_through_and_is_caught() {
         &["P1", "P2"],
     );
 }
+
+/// The move protocol broken: with `--unsafe-skip-move-wait` the source hands out its final
+/// ceilings right after the freeze, while its owner (paused for half a lease, so it wakes with its
+/// lease still running and its stale clients' requests queued) has not let go. The target serves
+/// the range; the woken owner answers from memory after it: two sets serve one section (OneSet),
+/// and a uid served by both goes back (P1). Seed 3 trips on the first move (at 3.7 s).
+#[test]
+fn a_target_serving_before_the_source_owner_is_gone_is_caught() {
+    expect_violation(
+        "neg-move-wait",
+        &[
+            "--seed",
+            "3",
+            "--duration",
+            "40s",
+            "--sets",
+            "2",
+            "--fault-kinds",
+            "move-paused-owner",
+            "--unsafe-skip-move-wait",
+        ],
+        &["OneSet", "P1"],
+    );
+}
