@@ -95,11 +95,7 @@ fn moves_without_a_second_set_and_too_many_sets_exit_two() {
         &["--sets", "5"],
     ];
     for args in cases {
-        let out = sim()
-            .args(["plan", "--seed", "1"])
-            .args(args)
-            .output()
-            .unwrap();
+        let out = sim().args(["plan", "--seed", "1"]).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(!String::from_utf8_lossy(&out.stderr).is_empty(), "{args:?}: no message");
     }

@@ -83,7 +83,11 @@ fn two_sets_with_moves_keep_every_promise() {
     );
     assert_eq!(run.code, Some(0), "{}", run.explain());
     let out = &run.stdout;
-    assert!(out.contains("\"OneSet\": 0"), "the OneSet checker did not run: {}", run.explain());
+    assert!(
+        out.contains("\"OneSet\": 0"),
+        "the OneSet checker did not run: {}",
+        run.explain()
+    );
     assert!(common::ok_calls(out) > 10_000, "too few ok calls: {}", run.explain());
     let moves: Vec<&str> = out
         .lines()

@@ -273,6 +273,18 @@ async fn seqctl_adds_a_set_and_moves_a_uid_range_to_it_above_every_seq_served() 
         })
         .collect();
     assert_eq!(ranges, vec![(0, 1, 0), (1, 3, 1), (3, 10, 0)]);
+    for (set, alloc) in [(0, 1), (1, 2)] {
+        let h = &v["sets"][set]["health"];
+        assert_eq!(h["state"], "ok", "set {set}: {v}");
+        assert_eq!(h["leader_id"], 1, "set {set}: {v}");
+        assert_eq!(h["allocsvrs"][0]["node_id"], alloc, "set {set}: {v}");
+    }
+    let table = c.seqctl(&["sets"]).await;
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("leader") && table.contains("allocsvrs") && table.contains(" ok"),
+        "{table}"
+    );
 }
 
 /// Starts `seqctl move` for sections `[section, section + 1)` and SIGKILLs it as soon as it

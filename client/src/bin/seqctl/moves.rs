@@ -94,33 +94,136 @@ fn mover(cli: &crate::Cli) -> Result<Mover, Failure> {
 
 pub async fn sets(cli: &crate::Cli) -> Result<String, Failure> {
     let map = mover(cli)?.map().await?;
+    let mut health = Vec::new();
+    for s in &map.sets {
+        health.push(set_health(cli, s).await);
+    }
     if cli.json {
-        return Ok(map_json(&map).to_string());
+        let mut v = map_json(&map);
+        for (set, h) in v["sets"].as_array_mut().into_iter().flatten().zip(&health) {
+            set["health"] = h.json();
+        }
+        return Ok(v.to_string());
     }
     let rows = map
         .sets
         .iter()
-        .map(|s| {
-            let ranges: Vec<String> = map
-                .ranges
-                .iter()
-                .filter(|r| r.set_id == s.set_id)
-                .map(|r| {
-                    format!(
-                        "uids {}..{}",
-                        r.section_begin * map.section_size,
-                        (r.section_end * map.section_size).min(map.uid_limit)
-                    )
-                })
-                .collect();
-            vec![s.set_id.to_string(), s.stores.join(","), ranges.join(" ")]
+        .zip(&health)
+        .map(|(s, h)| {
+            vec![
+                s.set_id.to_string(),
+                uid_ranges(&map, s.set_id),
+                h.leader(),
+                h.members(),
+                h.allocsvrs(),
+                h.state(),
+            ]
         })
         .collect();
     Ok(format!(
         "cluster map version {}\n{}",
         map.version,
-        table(&["set", "stores", "ranges"], rows)
+        table(&["set", "ranges", "leader", "stores", "allocsvrs", "health"], rows)
     ))
+}
+
+/// `uids LO..HI` of every map range of `set`.
+fn uid_ranges(map: &pb::ClusterMap, set: u64) -> String {
+    let ranges: Vec<String> = map
+        .ranges
+        .iter()
+        .filter(|r| r.set_id == set)
+        .map(|r| {
+            format!(
+                "uids {}..{}",
+                r.section_begin * map.section_size,
+                (r.section_end * map.section_size).min(map.uid_limit)
+            )
+        })
+        .collect();
+    if ranges.is_empty() {
+        "(none)".into()
+    } else {
+        ranges.join(" ")
+    }
+}
+
+/// What one set's StoreSvrs say about themselves: its leader's Status, or why there is none.
+struct SetHealth {
+    stores: Vec<String>,
+    status: Result<pb::StatusReply, String>,
+}
+
+impl SetHealth {
+    fn leader(&self) -> String {
+        match &self.status {
+            Ok(s) if s.leader_id != 0 => format!("{}={}", s.leader_id, s.leader_addr),
+            _ => "-".into(),
+        }
+    }
+
+    fn members(&self) -> String {
+        match &self.status {
+            Ok(s) if !s.members.is_empty() => {
+                let m: Vec<String> = s.members.iter().map(|r| format!("{}={}", r.node_id, r.addr)).collect();
+                m.join(",")
+            }
+            _ => self.stores.join(","),
+        }
+    }
+
+    fn allocsvrs(&self) -> String {
+        let Ok(s) = &self.status else {
+            return "-".into();
+        };
+        let a: Vec<String> = s
+            .allocsvrs
+            .iter()
+            .map(|a| {
+                let dead = if a.alive { "" } else { " (dead)" };
+                format!("{}@{} {} sections{dead}", a.node_id, a.addr, a.sections_owned)
+            })
+            .collect();
+        if a.is_empty() { "(none)".into() } else { a.join(", ") }
+    }
+
+    /// `ok` when a leader answered; otherwise what went wrong (no quorum, unreachable).
+    fn state(&self) -> String {
+        match &self.status {
+            Ok(s) if s.leader_id != 0 => "ok".into(),
+            Ok(_) => "no leader".into(),
+            Err(e) => format!("unreachable: {e}"),
+        }
+    }
+
+    fn json(&self) -> Value {
+        match &self.status {
+            Ok(s) => json!({
+                "state": self.state(),
+                "leader_id": s.leader_id,
+                "leader_addr": s.leader_addr,
+                "members": s.members.iter().map(|r| json!({"node_id": r.node_id, "addr": r.addr, "voter": r.voter})).collect::<Vec<_>>(),
+                "allocsvrs": s.allocsvrs.iter().map(|a| json!({"node_id": a.node_id, "incarnation": a.incarnation,
+                    "addr": a.addr, "alive": a.alive, "sections_owned": a.sections_owned})).collect::<Vec<_>>(),
+                "route_version": s.route_version,
+            }),
+            Err(_) => json!({"state": self.state()}),
+        }
+    }
+}
+
+/// Asks set `s`'s StoreSvrs (at the addresses the map lists) for their leader's Status.
+async fn set_health(cli: &crate::Cli, s: &pb::SetInfo) -> SetHealth {
+    let seeds: Result<Vec<seqsvr_control::Seed>, String> =
+        s.stores.iter().map(|a| seqsvr_control::Seed::parse(a)).collect();
+    let status = match seeds.and_then(|seeds| seqsvr_control::StoreClient::new(seeds, timeouts(cli))) {
+        Ok(store) => store.status().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    SetHealth {
+        stores: s.stores.clone(),
+        status,
+    }
 }
 
 pub async fn set(cli: &crate::Cli, cmd: &SetCmd) -> Result<String, Failure> {
