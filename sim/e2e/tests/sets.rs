@@ -511,6 +511,7 @@ async fn a_move_under_load_never_repeats_or_steps_back_and_leaves_other_uids_alo
         .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "200000..400000"])
         .await;
     assert!(moved.status.success(), "{}", text(&moved));
+    eprintln!("{}", String::from_utf8_lossy(&moved.stderr));
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for (k, task) in tasks.into_iter().enumerate() {
