@@ -64,6 +64,10 @@ pub struct FakeState {
     pub invalid: AtomicBool,
     /// Delay every reply by this many milliseconds, after its numbers were handed out.
     pub delay_ms: AtomicU64,
+    /// The cluster map, handed to callers whose `seqsvr-map-version` header is older.
+    pub map: Mutex<Option<pb::ClusterMap>>,
+    /// How many replies carried the map.
+    pub maps_sent: AtomicU64,
 }
 
 /// A running fake server; stopped when dropped.
@@ -138,6 +142,19 @@ impl FakeState {
             return Err(Status::invalid_argument("fake refuses everything"));
         }
         Ok(())
+    }
+
+    /// The server's map version and, for a caller whose header names an older one, the map.
+    fn map_for(&self, metadata: &tonic::metadata::MetadataMap) -> (u64, Option<pb::ClusterMap>) {
+        let map = self.map.lock().unwrap().clone();
+        let version = map.as_ref().map_or(0, |m| m.version);
+        match seqsvr_proto::map_header::read(metadata) {
+            Some(v) if v < version => {
+                self.maps_sent.fetch_add(1, Ordering::SeqCst);
+                (version, map)
+            }
+            _ => (version, None),
+        }
     }
 
     /// Holds a reply that was already decided (numbers consumed) for `delay_ms`.
@@ -222,6 +239,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.fetch_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         let d = s.decide(req.uid, true)?;
         s.slow_reply().await;
@@ -232,6 +250,8 @@ impl AllocService for Svc {
             route_version,
             routes,
             owner: d.owner,
+            map_version,
+            map,
         }))
     }
 
@@ -239,6 +259,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.get_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         let d = s.decide(req.uid, false)?;
         let (route_version, routes) = s.routes_for(req.route_version);
@@ -248,6 +269,8 @@ impl AllocService for Svc {
             route_version,
             routes,
             owner: d.owner,
+            map_version,
+            map,
         }))
     }
 
@@ -258,6 +281,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.batch_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         if req.uids.is_empty() || req.uids.len() > 1_000 {
             return Err(Status::invalid_argument(format!("{} uids in a batch", req.uids.len())));
@@ -278,6 +302,8 @@ impl AllocService for Svc {
         let (route_version, routes) = s.routes_for(req.route_version);
         reply.route_version = route_version;
         reply.routes = routes;
+        reply.map_version = map_version;
+        reply.map = map;
         Ok(Response::new(reply))
     }
 }

@@ -331,6 +331,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 ..Default::default()
             }));
         }
+        // Two integers compared unless the AllocSvr is behind (after a map change only).
+        let (map_version, map) = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version)?;
         self.ctx
             .liveness
             .lock()
@@ -365,6 +367,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
             handover,
             route_version,
             routes,
+            map_version,
+            map,
         }))
     }
 
