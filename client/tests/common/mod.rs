@@ -189,6 +189,7 @@ impl FakeState {
                 table.uid_limit
             )));
         }
+        let set_id = table.set_id;
         let routes = Routes::new(table).expect("test tables are valid");
         let target = routes.lookup(Uid(uid)).unwrap();
         if target.addr != self.addr {
@@ -222,7 +223,7 @@ impl FakeState {
                 node_id: target.node_id.0,
                 incarnation: target.incarnation.0,
                 epoch: 1,
-                set_id: 0,
+                set_id,
             }),
         })
     }
