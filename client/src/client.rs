@@ -210,14 +210,23 @@ impl Client {
         let routes = self.routes();
         let (map, owner) = (routes.map()?, owner?);
         let section = uid.section(map.section_size());
-        (!map.may_answer(section, owner.set_id)).then(|| {
-            format!(
-                "set {} answered for uid {uid}, which cluster map version {} gives to set {:?}",
-                owner.set_id,
-                map.version(),
-                map.set_of(section)
-            )
-        })
+        if map.may_answer(section, owner.set_id) {
+            return None;
+        }
+        let why = format!(
+            "set {} answered for uid {uid}, which cluster map version {} gives to set {:?}",
+            owner.set_id,
+            map.version(),
+            map.set_of(section)
+        );
+        tracing::warn!(%why, "answer refused");
+        Some(why)
+    }
+
+    /// Installs the map and the route table a reply carries; true when either changed the view.
+    pub(crate) fn learn_from(&self, map: Option<&pb::ClusterMap>, routes: Option<pb::RouteTable>) -> bool {
+        let new_map = self.inner.routes.offer_map(map);
+        self.inner.routes.offer(routes) || new_map
     }
 
     /// The configuration this client runs with.
@@ -259,39 +268,18 @@ impl Client {
             let versions = (version, routes.map_version());
             let reply = match self.send_single(op, &addr, uid, versions, timeout).await {
                 Ok(r) => r,
-                Err(AttemptError::TimedOut) => {
-                    state.maybe_taken |= op.consumes();
-                    state.last = format!("{addr}: attempt timed out after {timeout:?}");
-                    if !self.learn_routes_elsewhere(&addr, timeout).await {
-                        self.back_off(&mut budget).await;
-                    }
-                    continue;
-                }
-                Err(AttemptError::Status(s)) => {
-                    let verdict = classify(&s);
-                    state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
-                    state.last = format!("{addr}: {}: {}", s.code(), s.message());
-                    if verdict.invalid_argument {
-                        return Err(state.into_error(FailureKind::InvalidArgument));
-                    }
-                    if !verdict.retry {
-                        return Err(state.into_error(FailureKind::Unavailable));
-                    }
-                    // The owner may be dead and its sections moved: ask someone else for routes.
-                    if !self.learn_routes_elsewhere(&addr, timeout).await {
-                        self.back_off(&mut budget).await;
-                    }
+                Err(e) => {
+                    self.after_failed_attempt(op, &addr, e, timeout, &mut state, &mut budget)
+                        .await?;
                     continue;
                 }
             };
-            let new_map = self.inner.routes.offer_map(reply.map.as_ref());
-            let changed = self.inner.routes.offer(reply.routes) || new_map;
+            let changed = self.learn_from(reply.map.as_ref(), reply.routes);
             match reply.outcome {
                 pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
                     let Some(why) = self.refused_answer(uid, reply.owner.as_ref()) else {
                         return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
                     };
-                    tracing::warn!(%uid, %addr, %why, "answer refused");
                     state.maybe_taken |= op.consumes();
                     state.last = format!("{addr}: {why}");
                     self.learn_routes_elsewhere(&addr, timeout).await;
@@ -316,6 +304,41 @@ impl Client {
         Err(state.into_error(FailureKind::Unavailable))
     }
 
+    /// Notes an attempt that produced no reply; `Err` ends the call (a refusal retrying cannot
+    /// change). Otherwise asks another server for routes (the owner may be dead and its sections
+    /// moved), backing off when that changed nothing.
+    async fn after_failed_attempt(
+        &self,
+        op: Op,
+        addr: &str,
+        e: AttemptError,
+        timeout: Duration,
+        state: &mut Unsettled,
+        budget: &mut Budget,
+    ) -> Result<(), ClientError> {
+        match e {
+            AttemptError::TimedOut => {
+                state.maybe_taken |= op.consumes();
+                state.last = format!("{addr}: attempt timed out after {timeout:?}");
+            }
+            AttemptError::Status(s) => {
+                let verdict = classify(&s);
+                state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
+                state.last = format!("{addr}: {}: {}", s.code(), s.message());
+                if verdict.invalid_argument {
+                    return Err(std::mem::take(state).into_error(FailureKind::InvalidArgument));
+                }
+                if !verdict.retry {
+                    return Err(std::mem::take(state).into_error(FailureKind::Unavailable));
+                }
+            }
+        }
+        if !self.learn_routes_elsewhere(addr, timeout).await {
+            self.back_off(budget).await;
+        }
+        Ok(())
+    }
+
     /// After `avoid` failed, asks one other known AllocSvr (a seed, a routed owner or one the map
     /// lists) for its route table and the cluster map (sending map version 0, so the map always
     /// comes back), so that a client whose table names a dead owner, or whose map does not know a
@@ -333,10 +356,7 @@ impl Client {
         }
         let addr = candidates[rand::random_range(0..candidates.len())].to_owned();
         match self.send_single(Op::Get, &addr, Uid(0), (0, 0), timeout).await {
-            Ok(reply) => {
-                let new_map = self.inner.routes.offer_map(reply.map.as_ref());
-                self.inner.routes.offer(reply.routes) || new_map
-            }
+            Ok(reply) => self.learn_from(reply.map.as_ref(), reply.routes),
             Err(_) => false,
         }
     }

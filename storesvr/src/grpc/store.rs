@@ -62,6 +62,19 @@ impl StoreSvc {
         }
     }
 
+    /// The sections the arbiter's latest plan asks `incarnation` to hand over.
+    fn handover_of(&self, incarnation: Incarnation) -> Vec<pb::SectionRange> {
+        let plan = self.ctx.plan.lock().expect("plan lock poisoned");
+        let spans = plan.handover.get(&incarnation).map(Vec::as_slice).unwrap_or_default();
+        spans
+            .iter()
+            .map(|span| pb::SectionRange {
+                begin: span.begin.0,
+                end: span.end.0,
+            })
+            .collect()
+    }
+
     /// The route table of the current state, rebuilt only when its version changed.
     fn route_table(&self) -> Result<pb::RouteTable, RpcError> {
         let version = self.ctx.data(|d| d.set.route_version);
@@ -338,23 +351,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .lock()
             .expect("liveness lock poisoned")
             .record(incarnation, Instant::now());
-        let handover = self
-            .ctx
-            .plan
-            .lock()
-            .expect("plan lock poisoned")
-            .handover
-            .get(&incarnation)
-            .map(|spans| {
-                spans
-                    .iter()
-                    .map(|span| pb::SectionRange {
-                        begin: span.begin.0,
-                        end: span.end.0,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let handover = self.handover_of(incarnation);
         let routes = if req.route_version < route_version {
             Some(self.route_table()?)
         } else {
