@@ -209,6 +209,14 @@ async fn start(cli: &crate::Cli, m: &Mover, args: &MoveArgs) -> Result<String, F
 /// The steps of a move, RECORDED (1) to DONE (7): a phase's number is its position on the bar.
 const STEPS: u64 = pb::MovePhase::Done as u64;
 
+const BAR_TEMPLATE: &str = "move {prefix}: {spinner} [{bar:28}] {pos}/{len} {msg} ({elapsed})";
+
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(BAR_TEMPLATE)
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
 /// How a running move is reported: a bar on a terminal, plain lines otherwise.
 enum Reporter {
     Lines {
@@ -231,10 +239,9 @@ impl Reporter {
                 last_wait_line: None,
             };
         }
-        let style = ProgressStyle::with_template("move {prefix}: {spinner} [{bar:28}] {pos}/{len} {msg} ({elapsed})")
-            .map(|s| s.progress_chars("=> "))
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        let bar = ProgressBar::new(STEPS).with_style(style).with_prefix(op.to_string());
+        let bar = ProgressBar::new(STEPS)
+            .with_style(bar_style())
+            .with_prefix(op.to_string());
         bar.enable_steady_tick(Duration::from_millis(100));
         Reporter::Bar { started, bar }
     }
@@ -422,4 +429,49 @@ fn map_json(map: &pb::ClusterMap) -> Value {
         .collect();
     json!({"version": map.version, "section_size": map.section_size, "uid_limit": map.uid_limit,
            "sets": sets, "ranges": ranges})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_on_a_terminal_progress_is_plain_lines() {
+        // Under the test runner stdout is captured, as when a script or a test runs seqctl.
+        assert!(matches!(Reporter::new(1), Reporter::Lines { .. }));
+    }
+
+    #[test]
+    fn the_bar_moves_through_the_steps_and_counts_the_lease_wait_down() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        let bar = ProgressBar::hidden().with_style(bar_style());
+        bar.set_length(STEPS);
+        let mut r = Reporter::Bar {
+            started: Instant::now(),
+            bar: bar.clone(),
+        };
+        r.recorded(7, 3);
+        assert_eq!((bar.position(), bar.message()), (1, "recorded (map version 3)".into()));
+        r.report(Progress::Step {
+            op: 7,
+            phase: pb::MovePhase::Frozen,
+        });
+        assert_eq!((bar.position(), bar.message()), (3, "frozen".into()));
+        for (wait_ms, shown) in [(3_100, "3.1"), (1_050, "1.1"), (40, "0.0")] {
+            r.report(Progress::Waiting {
+                op: 7,
+                held: 2,
+                wait_ms,
+            });
+            assert_eq!(
+                bar.message(),
+                format!("lease wait: 2 sections held, {shown} s left at most")
+            );
+        }
+        r.report(Progress::Step {
+            op: 7,
+            phase: pb::MovePhase::Done,
+        });
+        assert_eq!(bar.position(), STEPS);
+    }
 }
