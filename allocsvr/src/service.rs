@@ -8,8 +8,8 @@
 //! Every reply carries the node's route version, the route table when the caller's version is
 //! older, and always with NOT_OWNER. Likewise the cluster map: every reply carries the node's map
 //! version, and the map when the caller's `seqsvr-map-version` header names an older one (an
-//! atomic load and a compare otherwise; no lock on the steady-state path). `owner` names (section, node, incarnation, epoch) so callers
-//! and the simulator can check P4.
+//! atomic load and a compare otherwise; no lock on the steady-state path). `owner` names (section,
+//! node, incarnation, epoch, set) so callers and the simulator can check P4.
 //!
 //! P5: GetCurSeq answers the uid's `cur_seq`, or the loaded base for a uid not fetched since this
 //! node gained the section — which can be above anything ever issued (the base is a ceiling).

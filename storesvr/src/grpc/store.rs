@@ -344,8 +344,13 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 ..Default::default()
             }));
         }
-        // Two integers compared unless the AllocSvr is behind (after a map change only).
-        let (map_version, map) = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version)?;
+        // Two integers compared unless the AllocSvr is behind (after a map change only). A copy
+        // that cannot be handed out must not cost the owner its lease: the renewal goes on without.
+        let (map_version, map) = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cluster map not handed out with a renewal");
+                (req.map_version, None)
+            });
         self.ctx
             .liveness
             .lock()
