@@ -6,8 +6,10 @@
 //! the section's in-flight bump — at most [`BUMP_WAIT`] — then answers NOT_READY.
 //!
 //! Every reply carries the node's route version, the route table when the caller's version is
-//! older, and always with NOT_OWNER. `owner` names (section, node, incarnation, epoch) so callers
-//! and the simulator can check P4.
+//! older, and always with NOT_OWNER. Likewise the cluster map: every reply carries the node's map
+//! version, and the map when the caller's `seqsvr-map-version` header names an older one (an
+//! atomic load and a compare otherwise; no lock on the steady-state path). `owner` names (section,
+//! node, incarnation, epoch, set) so callers and the simulator can check P4.
 //!
 //! P5: GetCurSeq answers the uid's `cur_seq`, or the loaded base for a uid not fetched since this
 //! node gained the section — which can be above anything ever issued (the base is a ceiling).
@@ -18,9 +20,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::{SectionId, Uid};
+use seqsvr_proto::{map_header, pb};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
@@ -155,6 +157,7 @@ impl AllocService for Service {
         &self,
         request: Request<pb::FetchNextSeqRequest>,
     ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let step = self.fetch(uid, tokio::time::Instant::now() + BUMP_WAIT).await;
@@ -174,6 +177,8 @@ impl AllocService for Service {
             route_version,
             routes,
             owner,
+            map_version,
+            map,
         }))
     }
 
@@ -181,6 +186,7 @@ impl AllocService for Service {
         &self,
         request: Request<pb::GetCurSeqRequest>,
     ) -> Result<Response<pb::GetCurSeqReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let size = self.shared.params().section_size;
@@ -204,6 +210,8 @@ impl AllocService for Service {
             route_version,
             routes,
             owner,
+            map_version,
+            map,
         }))
     }
 
@@ -211,6 +219,7 @@ impl AllocService for Service {
         &self,
         request: Request<pb::BatchFetchNextSeqRequest>,
     ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let req = request.into_inner();
         if req.uids.is_empty() || req.uids.len() > MAX_BATCH {
             return Err(
@@ -259,6 +268,8 @@ impl AllocService for Service {
             route_version,
             routes,
             owners,
+            map_version,
+            map,
         }))
     }
 }

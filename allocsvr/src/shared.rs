@@ -54,6 +54,10 @@ pub struct Shared {
     incarnation: AtomicU64,
     routes: RwLock<Option<Arc<pb::RouteTable>>>,
     route_version: AtomicU64,
+    /// The newest cluster map heard from the store (renewals), and its version: a data-plane
+    /// reply compares the caller's version with the atomic and reads the lock only when behind.
+    map: RwLock<Option<Arc<pb::ClusterMap>>>,
+    map_version: AtomicU64,
     bump_tx: mpsc::Sender<Vec<Arc<Slot>>>,
     /// Memory of dropped sections, only under `--unsafe-keep-memory`.
     kept: Mutex<HashMap<SectionId, Vec<u64>>>,
@@ -85,6 +89,8 @@ impl Shared {
             incarnation: AtomicU64::new(incarnation.0),
             routes: RwLock::new(None),
             route_version: AtomicU64::new(0),
+            map: RwLock::new(None),
+            map_version: AtomicU64::new(0),
             bump_tx,
             kept: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
@@ -172,6 +178,37 @@ impl Shared {
             }
             *self.routes.write().unwrap() = Some(Arc::new(table));
             self.route_version.store(version.max(old), Ordering::Release);
+        }
+    }
+
+    pub fn map_version(&self) -> u64 {
+        self.map_version.load(Ordering::Acquire)
+    }
+
+    /// The node's map version and, when the caller sent an older one, the map. A caller that sent
+    /// none (`None`) does not track the map and gets none.
+    pub fn map_for(&self, caller_version: Option<u64>) -> (u64, Option<pb::ClusterMap>) {
+        let version = self.map_version();
+        match caller_version {
+            Some(v) if v < version => {
+                let map = self.map.read().unwrap().as_ref().map(|m| (**m).clone());
+                (version, map)
+            }
+            _ => (version, None),
+        }
+    }
+
+    /// Keeps a map from a renewal when it is newer than the one held.
+    pub fn store_map(&self, map: Option<pb::ClusterMap>) {
+        let Some(map) = map else { return };
+        let mut held = self.map.write().unwrap();
+        let old = self.map_version();
+        if map.version > old {
+            info!(from = old, to = map.version, "cluster map version changed");
+            let version = map.version;
+            *held = Some(Arc::new(map));
+            // Published after the map: a caller that reads the new version finds the map too.
+            self.map_version.store(version, Ordering::Release);
         }
     }
 

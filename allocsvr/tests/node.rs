@@ -398,3 +398,78 @@ async fn reflection_lists_exactly_the_data_plane_in_v1_and_v1alpha() {
     assert_eq!(v1, expected);
     assert_eq!(v1alpha, expected);
 }
+
+/// The data plane hands the cluster map (learned from renewals) to a caller whose
+/// `seqsvr-map-version` header is older, and nothing to one that is up to date or sends none.
+#[tokio::test]
+async fn a_stale_caller_gets_the_map_in_the_reply_and_an_up_to_date_one_does_not() {
+    let store = store(true).await;
+    let map = |version| pb::ClusterMap {
+        version,
+        sets: vec![pb::SetInfo {
+            set_id: 0,
+            stores: vec!["127.0.0.1:1".into()],
+            allocsvrs: vec!["127.0.0.1:2".into()],
+        }],
+        section_size: SECTION_SIZE,
+        uid_limit: SECTIONS * SECTION_SIZE,
+        ..Default::default()
+    };
+    store.with(|s| s.map = Some(map(3)));
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    fetch_ok(&mut c, 5, READY).await;
+    let with_header = |version: Option<u64>| {
+        let mut req = tonic::Request::new(pb::FetchNextSeqRequest {
+            uid: 5,
+            route_version: 0,
+        });
+        if let Some(v) = version {
+            seqsvr_proto::map_header::write(req.metadata_mut(), v);
+        }
+        req
+    };
+    let stale = poll("the node to learn map v3", READY, || {
+        let mut c = c.clone();
+        async move {
+            let r = c.fetch_next_seq(with_header(Some(0))).await.unwrap().into_inner();
+            (r.map_version == 3).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(stale.map, Some(map(3)), "a caller at version 0 gets the map");
+    for (header, what) in [(Some(3), "up to date"), (Some(9), "ahead"), (None, "not tracking")] {
+        let r = c.fetch_next_seq(with_header(header)).await.unwrap().into_inner();
+        assert_eq!((r.outcome, r.map_version), (pb::Outcome::Ok as i32, 3), "{what}");
+        assert_eq!(r.map, None, "{what}: no map in the reply");
+    }
+    let mut get = tonic::Request::new(pb::GetCurSeqRequest {
+        uid: 5,
+        route_version: 0,
+    });
+    seqsvr_proto::map_header::write(get.metadata_mut(), 2);
+    assert_eq!(c.get_cur_seq(get).await.unwrap().into_inner().map, Some(map(3)));
+    let mut batch = tonic::Request::new(pb::BatchFetchNextSeqRequest {
+        uids: vec![5],
+        route_version: 0,
+    });
+    seqsvr_proto::map_header::write(batch.metadata_mut(), 3);
+    let b = c.batch_fetch_next_seq(batch).await.unwrap().into_inner();
+    assert_eq!((b.map_version, b.map), (3, None));
+    // A newer map reaches the node with the next renewals; an older one never replaces it.
+    store.with(|s| s.map = Some(map(4)));
+    poll("map v4", READY, || {
+        let mut c = c.clone();
+        async move {
+            (c.fetch_next_seq(with_header(Some(3)))
+                .await
+                .unwrap()
+                .into_inner()
+                .map_version
+                == 4)
+                .then_some(())
+        }
+    })
+    .await;
+    node.shutdown().await;
+}

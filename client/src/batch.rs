@@ -100,6 +100,7 @@ impl Client {
         while !pending.is_empty() {
             let routes = self.routes();
             let groups = self.group_by_owner(&routes, uids, &pending, &mut slots);
+            let map_version = routes.map_version();
             pending.clear();
             if groups.is_empty() {
                 break;
@@ -118,7 +119,7 @@ impl Client {
                     out.push((
                         addr.as_str(),
                         chunk,
-                        self.send_batch(addr, batch, *version, timeout).await,
+                        self.send_batch(addr, batch, (*version, map_version), timeout).await,
                     ));
                 }
                 out
@@ -183,6 +184,7 @@ impl Client {
         slots: &mut [Slot],
         round: &mut Round,
     ) {
+        round.rerouted |= self.inner.routes.offer_map(reply.map.as_ref());
         round.rerouted |= self.inner.routes.offer(reply.routes.clone());
         if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
             let why = format!(
@@ -200,9 +202,15 @@ impl Client {
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
                 pb::Outcome::Ok if seq != 0 => {
-                    let owner = owners.find(uid);
-                    slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
-                    continue;
+                    let (owner, raw) = owners.find(uid);
+                    let Some(why) = self.refused_answer(uid, raw) else {
+                        slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
+                        continue;
+                    };
+                    // Not from a set the map allows: the number is lost, the uid asked again.
+                    state.maybe_taken = true;
+                    state.last = format!("{addr}: {why}");
+                    round.wait = true;
                 }
                 pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {uid}"),
                 pb::Outcome::NotReady => {
@@ -223,12 +231,13 @@ impl Client {
         &self,
         addr: &str,
         uids: Vec<u64>,
-        route_version: u64,
+        (route_version, map_version): (u64, u64),
         timeout: Duration,
     ) -> Result<pb::BatchFetchNextSeqReply, AttemptError> {
         let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
         let mut req = tonic::Request::new(pb::BatchFetchNextSeqRequest { uids, route_version });
         req.set_timeout(timeout);
+        seqsvr_proto::map_header::write(req.metadata_mut(), map_version);
         match tokio::time::timeout(timeout, client.batch_fetch_next_seq(req)).await {
             Ok(Ok(reply)) => Ok(reply.into_inner()),
             Ok(Err(status)) => Err(AttemptError::Status(status)),
@@ -247,22 +256,26 @@ fn settle_refused(state: &Unsettled, e: ClientError) -> ClientError {
 }
 
 /// The owners of one batch reply, by section.
-struct OwnerIndex {
-    by_section: HashMap<u64, Owner>,
+struct OwnerIndex<'a> {
+    by_section: HashMap<u64, &'a pb::Owner>,
     section_size: Option<u64>,
 }
 
-impl OwnerIndex {
-    fn new(owners: &[pb::Owner], section_size: Option<u64>) -> Self {
+impl<'a> OwnerIndex<'a> {
+    fn new(owners: &'a [pb::Owner], section_size: Option<u64>) -> Self {
         Self {
-            by_section: owners.iter().map(|o| (o.section, Owner::from(o))).collect(),
+            by_section: owners.iter().map(|o| (o.section, o)).collect(),
             section_size,
         }
     }
 
-    fn find(&self, uid: Uid) -> Option<Owner> {
-        let size = self.section_size.filter(|&s| s > 0)?;
-        self.by_section.get(&uid.section(size).0).copied()
+    /// The owner named for `uid`'s section, as the caller sees it and as sent.
+    fn find(&self, uid: Uid) -> (Option<Owner>, Option<&'a pb::Owner>) {
+        let Some(size) = self.section_size.filter(|&s| s > 0) else {
+            return (None, None);
+        };
+        let raw = self.by_section.get(&uid.section(size).0).copied();
+        (raw.map(Owner::from), raw)
     }
 }
 

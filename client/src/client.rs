@@ -5,9 +5,14 @@
 //! happen". A value is returned only from an OK reply, and a fetched seq of 0 is treated as a broken
 //! reply, not a value.
 //!
-//! Retries: NOT_OWNER installs the table carried by the reply and resends at once when the table
-//! changed (otherwise it backs off); NOT_READY, UNAVAILABLE and transport errors back off with jitter;
+//! Retries: NOT_OWNER installs the table (and map) carried by the reply and resends at once when
+//! they changed (otherwise it asks another AllocSvr for both, then backs off); NOT_READY, UNAVAILABLE and transport errors back off with jitter;
 //! INVALID_ARGUMENT is never retried. Every loop is bounded by the deadline and `max_attempts`.
+//!
+//! An OK reply whose owner's set the cluster map does not allow to answer for the uid (see `map`)
+//! is not returned: the number is treated as lost (the call may end `Unknown`), the map is
+//! refreshed elsewhere and the call tries again. A reply that carries a newer map is checked
+//! against that map.
 //!
 //! Deliberately left out: caching seqs, or answering from anything but an owner's reply.
 
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
-use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, Uid, pb};
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, Uid, map_header, pb};
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -108,6 +113,7 @@ struct SingleReply {
     value: u64,
     routes: Option<pb::RouteTable>,
     owner: Option<pb::Owner>,
+    map: Option<pb::ClusterMap>,
 }
 
 /// Why one attempt produced no reply.
@@ -172,8 +178,9 @@ impl Client {
         let mut state = Unsettled::default();
         while let Some(timeout) = budget.start_attempt(Instant::now()) {
             let addr = self.inner.seeds.next().to_owned();
-            match self.send_single(Op::Get, &addr, Uid(0), 0, timeout).await {
+            match self.send_single(Op::Get, &addr, Uid(0), (0, 0), timeout).await {
                 Ok(reply) => {
+                    self.inner.routes.offer_map(reply.map.as_ref());
                     self.inner.routes.offer(reply.routes);
                     let routes = self.routes();
                     if !routes.is_empty() {
@@ -189,9 +196,40 @@ impl Client {
         Err(state.into_error(FailureKind::Unavailable))
     }
 
-    /// The cached route tables, one per set heard from.
+    /// The cached route tables, one per set heard from, and the cluster map.
     pub fn routes(&self) -> Arc<RouteSet> {
         self.inner.routes.get()
+    }
+
+    /// The version of the cluster map the client has (0 = none yet).
+    pub fn map_version(&self) -> u64 {
+        self.routes().map_version()
+    }
+
+    /// Why an OK reply for `uid` from `owner`'s set is not accepted, if it is not: the client's
+    /// map (already updated from the reply) neither gives the uid's section to that set nor has
+    /// a move of it in flight from or to it. Without a map or an owner there is nothing to check.
+    pub(crate) fn refused_answer(&self, uid: Uid, owner: Option<&pb::Owner>) -> Option<String> {
+        let routes = self.routes();
+        let (map, owner) = (routes.map()?, owner?);
+        let section = uid.section(map.section_size());
+        if map.may_answer(section, owner.set_id) {
+            return None;
+        }
+        let why = format!(
+            "set {} answered for uid {uid}, which cluster map version {} gives to set {:?}",
+            owner.set_id,
+            map.version(),
+            map.set_of(section)
+        );
+        tracing::warn!(%why, "answer refused");
+        Some(why)
+    }
+
+    /// Installs the map and the route table a reply carries; true when either changed the view.
+    pub(crate) fn learn_from(&self, map: Option<&pb::ClusterMap>, routes: Option<pb::RouteTable>) -> bool {
+        let new_map = self.inner.routes.offer_map(map);
+        self.inner.routes.offer(routes) || new_map
     }
 
     /// The configuration this client runs with.
@@ -230,41 +268,29 @@ impl Client {
             let Some(timeout) = budget.start_attempt(Instant::now()) else {
                 break;
             };
-            let reply = match self.send_single(op, &addr, uid, version, timeout).await {
+            let versions = (version, routes.map_version());
+            let reply = match self.send_single(op, &addr, uid, versions, timeout).await {
                 Ok(r) => r,
-                Err(AttemptError::TimedOut) => {
-                    state.maybe_taken |= op.consumes();
-                    state.last = format!("{addr}: attempt timed out after {timeout:?}");
-                    if !self.learn_routes_elsewhere(&addr, timeout).await {
-                        self.back_off(&mut budget).await;
-                    }
-                    continue;
-                }
-                Err(AttemptError::Status(s)) => {
-                    let verdict = classify(&s);
-                    state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
-                    state.last = format!("{addr}: {}: {}", s.code(), s.message());
-                    if verdict.invalid_argument {
-                        return Err(state.into_error(FailureKind::InvalidArgument));
-                    }
-                    if !verdict.retry {
-                        return Err(state.into_error(FailureKind::Unavailable));
-                    }
-                    // The owner may be dead and its sections moved: ask someone else for routes.
-                    if !self.learn_routes_elsewhere(&addr, timeout).await {
-                        self.back_off(&mut budget).await;
-                    }
+                Err(e) => {
+                    self.after_failed_attempt(op, &addr, e, timeout, &mut state, &mut budget)
+                        .await?;
                     continue;
                 }
             };
-            let changed = self.inner.routes.offer(reply.routes);
+            let changed = self.learn_from(reply.map.as_ref(), reply.routes);
             match reply.outcome {
                 pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
-                    return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
+                    let Some(why) = self.refused_answer(uid, reply.owner.as_ref()) else {
+                        return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
+                    };
+                    state.maybe_taken |= op.consumes();
+                    state.last = format!("{addr}: {why}");
+                    self.learn_routes_elsewhere(&addr, timeout).await;
                 }
                 pb::Outcome::NotOwner => {
                     state.last = format!("{addr}: not the owner of uid {uid}");
-                    if changed {
+                    // The reply's table or map changed the route, or another server's may.
+                    if changed || self.learn_routes_elsewhere(&addr, timeout).await {
                         tracing::debug!(%uid, %addr, "not owner; resending with the new route table");
                         continue;
                     }
@@ -281,10 +307,46 @@ impl Client {
         Err(state.into_error(FailureKind::Unavailable))
     }
 
-    /// After `avoid` failed, asks one other known AllocSvr (a seed or another routed owner) for
-    /// its route table, so that a client whose table names a dead owner learns where its sections
-    /// went. Returns whether the cached table changed. One bounded attempt; a read, so nothing is
-    /// consumed.
+    /// Notes an attempt that produced no reply; `Err` ends the call (a refusal retrying cannot
+    /// change). Otherwise asks another server for routes (the owner may be dead and its sections
+    /// moved), backing off when that changed nothing.
+    async fn after_failed_attempt(
+        &self,
+        op: Op,
+        addr: &str,
+        e: AttemptError,
+        timeout: Duration,
+        state: &mut Unsettled,
+        budget: &mut Budget,
+    ) -> Result<(), ClientError> {
+        match e {
+            AttemptError::TimedOut => {
+                state.maybe_taken |= op.consumes();
+                state.last = format!("{addr}: attempt timed out after {timeout:?}");
+            }
+            AttemptError::Status(s) => {
+                let verdict = classify(&s);
+                state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
+                state.last = format!("{addr}: {}: {}", s.code(), s.message());
+                if verdict.invalid_argument {
+                    return Err(std::mem::take(state).into_error(FailureKind::InvalidArgument));
+                }
+                if !verdict.retry {
+                    return Err(std::mem::take(state).into_error(FailureKind::Unavailable));
+                }
+            }
+        }
+        if !self.learn_routes_elsewhere(addr, timeout).await {
+            self.back_off(budget).await;
+        }
+        Ok(())
+    }
+
+    /// After `avoid` failed, asks one other known AllocSvr (a seed, a routed owner or one the map
+    /// lists) for its route table and the cluster map (sending map version 0, so the map always
+    /// comes back), so that a client whose table names a dead owner, or whose map does not know a
+    /// set, learns where its sections went. Returns whether the cached table or map changed. One
+    /// bounded attempt; a read, so nothing is consumed.
     pub(crate) async fn learn_routes_elsewhere(&self, avoid: &str, timeout: Duration) -> bool {
         let routes = self.routes();
         let mut candidates: Vec<&str> = self.inner.seeds.all().iter().map(String::as_str).collect();
@@ -296,8 +358,8 @@ impl Client {
             return false;
         }
         let addr = candidates[rand::random_range(0..candidates.len())].to_owned();
-        match self.send_single(Op::Get, &addr, Uid(0), 0, timeout).await {
-            Ok(reply) => self.inner.routes.offer(reply.routes),
+        match self.send_single(Op::Get, &addr, Uid(0), (0, 0), timeout).await {
+            Ok(reply) => self.learn_from(reply.map.as_ref(), reply.routes),
             Err(_) => false,
         }
     }
@@ -325,12 +387,13 @@ impl Client {
             .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES))
     }
 
+    /// One RPC to `addr` with the caller's `(route_version, map_version)`.
     async fn send_single(
         &self,
         op: Op,
         addr: &str,
         uid: Uid,
-        route_version: u64,
+        (route_version, map_version): (u64, u64),
         timeout: Duration,
     ) -> Result<SingleReply, AttemptError> {
         let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
@@ -342,6 +405,7 @@ impl Client {
                         route_version,
                     });
                     req.set_timeout(timeout);
+                    map_header::write(req.metadata_mut(), map_version);
                     client.fetch_next_seq(req).await.map(|r| {
                         let r = r.into_inner();
                         SingleReply {
@@ -349,6 +413,7 @@ impl Client {
                             value: r.seq,
                             routes: r.routes,
                             owner: r.owner,
+                            map: r.map,
                         }
                     })
                 }
@@ -358,6 +423,7 @@ impl Client {
                         route_version,
                     });
                     req.set_timeout(timeout);
+                    map_header::write(req.metadata_mut(), map_version);
                     client.get_cur_seq(req).await.map(|r| {
                         let r = r.into_inner();
                         SingleReply {
@@ -365,6 +431,7 @@ impl Client {
                             value: r.cur_seq,
                             routes: r.routes,
                             owner: r.owner,
+                            map: r.map,
                         }
                     })
                 }

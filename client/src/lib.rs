@@ -8,6 +8,10 @@
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//! - [`MapView`]: the cluster map learned from replies (sent with the caller's map version in a
+//!   header; a server adds the map only when that version is older). It tells the client which set
+//!   serves a uid and where that set's AllocSvrs are, so seeds in one set reach every set, and a
+//!   number is accepted only from a set the map allows to answer for the uid.
 //!
 //! Promise kept here (docs/DESIGN.md, Promises): a call never returns a number it did not get from an owner's OK
 //! reply, and a call that timed out or lost its reply is reported as [`ClientError::Unknown`] — "may
@@ -36,6 +40,7 @@ mod client;
 mod coalesce;
 mod config;
 mod error;
+mod map;
 mod retry;
 mod routing;
 
@@ -44,4 +49,5 @@ pub use client::{Client, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
+pub use map::MapView;
 pub use routing::RouteSet;

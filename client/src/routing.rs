@@ -4,9 +4,14 @@
 //! the caller's version is older), so a late reply carrying an old table cannot move the client back.
 //! Readers take a cheap `Arc` clone under a read lock and never hold the lock across an `.await`.
 //!
-//! Deliberately left out: learning routes from StoreSvr or the cluster map. The data plane hands
-//! each set's table out on demand, which keeps the client independent of the control plane; a
-//! client that should reach several sets is given seeds in each of them.
+//! A uid goes to the owner a route table names for it (the table of the set the cluster map gives
+//! it to first). When no table names one, the client asks an AllocSvr of the set that should
+//! serve it — the set a newer table says the section went to, or the map's set — at an address
+//! the map lists for that set, and the reply carries that set's table. So seeds in one set are
+//! enough: the other sets are found through the map (see `map`).
+//!
+//! Deliberately left out: learning routes or the map from StoreSvrs. The data plane hands both
+//! out on demand, which keeps the client independent of the control plane.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,8 +22,9 @@ use seqsvr_proto::{Routes, Uid, pb};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{ClientError, FailureKind};
+use crate::map::MapView;
 
-/// The latest valid route table of every set heard from.
+/// The latest valid route table of every set heard from, and the latest cluster map.
 ///
 /// Each set's table covers the whole uid space but names an owner only for the sections that set
 /// serves; a uid is sent to the owner some table names under that table's own set. Two tables
@@ -27,6 +33,7 @@ use crate::error::{ClientError, FailureKind};
 #[derive(Debug, Default, Clone)]
 pub struct RouteSet {
     by_set: BTreeMap<u64, Arc<Routes>>,
+    map: Option<Arc<MapView>>,
 }
 
 /// Where a uid's request goes.
@@ -52,33 +59,73 @@ impl RouteSet {
         self.by_set.is_empty()
     }
 
-    /// The uid space's size, from any table (every set has the same).
+    /// The latest cluster map heard from, if any.
+    pub fn map(&self) -> Option<&Arc<MapView>> {
+        self.map.as_ref()
+    }
+
+    /// The version of the latest map (0 = none): what requests send.
+    pub fn map_version(&self) -> u64 {
+        self.map.as_ref().map_or(0, |m| m.version())
+    }
+
+    /// The uid space's size, from any table or the map (every set has the same).
     pub fn uid_limit(&self) -> Option<u64> {
-        self.tables().next().map(|t| t.uid_limit())
+        let from_map = || self.map.as_ref().map(|m| m.uid_limit());
+        self.tables().next().map(|t| t.uid_limit()).or_else(from_map)
     }
 
     pub fn section_size(&self) -> Option<u64> {
-        self.tables().next().map(|t| t.section_size())
+        let from_map = || self.map.as_ref().map(|m| m.section_size());
+        self.tables().next().map(|t| t.section_size()).or_else(from_map)
     }
 
-    /// The owner some table names for `uid` under its own set, with that table's version.
+    /// The set the map gives `uid`'s section to.
+    fn map_set(&self, uid: Uid) -> Option<u64> {
+        let map = self.map.as_ref()?;
+        map.set_of(uid.section(map.section_size()))
+    }
+
+    /// The owner a table names for `uid` under its own set, with that table's version: the
+    /// table of the map's set first, then any.
     pub(crate) fn owner_of(&self, uid: Uid) -> Option<(&str, u64)> {
-        self.tables().find_map(|t| {
+        fn owner(t: &Routes, uid: Uid) -> Option<(&str, u64)> {
             let target = t.lookup(uid)?;
             (!target.addr.is_empty() && target.set_id == t.set_id()).then_some((target.addr, t.version()))
-        })
+        }
+        let preferred = self.map_set(uid).and_then(|set| self.by_set.get(&set));
+        preferred
+            .and_then(|t| owner(t, uid))
+            .or_else(|| self.tables().find_map(|t| owner(t, uid)))
     }
 
-    /// Whether `addr` is an owner some table names.
+    /// The set to ask about `uid` when no table names its owner: where the table of the map's set
+    /// says the section went (the data plane learns of a move before the map switches), else the
+    /// map's set; without a map, a set some table says the section went to.
+    pub(crate) fn set_to_ask(&self, uid: Uid) -> Option<u64> {
+        let went = |t: &Arc<Routes>| t.lookup(uid).map(|x| x.set_id).filter(|&s| s != t.set_id());
+        match self.map_set(uid) {
+            Some(set) => Some(self.by_set.get(&set).and_then(went).unwrap_or(set)),
+            None => self.tables().find_map(went),
+        }
+    }
+
+    /// Whether `addr` is an owner some table names, or an AllocSvr the map lists.
     pub(crate) fn routes_to(&self, addr: &str) -> bool {
         self.tables().any(|t| t.entries().iter().any(|e| e.addr == addr))
+            || self.map.as_ref().is_some_and(|m| m.all_allocsvrs().any(|a| a == addr))
     }
 
-    /// Every owner address the tables name.
+    /// Every AllocSvr address known: owners the tables name and those the map lists.
     pub(crate) fn owner_addrs(&self) -> Vec<&str> {
-        self.tables()
+        let mut addrs: Vec<&str> = self
+            .tables()
             .flat_map(|t| t.entries().iter().map(|e| e.addr.as_str()))
-            .collect()
+            .collect();
+        if let Some(m) = &self.map {
+            addrs.extend(m.all_allocsvrs());
+        }
+        addrs
     }
 }
 
@@ -118,6 +165,30 @@ impl RouteCache {
         *current = Arc::new(next);
         true
     }
+
+    /// Installs `map` when it is valid and newer than the cached one; true when it did.
+    pub(crate) fn offer_map(&self, map: Option<&pb::ClusterMap>) -> bool {
+        let Some(map) = map else { return false };
+        if map.version <= self.get().map_version() {
+            return false;
+        }
+        let view = match MapView::new(map) {
+            Ok(v) => Arc::new(v),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring a malformed cluster map from a server");
+                return false;
+            }
+        };
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.map_version() >= view.version() {
+            return false;
+        }
+        tracing::info!(version = view.version(), "cluster map updated");
+        let mut next = (**current).clone();
+        next.map = Some(view);
+        *current = Arc::new(next);
+        true
+    }
 }
 
 /// Where to send a request for one uid: its owner, or a seed when no table names one.
@@ -130,16 +201,25 @@ pub(crate) fn target_addr(routes: &RouteSet, uid: Uid, seeds: &Seeds) -> Result<
             format!("uid {uid} is outside [0, {limit})"),
         ));
     }
-    Ok(match routes.owner_of(uid) {
-        Some((addr, version)) => Target {
+    if let Some((addr, version)) = routes.owner_of(uid) {
+        return Ok(Target {
             addr: addr.to_owned(),
             version,
-        },
-        // Unowned or being moved: ask a seed, whose reply carries its table.
-        None => Target {
-            addr: seeds.next().to_owned(),
-            version: 0,
-        },
+        });
+    }
+    // Unowned, being moved or in a set not heard from yet: ask an AllocSvr of the set that should
+    // serve it (its reply carries its table), or a seed when the map lists none.
+    let listed = routes
+        .set_to_ask(uid)
+        .and_then(|set| Some(routes.map()?.allocsvrs(set)))
+        .filter(|a| !a.is_empty());
+    let addr = match listed {
+        Some(addrs) => addrs[rand::random_range(0..addrs.len())].as_str(),
+        None => seeds.next(),
+    };
+    Ok(Target {
+        addr: addr.to_owned(),
+        version: 0,
     })
 }
 

@@ -222,3 +222,110 @@ async fn not_owner_without_a_newer_table_fails_at_the_deadline_as_a_failure() {
     assert!(b.data_rpcs() >= 2, "retried with backoff");
     assert!(b.data_rpcs() < 64, "bounded: {}", b.data_rpcs());
 }
+
+/// A map of the fakes' 10 sections (section size 100, uid limit 1,000) all given to `set`.
+fn cluster_map(version: u64, set: u64, allocsvrs: &[&str]) -> seqsvr_proto::pb::ClusterMap {
+    use seqsvr_proto::pb;
+    pb::ClusterMap {
+        version,
+        sets: vec![pb::SetInfo {
+            set_id: set,
+            stores: vec![],
+            allocsvrs: allocsvrs.iter().map(|a| a.to_string()).collect(),
+        }],
+        ranges: vec![pb::MapRange {
+            section_begin: 0,
+            section_end: 10,
+            set_id: set,
+        }],
+        section_size: 100,
+        uid_limit: 1_000,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_stale_client_gets_the_map_once_and_an_up_to_date_one_gets_no_map() {
+    let (a, client) = one_owner().await;
+    *a.state.map.lock().unwrap() = Some(cluster_map(3, 0, &[&a.addr]));
+    assert_eq!(client.map_version(), 0, "connect found no map yet");
+    client.fetch_next_seq(Uid(1)).await.unwrap();
+    assert_eq!(client.map_version(), 3, "learned from the reply");
+    assert_eq!(a.state.maps_sent.load(Ordering::SeqCst), 1);
+    for uid in [1, 2, 500] {
+        client.fetch_next_seq(Uid(uid)).await.unwrap();
+        client.get_cur_seq(Uid(uid)).await.unwrap();
+    }
+    client.batch_fetch(&[Uid(3), Uid(4)]).await.unwrap();
+    assert_eq!(
+        a.state.maps_sent.load(Ordering::SeqCst),
+        1,
+        "up to date: no reply carried the map again"
+    );
+    *a.state.map.lock().unwrap() = Some(cluster_map(4, 0, &[&a.addr]));
+    client.get_cur_seq(Uid(1)).await.unwrap();
+    assert_eq!(client.map_version(), 4);
+}
+
+/// Every answer comes from a set-0 node while the map gives every section to set 1 and no move is
+/// in flight: no number may be returned.
+#[tokio::test]
+async fn a_number_from_a_set_the_map_does_not_allow_is_never_returned() {
+    let (a, client) = one_owner().await;
+    *a.state.map.lock().unwrap() = Some(cluster_map(3, 1, &[&a.addr]));
+    let err = client.fetch_next_seq(Uid(7)).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unknown { .. }), "{err:?}");
+    assert!(a.cur_seq(7) > 0, "the fake did hand numbers out");
+    let batch = client.batch_fetch_each(&[Uid(8)]).await.unwrap();
+    assert!(matches!(batch[0], Err(ClientError::Unknown { .. })), "{batch:?}");
+    // The same map giving the sections to set 0: the answers are taken.
+    *a.state.map.lock().unwrap() = Some(cluster_map(4, 0, &[&a.addr]));
+    client.get_cur_seq(Uid(1)).await.unwrap();
+    assert!(client.fetch_next_seq(Uid(7)).await.is_ok());
+}
+
+/// A client with seeds in one "set" reaches an AllocSvr it was never told of, through the
+/// addresses the map lists for the set a section went to.
+#[tokio::test]
+async fn a_set_without_seeds_is_reached_through_the_map() {
+    use seqsvr_proto::pb;
+    let a = FakeAlloc::start().await;
+    let b = FakeAlloc::start().await;
+    // Set 0 (fake A) gave sections [0, 5) to set 1 (fake B).
+    let mut a_table = table(2, &[(0, 5, ""), (5, 10, &a.addr)]);
+    a_table.entries[0].set_id = 1;
+    a.set_routes(a_table);
+    let mut b_table = table(1, &[(0, 5, &b.addr), (5, 10, "")]);
+    b_table.set_id = 1;
+    b_table.entries[0].set_id = 1;
+    b.set_routes(b_table);
+    let mut map = cluster_map(5, 0, &[&a.addr]);
+    map.sets.push(pb::SetInfo {
+        set_id: 1,
+        stores: vec![],
+        allocsvrs: vec![b.addr.clone()],
+    });
+    map.ranges = vec![
+        pb::MapRange {
+            section_begin: 0,
+            section_end: 5,
+            set_id: 1,
+        },
+        pb::MapRange {
+            section_begin: 5,
+            section_end: 10,
+            set_id: 0,
+        },
+    ];
+    *a.state.map.lock().unwrap() = Some(map);
+    let client = Client::connect(config(&[&a.addr])).await.unwrap();
+    assert_eq!(client.map_version(), 5);
+    let got = client.fetch_next_seq(Uid(42)).await.unwrap();
+    assert_eq!(got.seq, 1);
+    assert_eq!(b.cur_seq(42), 1, "set 1's AllocSvr served it");
+    assert_eq!(
+        client.routes().table(1).unwrap().version(),
+        1,
+        "and its table was learned"
+    );
+}

@@ -7,6 +7,7 @@
 //! - [`types`]: `Uid`, `SectionId`, `Epoch`, `NodeId`, `Incarnation` so that
 //!   values that look alike cannot be swapped by mistake.
 //! - [`routes`]: a validated route table with uid → owner lookup.
+//! - [`map_header`]: the request header that carries a data-plane caller's cluster map version.
 //! - [`limits`]: every message size and per-request count, shared by servers and clients.
 //! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
@@ -19,6 +20,7 @@
 pub mod addr;
 pub mod cli;
 pub mod limits;
+pub mod map_header;
 pub mod params;
 pub mod reflection;
 pub mod routes;

@@ -72,6 +72,11 @@ pub const MAX_BUMP_ITEMS: usize = 1 << 16;
 /// larger calls into batches of this size.
 pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 
+/// Most bytes of an encoded cluster map a set keeps as its cached copy (`PublishMap`): one Raft
+/// command, and handed out whole in data-plane replies to callers that are behind. A map of 64
+/// sets with 16 addresses each and a few thousand ranges and moves stays far below it.
+pub const MAX_MAP_BYTES: usize = 1 << 20;
+
 // ---- Raft entries and the log -----------------------------------------------------------------
 
 /// Most commands the StoreSvr writer packs into one Raft entry: bounds the apply time of one entry.

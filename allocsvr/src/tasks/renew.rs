@@ -127,6 +127,7 @@ impl Renewer {
         let req = pb::RenewRequest {
             incarnation: incarnation.0,
             route_version: self.shared.route_version(),
+            map_version: self.shared.map_version(),
         };
         match self.shared.store().renew(req, self.wait).await {
             Ok(reply) if reply.status == pb::RenewStatus::Ok as i32 => {
@@ -152,6 +153,7 @@ impl Renewer {
     fn confirmed(&mut self, reply: pb::RenewReply, t_send: Instant, incarnation: Incarnation) {
         let shared = &self.shared;
         shared.store_routes(reply.route_version, reply.routes.clone());
+        shared.store_map(reply.map.clone());
         let generation = shared.owned().generation();
         let unchanged = self
             .last_applied

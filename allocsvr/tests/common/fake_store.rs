@@ -49,6 +49,8 @@ pub struct State {
     pub zero_epoch_bump_replies: bool,
     /// Every Release received, in order.
     pub release_log: Vec<pb::ReleaseRequest>,
+    /// The cluster map a renewal gets when its map version is older.
+    pub map: Option<pb::ClusterMap>,
 }
 
 impl State {
@@ -252,6 +254,8 @@ impl StoreService for Svc {
             handover: st.handover.clone(),
             route_version: st.route_version,
             routes: (req.route_version < st.route_version).then(|| st.routes()),
+            map_version: st.map.as_ref().map_or(0, |m| m.version),
+            map: st.map.clone().filter(|m| req.map_version < m.version),
         }))
     }
 

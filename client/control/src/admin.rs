@@ -55,6 +55,11 @@ impl AdminClient {
         self.leader.call(pb::ChangeMapRequest { change: Some(change) }).await
     }
 
+    /// Keeps `map` as the set's cached copy unless the set has that version or a newer one.
+    pub async fn publish_map(&self, map: pb::ClusterMap) -> Result<pb::PublishMapReply, ControlError> {
+        self.leader.call(pb::PublishMapRequest { map: Some(map) }).await
+    }
+
     /// Applies one range step of a move on this group's set.
     pub async fn range_step(&self, req: pb::RangeStepRequest) -> Result<pb::RangeStepReply, ControlError> {
         self.leader.call(req).await
@@ -100,4 +105,5 @@ admin_call! {
     RangeStepRequest => RangeStepReply, range_step;
     ExportStatusRequest => ExportStatusReply, export_status;
     DrainAllocSvrRequest => DrainAllocSvrReply, drain_alloc_svr;
+    PublishMapRequest => PublishMapReply, publish_map;
 }

@@ -17,6 +17,11 @@
 //! 6. target installs `max(own, source's)` and owns the range;
 //! 7. the map switches (clients go to the target); 8. the source tombstones; done.
 //!
+//! After every change of the map it makes (add a set, record, switch, done, cancel) the driver
+//! publishes the map to every set it lists ([`Mover::publish`]), with each set's AllocSvr
+//! addresses, so that every server can hand the map to clients. Best effort: a set that cannot be
+//! reached keeps its older copy until a later publish; the move itself never waits for it.
+//!
 //! Left out: choosing ranges (the operator does) and rebalancing AllocSvrs inside a set.
 
 use std::collections::BTreeMap;
@@ -27,6 +32,10 @@ use seqsvr_proto::pb::change_map_request::Change;
 
 use crate::admin::AdminClient;
 use crate::leader::{ControlError, Seed, StoreTimeouts};
+use crate::store::StoreClient;
+
+/// Longest a publish waits for one set: a set that is down must not hold a move up.
+const PUBLISH_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a move command failed.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +120,52 @@ impl Mover {
             set_id,
             stores,
         });
-        check_change(self.meta.change_map(add).await?)
+        let reply = check_change(self.meta.change_map(add).await?)?;
+        self.publish().await;
+        Ok(reply)
+    }
+
+    /// Publishes set 0's current map to every set it lists, each set's entry filled with the
+    /// data-plane addresses of the AllocSvrs registered there now. Best effort: a set that cannot
+    /// be reached is skipped and logged. Returns the sets that hold the published version now.
+    pub async fn publish(&self) -> Vec<u64> {
+        let mut map = match self.map().await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster map to publish it");
+                return Vec::new();
+            }
+        };
+        let timeouts = StoreTimeouts {
+            attempt: self.timeouts.attempt.min(PUBLISH_WAIT),
+            overall: self.timeouts.overall.min(PUBLISH_WAIT),
+        };
+        let mut admins = Vec::new();
+        for set in &mut map.sets {
+            let seeds: Result<Vec<Seed>, String> = set.stores.iter().map(|a| Seed::parse(a)).collect();
+            let Ok(seeds) = seeds else { continue };
+            let status = match StoreClient::new(seeds.clone(), timeouts) {
+                Ok(c) => c.status().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match status {
+                Ok(s) => set.allocsvrs = alloc_addrs(&s),
+                Err(e) => {
+                    tracing::warn!(set = set.set_id, error = %e, "no status: the map lists none of its AllocSvrs")
+                }
+            }
+            if let Ok(a) = AdminClient::new(seeds, timeouts) {
+                admins.push((set.set_id, a));
+            }
+        }
+        let mut took = Vec::new();
+        for (set_id, admin) in admins {
+            match admin.publish_map(map.clone()).await {
+                Ok(_) => took.push(set_id),
+                Err(e) => tracing::warn!(set = set_id, version = map.version, error = %e, "map not published"),
+            }
+        }
+        took
     }
 
     /// Refuses a range not on section boundaries (naming the nearest ones), and turns uids into
@@ -179,7 +233,9 @@ impl Mover {
             }),
             driver: self.driver,
         });
-        Ok(check_change(self.meta.change_map(begin).await?)?.version)
+        let version = check_change(self.meta.change_map(begin).await?)?.version;
+        self.publish().await;
+        Ok(version)
     }
 
     /// Takes move `op` over from whichever driver had it.
@@ -200,6 +256,12 @@ impl Mover {
             ceilings,
         });
         check_change(self.meta.change_map(advance).await?)?;
+        if matches!(
+            phase,
+            pb::MovePhase::Switched | pb::MovePhase::Done | pb::MovePhase::Cancelled
+        ) {
+            self.publish().await;
+        }
         Ok(())
     }
 
@@ -321,6 +383,19 @@ impl Mover {
         self.set_admin(&map, m.to_set)?.range_step(cancel).await?;
         Ok(())
     }
+}
+
+/// The distinct data-plane addresses of a set's registered AllocSvrs.
+fn alloc_addrs(s: &pb::StatusReply) -> Vec<String> {
+    let mut addrs: Vec<String> = s
+        .allocsvrs
+        .iter()
+        .map(|a| a.addr.clone())
+        .filter(|a| !a.is_empty())
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs
 }
 
 fn seeds_of(map: &pb::ClusterMap, set_id: u64) -> Result<Vec<Seed>, MoveError> {

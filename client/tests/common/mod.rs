@@ -64,6 +64,10 @@ pub struct FakeState {
     pub invalid: AtomicBool,
     /// Delay every reply by this many milliseconds, after its numbers were handed out.
     pub delay_ms: AtomicU64,
+    /// The cluster map, handed to callers whose `seqsvr-map-version` header is older.
+    pub map: Mutex<Option<pb::ClusterMap>>,
+    /// How many replies carried the map.
+    pub maps_sent: AtomicU64,
 }
 
 /// A running fake server; stopped when dropped.
@@ -140,6 +144,19 @@ impl FakeState {
         Ok(())
     }
 
+    /// The server's map version and, for a caller whose header names an older one, the map.
+    fn map_for(&self, metadata: &tonic::metadata::MetadataMap) -> (u64, Option<pb::ClusterMap>) {
+        let map = self.map.lock().unwrap().clone();
+        let version = map.as_ref().map_or(0, |m| m.version);
+        match seqsvr_proto::map_header::read(metadata) {
+            Some(v) if v < version => {
+                self.maps_sent.fetch_add(1, Ordering::SeqCst);
+                (version, map)
+            }
+            _ => (version, None),
+        }
+    }
+
     /// Holds a reply that was already decided (numbers consumed) for `delay_ms`.
     async fn slow_reply(&self) {
         let delay = self.delay_ms.load(Ordering::SeqCst);
@@ -172,6 +189,7 @@ impl FakeState {
                 table.uid_limit
             )));
         }
+        let set_id = table.set_id;
         let routes = Routes::new(table).expect("test tables are valid");
         let target = routes.lookup(Uid(uid)).unwrap();
         if target.addr != self.addr {
@@ -205,7 +223,7 @@ impl FakeState {
                 node_id: target.node_id.0,
                 incarnation: target.incarnation.0,
                 epoch: 1,
-                set_id: 0,
+                set_id,
             }),
         })
     }
@@ -222,6 +240,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.fetch_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         let d = s.decide(req.uid, true)?;
         s.slow_reply().await;
@@ -232,6 +251,8 @@ impl AllocService for Svc {
             route_version,
             routes,
             owner: d.owner,
+            map_version,
+            map,
         }))
     }
 
@@ -239,6 +260,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.get_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         let d = s.decide(req.uid, false)?;
         let (route_version, routes) = s.routes_for(req.route_version);
@@ -248,6 +270,8 @@ impl AllocService for Svc {
             route_version,
             routes,
             owner: d.owner,
+            map_version,
+            map,
         }))
     }
 
@@ -258,6 +282,7 @@ impl AllocService for Svc {
         let s = &self.0;
         s.batch_rpcs.fetch_add(1, Ordering::SeqCst);
         s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
         let req = req.into_inner();
         if req.uids.is_empty() || req.uids.len() > 1_000 {
             return Err(Status::invalid_argument(format!("{} uids in a batch", req.uids.len())));
@@ -278,6 +303,8 @@ impl AllocService for Svc {
         let (route_version, routes) = s.routes_for(req.route_version);
         reply.route_version = route_version;
         reply.routes = routes;
+        reply.map_version = map_version;
+        reply.map = map;
         Ok(Response::new(reply))
     }
 }

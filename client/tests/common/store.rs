@@ -156,6 +156,9 @@ impl AdminService for Admin {
     ) -> Result<Response<pb::DrainAllocSvrReply>, Status> {
         Err(Status::unimplemented("not faked"))
     }
+    async fn publish_map(&self, _req: Request<pb::PublishMapRequest>) -> Result<Response<pb::PublishMapReply>, Status> {
+        Err(Status::unimplemented("not faked"))
+    }
     async fn export_status(
         &self,
         _req: Request<pb::ExportStatusRequest>,

@@ -55,6 +55,7 @@ impl AllocService for Echo {
             route_version: req.route_version,
             routes: None,
             owner: Some(self.owner(req.uid)),
+            ..Default::default()
         }))
     }
 
@@ -69,6 +70,7 @@ impl AllocService for Echo {
             route_version: req.route_version,
             routes: None,
             owner: Some(self.owner(req.uid)),
+            ..Default::default()
         }))
     }
 
@@ -96,6 +98,7 @@ impl AllocService for Echo {
             route_version: req.route_version,
             routes: None,
             owners,
+            ..Default::default()
         }))
     }
 }

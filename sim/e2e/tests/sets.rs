@@ -5,8 +5,10 @@
 //!
 //! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
 //!
-//! Left out: load during the move and killing `seqctl` mid-move (the simulator's move faults, to
-//! come), and the client library routing across sets (it follows one set's route table today).
+//! A client given seeds in set 0 only follows a move into set 1: it learns the cluster map (and
+//! from it set 1's AllocSvrs) from set 0's replies.
+//!
+//! Left out: the simulator's move faults (to come).
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -405,18 +407,24 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
         "the lease was not waited out: {took:?}"
     );
     assert!(after > before, "set 1 served {after} after set 0 served {before}");
-    // The paused owner wakes up with its memory of the range: it must not hand out any of it.
+    // The paused owner wakes up with its memory of the range: it must not hand out any of it. A
+    // client seeded at it follows the cluster map to set 1 instead (AllocSvr node 2).
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let out = tokio::process::Command::new(bin("seqctl"))
         .args(["--alloc", &c.allocs[0], "--json", "fetch", &uid.to_string()])
         .output()
         .await
         .unwrap();
-    assert!(
-        !out.status.success(),
-        "set 0's old owner served a moved uid: {}",
-        text(&out)
-    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    if out.status.success() {
+        assert_eq!(
+            v["owner"]["node_id"].as_u64(),
+            Some(2),
+            "set 0's old owner served a moved uid: {}",
+            text(&out)
+        );
+        assert!(v["seq"].as_u64() > Some(after), "{}", text(&out));
+    }
 }
 
 /// Negative control: with `--unsafe-skip-move-wait` the source hands out its final ceilings while
@@ -546,4 +554,83 @@ async fn a_move_under_load_never_repeats_or_steps_back_and_leaves_other_uids_alo
         }
         assert!(gap < Duration::from_secs(2), "uid {uid} went unserved for {gap:?}");
     }
+}
+
+/// A client with seeds in set 0 only, fetching one uid throughout a move of its range into set 1:
+/// it learns set 1 from the cluster map that set 0's AllocSvr hands it, keeps getting strictly
+/// increasing seqs, and ends up asking set 1 directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_seeded_in_set_0_only_follows_a_move_into_set_1_through_the_map() {
+    let c = TwoSets::start();
+    let uid = 250_000;
+    c.fetch(0, uid).await;
+    // Set 1's AllocSvr has registered: the move's publishes list it in the map.
+    let store1 = seqsvr_control::StoreClient::new(
+        vec![seqsvr_control::Seed::parse(&c.stores[1]).unwrap()],
+        seqsvr_control::StoreTimeouts::default(),
+    )
+    .unwrap();
+    poll_until(WAIT, || async {
+        store1.status().await.ok().filter(|s| !s.allocsvrs.is_empty())
+    })
+    .await
+    .expect("set 1's AllocSvr registers");
+    c.add_set_1().await;
+    let cfg = seqsvr_client::ClientConfig::new(vec![c.allocs[0].clone()]);
+    let client = seqsvr_client::Client::connect(cfg).await.expect("client");
+    let first = client
+        .fetch_next_seq(seqsvr_proto::Uid(uid))
+        .await
+        .expect("before the move");
+    assert!(
+        client.map_version() >= 1,
+        "the map came with a reply: v{}",
+        client.map_version()
+    );
+    assert!(client.routes().table(1).is_none(), "nothing known of set 1 yet");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let during = tokio::spawn(fetch_loop(client.clone(), uid, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let moved = c
+        .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "200000..300000"])
+        .await;
+    assert!(moved.status.success(), "{}", text(&moved));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = during.await.unwrap();
+    let mut last = first.seq;
+    let mut served_after = 0;
+    let done = Instant::now() - Duration::from_millis(1_000);
+    for (t, r) in &calls {
+        if let Ok(seq) = r {
+            assert!(*seq > last, "uid {uid}: {seq} after {last}");
+            last = *seq;
+            served_after += usize::from(*t > done);
+        }
+    }
+    assert!(
+        served_after > 10,
+        "hardly served after the move: {served_after} of {}",
+        calls.len()
+    );
+
+    assert!(client.map_version() >= 4, "the switched map: v{}", client.map_version());
+    let routes = client.routes();
+    assert!(
+        routes.table(1).is_some(),
+        "set 1's table, learned without a seed in set 1"
+    );
+    let map = routes.map().expect("map");
+    assert_eq!(
+        map.allocsvrs(1),
+        [c.allocs[1].clone()],
+        "the map lists set 1's AllocSvr"
+    );
+    let next = client
+        .fetch_next_seq(seqsvr_proto::Uid(uid))
+        .await
+        .expect("after the move");
+    assert!(next.seq > last);
+    assert!(c.fetch(1, uid).await > next.seq, "set 1 serves the uid now");
 }

@@ -201,6 +201,8 @@ pub enum Command {
     Map(MapCommand),
     /// Hand every section of node `node_id`'s current incarnation to the other AllocSvrs.
     Drain { node_id: NodeId },
+    /// Keep a published copy of the cluster map unless the set has this version or a newer one.
+    CacheMap(CachedMap),
 }
 
 /// Result of one command.
@@ -235,6 +237,20 @@ pub enum CommandResult {
     Draining {
         incarnation: Option<Incarnation>,
     },
+    /// The version of the cached map after a `CacheMap`; `already` when it was not older.
+    MapCached {
+        version: u64,
+        already: bool,
+    },
+}
+
+/// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
+/// its version. The state machine never looks inside (the servers hand it out as they got it), so
+/// the log does not depend on the map's wire shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CachedMap {
+    pub version: u64,
+    pub encoded: Vec<u8>,
 }
 
 /// The whole replicated state of a set.
@@ -257,6 +273,10 @@ pub struct SetState {
     pub moves: BTreeMap<OpId, LocalMove>,
     /// The cluster map, in set 0 (its home) only.
     pub map: Option<ClusterMap>,
+    /// The newest published copy of the cluster map, in every set (set 0 too: the copy lists the
+    /// sets' AllocSvr addresses, which its own map does not). Last field on purpose: a snapshot
+    /// written before it existed is read with `None` here (see `storage::sm_store`).
+    pub cached_map: Option<CachedMap>,
 }
 
 impl SetState {
@@ -299,6 +319,7 @@ impl SetState {
                     }),
                 }
             }
+            Command::CacheMap(m) => self.cache_map(m),
             Command::Map(change) => match self.map.as_mut() {
                 Some(map) => CommandResult::Map(map.apply(change)),
                 None => CommandResult::Refused(format!(
@@ -306,6 +327,23 @@ impl SetState {
                     params.set_id
                 )),
             },
+        }
+    }
+
+    /// Keeps `m` unless the cached copy is as new or newer, so that a late or repeated publish never
+    /// takes the set back to an older map. Set 0's authoritative map is not touched.
+    fn cache_map(&mut self, m: &CachedMap) -> CommandResult {
+        let have = self.cached_map.as_ref().map_or(0, |c| c.version);
+        if m.version <= have {
+            return CommandResult::MapCached {
+                version: have,
+                already: true,
+            };
+        }
+        self.cached_map = Some(m.clone());
+        CommandResult::MapCached {
+            version: m.version,
+            already: false,
         }
     }
 
@@ -663,6 +701,56 @@ mod tests {
         let bytes = postcard::to_stdvec(&cmd).unwrap();
         assert_eq!(bytes, [2, 17, 1, 3, 2, 0xAC, 0x02]);
         assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+    }
+
+    fn cache(st: &mut SetState, version: u64, tag: u8) -> CommandResult {
+        let m = CachedMap {
+            version,
+            encoded: vec![tag],
+        };
+        st.apply(&Command::CacheMap(m), false)
+    }
+
+    #[test]
+    fn a_cached_map_is_replaced_only_by_a_newer_one() {
+        let mut st = SetState::default();
+        st.apply(&Command::Init(SetParams { set_id: 1, ..params() }), false);
+        let cases = [
+            (3, 1, false, 3, 1),
+            (3, 2, true, 3, 1), // a repeated publish changes nothing
+            (2, 3, true, 3, 1), // a late, older one neither
+            (5, 4, false, 5, 4),
+        ];
+        for (version, tag, already, have, kept) in cases {
+            assert_eq!(
+                cache(&mut st, version, tag),
+                CommandResult::MapCached { version: have, already },
+                "publish v{version}"
+            );
+            let c = st.cached_map.as_ref().unwrap();
+            assert_eq!((c.version, c.encoded[0]), (have, kept), "after v{version}");
+        }
+        assert_eq!(st.map, None, "set 1 has no authoritative map");
+    }
+
+    #[test]
+    fn set_0_caches_a_copy_and_keeps_its_own_map_unchanged() {
+        let mut st = SetState::default();
+        st.apply(&Command::Init(params()), false);
+        let before = st.map.clone().expect("set 0 keeps the map");
+        assert!(matches!(
+            cache(&mut st, 9, 1),
+            CommandResult::MapCached { already: false, .. }
+        ));
+        assert_eq!(st.map.as_ref(), Some(&before), "the authoritative map moved");
+        assert_eq!(st.cached_map.as_ref().map(|c| c.version), Some(9));
+    }
+
+    #[test]
+    fn an_uninitialized_set_caches_nothing() {
+        let mut st = SetState::default();
+        assert!(matches!(cache(&mut st, 1, 1), CommandResult::Invalid(_)));
+        assert_eq!(st.cached_map, None);
     }
 
     #[test]

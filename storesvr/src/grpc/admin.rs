@@ -176,6 +176,10 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         Ok(Response::new(moves::drain(&self.ctx, req.into_inner().node_id).await?))
     }
 
+    async fn publish_map(&self, req: Request<pb::PublishMapRequest>) -> Result<Response<pb::PublishMapReply>, Status> {
+        Ok(Response::new(moves::publish_map(&self.ctx, req.into_inner()).await?))
+    }
+
     async fn export_status(
         &self,
         req: Request<pb::ExportStatusRequest>,

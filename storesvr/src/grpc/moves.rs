@@ -11,11 +11,12 @@
 
 use std::time::{Duration, Instant};
 
+use prost::Message;
 use seqsvr_proto::{NodeId, pb};
 
 use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
 use crate::domain::moves::RangeCommand;
-use crate::domain::state::{Command, CommandResult, SetParams, Span};
+use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, Span};
 use crate::error::RpcError;
 use crate::grpc::store::check_ranges;
 use crate::shared::{Led, Shared};
@@ -92,6 +93,8 @@ pub fn map_pb(map: &ClusterMap, p: &SetParams, own_stores: &[String]) -> pb::Clu
                 } else {
                     e.stores.clone()
                 },
+                // Only the publisher knows every set's AllocSvrs (see `map_for`).
+                allocsvrs: Vec::new(),
             })
             .collect(),
         ranges: map
@@ -128,15 +131,117 @@ pub async fn get_cluster_map(ctx: &Shared) -> Result<pb::ClusterMapReply, RpcErr
     }
     let own = members(ctx);
     let map = ctx.data(|d| d.set.map.as_ref().map(|m| map_pb(m, &p, &own)));
+    // Elsewhere the cached copy: a hint, which the operator's tools never plan a change from.
+    let map = match map {
+        Some(map) => Some(map),
+        None => cached(ctx)?,
+    };
     match map {
         Some(map) => Ok(pb::ClusterMapReply {
             not_leader: None,
             map: Some(map),
         }),
         None => Err(RpcError::FailedPrecondition(format!(
-            "set {} does not keep the cluster map; ask set 0",
+            "set {} does not keep the cluster map and has no copy yet; ask set 0",
             p.set_id
         ))),
+    }
+}
+
+/// The set's cached copy of the map, decoded.
+fn cached(ctx: &Shared) -> Result<Option<pb::ClusterMap>, RpcError> {
+    let Some(c) = ctx.data(|d| d.set.cached_map.clone()) else {
+        return Ok(None);
+    };
+    pb::ClusterMap::decode(&c.encoded[..]).map(Some).map_err(|e| {
+        RpcError::Internal(format!(
+            "the cached cluster map (version {}) does not decode: {e}",
+            c.version
+        ))
+    })
+}
+
+/// The set's map version, and the map itself when `caller` has an older one: the cached copy or,
+/// on set 0 while its own map is newer than the copy (a change not published yet), its own map
+/// with the AllocSvr addresses of the copy carried over. Only integers are read unless the caller
+/// is behind.
+pub fn map_for(ctx: &Shared, p: &SetParams, caller: u64) -> Result<(u64, Option<pb::ClusterMap>), RpcError> {
+    let (own_v, cached_v) = ctx.data(|d| {
+        let own = d.set.map.as_ref().map_or(0, |m| m.version);
+        (own, d.set.cached_map.as_ref().map_or(0, |c| c.version))
+    });
+    let version = own_v.max(cached_v);
+    if caller >= version {
+        return Ok((version, None));
+    }
+    let copy = cached(ctx)?;
+    if cached_v >= own_v {
+        return Ok((version, copy));
+    }
+    let members = members(ctx);
+    let Some(mut own) = ctx.data(|d| d.set.map.as_ref().map(|m| map_pb(m, p, &members))) else {
+        return Ok((version, copy));
+    };
+    for set in &mut own.sets {
+        if let Some(c) = copy
+            .as_ref()
+            .and_then(|c| c.sets.iter().find(|s| s.set_id == set.set_id))
+        {
+            set.allocsvrs = c.allocsvrs.clone();
+        }
+    }
+    Ok((own.version, Some(own)))
+}
+
+/// Checks a map to publish: for this cluster (same section size and uid space), with a version,
+/// well-formed addresses, and small enough to keep in one command.
+fn check_published(p: &SetParams, map: Option<pb::ClusterMap>) -> Result<CachedMap, RpcError> {
+    let map = map.ok_or_else(|| RpcError::InvalidArgument("no map given".into()))?;
+    if map.version == 0 {
+        return Err(RpcError::InvalidArgument(
+            "a published map has a version above 0".into(),
+        ));
+    }
+    if (map.section_size, map.uid_limit) != (p.section_size, p.uid_limit) {
+        return Err(RpcError::InvalidArgument(format!(
+            "the map is of another cluster: section size {} and uid limit {}, this set has {} and {}",
+            map.section_size, map.uid_limit, p.section_size, p.uid_limit
+        )));
+    }
+    for addr in map.sets.iter().flat_map(|s| s.stores.iter().chain(&s.allocsvrs)) {
+        addr.parse::<seqsvr_proto::addr::HostPort>()
+            .map_err(|e| RpcError::InvalidArgument(format!("address in the map: {e}")))?;
+    }
+    let encoded = map.encode_to_vec();
+    if encoded.len() > seqsvr_proto::limits::MAX_MAP_BYTES {
+        return Err(RpcError::InvalidArgument(format!(
+            "the map is {} bytes; at most {}",
+            encoded.len(),
+            seqsvr_proto::limits::MAX_MAP_BYTES
+        )));
+    }
+    Ok(CachedMap {
+        version: map.version,
+        encoded,
+    })
+}
+
+/// Keeps a published map as the set's cached copy unless it has that version or a newer one.
+pub async fn publish_map(ctx: &Shared, req: pb::PublishMapRequest) -> Result<pb::PublishMapReply, RpcError> {
+    let p = ctx.params()?;
+    let cmd = Command::CacheMap(check_published(&p, req.map)?);
+    match ctx.write(cmd).await? {
+        Led::Elsewhere(hint) => Ok(pb::PublishMapReply {
+            not_leader: Some(hint),
+            ..Default::default()
+        }),
+        Led::Here(CommandResult::MapCached { version, already }) => Ok(pb::PublishMapReply {
+            not_leader: None,
+            version,
+            already,
+        }),
+        Led::Here(CommandResult::Invalid(m)) => Err(RpcError::InvalidArgument(m)),
+        Led::Here(other) => Err(RpcError::Internal(format!("unexpected state machine result {other:?}"))),
     }
 }
 

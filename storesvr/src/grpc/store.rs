@@ -62,6 +62,19 @@ impl StoreSvc {
         }
     }
 
+    /// The sections the arbiter's latest plan asks `incarnation` to hand over.
+    fn handover_of(&self, incarnation: Incarnation) -> Vec<pb::SectionRange> {
+        let plan = self.ctx.plan.lock().expect("plan lock poisoned");
+        let spans = plan.handover.get(&incarnation).map(Vec::as_slice).unwrap_or_default();
+        spans
+            .iter()
+            .map(|span| pb::SectionRange {
+                begin: span.begin.0,
+                end: span.end.0,
+            })
+            .collect()
+    }
+
     /// The route table of the current state, rebuilt only when its version changed.
     fn route_table(&self) -> Result<pb::RouteTable, RpcError> {
         let version = self.ctx.data(|d| d.set.route_version);
@@ -331,28 +344,19 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 ..Default::default()
             }));
         }
+        // Two integers compared unless the AllocSvr is behind (after a map change only). A copy
+        // that cannot be handed out must not cost the owner its lease: the renewal goes on without.
+        let (map_version, map) = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version)
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cluster map not handed out with a renewal");
+                (req.map_version, None)
+            });
         self.ctx
             .liveness
             .lock()
             .expect("liveness lock poisoned")
             .record(incarnation, Instant::now());
-        let handover = self
-            .ctx
-            .plan
-            .lock()
-            .expect("plan lock poisoned")
-            .handover
-            .get(&incarnation)
-            .map(|spans| {
-                spans
-                    .iter()
-                    .map(|span| pb::SectionRange {
-                        begin: span.begin.0,
-                        end: span.end.0,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let handover = self.handover_of(incarnation);
         let routes = if req.route_version < route_version {
             Some(self.route_table()?)
         } else {
@@ -365,6 +369,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
             handover,
             route_version,
             routes,
+            map_version,
+            map,
         }))
     }
 

@@ -72,6 +72,21 @@ fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
     }
 }
 
+/// Decodes a snapshot's state. A snapshot written before `SetState::cached_map` existed ends just
+/// before it: postcard has no field tags, so the missing trailing `Option` is supplied as its
+/// encoding of `None` (one 0 byte) and the state is read with no cached map.
+fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
+    match postcard::from_bytes(bytes) {
+        Ok(data) => Ok(data),
+        Err(first) => {
+            let mut padded = Vec::with_capacity(bytes.len() + 1);
+            padded.extend_from_slice(bytes);
+            padded.push(0);
+            postcard::from_bytes(&padded).map_err(|_| snap_err(ErrorVerb::Read, first))
+        }
+    }
+}
+
 impl StateMachineStore {
     /// Opens the state machine at its latest snapshot (empty if none).
     pub fn open(kv: Arc<dyn KvStore>, rules: UnsafeRules) -> Result<Self, StorageError> {
@@ -79,7 +94,7 @@ impl StateMachineStore {
         let mut persisted = None;
         if let Some(bytes) = kv.get(SNAPSHOT).map_err(|e| snap_err(ErrorVerb::Read, e))? {
             let stored: StoredSnapshot = postcard::from_bytes(&bytes).map_err(|e| snap_err(ErrorVerb::Read, e))?;
-            data = postcard::from_bytes(&stored.data).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+            data = decode_sm_data(&stored.data)?;
             persisted = stored.meta.last_log_id;
         }
         Ok(Self {
@@ -227,7 +242,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let new: SmData = postcard::from_bytes(&data).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let new = decode_sm_data(&data)?;
         // Persist first: if the write fails the node stops with its old state intact.
         self.persist(StoredSnapshot {
             meta: meta.clone(),
@@ -298,5 +313,24 @@ mod tests {
         reopened.build_snapshot().await.unwrap();
         let current = reopened.get_current_snapshot().await.unwrap().expect("a snapshot");
         assert_eq!(current.meta.last_log_id, Some(log_id(2, 12)));
+    }
+
+    /// A snapshot written before the cached map existed (its state ends one field earlier) is read
+    /// with no cached map; a current one round-trips with it.
+    #[test]
+    fn a_snapshot_from_before_the_cached_map_is_still_read() {
+        use crate::domain::state::CachedMap;
+        let mut data = sm_data(log_id(1, 7));
+        data.set.cached_map = Some(CachedMap {
+            version: 4,
+            encoded: vec![1, 2, 3],
+        });
+        let bytes = postcard::to_stdvec(&data).unwrap();
+        assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
+        data.set.cached_map = None;
+        let mut old = postcard::to_stdvec(&data).unwrap();
+        assert_eq!(old.pop(), Some(0), "None is the last byte");
+        let read = decode_sm_data(&old).unwrap();
+        assert_eq!((read.last_applied, read.set), (data.last_applied, data.set));
     }
 }

@@ -267,6 +267,7 @@ impl FakeOwner {
                     .renew(pb::RenewRequest {
                         incarnation,
                         route_version: 0,
+                        map_version: u64::MAX,
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -283,6 +284,7 @@ impl FakeOwner {
                 .renew(pb::RenewRequest {
                     incarnation: self.incarnation,
                     route_version: 0,
+                    map_version: u64::MAX,
                 })
                 .await
                 && let Some(g) = r

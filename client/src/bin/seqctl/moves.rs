@@ -5,12 +5,16 @@
 //! addresses the map lists. Refusals exit 2 and change nothing; a map that changed under the
 //! caller exits 1 with its new version; a move interrupted mid-way exits 1 and says how to resume.
 //!
-//! Left out: a graphical progress bar (progress is printed as lines on stderr, one per step and
-//! one per second of the lease wait), and `alloc drain`.
+//! Progress goes to stderr: when both stdout and stderr are terminals, as a progress bar through
+//! the steps with the lease wait counting down; otherwise as plain lines, one per step and one per
+//! second of the lease wait (scripts and tests parse them). Either way the op id comes first.
+//!
+//! Left out: `alloc drain`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use seqsvr_control::mover::{Plan, Progress};
 use seqsvr_control::{MoveError, Mover};
 use seqsvr_proto::pb;
@@ -300,31 +304,117 @@ async fn start(cli: &crate::Cli, m: &Mover, args: &MoveArgs) -> Result<String, F
     // The op id first: whatever happens next, the operator can resume or cancel it.
     eprintln!("move {op}: sections [{begin}, {end}) (uids {lo}..{hi}) from set {from} to set {to}");
     m.begin(op, &plan).await?;
-    eprintln!("move {op}: recorded (map version {})", plan.map_version + 1);
-    drive(m, op, cli.json).await
+    let mut reporter = Reporter::new(op);
+    reporter.recorded(op, plan.map_version + 1);
+    drive_with(m, op, cli.json, reporter).await
+}
+
+/// The steps of a move, RECORDED (1) to DONE (7): a phase's number is its position on the bar.
+const STEPS: u64 = pb::MovePhase::Done as u64;
+
+const BAR_TEMPLATE: &str = "move {prefix}: {spinner} [{bar:28}] {pos}/{len} {msg} ({elapsed})";
+
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template(BAR_TEMPLATE)
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// How a running move is reported: a bar on a terminal, plain lines otherwise.
+enum Reporter {
+    Lines {
+        started: Instant,
+        last_wait_line: Option<Instant>,
+    },
+    Bar {
+        started: Instant,
+        bar: ProgressBar,
+    },
+}
+
+impl Reporter {
+    fn new(op: u64) -> Self {
+        use std::io::IsTerminal;
+        let started = Instant::now();
+        if !(std::io::stdout().is_terminal() && std::io::stderr().is_terminal()) {
+            return Reporter::Lines {
+                started,
+                last_wait_line: None,
+            };
+        }
+        let bar = ProgressBar::new(STEPS)
+            .with_style(bar_style())
+            .with_prefix(op.to_string());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Reporter::Bar { started, bar }
+    }
+
+    fn recorded(&mut self, op: u64, version: u64) {
+        match self {
+            Reporter::Lines { .. } => eprintln!("move {op}: recorded (map version {version})"),
+            Reporter::Bar { bar, .. } => {
+                bar.set_position(pb::MovePhase::Recorded as u64);
+                bar.set_message(format!("recorded (map version {version})"));
+            }
+        }
+    }
+
+    fn report(&mut self, p: Progress) {
+        match (self, p) {
+            (Reporter::Lines { started, .. }, Progress::Step { op, phase }) => {
+                eprintln!(
+                    "move {op}: {} ({} ms)",
+                    phase_label(phase),
+                    started.elapsed().as_millis()
+                )
+            }
+            (Reporter::Lines { last_wait_line, .. }, Progress::Waiting { op, held, wait_ms }) => {
+                if last_wait_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    *last_wait_line = Some(Instant::now());
+                    eprintln!(
+                        "move {op}: waiting for the source's owners: {held} sections held, at most {wait_ms} ms left"
+                    );
+                }
+            }
+            (Reporter::Bar { bar, .. }, Progress::Step { phase, .. }) => {
+                bar.set_position(phase as u64);
+                bar.set_message(phase_label(phase));
+            }
+            // Polled every 20-50 ms: the countdown moves smoothly.
+            (Reporter::Bar { bar, .. }, Progress::Waiting { held, wait_ms, .. }) => bar.set_message(format!(
+                "lease wait: {held} sections held, {:.1} s left at most",
+                wait_ms as f64 / 1000.0
+            )),
+        }
+    }
+
+    fn started(&self) -> Instant {
+        match self {
+            Reporter::Lines { started, .. } | Reporter::Bar { started, .. } => *started,
+        }
+    }
+
+    /// Takes the bar off the terminal (the final line or the error is printed after it).
+    fn finish(&self, ok: bool) {
+        if let Reporter::Bar { bar, .. } = self {
+            if ok {
+                bar.finish_and_clear();
+            } else {
+                bar.abandon();
+            }
+        }
+    }
 }
 
 async fn drive(m: &Mover, op: u64, as_json: bool) -> Result<String, Failure> {
-    let started = std::time::Instant::now();
-    let mut last_wait_line = std::time::Instant::now() - Duration::from_secs(1);
-    let progress = |p: Progress| match p {
-        Progress::Step { op, phase } => {
-            eprintln!(
-                "move {op}: {} ({} ms)",
-                phase_label(phase),
-                started.elapsed().as_millis()
-            )
-        }
-        Progress::Waiting { op, held, wait_ms } => {
-            if last_wait_line.elapsed() >= Duration::from_secs(1) {
-                last_wait_line = std::time::Instant::now();
-                eprintln!(
-                    "move {op}: waiting for the source's owners: {held} sections held, at most {wait_ms} ms left"
-                );
-            }
-        }
-    };
-    let done = m.drive(op, progress).await.map_err(|e| {
+    drive_with(m, op, as_json, Reporter::new(op)).await
+}
+
+async fn drive_with(m: &Mover, op: u64, as_json: bool, mut reporter: Reporter) -> Result<String, Failure> {
+    let started = reporter.started();
+    let result = m.drive(op, |p| reporter.report(p)).await;
+    reporter.finish(result.is_ok());
+    let done = result.map_err(|e| {
         let mut f = Failure::from(e);
         f.message = format!(
             "{}; the move stays recorded: `seqctl move resume {op}` finishes it",
@@ -442,4 +532,49 @@ fn map_json(map: &pb::ClusterMap) -> Value {
         .collect();
     json!({"version": map.version, "section_size": map.section_size, "uid_limit": map.uid_limit,
            "sets": sets, "ranges": ranges})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_on_a_terminal_progress_is_plain_lines() {
+        // Under the test runner stdout is captured, as when a script or a test runs seqctl.
+        assert!(matches!(Reporter::new(1), Reporter::Lines { .. }));
+    }
+
+    #[test]
+    fn the_bar_moves_through_the_steps_and_counts_the_lease_wait_down() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        let bar = ProgressBar::hidden().with_style(bar_style());
+        bar.set_length(STEPS);
+        let mut r = Reporter::Bar {
+            started: Instant::now(),
+            bar: bar.clone(),
+        };
+        r.recorded(7, 3);
+        assert_eq!((bar.position(), bar.message()), (1, "recorded (map version 3)".into()));
+        r.report(Progress::Step {
+            op: 7,
+            phase: pb::MovePhase::Frozen,
+        });
+        assert_eq!((bar.position(), bar.message()), (3, "frozen".into()));
+        for (wait_ms, shown) in [(3_100, "3.1"), (1_050, "1.1"), (40, "0.0")] {
+            r.report(Progress::Waiting {
+                op: 7,
+                held: 2,
+                wait_ms,
+            });
+            assert_eq!(
+                bar.message(),
+                format!("lease wait: 2 sections held, {shown} s left at most")
+            );
+        }
+        r.report(Progress::Step {
+            op: 7,
+            phase: pb::MovePhase::Done,
+        });
+        assert_eq!(bar.position(), STEPS);
+    }
 }

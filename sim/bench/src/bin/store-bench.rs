@@ -222,6 +222,7 @@ async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64
         let renew = pb::RenewRequest {
             incarnation,
             route_version: 0,
+            map_version: u64::MAX,
         };
         let r = client.renew(renew).await?.into_inner();
         let mut epochs = vec![0u64; SECTIONS as usize];
