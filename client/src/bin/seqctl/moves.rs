@@ -9,7 +9,7 @@
 //! the steps with the lease wait counting down; otherwise as plain lines, one per step and one per
 //! second of the lease wait (scripts and tests parse them). Either way the op id comes first.
 //!
-//! Left out: `alloc drain`.
+//! Left out here: `alloc drain`, which is `drain.rs`.
 
 use std::time::{Duration, Instant};
 
