@@ -135,13 +135,15 @@ impl Client {
                     Err(e) => round.on_failed_attempt(addr, chunk, e, timeout, &mut slots),
                 }
             }
+            // Every owner asked answered (not ready, not the owner): a short transition, retried soon.
+            let answered = unreachable.is_empty();
             // An owner that cannot be reached may be dead: its sections may have moved.
             for addr in unreachable {
                 round.rerouted |= self.learn_routes_elsewhere(addr, timeout).await;
             }
             pending = round.pending;
             if !pending.is_empty() && (round.wait || !round.rerouted) {
-                self.back_off(&mut budget).await;
+                self.back_off(&mut budget, answered).await;
             }
         }
         for i in pending {

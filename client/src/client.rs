@@ -30,6 +30,8 @@ use crate::retry::Budget;
 use crate::routing::{Channels, RouteCache, RouteSet, Seeds, Target, target_addr};
 use seqsvr_control::classify::{Delivery, classify};
 
+/// The longest wait for another server's route table and map (see `learn_routes_elsewhere`).
+const ROUTE_READ_TIMEOUT: Duration = Duration::from_millis(250);
 /// Who served a value: lets callers (and the simulator) check that one section had one owner (P4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Owner {
@@ -191,7 +193,7 @@ impl Client {
                 Err(AttemptError::Status(s)) => state.last = format!("{addr}: {}", s.message()),
                 Err(AttemptError::TimedOut) => state.last = format!("{addr}: timed out"),
             }
-            self.back_off(&mut budget).await;
+            self.back_off(&mut budget, false).await;
         }
         Err(state.into_error(FailureKind::Unavailable))
     }
@@ -278,6 +280,7 @@ impl Client {
                 }
             };
             let changed = self.learn_from(reply.map.as_ref(), reply.routes);
+            let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
                 pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
                     let Some(why) = self.refused_answer(uid, reply.owner.as_ref()) else {
@@ -302,7 +305,7 @@ impl Client {
                     state.last = format!("{addr}: malformed reply (outcome {:?}, value 0)", reply.outcome);
                 }
             }
-            self.back_off(&mut budget).await;
+            self.back_off(&mut budget, answered).await;
         }
         Err(state.into_error(FailureKind::Unavailable))
     }
@@ -337,7 +340,7 @@ impl Client {
             }
         }
         if !self.learn_routes_elsewhere(addr, timeout).await {
-            self.back_off(budget).await;
+            self.back_off(budget, false).await;
         }
         Ok(())
     }
@@ -358,16 +361,21 @@ impl Client {
             return false;
         }
         let addr = candidates[rand::random_range(0..candidates.len())].to_owned();
+        // A live server answers a route read in about a millisecond; the candidate may be the
+        // paused or dead node a caller just gave up on, and waiting a whole attempt for it would
+        // add that much to the caller's wait.
+        let timeout = timeout.min(ROUTE_READ_TIMEOUT);
         match self.send_single(Op::Get, &addr, Uid(0), (0, 0), timeout).await {
             Ok(reply) => self.learn_from(reply.map.as_ref(), reply.routes),
             Err(_) => false,
         }
     }
 
-    /// Sleeps a jittered backoff, never past the budget's deadline.
-    pub(crate) async fn back_off(&self, budget: &mut Budget) {
+    /// Sleeps a jittered backoff, never past the budget's deadline; a short one when the server
+    /// `answered` that it cannot serve yet (see [`crate::retry::ANSWERED_BACKOFF_MAX`]).
+    pub(crate) async fn back_off(&self, budget: &mut Budget, answered: bool) {
         let jitter = rand::random::<f64>();
-        tokio::time::sleep_until(budget.next_try_at(Instant::now(), jitter)).await;
+        tokio::time::sleep_until(budget.next_try_at(Instant::now(), jitter, answered)).await;
     }
 
     /// The channel to `addr`; channels to addresses that are neither seeds nor routed may be dropped.

@@ -113,7 +113,7 @@ impl MapView {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Sections [0, 10): [0, 4) set 0, [4, 10) set 1; a move of [2, 4) from 0 to 2 in `phase`.

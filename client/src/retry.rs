@@ -15,6 +15,13 @@ use crate::config::ClientConfig;
 /// Shortest attempt worth starting: below this the RPC cannot complete anyway.
 const MIN_ATTEMPT: Duration = Duration::from_millis(1);
 
+/// The longest backoff after a server *answered* that it cannot serve yet (NOT_OWNER with nothing
+/// new to route by, NOT_READY): a live server in a short transition — a move installing a range, a
+/// new owner loading its sections — that usually ends within tens of milliseconds. Waiting the
+/// full `backoff_max` there would make a caller wait up to that long after the range is served
+/// again; unreachable servers keep the full backoff.
+pub(crate) const ANSWERED_BACKOFF_MAX: Duration = Duration::from_millis(100);
+
 /// Backoff before retry number `retry` (0 = first retry): `base · 2^retry` capped at `max`, of which the
 /// upper half is jittered (`jitter` in `[0, 1)`), so that many clients that failed together spread out.
 pub(crate) fn backoff_delay(retry: u32, base: Duration, max: Duration, jitter: f64) -> Duration {
@@ -63,8 +70,15 @@ impl Budget {
     }
 
     /// When to start the next attempt after a retryable failure; never later than the deadline.
-    pub(crate) fn next_try_at(&mut self, now: Instant, jitter: f64) -> Instant {
-        let delay = backoff_delay(self.retries_slept, self.backoff_base, self.backoff_max, jitter);
+    /// `answered`: the server answered that it cannot serve yet (capped at
+    /// [`ANSWERED_BACKOFF_MAX`]), rather than not answering at all.
+    pub(crate) fn next_try_at(&mut self, now: Instant, jitter: f64, answered: bool) -> Instant {
+        let max = if answered {
+            self.backoff_max.min(ANSWERED_BACKOFF_MAX)
+        } else {
+            self.backoff_max
+        };
+        let delay = backoff_delay(self.retries_slept, self.backoff_base.min(max), max, jitter);
         self.retries_slept += 1;
         (now + delay).min(self.deadline)
     }
@@ -133,11 +147,26 @@ mod tests {
         };
         let t0 = Instant::now();
         let mut b = Budget::until(&cfg, t0 + Duration::from_millis(120));
-        assert_eq!(b.next_try_at(t0, 0.0), t0 + Duration::from_millis(50));
+        assert_eq!(b.next_try_at(t0, 0.0, false), t0 + Duration::from_millis(50));
         assert_eq!(
-            b.next_try_at(t0, 1.0),
+            b.next_try_at(t0, 1.0, false),
             t0 + Duration::from_millis(120),
             "capped at the deadline"
         );
+    }
+
+    #[test]
+    fn a_server_that_answered_not_yet_is_asked_again_within_the_short_cap() {
+        let cfg = ClientConfig::new(["a:1"]);
+        let t0 = Instant::now();
+        let mut unreachable = Budget::until(&cfg, t0 + Duration::from_secs(60));
+        let mut answered = unreachable.clone();
+        let mut longest = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..12 {
+            longest.0 = longest.0.max(unreachable.next_try_at(t0, 1.0, false) - t0);
+            longest.1 = longest.1.max(answered.next_try_at(t0, 1.0, true) - t0);
+        }
+        assert_eq!(longest.0, cfg.backoff_max, "unreachable servers keep the full backoff");
+        assert_eq!(longest.1, ANSWERED_BACKOFF_MAX);
     }
 }

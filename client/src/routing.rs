@@ -100,12 +100,19 @@ impl RouteSet {
     }
 
     /// The set to ask about `uid` when no table names its owner: where the table of the map's set
-    /// says the section went (the data plane learns of a move before the map switches), else the
-    /// map's set; without a map, a set some table says the section went to.
+    /// says the section went (the data plane learns of a move before the map switches); without
+    /// that table, a set whose own table says the section is its own (a move's target serves from
+    /// its install on, while a map copy may still name the source, whose owner may be the paused
+    /// or dead node the move waited out); else the map's set; without a map, a set some table
+    /// says the section went to.
     pub(crate) fn set_to_ask(&self, uid: Uid) -> Option<u64> {
         let went = |t: &Arc<Routes>| t.lookup(uid).map(|x| x.set_id).filter(|&s| s != t.set_id());
+        let claims = |t: &Arc<Routes>| t.lookup(uid).is_some_and(|x| x.set_id == t.set_id());
         match self.map_set(uid) {
-            Some(set) => Some(self.by_set.get(&set).and_then(went).unwrap_or(set)),
+            Some(set) => Some(match self.by_set.get(&set) {
+                Some(t) => went(t).unwrap_or(set),
+                None => self.tables().find(|t| claims(t)).map_or(set, |t| t.set_id()),
+            }),
             None => self.tables().find_map(went),
         }
     }
@@ -395,6 +402,49 @@ mod tests {
                 addr: "a:1".into(),
                 version: 2
             }
+        );
+    }
+
+    /// A map copy still names the source of a move in flight (sections [2, 4) from set 0 to 2),
+    /// whose owner may be the paused node the move waited out; the client knows only the target's
+    /// table, which says the sections are its own (installed, no owner yet): ask the target.
+    #[test]
+    fn without_the_sources_table_the_set_that_claims_the_section_is_asked() {
+        let cache = RouteCache::default();
+        assert!(cache.offer_map(Some(&crate::map::tests::map(3, pb::MovePhase::Installed))));
+        let target_set = |set_id| pb::RouteTable {
+            version: 7,
+            section_size: 10,
+            uid_limit: 100,
+            set_id,
+            entries: vec![
+                pb::RouteEntry {
+                    set_id: 0,
+                    section_begin: 0,
+                    section_end: 2,
+                    ..Default::default()
+                },
+                pb::RouteEntry {
+                    set_id,
+                    section_begin: 2,
+                    section_end: 4,
+                    ..Default::default()
+                },
+                pb::RouteEntry {
+                    set_id: 1,
+                    section_begin: 4,
+                    section_end: 10,
+                    ..Default::default()
+                },
+            ],
+        };
+        assert_eq!(cache.get().set_to_ask(Uid(25)), Some(0), "only the map: its set");
+        assert!(cache.offer(Some(target_set(2))));
+        assert_eq!(cache.get().set_to_ask(Uid(25)), Some(2));
+        assert_eq!(
+            cache.get().set_to_ask(Uid(5)),
+            Some(0),
+            "sections nobody claims: the map's set"
         );
     }
 }

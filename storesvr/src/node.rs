@@ -199,6 +199,7 @@ impl StoreNode {
             plan: Mutex::new(Plan::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),
+            last_change: Mutex::new(Default::default()),
             durability: opened.durability,
             replay_to: opened.replay_to,
             restored: AtomicBool::new(false),

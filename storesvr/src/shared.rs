@@ -58,6 +58,34 @@ pub struct Shared {
     pub(crate) restored: AtomicBool,
     /// When this leader first saw each frozen range (the start of its lease wait).
     pub(crate) frozen_seen: Mutex<FrozenSeen>,
+    /// The route and map versions renewals last saw, and when they changed.
+    pub(crate) last_change: Mutex<LastChange>,
+}
+
+/// How long after a change of the set's routes or map the AllocSvrs are asked to renew soon: long
+/// enough to cover a move's switch and its map publication after the install or freeze that
+/// started it; short enough that a steady set renews once per interval.
+pub const CHANGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The route and map versions renewals were last answered with, and when that pair last changed
+/// (leader-local: a new leader starts from its first renewal).
+#[derive(Debug, Default)]
+pub struct LastChange {
+    versions: (u64, u64),
+    at: Option<std::time::Instant>,
+}
+
+impl LastChange {
+    /// Notes the versions a renewal is answered with at `now`; true while the last change is less
+    /// than [`CHANGE_WINDOW`] old.
+    pub fn recent(&mut self, versions: (u64, u64), now: std::time::Instant) -> bool {
+        if self.versions != versions || self.at.is_none() {
+            self.versions = versions;
+            self.at = Some(now);
+        }
+        self.at
+            .is_some_and(|at| now.saturating_duration_since(at) < CHANGE_WINDOW)
+    }
 }
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a

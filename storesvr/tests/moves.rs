@@ -92,6 +92,19 @@ async fn wait_ready(a: &mut AdminServiceClient<Channel>) -> (Vec<u64>, Duration)
     }
 }
 
+/// One renewal of `incarnation`; whether the store asks for the next one soon.
+async fn renew_soon(c: &seqsvr_control::StoreClient, incarnation: u64) -> bool {
+    let r = c
+        .renew(pb::RenewRequest {
+            incarnation,
+            route_version: u64::MAX,
+            map_version: u64::MAX,
+        })
+        .await
+        .expect("renew");
+    r.renew_soon
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_idempotent() {
     let set0 = Cluster::start(1);
@@ -103,6 +116,13 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     let owner = FakeOwner::register(&client0, 1).await;
     let epoch = owner.epoch_of(&client0, 2, WAIT).await;
     assert_eq!(bump(&client0, owner.incarnation, 2, epoch, 777).await.max_seq, 777);
+    // A set whose ownership has not changed for a second lets its owners renew at their interval.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    renew_soon(&client0, owner.incarnation).await;
+    assert!(
+        !renew_soon(&client0, owner.incarnation).await,
+        "a steady set asks for soon renewals"
+    );
 
     // The map: set 0 serves everything; set 1 joins; a stale version changes nothing.
     let map = cluster_map(&mut a0).await;
@@ -145,6 +165,11 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     advance(&mut a0, pb::MovePhase::Importing, vec![]).await;
     step_twice(&mut a0, step(pb::MovePhase::Frozen, 1)).await;
     advance(&mut a0, pb::MovePhase::Frozen, vec![]).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(
+        renew_soon(&client0, owner.incarnation).await,
+        "while a range is frozen for a move its owners must renew soon"
+    );
     let refused = bump(&client0, owner.incarnation, 2, epoch, 800).await;
     assert_eq!(
         refused.outcome,

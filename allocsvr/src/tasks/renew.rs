@@ -73,8 +73,16 @@ enum Flow {
     Continue,
     /// Renew again at once (a new registration).
     RenewNow,
+    /// Renew again after [`RENEW_SOON`]: the store expects this set's ownership to change.
+    RenewSoon,
     Stop,
 }
+
+/// The pause before the next renewal when the store says ownership is about to change (a move
+/// installing a range, sections released by their owner). Short enough that a section installed
+/// by a move is gained well within the move's unavailability budget; only while the store says
+/// so, so the steady state keeps one renewal per renew interval.
+pub const RENEW_SOON: Duration = Duration::from_millis(50);
 
 /// The renewal loop's own state.
 struct Renewer {
@@ -112,6 +120,7 @@ pub async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         match r.renew_once(&mut stop).await {
             Flow::Continue => {}
             Flow::RenewNow => next = Instant::now(),
+            Flow::RenewSoon => next = next.min(Instant::now() + RENEW_SOON),
             Flow::Stop => return,
         }
         r.expire_if_due(Instant::now());
@@ -134,8 +143,9 @@ impl Renewer {
                 if self.shared.is_stopping() {
                     return Flow::Stop;
                 }
+                let soon = reply.renew_soon;
                 self.confirmed(reply, t_send, incarnation);
-                Flow::Continue
+                if soon { Flow::RenewSoon } else { Flow::Continue }
             }
             Ok(reply) if reply.status == pb::RenewStatus::UnknownIncarnation as i32 => self.register_again(stop).await,
             Ok(reply) => {

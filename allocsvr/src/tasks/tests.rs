@@ -47,6 +47,8 @@ struct Script {
     renewals_ok: Vec<Instant>,
     /// Bumps wait for `bump_gate` while this is set.
     hold_bumps: bool,
+    /// Renewals answer `renew_soon` while this is set.
+    renew_soon: bool,
     releases: Vec<pb::ReleaseRequest>,
 }
 
@@ -127,6 +129,7 @@ impl Store for FakeStore {
                 status: pb::RenewStatus::Ok as i32,
                 grants: self.grants(),
                 handover: self.with(|s| s.handover.clone()),
+                renew_soon: self.with(|s| s.renew_soon),
                 ..Default::default()
             })
         })
@@ -249,6 +252,36 @@ async fn the_lease_runs_out_during_a_slow_renewal_at_send_time_plus_validity() {
         "everything dropped once the lease ran out"
     );
     assert_eq!(node.shared.owned().lease_until(), None);
+}
+
+/// While the store says ownership is about to change, renewals come every [`renew::RENEW_SOON`]
+/// instead of every renew interval (500 ms), and go back to the interval when it stops saying so.
+#[tokio::test(start_paused = true)]
+async fn renewals_come_soon_while_the_store_asks_and_at_the_interval_otherwise() {
+    let store = FakeStore::granting_all(1);
+    let node = start(store.clone()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    let gaps = |from: usize| {
+        let at = store.with(|s| s.renewals_ok.clone());
+        at[from..].windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+    };
+    store.with(|s| s.renew_soon = true);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let soon_from = store.with(|s| s.renewals_ok.len());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let soon = gaps(soon_from);
+    assert!(soon.len() >= 8, "{soon:?}");
+    assert!(soon.iter().all(|&g| g <= renew::RENEW_SOON), "{soon:?}");
+    store.with(|s| s.renew_soon = false);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let steady_from = store.with(|s| s.renewals_ok.len());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let steady = gaps(steady_from);
+    assert!(
+        !steady.is_empty() && steady.iter().all(|&g| g == Duration::from_millis(500)),
+        "{steady:?}"
+    );
+    drop(node);
 }
 
 #[tokio::test(start_paused = true)]

@@ -256,6 +256,7 @@ impl StoreService for Svc {
             routes: (req.route_version < st.route_version).then(|| st.routes()),
             map_version: st.map.as_ref().map_or(0, |m| m.version),
             map: st.map.clone().filter(|m| req.map_version < m.version),
+            renew_soon: false,
         }))
     }
 

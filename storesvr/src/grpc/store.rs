@@ -123,6 +123,29 @@ fn unexpected(r: CommandResult) -> RpcError {
     RpcError::Internal(format!("unexpected state machine result {r:?}"))
 }
 
+/// The grants of `incarnation`, and whether ownership in the set is about to change: a move is
+/// importing or exporting a range, or sections the set serves wait for an owner (the renewal then
+/// asks for the next one soon).
+fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool) {
+    let runs = set.runs();
+    let renew_soon = runs.iter().any(|r| match r.range {
+        RangeState::Importing { .. } | RangeState::Migrating { .. } => true,
+        RangeState::Owned => r.state.owner == NOBODY,
+        RangeState::Tombstoned { .. } => false,
+    });
+    let grants = runs
+        .into_iter()
+        .filter(|run| run.state.owner == incarnation)
+        .map(|run| pb::Grant {
+            section_begin: run.begin.0,
+            section_end: run.end.0,
+            epoch: run.state.epoch.0,
+            no_wait: run.state.no_wait,
+        })
+        .collect();
+    (grants, renew_soon)
+}
+
 /// Route table of a set: runs of sections with the same owner.
 pub fn build_routes(set: &SetState) -> Option<pb::RouteTable> {
     let p = set.params.as_ref()?;
@@ -321,21 +344,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 ..Default::default()
             }));
         }
-        let (known, grants, route_version) = self.ctx.data(|d| {
+        let (known, route_version, (grants, renew_soon)) = self.ctx.data(|d| {
             let known = d.set.allocsvrs.contains_key(&incarnation);
-            let grants: Vec<pb::Grant> = d
-                .set
-                .runs()
-                .into_iter()
-                .filter(|run| run.state.owner == incarnation)
-                .map(|run| pb::Grant {
-                    section_begin: run.begin.0,
-                    section_end: run.end.0,
-                    epoch: run.state.epoch.0,
-                    no_wait: run.state.no_wait,
-                })
-                .collect();
-            (known, grants, d.set.route_version)
+            (known, d.set.route_version, grants_of(&d.set, incarnation))
         });
         if !known {
             return Ok(Response::new(pb::RenewReply {
@@ -357,6 +368,14 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .expect("liveness lock poisoned")
             .record(incarnation, Instant::now());
         let handover = self.handover_of(incarnation);
+        // ...or just changed (a move's switch and its map copies follow its install and freeze).
+        let renew_soon = renew_soon
+            || self
+                .ctx
+                .last_change
+                .lock()
+                .expect("last-change lock poisoned")
+                .recent((route_version, map_version), Instant::now());
         let routes = if req.route_version < route_version {
             Some(self.route_table()?)
         } else {
@@ -371,6 +390,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             routes,
             map_version,
             map,
+            renew_soon,
         }))
     }
 
