@@ -94,10 +94,17 @@ impl TwoSets {
 
     /// `seqctl fetch UID --json` at set `set`'s AllocSvr, retried until it answers.
     async fn fetch(&self, set: usize, uid: u64) -> u64 {
+        self.fetch_with(set, uid, &[]).await
+    }
+
+    /// [`TwoSets::fetch`] with extra `seqctl` options.
+    async fn fetch_with(&self, set: usize, uid: u64, extra: &[&str]) -> u64 {
         let uid = uid.to_string();
         poll_until(WAIT, || async {
             let out = tokio::process::Command::new(bin("seqctl"))
-                .args(["--alloc", &self.allocs[set], "--json", "fetch", &uid])
+                .args(["--alloc", &self.allocs[set]])
+                .args(extra)
+                .args(["--json", "fetch", &uid])
                 .output()
                 .await
                 .ok()?;
@@ -393,7 +400,10 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
         .await;
     let took = started.elapsed();
     assert!(moved.status.success(), "{}", text(&moved));
-    let after = c.fetch(1, uid).await;
+    // Asked with a 300 ms attempt timeout: under parallel test load a client's first attempt
+    // sometimes still reaches the paused old owner and would spend the default 1 s attempt
+    // timeout there (seen in about 1 of 6 runs); the bound is the service's, not that timeout's.
+    let after = c.fetch_with(1, uid, &["--attempt-timeout-ms", "300"]).await;
     let unavailable = started.elapsed();
     // A fetch waiting in the paused owner's socket when it wakes, as in the negative control.
     let woke = fetch_while_waking(&mut c, uid).await;
