@@ -678,8 +678,8 @@ async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
     let deadline = Instant::now() + TARGET_TIMEOUT;
     loop {
         for set in 0..shared.stores.len() as u64 {
-            if let Some(found) = owner_in(shared, set, section).await {
-                return found;
+            if let Some((node, desc, _)) = owner_in(shared, set, section).await {
+                return (node, desc);
             }
         }
         if Instant::now() > deadline {
@@ -691,8 +691,9 @@ async fn owner_of(shared: &Shared, pick: u64) -> (u64, String) {
 }
 
 /// The AllocSvr of set `set` that owns `section` in that set's route table, with a description
-/// naming the sections it owns; `None` when the set does not serve the section or nobody owns it.
-async fn owner_in(shared: &Shared, set: u64, section: u64) -> Option<(u64, String)> {
+/// naming the sections it owns and the run `[begin, end)` of the entry holding `section`; `None`
+/// when the set does not serve the section or nobody owns it.
+async fn owner_in(shared: &Shared, set: u64, section: u64) -> Option<(u64, String, (u64, u64))> {
     let t = shared.stores[set as usize].get_routes().await.ok()?.routes?;
     let e = t
         .entries
@@ -708,7 +709,7 @@ async fn owner_in(shared: &Shared, set: u64, section: u64) -> Option<(u64, Strin
         .map(|o| format!("{}..{}", o.section_begin, o.section_end))
         .collect();
     let desc = format!("{} (owner of sections {})", alloc_name(e.node_id), owned.join(","));
-    Some((e.node_id, desc))
+    Some((e.node_id, desc, (e.section_begin, e.section_end)))
 }
 
 /// Applies one fault, waits its hold, heals it. Returns the target's description.

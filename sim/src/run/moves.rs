@@ -96,13 +96,8 @@ async fn pick_range(shared: &Shared, f: &PlannedFault) -> anyhow::Result<(Pick, 
 
 /// The AllocSvr of `set` owning `section` and the run of sections its route entry covers.
 async fn owner_run(shared: &Shared, set: u64, section: u64) -> Option<(u64, u64, u64)> {
-    let (node, _) = owner_in(shared, set, section).await?;
-    let t = shared.stores[set as usize].get_routes().await.ok()?.routes?;
-    let e = t
-        .entries
-        .iter()
-        .find(|e| e.section_begin <= section && section < e.section_end && e.node_id == node)?;
-    Some((node, e.section_begin, e.section_end))
+    let (node, _, (begin, end)) = owner_in(shared, set, section).await?;
+    Some((node, begin, end))
 }
 
 /// Injects one move fault; a description of what it moved and what else it did.
