@@ -39,4 +39,4 @@ pub mod tasks;
 
 pub use config::{Cli, NodeConfig, UnsafeSwitches};
 pub use error::{Error, StartError};
-pub use node::Node;
+pub use node::{Core, Node};

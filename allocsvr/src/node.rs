@@ -1,4 +1,4 @@
-//! The composition root: [`Node::start`] binds the data-plane address, registers with the store,
+//! The composition root: [`Core`] registers and runs the background tasks; [`Node::start`] binds the data-plane address, registers with the store,
 //! builds the [`Shared`] state and starts the background tasks and the gRPC server;
 //! [`Node::shutdown`] stops them and releases every section.
 //!
@@ -29,13 +29,20 @@ use crate::shared::{Shared, wake};
 use crate::store::Store;
 use crate::tasks::{bump, release, renew};
 
-/// A running AllocSvr.
+/// A running AllocSvr: its [`Core`] behind a gRPC server.
 pub struct Node {
-    shared: Arc<Shared>,
+    core: Core,
     local_addr: SocketAddr,
-    stop_tx: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
     server: JoinHandle<()>,
+}
+
+/// A registered AllocSvr's state and background tasks, without a listener: [`Node`] puts a gRPC
+/// server in front of it; the deterministic simulator calls its [`Service`] in process.
+pub struct Core {
+    shared: Arc<Shared>,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Node {
@@ -63,6 +70,42 @@ impl Node {
             .advertise
             .as_ref()
             .map_or_else(|| local_addr.to_string(), |a| a.to_string());
+        let core = Core::start(&cfg, store, advertise).await?;
+        info!(%local_addr, "data plane listening");
+        let server = spawn_server(core.shared.clone(), listener, core.stop_rx.clone()).await;
+        Ok(Node {
+            core,
+            local_addr,
+            server,
+        })
+    }
+
+    /// The bound data-plane address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The current incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.core.incarnation()
+    }
+
+    /// Number of sections currently held (any state).
+    pub fn sections_held(&self) -> usize {
+        self.core.sections_held()
+    }
+
+    /// Stops serving every section at once, releases them (bounded deadline) and stops the server.
+    pub async fn shutdown(self) {
+        self.core.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
+    }
+}
+
+impl Core {
+    /// Registers with the store as `advertise` (retrying until `cfg.start_timeout`) and starts
+    /// the renewal and bump tasks.
+    pub async fn start(cfg: &NodeConfig, store: Arc<dyn Store>, advertise: String) -> Result<Core, StartError> {
         let switches = cfg.unsafe_switches;
         if switches.any() {
             warn!(
@@ -74,27 +117,25 @@ impl Node {
         let (incarnation, params) = renew::register(&*store, cfg.node_id, &advertise, Some(deadline)).await?;
         info!(
             node_id = %cfg.node_id, %incarnation, set_id = params.set_id, sections = ?params.sections(),
-            %local_addr, %advertise, "registered"
+            %advertise, "registered"
         );
-        let (shared, bump_queue) = Shared::new(&cfg, params, advertise, store, incarnation);
+        let (shared, bump_queue) = Shared::new(cfg, params, advertise, store, incarnation);
         let (stop_tx, stop_rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone())),
             tokio::spawn(bump::bumper(shared.clone(), bump_queue, stop_rx.clone())),
         ];
-        let server = spawn_server(shared.clone(), listener, stop_rx).await;
-        Ok(Node {
+        Ok(Core {
             shared,
-            local_addr,
             stop_tx,
+            stop_rx,
             tasks,
-            server,
         })
     }
 
-    /// The bound data-plane address (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+    /// The data-plane service over this node's state.
+    pub fn service(&self) -> Service {
+        Service::new(self.shared.clone())
     }
 
     /// The current incarnation.
@@ -107,7 +148,19 @@ impl Node {
         self.shared.owned().held_count()
     }
 
-    /// Stops serving every section at once, releases them (bounded deadline) and stops the server.
+    /// What a killed process does: its loops stop where they are, nothing is released and nothing
+    /// more is served. Calls already handed to the store (a gain's Load, a hand-over) are the
+    /// store transport's to cut off, as a dead process's sockets would be.
+    pub fn crash(self) {
+        self.shared.begin_stopping();
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.shared.owned().set_lease_until(None);
+        wake(&self.shared.owned().drop_all());
+    }
+
+    /// Stops serving every section at once and releases them (bounded deadline).
     pub async fn shutdown(self) {
         self.shared.begin_stopping();
         let _ = self.stop_tx.send(true);
@@ -131,7 +184,6 @@ impl Node {
         );
         let reqs = release_requests(self.shared.incarnation().0, ranges, true);
         release::leave(&self.shared, reqs).await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
     }
 }
 

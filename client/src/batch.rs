@@ -10,7 +10,7 @@
 //! than per RPC — the whole RPC's uids are retried, which is safe because gaps are allowed (P6 counts
 //! them as waste only under faults).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -165,10 +165,12 @@ impl Client {
         uids: &[Uid],
         pending: &[usize],
         slots: &mut [Slot],
-    ) -> HashMap<String, (u64, Vec<usize>)> {
-        let mut groups: HashMap<String, (u64, Vec<usize>)> = HashMap::new();
+    ) -> BTreeMap<String, (u64, Vec<usize>)> {
+        // Ordered, so that the RPCs go out in the same order every time (the deterministic
+        // simulator replays a seed bit for bit); a batch spans a few owners, so this costs nothing.
+        let mut groups: BTreeMap<String, (u64, Vec<usize>)> = BTreeMap::new();
         for &i in pending {
-            match target_addr(routes, uids[i], &self.inner.seeds) {
+            match target_addr(routes, uids[i], &self.inner.seeds, |n| self.random_index(n)) {
                 Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),
                 Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
             }

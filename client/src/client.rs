@@ -16,7 +16,7 @@
 //!
 //! Deliberately left out: caching seqs, or answering from anything but an owner's reply.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
@@ -27,7 +27,10 @@ use tonic::Status;
 use crate::config::ClientConfig;
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
-use crate::routing::{Channels, RouteCache, RouteSet, Seeds, Target, target_addr};
+use crate::routing::{Channels, InProcess, RouteCache, RouteSet, Seeds, Target, target_addr};
+use crate::transport::{Conn, Connect};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use seqsvr_control::classify::{Delivery, classify};
 
 /// The longest wait for another server's route table and map (see `learn_routes_elsewhere`).
@@ -93,6 +96,9 @@ pub(crate) struct Inner {
     pub(crate) routes: RouteCache,
     pub(crate) seeds: Seeds,
     pub(crate) channels: Channels,
+    /// Every random choice (backoff jitter, which server to ask): seeded when the caller asks
+    /// for a reproducible client (the deterministic simulator), from the OS otherwise.
+    pub(crate) rng: Mutex<StdRng>,
 }
 
 /// The two single-uid RPCs, which share one reply shape.
@@ -154,14 +160,39 @@ impl Unsettled {
 impl Client {
     /// A client that learns the route table on its first call; does no IO.
     pub fn new(cfg: ClientConfig) -> Result<Self, ClientError> {
+        Self::build(cfg, None, StdRng::from_os_rng())
+    }
+
+    /// A client that reaches AllocSvrs through `via` instead of TCP and draws its random choices
+    /// from `seed`: the deterministic simulator's client, the same code as every other.
+    pub fn in_process(cfg: ClientConfig, via: Arc<dyn Connect>, seed: u64) -> Result<Self, ClientError> {
+        Self::build(cfg, Some(InProcess(via)), StdRng::seed_from_u64(seed))
+    }
+
+    fn build(cfg: ClientConfig, in_process: Option<InProcess>, rng: StdRng) -> Result<Self, ClientError> {
         cfg.validate()?;
         let inner = Inner {
             routes: RouteCache::default(),
             seeds: Seeds::new(cfg.seeds.clone()),
-            channels: Channels::new(cfg.connect_timeout),
+            channels: Channels::new(cfg.connect_timeout, in_process),
             cfg,
+            rng: Mutex::new(rng),
         };
         Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// A random index below `n` (> 0).
+    pub(crate) fn random_index(&self, n: usize) -> usize {
+        self.inner
+            .rng
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .random_range(0..n)
+    }
+
+    /// A random number in [0, 1).
+    fn random_unit(&self) -> f64 {
+        self.inner.rng.lock().unwrap_or_else(|e| e.into_inner()).random::<f64>()
     }
 
     /// A client that has learned the route table from a seed, or an error if none answered in time.
@@ -262,7 +293,8 @@ impl Client {
         let mut state = Unsettled::default();
         loop {
             let routes = self.routes();
-            let Target { addr, version } = match target_addr(&routes, uid, &self.inner.seeds) {
+            let Target { addr, version } = match target_addr(&routes, uid, &self.inner.seeds, |n| self.random_index(n))
+            {
                 Ok(t) => t,
                 Err(e) if state.maybe_taken => return Err(ClientError::unknown(e.to_string())),
                 Err(e) => return Err(e),
@@ -360,7 +392,7 @@ impl Client {
         if candidates.is_empty() {
             return false;
         }
-        let addr = candidates[rand::random_range(0..candidates.len())].to_owned();
+        let addr = candidates[self.random_index(candidates.len())].to_owned();
         // A live server answers a route read in about a millisecond; the candidate may be the
         // paused or dead node a caller just gave up on, and waiting a whole attempt for it would
         // add that much to the caller's wait.
@@ -374,12 +406,12 @@ impl Client {
     /// Sleeps a jittered backoff, never past the budget's deadline; a short one when the server
     /// `answered` that it cannot serve yet (see [`crate::retry::ANSWERED_BACKOFF_MAX`]).
     pub(crate) async fn back_off(&self, budget: &mut Budget, answered: bool) {
-        let jitter = rand::random::<f64>();
+        let jitter = self.random_unit();
         tokio::time::sleep_until(budget.next_try_at(Instant::now(), jitter, answered)).await;
     }
 
     /// The channel to `addr`; channels to addresses that are neither seeds nor routed may be dropped.
-    pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<tonic::transport::Channel>, Status> {
+    pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<Conn>, Status> {
         let routes = self.routes();
         let seeds = self.inner.seeds.all();
         let keep = |a: &str| seeds.iter().any(|s| s == a) || routes.routes_to(a);

@@ -100,7 +100,10 @@ impl Coalescer {
     /// The next seq of `uid`, sent in a batch with other callers' uids for the same owner.
     pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
-        let addr = target_addr(&self.client.routes(), uid, &self.client.inner.seeds)?.addr;
+        let addr = target_addr(&self.client.routes(), uid, &self.client.inner.seeds, |n| {
+            self.client.random_index(n)
+        })?
+        .addr;
         let queue = self.queue_for(addr);
         let (tx, rx) = oneshot::channel();
         queue

@@ -13,6 +13,9 @@
 //!   serves a uid and where that set's AllocSvrs are, so seeds in one set reach every set, and a
 //!   number is accepted only from a set the map allows to answer for the uid.
 //!
+//! - [`transport`]: a tonic channel per address, or an in-process transport ([`Client::in_process`])
+//!   with seeded random choices, on which the deterministic simulator runs this same client.
+//!
 //! Promise kept here (docs/DESIGN.md, Promises): a call never returns a number it did not get from an owner's OK
 //! reply, and a call that timed out or lost its reply is reported as [`ClientError::Unknown`] — "may
 //! have taken effect" — never as "did not happen" and never as 0.
@@ -43,6 +46,7 @@ mod error;
 mod map;
 mod retry;
 mod routing;
+pub mod transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
 pub use client::{Client, CurSeq, Fetched, Owner};
@@ -51,3 +55,4 @@ pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
 pub use map::MapView;
 pub use routing::RouteSet;
+pub use transport::{CallFuture, Conn, Connect};

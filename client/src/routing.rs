@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use seqsvr_proto::{Routes, Uid, pb};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use crate::error::{ClientError, FailureKind};
 use crate::map::MapView;
+use crate::transport::{Conn, Connect};
 
 /// The latest valid route table of every set heard from, and the latest cluster map.
 ///
@@ -199,7 +200,14 @@ impl RouteCache {
 }
 
 /// Where to send a request for one uid: its owner, or a seed when no table names one.
-pub(crate) fn target_addr(routes: &RouteSet, uid: Uid, seeds: &Seeds) -> Result<Target, ClientError> {
+///
+/// `pick(n)` chooses one of `n` listed addresses (the client's seeded random numbers).
+pub(crate) fn target_addr(
+    routes: &RouteSet,
+    uid: Uid,
+    seeds: &Seeds,
+    pick: impl FnOnce(usize) -> usize,
+) -> Result<Target, ClientError> {
     if let Some(limit) = routes.uid_limit()
         && uid.0 >= limit
     {
@@ -221,7 +229,7 @@ pub(crate) fn target_addr(routes: &RouteSet, uid: Uid, seeds: &Seeds) -> Result<
         .and_then(|set| Some(routes.map()?.allocsvrs(set)))
         .filter(|a| !a.is_empty());
     let addr = match listed {
-        Some(addrs) => addrs[rand::random_range(0..addrs.len())].as_str(),
+        Some(addrs) => addrs[pick(addrs.len())].as_str(),
         None => seeds.next(),
     };
     Ok(Target {
@@ -259,23 +267,42 @@ impl Seeds {
 /// Largest number of cached channels; past it, channels to addresses no longer routed are dropped.
 const MAX_CHANNELS: usize = 256;
 
-/// One lazily connected channel (one HTTP/2 connection) per address, reused by every call.
+/// One connection per address, reused by every call: a lazily connected channel (one HTTP/2
+/// connection), or the in-process transport when the client was built with one.
 #[derive(Debug)]
 pub(crate) struct Channels {
-    map: Mutex<HashMap<String, Channel>>,
+    map: Mutex<HashMap<String, Conn>>,
     connect_timeout: Duration,
+    in_process: Option<InProcess>,
+}
+
+/// The in-process transport, behind a type that can be printed.
+#[derive(Clone)]
+pub(crate) struct InProcess(pub(crate) Arc<dyn Connect>);
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcess")
+    }
 }
 
 impl Channels {
-    pub(crate) fn new(connect_timeout: Duration) -> Self {
+    pub(crate) fn new(connect_timeout: Duration, in_process: Option<InProcess>) -> Self {
         Self {
             map: Mutex::new(HashMap::new()),
             connect_timeout,
+            in_process,
         }
     }
 
     /// The channel to `addr`, created on first use. Fails only for an address that is not `host:port`.
-    pub(crate) fn get(&self, addr: &str, keep: impl Fn(&str) -> bool) -> Result<Channel, ClientError> {
+    pub(crate) fn get(&self, addr: &str, keep: impl Fn(&str) -> bool) -> Result<Conn, ClientError> {
+        if let Some(InProcess(via)) = &self.in_process {
+            return Ok(Conn::InProcess {
+                addr: addr.into(),
+                via: via.clone(),
+            });
+        }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(ch) = map.get(addr) {
             return Ok(ch.clone());
@@ -284,7 +311,7 @@ impl Channels {
             .map_err(|e| ClientError::failed(FailureKind::Unavailable, format!("bad address {addr:?}: {e}")))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);
-        let channel = endpoint.connect_lazy();
+        let channel = Conn::Tonic(endpoint.connect_lazy());
         if map.len() >= MAX_CHANNELS {
             map.retain(|a, _| keep(a));
         }
@@ -333,7 +360,7 @@ mod tests {
     fn targets_follow_the_table_and_fall_back_to_seeds() {
         let seeds = Seeds::new(vec!["s1:1".into(), "s2:1".into()]);
         let cache = RouteCache::default();
-        let target = |cache: &RouteCache, uid| target_addr(&cache.get(), Uid(uid), &seeds);
+        let target = |cache: &RouteCache, uid| target_addr(&cache.get(), Uid(uid), &seeds, |_| 0);
         assert_eq!(target(&cache, 1).unwrap().addr, "s1:1", "no table yet");
         assert_eq!(target(&cache, 1).unwrap().addr, "s2:1", "round robin");
         cache.offer(Some(table(1, "a:1")));
@@ -382,7 +409,7 @@ mod tests {
             ],
         };
         assert!(cache.offer(Some(moved(4, 1, 1, "b:1"))));
-        let to = |uid| target_addr(&cache.get(), Uid(uid), &seeds).unwrap();
+        let to = |uid| target_addr(&cache.get(), Uid(uid), &seeds, |_| 0).unwrap();
         assert_eq!(
             to(10).addr,
             "a:1",

@@ -255,13 +255,18 @@ pub fn read_max_seqs(path: &Path) -> Result<std::collections::BTreeMap<u64, u64>
 
 /// The run's monotonic clock: every time in a history is ns since this instant.
 #[derive(Clone, Copy, Debug)]
+///
+/// It reads tokio's clock, which is the system's monotonic clock in a real run and the simulated
+/// one under `sim dst` (paused time), so the same recorder serves both.
 pub struct RunClock {
-    start: Instant,
+    start: tokio::time::Instant,
 }
 
 impl RunClock {
     pub fn start() -> Self {
-        Self { start: Instant::now() }
+        Self {
+            start: tokio::time::Instant::now(),
+        }
     }
 
     pub fn now_ns(&self) -> u64 {
@@ -270,7 +275,9 @@ impl RunClock {
 
     /// Converts an instant taken elsewhere (e.g. by a proxy) to run time.
     pub fn ns_of(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.start).as_nanos() as u64
+        tokio::time::Instant::from_std(t)
+            .saturating_duration_since(self.start)
+            .as_nanos() as u64
     }
 }
 
@@ -280,9 +287,16 @@ const WRITE_BUFFER_BYTES: usize = 1 << 20;
 /// Appends records to a history file. Shared by all clients; holds a std `Mutex` only around a
 /// serialise-and-buffer step (never across an `.await`).
 pub struct HistoryWriter {
-    out: Mutex<BufWriter<File>>,
+    out: Mutex<Sink>,
     next_call_id: AtomicU64,
     clock: RunClock,
+}
+
+/// Where records go: a JSON-lines file (`sim run`) or memory (`sim dst`, which checks thousands
+/// of histories a minute and writes one only for a failing seed).
+enum Sink {
+    File(BufWriter<File>),
+    Memory(Vec<Record>),
 }
 
 impl HistoryWriter {
@@ -290,12 +304,29 @@ impl HistoryWriter {
     pub fn create(path: &Path, clock: RunClock, info: &RunInfo) -> std::io::Result<Self> {
         let file = File::create(path)?;
         let w = Self {
-            out: Mutex::new(BufWriter::with_capacity(WRITE_BUFFER_BYTES, file)),
+            out: Mutex::new(Sink::File(BufWriter::with_capacity(WRITE_BUFFER_BYTES, file))),
             next_call_id: AtomicU64::new(1),
             clock,
         };
         w.write(&Record::Info(info.clone()))?;
         Ok(w)
+    }
+
+    /// A writer that keeps the records in memory ([`Self::take`] hands them out).
+    pub fn in_memory(clock: RunClock, info: &RunInfo) -> Self {
+        Self {
+            out: Mutex::new(Sink::Memory(vec![Record::Info(info.clone())])),
+            next_call_id: AtomicU64::new(1),
+            clock,
+        }
+    }
+
+    /// The records written so far to an in-memory writer (none for a file).
+    pub fn take(&self) -> Vec<Record> {
+        match &mut *self.out.lock().unwrap_or_else(|e| e.into_inner()) {
+            Sink::Memory(v) => std::mem::take(v),
+            Sink::File(_) => Vec::new(),
+        }
     }
 
     pub fn clock(&self) -> RunClock {
@@ -308,17 +339,29 @@ impl HistoryWriter {
     }
 
     pub fn write(&self, record: &Record) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-        line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        out.write_all(&line)
+        match &mut *out {
+            Sink::File(f) => {
+                let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+                line.push(b'\n');
+                f.write_all(&line)
+            }
+            Sink::Memory(v) => {
+                v.push(record.clone());
+                Ok(())
+            }
+        }
     }
 
     /// Writes the buffer out; called periodically by the run and once at the end.
     pub fn flush(&self) -> std::io::Result<()> {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        out.flush()?;
-        out.get_ref().sync_data()
+        match &mut *self.out.lock().unwrap_or_else(|e| e.into_inner()) {
+            Sink::File(f) => {
+                f.flush()?;
+                f.get_ref().sync_data()
+            }
+            Sink::Memory(_) => Ok(()),
+        }
     }
 }
 

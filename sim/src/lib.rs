@@ -18,10 +18,14 @@
 //!   proxies, the seeded clients (routing ones and pinned ones that play stale clients), and
 //!   `sim run`, whose operator moves between sets run the real `seqctl`.
 //!
-//! Deliberately left out: a deterministic (single-threaded, simulated-time) mode. The processes
-//! are real, so a seed fixes the workload and the fault schedule, not the interleaving.
+//! - [`dst`]: `sim dst`, the deterministic mode: the production protocol code of a whole set in
+//!   one thread on simulated time, thousands of seeds a minute, each replayable bit for bit.
+//!
+//! In `sim run` the processes are real, so a seed fixes the workload and the fault schedule, not
+//! the interleaving; `sim dst` fixes both.
 
 pub mod checks;
+pub mod dst;
 pub mod history;
 pub mod proxy;
 pub mod run;

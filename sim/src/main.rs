@@ -1,10 +1,12 @@
-//! `sim`: run a seeded fault-injection simulation against real seqsvr processes, or re-check a
-//! saved history offline.
+//! `sim`: run a seeded fault-injection simulation against real seqsvr processes (`run`) or in
+//! one thread on simulated time (`dst`), or re-check a saved history offline.
 //!
 //! Options come as flags, `SIM_*` environment variables or a TOML `--config` file.
 //!
 //! Exit codes: 0 every promise held, 1 a promise was violated (the offending calls
 //! are printed), 2 bad options, 3 the harness itself failed.
+
+mod dst_cmd;
 
 use clap::{Parser, Subcommand};
 use sim::checks::{self, Report};
@@ -38,6 +40,9 @@ enum Cmd {
     Plan(RunArgs),
     /// Start a real cluster behind proxies, run a seeded workload and fault schedule, check P1–P6.
     Run(RunArgs),
+    /// Deterministic simulation: the production protocol code of one set in one thread on
+    /// simulated time, many seeds a second, each replayable bit for bit.
+    Dst(dst_cmd::DstArgs),
     /// Re-check a saved history (JSON lines) offline.
     Check {
         /// History file written by `sim run`.
@@ -270,6 +275,7 @@ fn main() -> ExitCode {
         Cmd::Check { file, max_seqs } => check(&file, max_seqs.as_deref()),
         Cmd::Run(args) => run(args),
         Cmd::Plan(args) => print_plan(args),
+        Cmd::Dst(args) => dst_cmd::run(args),
     }
 }
 

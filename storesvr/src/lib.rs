@@ -6,6 +6,8 @@
 //! - [`storage`]: openraft storage (log entries in segment files; vote, commit index, purge point
 //!   and snapshot one durable file per key; the in-memory state machine).
 //! - [`raft`]: openraft wiring: types, the peer network over gRPC, the group-committing writer.
+//! - [`serve`]: the StoreService's protocol calls as plain functions over the applied state
+//!   (check, command, reply), driven by the gRPC handlers and by the deterministic simulator.
 //! - [`shared`]: the state the services and tasks share; [`grpc`]: StoreService and AdminService;
 //!   [`tasks`]: the arbiter loop.
 //! - [`config`], [`startup`] (data-dir and bootstrap checks), [`error`], and [`node`], which only
@@ -24,6 +26,7 @@ pub mod error;
 pub mod grpc;
 pub mod node;
 pub mod raft;
+pub mod serve;
 pub mod shared;
 pub mod startup;
 pub mod storage;

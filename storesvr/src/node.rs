@@ -25,8 +25,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::domain::arbiter::Plan;
-use crate::domain::liveness::Liveness;
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
@@ -195,11 +193,9 @@ impl StoreNode {
             raft,
             state,
             config,
-            liveness: Mutex::new(Liveness::default()),
-            plan: Mutex::new(Plan::default()),
+            view: Mutex::new(Default::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),
-            last_change: Mutex::new(Default::default()),
             durability: opened.durability,
             replay_to: opened.replay_to,
             restored: AtomicBool::new(false),

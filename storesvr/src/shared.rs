@@ -14,13 +14,12 @@ use std::time::Duration;
 use seqsvr_proto::pb;
 
 use crate::config::Config;
-use crate::domain::arbiter::Plan;
-use crate::domain::liveness::Liveness;
 use crate::domain::state::{Command, CommandResult, SetParams};
 use crate::error::RpcError;
 use crate::raft::types::Raft;
 use crate::raft::writer::WriteError;
 use crate::raft::writer::Writer;
+use crate::serve::LeaderView;
 use crate::storage::log_store::Durability;
 use crate::storage::sm_store::{SharedState, SmData};
 use openraft::error::{CheckIsLeaderError, RaftError};
@@ -44,9 +43,9 @@ pub struct Shared {
     pub(crate) raft: Raft,
     pub(crate) state: SharedState,
     pub(crate) writer: Writer,
-    pub(crate) liveness: Mutex<Liveness>,
-    /// The arbiter's latest plan (its `handover` part is read by renewals).
-    pub(crate) plan: Mutex<Plan>,
+    /// What only the leader knows: liveness, the arbiter's latest plan (its `handover` part is
+    /// read by renewals), when the versions renewals see last changed.
+    pub(crate) view: Mutex<LeaderView>,
     /// Route table cached by route version.
     pub(crate) routes: Mutex<Option<pb::RouteTable>>,
     /// Makes the committed index durable before a local read exposes state applied up to it.
@@ -58,34 +57,6 @@ pub struct Shared {
     pub(crate) restored: AtomicBool,
     /// When this leader first saw each frozen range (the start of its lease wait).
     pub(crate) frozen_seen: Mutex<FrozenSeen>,
-    /// The route and map versions renewals last saw, and when they changed.
-    pub(crate) last_change: Mutex<LastChange>,
-}
-
-/// How long after a change of the set's routes or map the AllocSvrs are asked to renew soon: long
-/// enough to cover a move's switch and its map publication after the install or freeze that
-/// started it; short enough that a steady set renews once per interval.
-pub const CHANGE_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// The route and map versions renewals were last answered with, and when that pair last changed
-/// (leader-local: a new leader starts from its first renewal).
-#[derive(Debug, Default)]
-pub struct LastChange {
-    versions: (u64, u64),
-    at: Option<std::time::Instant>,
-}
-
-impl LastChange {
-    /// Notes the versions a renewal is answered with at `now`; true while the last change is less
-    /// than [`CHANGE_WINDOW`] old.
-    pub fn recent(&mut self, versions: (u64, u64), now: std::time::Instant) -> bool {
-        if self.versions != versions || self.at.is_none() {
-            self.versions = versions;
-            self.at = Some(now);
-        }
-        self.at
-            .is_some_and(|at| now.saturating_duration_since(at) < CHANGE_WINDOW)
-    }
 }
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a
@@ -102,8 +73,11 @@ impl Shared {
     }
 
     pub(crate) fn params(&self) -> Result<SetParams, RpcError> {
-        self.data(|d| d.set.params.clone())
-            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
+        self.data(|d| crate::serve::params_of(&d.set))
+    }
+
+    pub(crate) fn view(&self) -> std::sync::MutexGuard<'_, LeaderView> {
+        self.view.lock().expect("leader view lock poisoned")
     }
 
     pub(crate) async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {

@@ -27,9 +27,12 @@ use crate::store::StoreFailure;
 pub async fn bumper(shared: Arc<Shared>, mut queue: BumpQueue, mut stop: watch::Receiver<bool>) {
     let wait = store_reply_wait(shared.params());
     loop {
+        // Biased, stop first: a stop wins over work ready at the same time, and the choice never
+        // depends on the runtime's random numbers (the deterministic simulator replays a seed).
         let mut batch = tokio::select! {
-            m = queue.recv() => match m { Some(m) => m, None => return },
+            biased;
             _ = stop.changed() => return,
+            m = queue.recv() => match m { Some(m) => m, None => return },
         };
         while batch.len() < MAX_BUMP_ITEMS {
             match queue.try_recv() {

@@ -105,9 +105,11 @@ pub async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     };
     let mut next = Instant::now();
     loop {
+        // Biased, stop first (see `bump::bumper`).
         tokio::select! {
-            _ = tokio::time::sleep_until(next) => {}
+            biased;
             _ = stop.changed() => return,
+            _ = tokio::time::sleep_until(next) => {}
         }
         next += interval;
         let now = Instant::now();
@@ -213,8 +215,9 @@ impl Renewer {
         warn!(incarnation = %shared.incarnation(), "store does not know this incarnation any more");
         self.revoke("unknown incarnation");
         let registered = tokio::select! {
-            r = register(shared.store(), shared.node_id(), shared.advertise(), None) => r,
+            biased;
             _ = stop.changed() => return Flow::Stop,
+            r = register(shared.store(), shared.node_id(), shared.advertise(), None) => r,
         };
         match registered {
             Ok((incarnation, params)) => {

@@ -18,7 +18,7 @@ use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phas
 use crate::domain::moves::RangeCommand;
 use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, Span};
 use crate::error::RpcError;
-use crate::grpc::store::check_ranges;
+use crate::serve::check_ranges;
 use crate::shared::{Led, Shared};
 
 /// Most sections one move may name (the install carries one ceiling per section).
@@ -371,8 +371,8 @@ pub async fn drain(ctx: &Shared, node_id: u64) -> Result<pb::DrainAllocSvrReply,
     }
     let now = Instant::now();
     let others = ctx.data(|d| {
-        let live = ctx.liveness.lock().expect("liveness lock poisoned");
-        let alive = crate::domain::liveness::alive(&d.set, &live, now, ctx.detect());
+        let view = ctx.view();
+        let alive = crate::domain::liveness::alive(&d.set, &view.liveness, now, ctx.detect());
         alive
             .renewing
             .iter()

@@ -7,27 +7,21 @@
 //! not the leader answers leader-only calls with `not_leader` set.
 //!
 //! Bad input is refused before anything is proposed, and the state machine
-//! checks again at apply time, so a refused request changes nothing.
+//! checks again at apply time, so a refused request changes nothing. What each
+//! call checks, writes and answers is in `serve` (shared with the deterministic
+//! simulator); this module adds Raft, the route cache, logs and metrics.
 
 use crate::domain::ranges::RangeState;
-use crate::domain::state::{
-    BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
-};
+use crate::domain::state::{NOBODY, SetParams, SetState};
 use crate::error::RpcError;
+use crate::serve;
 use crate::shared::{Led, Shared};
-use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
+use seqsvr_proto::{SectionId, pb};
 use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Request, Response, Status};
 
-/// Most bump items in one request and most sections named by one Load: the shared table, so the
-/// AllocSvr sends no more than this accepts and a reply always fits the client's decode limit.
-pub use seqsvr_proto::limits::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
-/// Most sections one Release may name: all of the largest set (a leaving AllocSvr gives back
-/// everything; the request names ranges, so its size does not grow with this).
-const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS;
-/// Longest accepted AllocSvr address.
-const MAX_ADDR_LEN: usize = 256;
+pub use crate::serve::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
 
 pub struct StoreSvc {
     pub ctx: Arc<Shared>,
@@ -62,88 +56,21 @@ impl StoreSvc {
         }
     }
 
-    /// The sections the arbiter's latest plan asks `incarnation` to hand over.
-    fn handover_of(&self, incarnation: Incarnation) -> Vec<pb::SectionRange> {
-        let plan = self.ctx.plan.lock().expect("plan lock poisoned");
-        let spans = plan.handover.get(&incarnation).map(Vec::as_slice).unwrap_or_default();
-        spans
-            .iter()
-            .map(|span| pb::SectionRange {
-                begin: span.begin.0,
-                end: span.end.0,
-            })
-            .collect()
-    }
-
     /// The route table of the current state, rebuilt only when its version changed.
     fn route_table(&self) -> Result<pb::RouteTable, RpcError> {
-        let version = self.ctx.data(|d| d.set.route_version);
+        self.ctx.data(|d| self.route_table_of(&d.set))
+    }
+
+    /// [`Self::route_table`] of a state the caller already holds.
+    fn route_table_of(&self, set: &SetState) -> Result<pb::RouteTable, RpcError> {
         let mut cache = self.ctx.routes.lock().expect("routes lock poisoned");
-        if let Some(t) = cache.as_ref().filter(|t| t.version == version) {
+        if let Some(t) = cache.as_ref().filter(|t| t.version == set.route_version) {
             return Ok(t.clone());
         }
-        let t = self
-            .ctx
-            .data(|d| build_routes(&d.set))
-            .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet".into()))?;
+        let t = build_routes(set).ok_or_else(|| RpcError::Unavailable("the set is not initialized yet".into()))?;
         *cache = Some(t.clone());
         Ok(t)
     }
-}
-
-/// A result the command cannot produce: a bug in this server, not a reason to retry.
-/// The items of a Bump, checked against the limits and the set's sections.
-fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpItem>, RpcError> {
-    if items.is_empty() || items.len() > MAX_BUMP_ITEMS {
-        return Err(RpcError::InvalidArgument(format!(
-            "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
-            items.len()
-        )));
-    }
-    items
-        .iter()
-        .map(|i| {
-            if i.section >= p.total_sections() {
-                return Err(RpcError::InvalidArgument(format!(
-                    "unknown section {} (the uid space has sections [0, {}))",
-                    i.section,
-                    p.total_sections()
-                )));
-            }
-            Ok(BumpItem {
-                section: SectionId(i.section),
-                epoch: Epoch(i.epoch),
-                new_max: i.new_max,
-            })
-        })
-        .collect()
-}
-
-fn unexpected(r: CommandResult) -> RpcError {
-    RpcError::Internal(format!("unexpected state machine result {r:?}"))
-}
-
-/// The grants of `incarnation`, and whether ownership in the set is about to change: a move is
-/// importing or exporting a range, or sections the set serves wait for an owner (the renewal then
-/// asks for the next one soon).
-fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool) {
-    let runs = set.runs();
-    let renew_soon = runs.iter().any(|r| match r.range {
-        RangeState::Importing { .. } | RangeState::Migrating { .. } => true,
-        RangeState::Owned => r.state.owner == NOBODY,
-        RangeState::Tombstoned { .. } => false,
-    });
-    let grants = runs
-        .into_iter()
-        .filter(|run| run.state.owner == incarnation)
-        .map(|run| pb::Grant {
-            section_begin: run.begin.0,
-            section_end: run.end.0,
-            epoch: run.state.epoch.0,
-            no_wait: run.state.no_wait,
-        })
-        .collect();
-    (grants, renew_soon)
 }
 
 /// Route table of a set: runs of sections with the same owner.
@@ -205,316 +132,106 @@ fn not_owned(set: &SetState, p: &SetParams, begin: SectionId, end: SectionId, ou
     }
 }
 
-pub(super) fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<Span>, RpcError> {
-    if ranges.is_empty() {
-        return Err(RpcError::InvalidArgument("no sections given".into()));
-    }
-    let mut total = 0u64;
-    let mut out = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        if r.begin >= r.end || r.end > p.total_sections() {
-            return Err(RpcError::InvalidArgument(format!(
-                "section range [{}, {}) is empty or outside the uid space's sections [0, {})",
-                r.begin,
-                r.end,
-                p.total_sections()
-            )));
-        }
-        total += r.end - r.begin;
-        if total > limit {
-            return Err(RpcError::InvalidArgument(format!(
-                "more than {limit} sections in one request"
-            )));
-        }
-        out.push(Span {
-            begin: SectionId(r.begin),
-            end: SectionId(r.end),
-        });
-    }
-    Ok(out)
-}
-
-/// Validates a Release's ranges like [`check_ranges`], keeping each range's epoch.
-fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Result<Vec<Released>, RpcError> {
-    let plain: Vec<pb::SectionRange> = ranges
-        .iter()
-        .map(|r| pb::SectionRange {
-            begin: r.begin,
-            end: r.end,
-        })
-        .collect();
-    check_ranges(p, &plain, limit)?;
-    Ok(ranges
-        .iter()
-        .map(|r| Released {
-            begin: SectionId(r.begin),
-            end: SectionId(r.end),
-            epoch: Epoch(r.epoch),
-            waited: r.waited,
-        })
-        .collect())
-}
-
-/// Why a set refuses to load or serve a section it does not own, and where the caller should go.
-fn not_owned_message(set_id: u64, section: SectionId, state: Option<RangeState>) -> String {
-    match state {
-        Some(RangeState::Tombstoned {
-            to_set, map_version, ..
-        }) => format!("section {section} moved from set {set_id} to set {to_set} (cluster map version {map_version})"),
-        Some(RangeState::Migrating { to_set, .. }) => {
-            format!("section {section} is being moved from set {set_id} to set {to_set}; retry shortly")
-        }
-        Some(RangeState::Importing { .. }) => {
-            format!("section {section} is being moved into set {set_id}; retry shortly")
-        }
-        Some(RangeState::Owned) | None => format!("section {section} is not served by set {set_id}"),
-    }
-}
-
-fn check_addr(addr: &str) -> Result<(), RpcError> {
-    let ok = addr.len() <= MAX_ADDR_LEN
-        && addr
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
-    if ok {
-        Ok(())
-    } else {
-        Err(RpcError::InvalidArgument(format!(
-            "addr must be host:port, got {addr:?}"
-        )))
-    }
-}
-
-fn outcome_pb(o: BumpOutcome) -> i32 {
-    match o {
-        BumpOutcome::Applied => pb::BumpOutcome::Applied as i32,
-        BumpOutcome::NoOp => pb::BumpOutcome::NoOp as i32,
-        BumpOutcome::StaleEpoch => pb::BumpOutcome::StaleEpoch as i32,
-        BumpOutcome::OutOfRange => pb::BumpOutcome::OutOfRange as i32,
-        BumpOutcome::NotOwned => pb::BumpOutcome::NotOwned as i32,
-    }
-}
-
 #[tonic::async_trait]
 impl pb::store_service_server::StoreService for StoreSvc {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterReply>, Status> {
         let req = req.into_inner();
-        if req.node_id == 0 {
-            return Err(RpcError::InvalidArgument("node_id must be > 0".into()).into());
-        }
-        check_addr(&req.addr)?;
+        let cmd = serve::register_command(&req)?;
         let params = self.ctx.params()?;
-        let incarnation = match self
-            .ctx
-            .write(Command::Register {
-                node_id: NodeId(req.node_id),
-                addr: req.addr.clone(),
-                nonce: req.nonce,
-            })
-            .await?
-        {
+        let result = match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => {
                 return Ok(Response::new(pb::RegisterReply {
                     not_leader: Some(hint),
                     ..Default::default()
                 }));
             }
-            Led::Here(CommandResult::Registered { incarnation }) => incarnation,
-            Led::Here(other) => return Err(unexpected(other).into()),
+            Led::Here(result) => result,
         };
-        self.ctx
-            .liveness
-            .lock()
-            .expect("liveness lock poisoned")
-            .registered(incarnation, Instant::now());
+        let (incarnation, reply) = serve::registered(result, &params, &mut self.ctx.view().liveness, Instant::now())?;
         tracing::info!(node_id = req.node_id, %incarnation, addr = %req.addr, "AllocSvr registered");
-        Ok(Response::new(pb::RegisterReply {
-            not_leader: None,
-            incarnation: incarnation.0,
-            params: Some(params.to_pb()),
-        }))
+        Ok(Response::new(reply))
     }
 
     async fn renew(&self, req: Request<pb::RenewRequest>) -> Result<Response<pb::RenewReply>, Status> {
         let req = req.into_inner();
-        let incarnation = Incarnation(req.incarnation);
         if let Led::Elsewhere(hint) = self.ctx.linearizable().await? {
             return Ok(Response::new(pb::RenewReply {
                 not_leader: Some(hint),
                 ..Default::default()
             }));
         }
-        let (known, route_version, (grants, renew_soon)) = self.ctx.data(|d| {
-            let known = d.set.allocsvrs.contains_key(&incarnation);
-            (known, d.set.route_version, grants_of(&d.set, incarnation))
-        });
-        if !known {
-            return Ok(Response::new(pb::RenewReply {
-                status: pb::RenewStatus::UnknownIncarnation as i32,
-                route_version,
-                ..Default::default()
-            }));
-        }
         // Two integers compared unless the AllocSvr is behind (after a map change only). A copy
         // that cannot be handed out must not cost the owner its lease: the renewal goes on without.
-        let (map_version, map) = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version)
-            .unwrap_or_else(|e| {
-                tracing::error!(error = %e, "cluster map not handed out with a renewal");
-                (req.map_version, None)
-            });
-        self.ctx
-            .liveness
-            .lock()
-            .expect("liveness lock poisoned")
-            .record(incarnation, Instant::now());
-        let handover = self.handover_of(incarnation);
-        // ...or just changed (a move's switch and its map copies follow its install and freeze).
-        let renew_soon = renew_soon
-            || self
-                .ctx
-                .last_change
-                .lock()
-                .expect("last-change lock poisoned")
-                .recent((route_version, map_version), Instant::now());
-        let routes = if req.route_version < route_version {
-            Some(self.route_table()?)
-        } else {
-            None
-        };
-        Ok(Response::new(pb::RenewReply {
-            not_leader: None,
-            status: pb::RenewStatus::Ok as i32,
-            grants,
-            handover,
-            route_version,
-            routes,
-            map_version,
-            map,
-            renew_soon,
-        }))
+        let map = crate::grpc::moves::map_for(&self.ctx, &self.ctx.params()?, req.map_version).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cluster map not handed out with a renewal");
+            (req.map_version, None)
+        });
+        let reply = self.ctx.data(|d| {
+            serve::renew_reply(
+                &d.set,
+                &mut self.ctx.view(),
+                &req,
+                map,
+                || self.route_table_of(&d.set),
+                Instant::now(),
+            )
+        })?;
+        Ok(Response::new(reply))
     }
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
         let req = req.into_inner();
-        let p = self.ctx.params()?;
-        let ranges = if req.leaving && req.sections.is_empty() {
-            Vec::new()
-        } else {
-            check_released(&p, &req.sections, MAX_RELEASE_SECTIONS)?
-        };
-        match self
-            .ctx
-            .write(Command::Release {
-                incarnation: Incarnation(req.incarnation),
-                ranges,
-                leaving: req.leaving,
-            })
-            .await?
-        {
+        let cmd = serve::release_command(&self.ctx.params()?, &req)?;
+        match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::ReleaseReply {
                 not_leader: Some(hint),
                 released: 0,
             })),
-            Led::Here(CommandResult::Released { count }) => {
+            Led::Here(result) => {
+                let reply = serve::released(&req, result)?;
                 tracing::info!(
                     incarnation = req.incarnation,
-                    count,
+                    count = reply.released,
                     leaving = req.leaving,
                     "sections released"
                 );
-                Ok(Response::new(pb::ReleaseReply {
-                    not_leader: None,
-                    released: count,
-                }))
+                Ok(Response::new(reply))
             }
-            Led::Here(CommandResult::UnknownIncarnation) => Err(RpcError::FailedPrecondition(format!(
-                "incarnation {} is not registered (superseded or expired): register again",
-                req.incarnation
-            ))
-            .into()),
-            Led::Here(other) => Err(unexpected(other).into()),
         }
     }
 
     async fn bump(&self, req: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
         let req = req.into_inner();
-        let items = check_bump_items(&self.ctx.params()?, &req.items)?;
-        // `--unsafe-skip-epoch-fence` (negative control) removes this check too: it is the fence
-        // against an owner the arbiter declared dead (see `SetState::bump`).
-        let incarnation = Incarnation(req.incarnation);
-        if !self.ctx.config.unsafe_skip_epoch_fence && !self.ctx.data(|d| d.set.allocsvrs.contains_key(&incarnation)) {
-            return Err(RpcError::FailedPrecondition(format!(
-                "unknown incarnation {}: register first",
-                req.incarnation
-            ))
-            .into());
-        }
+        let skip_fence = self.ctx.config.unsafe_skip_epoch_fence;
+        let cmd = self.ctx.data(|d| serve::bump_command(&d.set, &req, skip_fence))?;
         let started = Instant::now();
-        let n = items.len();
-        match self.ctx.write(Command::Bump { incarnation, items }).await? {
+        match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {
                 not_leader: Some(hint),
                 results: vec![],
             })),
-            Led::Here(CommandResult::Bumped(results)) => {
-                metrics::counter!("storesvr_bump_items_total").increment(n as u64);
+            Led::Here(result) => {
+                let reply = serve::bumped(&req, result)?;
+                metrics::counter!("storesvr_bump_items_total").increment(req.items.len() as u64);
                 metrics::histogram!("storesvr_bump_seconds").record(started.elapsed().as_secs_f64());
-                let results = results
-                    .into_iter()
-                    .map(|r| pb::BumpResult {
-                        section: r.section.0,
-                        outcome: outcome_pb(r.outcome),
-                        max_seq: r.max_seq,
-                        epoch: r.epoch.0,
-                    })
-                    .collect();
-                Ok(Response::new(pb::BumpReply {
-                    not_leader: None,
-                    results,
-                }))
+                Ok(Response::new(reply))
             }
-            Led::Here(CommandResult::UnknownIncarnation) => Err(RpcError::FailedPrecondition(format!(
-                "unknown incarnation {}: register first",
-                req.incarnation
-            ))
-            .into()),
-            Led::Here(CommandResult::Invalid(m)) => Err(RpcError::InvalidArgument(m).into()),
-            Led::Here(other) => Err(unexpected(other).into()),
         }
     }
 
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
         let req = req.into_inner();
         let p = self.ctx.params()?;
-        let ranges = check_ranges(&p, &req.sections, MAX_LOAD_SECTIONS)?;
+        let ranges = serve::load_ranges(&p, &req)?;
         if let Led::Elsewhere(hint) = self.ctx.linearizable().await? {
             return Ok(Response::new(pb::LoadReply {
                 not_leader: Some(hint),
                 sections: vec![],
             }));
         }
-        let sections = self.ctx.data(|d| {
-            // Only an owned section is loaded: an owner of a frozen or moved one would serve it.
-            if let Some((section, state)) = ranges.iter().find_map(|span| d.set.first_not_owned(*span)) {
-                return Err(RpcError::FailedPrecondition(not_owned_message(
-                    p.set_id, section, state,
-                )));
-            }
-            Ok(ranges
-                .iter()
-                .flat_map(|span| d.set.sections_in(span.begin, span.end))
-                .map(|(section, s)| pb::SectionState {
-                    section: section.0,
-                    max_seq: s.max_seq,
-                    epoch: s.epoch.0,
-                    owner_incarnation: s.owner.0,
-                })
-                .collect())
-        })?;
-        Ok(Response::new(pb::LoadReply {
-            not_leader: None,
-            sections,
-        }))
+        Ok(Response::new(
+            self.ctx.data(|d| serve::load_reply(&d.set, &p, &ranges))?,
+        ))
     }
 
     async fn get_routes(&self, _req: Request<pb::GetRoutesRequest>) -> Result<Response<pb::GetRoutesReply>, Status> {
@@ -546,8 +263,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let now = Instant::now();
         let detect = self.ctx.detect();
         let reply = self.ctx.data(|d| {
-            let live = self.ctx.liveness.lock().expect("liveness lock poisoned");
-            let alive = crate::domain::liveness::alive(&d.set, &live, now, detect);
+            let view = self.ctx.view();
+            let live = &view.liveness;
+            let alive = crate::domain::liveness::alive(&d.set, live, now, detect);
             let allocsvrs = d
                 .set
                 .allocsvrs
@@ -587,16 +305,5 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let applied = self.ctx.data(|d| d.last_applied.map(|l| l.index));
         self.expose(applied).await?;
         Ok(Response::new(reply))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_state_machine_surprise_is_internal_not_retryable() {
-        let status = Status::from(unexpected(CommandResult::Released { count: 0 }));
-        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     }
 }

@@ -1,0 +1,464 @@
+//! `sim dst`: deterministic simulation. One seed runs a whole set — three StoreSvr replicas, three
+//! AllocSvrs, three routing clients — in one thread on tokio's paused clock, with the network,
+//! crashes, pauses and disk wipes drawn from the seed, and checks the history with the same
+//! checkers as `sim run`. The same seed gives the same history, bit for bit.
+//!
+//! The code under test is the production code, not a model of it:
+//! - StoreSvr: the state machine (`SetState::apply_with`), the request checks and replies and the
+//!   arbiter tick (`storesvr::serve`), with the same unsafe rules as the real binary;
+//! - AllocSvr: `allocsvr::Core` (registration, renewal loop, grants, gains, bumps, releases,
+//!   leases) and its gRPC `Service` behind the generated server;
+//! - client: `seqsvr_client::Client` (routing, retries, backoff, deadlines) over its in-process
+//!   transport, recorded by the same workload code as `sim run`.
+//!
+//! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes).
+//!
+//! Deliberately left out: sets and moves (one set per seed; `sim run --sets 2` covers moves),
+//! data-plane duplicates (a copy of a fetch only wastes a number) and clock drift between
+//! processes (every process reads the one simulated clock).
+
+pub mod faults;
+pub mod group;
+pub mod trace;
+pub mod world;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use allocsvr::UnsafeSwitches;
+use seqsvr_client::{Client, ClientConfig};
+use storesvr::domain::state::{SetParams, UnsafeRules};
+
+use crate::checks::{self, Report};
+use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo};
+use crate::workload::{self, Counters, Recorder, WorkloadParams};
+use faults::Fault;
+use group::{Group, REPLICAS};
+use world::{AllocSlot, Proc, SimConnect, State, World};
+
+/// AllocSvrs per seed.
+pub const ALLOCS: usize = 3;
+/// Workload clients per seed.
+pub const CLIENTS: u32 = 3;
+
+/// What to run a seed with.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// AllocSvr negative controls.
+    pub alloc: UnsafeSwitches,
+    /// StoreSvr negative controls (the state machine's rules and the fence before a Bump).
+    pub store: UnsafeRules,
+    /// Keep only these faults of the seed's schedule (by index); all when `None`.
+    pub only_faults: Option<BTreeSet<usize>>,
+    /// Keep the history (for `--history` and the trace).
+    pub keep_history: bool,
+}
+
+impl Options {
+    /// The flags that reproduce these options on the command line.
+    pub fn flags(&self) -> String {
+        let mut out = String::new();
+        let mut add = |on: bool, f: &str| {
+            if on {
+                out.push_str(" --");
+                out.push_str(f);
+            }
+        };
+        add(self.alloc.skip_lease_wait, "unsafe-skip-lease-wait");
+        add(self.alloc.serve_before_bump_ack, "unsafe-serve-before-bump-ack");
+        add(self.alloc.keep_memory, "unsafe-keep-memory");
+        add(self.store.skip_epoch_fence, "unsafe-skip-epoch-fence");
+        add(self.store.unfenced_release, "unsafe-unfenced-release");
+        if let Some(only) = &self.only_faults {
+            let list: Vec<String> = only.iter().map(usize::to_string).collect();
+            out.push_str(&format!(" --faults {}", list.join(",")));
+        }
+        out
+    }
+}
+
+/// What one seed gave.
+pub struct Outcome {
+    pub seed: u64,
+    /// Hash of every history record, in order: equal for equal histories.
+    pub hash: u64,
+    pub report: Report,
+    pub faults: Vec<Fault>,
+    pub history: Option<History>,
+    pub changes: Vec<group::OwnerChange>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.report.total_violations() == 0
+    }
+}
+
+/// The set's parameters in every seed: small sections and steps so that a few seconds see many
+/// bumps and owner changes, a 1 s lease so that waits and expiries happen often.
+pub fn params() -> SetParams {
+    SetParams {
+        set_id: 0,
+        section_size: 1_000,
+        uid_limit: 8_000,
+        step: 50,
+        lease_ms: 1_000,
+        renew_interval_ms: 300,
+        drift_ppm: 10_000,
+        margin_ms: 100,
+        section_begin: 0,
+        section_end: 8,
+    }
+}
+
+/// Failure detection on the store leader.
+const DETECT: Duration = Duration::from_millis(1_000);
+/// Load with faults, then healed; then the verify phase.
+const LOAD_MS: u64 = 6_000;
+const SETTLE: Duration = Duration::from_millis(3_000);
+const POLL_EVERY: Duration = Duration::from_millis(250);
+
+/// Runs one seed to the end and checks its history.
+pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    rt.block_on(run(seed, opts))
+}
+
+async fn run(seed: u64, opts: &Options) -> Outcome {
+    let p = params();
+    let mut all = faults::schedule(seed, LOAD_MS, ALLOCS);
+    if let Some(only) = &opts.only_faults {
+        all = all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| only.contains(i))
+            .map(|(_, f)| f)
+            .collect();
+    }
+    let world = World::new(initial_state(seed, &p, opts), opts.alloc);
+    let info = RunInfo {
+        seed,
+        section_size: p.section_size,
+        uid_limit: p.uid_limit,
+        step: p.step,
+        lease_ms: p.lease_ms,
+        fault_free: false,
+        replay: format!("sim dst --seed {seed}{}", opts.flags()),
+        verify_from_ns: None,
+    };
+    let clock = RunClock::start();
+    let rec = Arc::new(Recorder {
+        history: Arc::new(HistoryWriter::in_memory(clock, &info)),
+        counters: Arc::new(Counters::default()),
+        touched: Default::default(),
+    });
+    spawn_store(&world);
+    for i in 0..ALLOCS {
+        world.start_alloc(i);
+    }
+    let poller = tokio::spawn(poll(world.clone(), rec.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let wp = workload_params(seed, &p);
+    let hot = Arc::new(workload::hot_uids(&wp));
+    for c in 0..CLIENTS {
+        let client = client(&world, seed, c, Duration::from_secs(2));
+        tokio::spawn(workload::run_client(
+            client,
+            c,
+            wp.clone(),
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        ));
+    }
+    inject_all(&world, &all, &rec).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    faults::heal_all(&world);
+    tokio::time::sleep(SETTLE).await;
+    let verify_from_ns = clock.now_ns();
+    verify(&world, seed, &rec).await;
+    poller.abort();
+    finish(world, rec, info, verify_from_ns, all, opts)
+}
+
+fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
+    State {
+        rng: world::rng(seed),
+        net: Default::default(),
+        group: Group::new(p.clone(), DETECT, opts.store),
+        allocs: (0..ALLOCS)
+            .map(|i| AllocSlot {
+                node_id: i as u64 + 1,
+                addr: format!("allocsvr-{i}:7000"),
+                proc: Proc::none(),
+                core: None,
+                server: None,
+            })
+            .collect(),
+        skip_fence: opts.store.skip_epoch_fence,
+    }
+}
+
+fn workload_params(seed: u64, p: &SetParams) -> WorkloadParams {
+    WorkloadParams {
+        seed,
+        clients: CLIENTS,
+        rate_per_client: 100.0,
+        section_size: p.section_size,
+        uid_limit: p.uid_limit,
+        hot_per_section: 2,
+        max_batch: 4,
+    }
+}
+
+fn client(world: &Arc<World>, seed: u64, id: u32, deadline: Duration) -> Client {
+    let cfg = ClientConfig {
+        seeds: world.lock().allocs.iter().map(|s| s.addr.clone()).collect(),
+        deadline,
+        attempt_timeout: Duration::from_millis(500),
+        ..ClientConfig::default()
+    };
+    let via = Arc::new(SimConnect { world: world.clone() });
+    Client::in_process(cfg, via, seed.wrapping_mul(31).wrapping_add(id as u64)).expect("valid client config")
+}
+
+/// Raft's housekeeping every 10 ms and each replica's arbiter every tick, as the store runs it.
+fn spawn_store(world: &Arc<World>) {
+    let w = world.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mut st = w.lock();
+            let st = &mut *st;
+            let rng = &mut st.rng;
+            st.group.raft_tick(tokio::time::Instant::now().into_std(), |n| {
+                rand::Rng::random_range(rng, 0..n)
+            });
+        }
+    });
+    for r in 0..REPLICAS {
+        let w = world.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(storesvr::shared::ARBITER_TICK).await;
+                let (cmd, term) = {
+                    let mut st = w.lock();
+                    let cmd = st.group.arbiter(r, tokio::time::Instant::now().into_std());
+                    (cmd, st.group.term_of(r))
+                };
+                if let Some(cmd) = cmd {
+                    w.commit(r, term, &cmd).await;
+                }
+            }
+        });
+    }
+}
+
+/// The leader's `max_seq` of every section, read linearizably a few times a second (P3).
+async fn poll(world: Arc<World>, rec: Arc<Recorder>) {
+    loop {
+        tokio::time::sleep(POLL_EVERY).await;
+        let max_seqs: Option<Vec<(u64, u64)>> = {
+            let st = world.lock();
+            st.group.leader().map(|_| {
+                st.group
+                    .set
+                    .sections
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| (i as u64, s.max_seq))
+                    .collect()
+            })
+        };
+        if let Some(max_seqs) = max_seqs {
+            let _ = rec.history.write(&Record::Poll(Poll {
+                at_ns: rec.history.clock().now_ns(),
+                source: "leader".into(),
+                max_seqs,
+                sum: None,
+            }));
+        }
+    }
+}
+
+/// Injects and heals every fault at its time; returns at the end of the load.
+async fn inject_all(world: &Arc<World>, all: &[Fault], rec: &Arc<Recorder>) {
+    let mut events: Vec<(u64, bool, usize)> = Vec::new();
+    for (i, f) in all.iter().enumerate() {
+        events.push((f.at_ms, true, i));
+        events.push(((f.at_ms + f.for_ms).min(LOAD_MS), false, i));
+    }
+    events.sort();
+    let start = tokio::time::Instant::now();
+    let mut targets: BTreeMap<usize, (String, u64)> = BTreeMap::new();
+    for (at, inject, i) in events {
+        tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+        let f = &all[i];
+        if inject {
+            targets.insert(i, (faults::inject(world, f), rec.history.clock().now_ns()));
+        } else if let Some((target, start_ns)) = targets.remove(&i) {
+            faults::heal(world, f, &target);
+            let _ = rec.history.write(&Record::Fault(FaultSpan {
+                id: i as u64,
+                kind: f.name(),
+                target,
+                start_ns,
+                end_ns: rec.history.clock().now_ns(),
+            }));
+        }
+    }
+    tokio::time::sleep_until(start + Duration::from_millis(LOAD_MS)).await;
+}
+
+/// After the heal, every touched uid must be served again.
+async fn verify(world: &Arc<World>, seed: u64, rec: &Arc<Recorder>) {
+    let client = client(world, seed, CLIENTS, Duration::from_secs(10));
+    let touched: BTreeSet<u64> = rec
+        .touched
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .copied()
+        .collect();
+    for uid in touched {
+        rec.fetch(&client, CLIENTS, uid).await;
+    }
+}
+
+fn finish(
+    world: Arc<World>,
+    rec: Arc<Recorder>,
+    mut info: RunInfo,
+    verify_from_ns: u64,
+    faults: Vec<Fault>,
+    opts: &Options,
+) -> Outcome {
+    info.verify_from_ns = Some(verify_from_ns);
+    let records = rec.history.take();
+    let mut hasher = std::hash::DefaultHasher::new();
+    let dump = std::env::var("DST_DUMP").ok();
+    let mut lines = String::new();
+    for r in &records {
+        let line = serde_json::to_string(r).unwrap_or_default();
+        line.hash(&mut hasher);
+        if dump.is_some() {
+            lines.push_str(&line);
+            lines.push('\n');
+        }
+    }
+    if let Some(d) = dump {
+        let _ = std::fs::write(d, lines);
+    }
+    let mut history = History::from_records(records);
+    history.info = info;
+    let (final_max, changes) = {
+        let mut st = world.lock();
+        // The AllocSvrs hold the world through their store transport: let go of them so that
+        // the seed's memory is freed with its runtime.
+        st.allocs.clear();
+        let m: BTreeMap<u64, u64> = st
+            .group
+            .set
+            .sections
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i as u64, s.max_seq))
+            .collect();
+        (m, st.group.changes.clone())
+    };
+    let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
+    Outcome {
+        seed: history.info.seed,
+        hash: hasher.finish(),
+        report,
+        faults,
+        history: opts.keep_history.then_some(history),
+        changes,
+    }
+}
+
+/// What a range of seeds gave.
+pub struct RangeResult {
+    /// Seeds run (fewer than asked when stopped at the first failure).
+    pub seeds_run: u64,
+    /// Failing seeds, lowest first.
+    pub failures: Vec<Outcome>,
+    pub elapsed: Duration,
+}
+
+impl RangeResult {
+    pub fn seeds_per_second(&self) -> f64 {
+        self.seeds_run as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs seeds `range` on `threads` threads (each seed alone on one). With `stop_at_first`, no new
+/// seed starts once one failed, and only failures below it are kept: the first failing seed of
+/// the range is found whatever the threads' timing.
+pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, stop_at_first: bool) -> RangeResult {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let started = std::time::Instant::now();
+    let next = AtomicU64::new(range.start);
+    let first_failure = AtomicU64::new(u64::MAX);
+    let ran = AtomicU64::new(0);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= range.end || (stop_at_first && seed > first_failure.load(Ordering::Relaxed)) {
+                        return;
+                    }
+                    let o = run_seed(seed, opts);
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    if !o.passed() {
+                        first_failure.fetch_min(seed, Ordering::Relaxed);
+                        failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    failures.sort_by_key(|o| o.seed);
+    if stop_at_first {
+        failures.truncate(1);
+    }
+    RangeResult {
+        seeds_run: ran.into_inner(),
+        failures,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Drops the failing `seed`'s faults one at a time, keeping each drop after which the seed still
+/// fails: the options of a shorter failing run (often one or two faults).
+pub fn shrink(seed: u64, opts: &Options) -> Options {
+    let n = faults::schedule(seed, LOAD_MS, ALLOCS).len();
+    let mut keep: BTreeSet<usize> = opts.only_faults.clone().unwrap_or_else(|| (0..n).collect());
+    for i in keep.clone() {
+        let mut fewer = keep.clone();
+        fewer.remove(&i);
+        let trial = Options {
+            only_faults: Some(fewer.clone()),
+            keep_history: false,
+            ..opts.clone()
+        };
+        if !run_seed(seed, &trial).passed() {
+            keep = fewer;
+        }
+    }
+    Options {
+        only_faults: Some(keep),
+        ..opts.clone()
+    }
+}

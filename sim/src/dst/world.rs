@@ -1,0 +1,425 @@
+//! The simulated world of one seed: the network, the StoreSvr group, the AllocSvr processes and
+//! the transports that connect the production code to them.
+//!
+//! - AllocSvr → store: [`SimStore`] implements the AllocSvr's `Store` trait. Each call follows the
+//!   leader like the real store client (try the believed leader, follow a not-leader hint, try the
+//!   next replica after a silent attempt) until the call's own deadline.
+//! - client → AllocSvr: [`SimConnect`] is the client library's in-process transport: the encoded
+//!   gRPC request is handed to the AllocSvr's generated server over its production `Service`.
+//! - Every message crosses [`Net`]: seeded delay (reordering when delays overlap), drop,
+//!   duplication (store requests), and directed cuts (a partition is two cuts, a one-way cut one).
+//! - A killed process stops at once (its loops are aborted, whatever it still sends is never
+//!   answered); a paused one holds every message it sends or receives until it resumes, while
+//!   time goes on, as SIGSTOP does.
+//!
+//! One lock guards everything; no task holds it across an `.await`, and every random draw comes
+//! from the one seeded generator, in the order the single-threaded runtime runs the tasks.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use allocsvr::store::{Call, Store, StoreFailure};
+use allocsvr::{Core, NodeConfig, UnsafeSwitches};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use seqsvr_client::transport::{BoxError, CallFuture, Connect};
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
+use storesvr::error::RpcError;
+use tokio::time::Instant;
+use tonic::codegen::Service as _;
+
+use super::group::{Group, REPLICAS, Rep, Req, Step};
+
+/// One end of a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ep {
+    Clients,
+    Alloc(usize),
+    Store(usize),
+}
+
+/// The network's condition.
+#[derive(Debug, Default)]
+pub struct Net {
+    /// Directed links that deliver nothing.
+    pub cut: BTreeSet<(Ep, Ep)>,
+    /// Probability that a message is lost.
+    pub drop: f64,
+    /// Probability that a store request is delivered twice (the copy later).
+    pub dup: f64,
+    /// Extra delay on every message, up to this (messages overtake each other).
+    pub jitter: Duration,
+}
+
+/// A process: alive until killed, perhaps paused until some instant.
+#[derive(Debug)]
+pub struct Proc {
+    alive: AtomicBool,
+    paused_until: Mutex<Option<Instant>>,
+}
+
+impl Proc {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            alive: AtomicBool::new(true),
+            paused_until: Mutex::new(None),
+        })
+    }
+
+    /// The process of a slot nothing was started in yet.
+    pub fn none() -> Arc<Self> {
+        let p = Self::new();
+        p.alive.store(false, Ordering::Release);
+        p
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    pub fn pause_until(&self, until: Instant) {
+        *self.paused_until.lock().unwrap() = Some(until);
+    }
+
+    /// Returns once the process runs (never, for a dead one).
+    async fn gate(&self) {
+        loop {
+            if !self.is_alive() {
+                std::future::pending::<()>().await;
+            }
+            let until = *self.paused_until.lock().unwrap();
+            match until {
+                Some(t) if Instant::now() < t => tokio::time::sleep_until(t).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+/// An AllocSvr slot: a stable node id and address, and the process running there, if any.
+pub struct AllocSlot {
+    pub node_id: u64,
+    pub addr: String,
+    pub proc: Arc<Proc>,
+    pub core: Option<Core>,
+    pub server: Option<AllocServiceServer<allocsvr::service::Service>>,
+}
+
+/// Everything of one seed behind one lock.
+pub struct State {
+    pub rng: StdRng,
+    pub net: Net,
+    pub group: Group,
+    pub allocs: Vec<AllocSlot>,
+    pub skip_fence: bool,
+}
+
+/// The world, shared by every task of the seed.
+pub struct World {
+    state: Mutex<State>,
+    pub start: Instant,
+    pub switches: UnsafeSwitches,
+}
+
+/// How long one store attempt waits before trying another replica (the real client's attempt).
+const STORE_ATTEMPT: Duration = Duration::from_millis(300);
+/// Overall limit of the store calls that give none (Register attempts, Load, Release at leave).
+const STORE_DEFAULT_WAIT: Duration = Duration::from_secs(3);
+/// Time a leader takes to commit a write (replication plus fsync on a majority).
+const COMMIT: (u64, u64) = (500, 3_000);
+
+impl World {
+    pub fn new(state: State, switches: UnsafeSwitches) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(state),
+            start: Instant::now(),
+            switches,
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// A uniform draw in `[0, n)` from the seed's generator.
+    pub fn draw(&self, n: u64) -> u64 {
+        self.lock().rng.random_range(0..n.max(1))
+    }
+
+    /// How long a message from `from` to `to` takes, or `None` when it is lost.
+    fn transit(&self, from: Ep, to: Ep) -> Option<Duration> {
+        let mut st = self.lock();
+        let p = st.net.drop;
+        if st.net.cut.contains(&(from, to)) || (p > 0.0 && st.rng.random_bool(p)) {
+            return None;
+        }
+        let base = st.rng.random_range(100..1_500);
+        let jitter = st.net.jitter.as_micros() as u64;
+        let extra = if jitter > 0 { st.rng.random_range(0..jitter) } else { 0 };
+        Some(Duration::from_micros(base + extra))
+    }
+
+    /// Sends a message: sleeps its transit time, or forever when it is lost.
+    async fn cross(&self, from: Ep, to: Ep) {
+        match self.transit(from, to) {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// One store request from AllocSvr `from` to replica `r`: the reply, or never.
+    async fn store_rpc(self: &Arc<Self>, from: usize, r: usize, req: Req) -> Rep {
+        self.cross(Ep::Alloc(from), Ep::Store(r)).await;
+        let dup = {
+            let mut st = self.lock();
+            let p = st.net.dup;
+            p > 0.0 && st.rng.random_bool(p)
+        };
+        if dup {
+            let (world, copy) = (self.clone(), req.clone());
+            let later = Duration::from_millis(self.draw(2_000));
+            tokio::spawn(async move {
+                tokio::time::sleep(later).await;
+                world.deliver(r, &copy).await;
+            });
+        }
+        let Some(rep) = self.deliver(r, &req).await else {
+            return std::future::pending().await;
+        };
+        self.cross(Ep::Store(r), Ep::Alloc(from)).await;
+        rep
+    }
+
+    /// What replica `r` answers to `req`, after the commit of a write; `None` when it never does.
+    pub async fn deliver(&self, r: usize, req: &Req) -> Option<Rep> {
+        let (cmd, term) = {
+            let mut st = self.lock();
+            let skip = st.skip_fence;
+            match st.group.receive(r, req, skip, Instant::now().into_std()) {
+                Step::Silent => return None,
+                Step::Answer(rep) => return Some(rep),
+                Step::Commit(cmd) => (cmd, st.group.term_of(r)),
+            }
+        };
+        let result = self.commit(r, term, &cmd).await?;
+        let mut st = self.lock();
+        Some(st.group.reply(r, req, result, Instant::now().into_std()))
+    }
+
+    /// Commits `cmd` written by replica `r` as leader in `term`: its result, or `None` when the
+    /// leadership ended first (the entry then survives or not, by a coin, and nobody is told).
+    pub async fn commit(
+        &self,
+        r: usize,
+        term: u64,
+        cmd: &storesvr::domain::state::Command,
+    ) -> Option<storesvr::domain::state::CommandResult> {
+        let d = Duration::from_micros(COMMIT.0 + self.draw(COMMIT.1 - COMMIT.0));
+        tokio::time::sleep(d).await;
+        let at = self.now_ns();
+        let mut st = self.lock();
+        if st.group.still_leads(r, term) {
+            return Some(st.group.apply(cmd, at));
+        }
+        if st.rng.random_bool(0.5) {
+            st.group.apply(cmd, at);
+        }
+        None
+    }
+
+    /// Starts the AllocSvr of slot `i` (a new process, a new registration) in the background,
+    /// unless one runs there.
+    pub fn start_alloc(self: &Arc<Self>, i: usize) {
+        let proc = Proc::new();
+        let (node_id, addr) = {
+            let mut st = self.lock();
+            let slot = &mut st.allocs[i];
+            if slot.proc.is_alive() {
+                return;
+            }
+            slot.proc = proc.clone();
+            (slot.node_id, slot.addr.clone())
+        };
+        let world = self.clone();
+        tokio::spawn(async move {
+            let store = Arc::new(SimStore {
+                world: world.clone(),
+                slot: i,
+                proc: proc.clone(),
+                leader: AtomicUsize::new(0),
+            });
+            let mut cfg = NodeConfig::new(
+                seqsvr_proto::NodeId(node_id),
+                "127.0.0.1:0".parse().expect("literal address"),
+                vec![],
+            );
+            cfg.unsafe_switches = world.switches;
+            cfg.start_timeout = Duration::from_secs(3_600);
+            let Ok(core) = Core::start(&cfg, store, addr).await else {
+                return;
+            };
+            let mut st = world.lock();
+            if !proc.is_alive() {
+                drop(st);
+                core.crash();
+                return;
+            }
+            st.allocs[i].server = Some(AllocServiceServer::new(core.service()));
+            st.allocs[i].core = Some(core);
+        });
+    }
+
+    /// Kills the AllocSvr of slot `i`, if one runs.
+    pub fn kill_alloc(&self, i: usize) {
+        let core = {
+            let mut st = self.lock();
+            let slot = &mut st.allocs[i];
+            slot.proc.alive.store(false, Ordering::Release);
+            slot.server = None;
+            slot.core.take()
+        };
+        if let Some(core) = core {
+            core.crash();
+        }
+    }
+
+    pub fn pause_alloc(&self, i: usize, until: Instant) {
+        self.lock().allocs[i].proc.pause_until(until);
+    }
+}
+
+/// The AllocSvr's store client in the simulation.
+pub struct SimStore {
+    world: Arc<World>,
+    slot: usize,
+    proc: Arc<Proc>,
+    /// The replica believed to lead.
+    leader: AtomicUsize,
+}
+
+impl SimStore {
+    async fn call(&self, req: Req, wait: Option<Duration>) -> Result<Rep, StoreFailure> {
+        let deadline = Instant::now() + wait.unwrap_or(STORE_DEFAULT_WAIT);
+        let mut last = String::from("no attempt");
+        loop {
+            self.proc.gate().await;
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StoreFailure::Unknown(last));
+            }
+            let r = self.leader.load(Ordering::Relaxed) % REPLICAS;
+            let attempt = STORE_ATTEMPT.min(deadline - now);
+            let rep = tokio::time::timeout(attempt, self.world.store_rpc(self.slot, r, req.clone())).await;
+            self.proc.gate().await;
+            match rep {
+                Ok(Rep::NotLeader(hint)) => {
+                    self.leader.store(hint.unwrap_or(r + 1), Ordering::Relaxed);
+                    last = format!("replica {r} is not the leader");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(Rep::Error(RpcError::Unavailable(m))) => {
+                    last = m;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(Rep::Error(e)) => return Err(StoreFailure::Refused(e.to_string())),
+                Ok(rep) => return Ok(rep),
+                Err(_) => {
+                    self.leader.store(r + 1, Ordering::Relaxed);
+                    last = format!("replica {r} did not answer in {attempt:?}");
+                }
+            }
+        }
+    }
+}
+
+fn boxed<'a, T: Send + 'a>(
+    f: impl Future<Output = Result<Rep, StoreFailure>> + Send + 'a,
+    pick: impl FnOnce(Rep) -> Option<T> + Send + 'a,
+) -> Call<'a, T> {
+    Box::pin(async move {
+        let rep = f.await?;
+        pick(rep).ok_or_else(|| StoreFailure::Refused("reply of another kind".into()))
+    })
+}
+
+impl Store for SimStore {
+    fn register(&self, req: pb::RegisterRequest) -> Call<'_, pb::RegisterReply> {
+        boxed(self.call(Req::Register(req), None), |r| match r {
+            Rep::Register(x) => Some(x),
+            _ => None,
+        })
+    }
+
+    fn renew(&self, req: pb::RenewRequest, wait: Duration) -> Call<'_, pb::RenewReply> {
+        boxed(self.call(Req::Renew(req), Some(wait)), |r| match r {
+            Rep::Renew(x) => Some(x),
+            _ => None,
+        })
+    }
+
+    fn release(&self, req: pb::ReleaseRequest, wait: Option<Duration>) -> Call<'_, pb::ReleaseReply> {
+        boxed(self.call(Req::Release(req), wait), |r| match r {
+            Rep::Release(x) => Some(x),
+            _ => None,
+        })
+    }
+
+    fn bump(&self, req: pb::BumpRequest, wait: Duration) -> Call<'_, pb::BumpReply> {
+        boxed(self.call(Req::Bump(req), Some(wait)), |r| match r {
+            Rep::Bump(x) => Some(x),
+            _ => None,
+        })
+    }
+
+    fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
+        boxed(self.call(Req::Load(req), None), |r| match r {
+            Rep::Load(x) => Some(x),
+            _ => None,
+        })
+    }
+}
+
+/// The client library's transport in the simulation.
+pub struct SimConnect {
+    pub world: Arc<World>,
+}
+
+impl Connect for SimConnect {
+    fn call(&self, addr: &str, req: tonic::codegen::http::Request<tonic::body::Body>) -> CallFuture {
+        let world = self.world.clone();
+        let slot = world.lock().allocs.iter().position(|s| s.addr == addr);
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let Some(i) = slot else {
+                return Err(BoxError::from(format!("unknown address {addr}")));
+            };
+            world.cross(Ep::Clients, Ep::Alloc(i)).await;
+            let (proc, server) = {
+                let st = world.lock();
+                (st.allocs[i].proc.clone(), st.allocs[i].server.clone())
+            };
+            let Some(mut server) = server else {
+                return Err(BoxError::from("connection refused"));
+            };
+            proc.gate().await;
+            let Ok(resp) = server.call(req).await;
+            // A pause or a kill can strike between the answer and its sending.
+            proc.gate().await;
+            world.cross(Ep::Alloc(i), Ep::Clients).await;
+            Ok(resp)
+        })
+    }
+}
+
+/// A world's generator for a seed.
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}

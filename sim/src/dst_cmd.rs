@@ -1,0 +1,166 @@
+//! `sim dst`: the command line of the deterministic mode (see `sim::dst`).
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use sim::dst::{self, Options};
+use sim::history::Record;
+
+#[derive(clap::Args, Debug)]
+pub struct DstArgs {
+    /// Seeds to run, `A..B` (B excluded).
+    #[arg(long, value_parser = parse_range, conflicts_with = "seed")]
+    seeds: Option<std::ops::Range<u64>>,
+    /// One seed: print its faults, its report and, when it fails, the trace and the replay.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Threads (each runs whole seeds; default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Stop at the first failing seed of the range (negative controls: how far it had to look).
+    #[arg(long)]
+    stop_at_first: bool,
+    /// Keep only these faults of the seed's schedule (indices, as `--seed` lists them).
+    #[arg(long, value_delimiter = ',')]
+    faults: Option<Vec<usize>>,
+    /// With `--seed` that fails: drop faults while it still fails and print the shorter replay.
+    #[arg(long)]
+    shrink: bool,
+    /// With `--seed`: write the history as JSON lines (readable by `sim check`).
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Negative control: an AllocSvr serves a gained section at once (rule 4 off).
+    #[arg(long)]
+    unsafe_skip_lease_wait: bool,
+    /// Negative control: an in-flight bump counts as acknowledged (rule 6 off).
+    #[arg(long)]
+    unsafe_serve_before_bump_ack: bool,
+    /// Negative control: memory of an earlier epoch is reused on regain (rule 5 off).
+    #[arg(long)]
+    unsafe_keep_memory: bool,
+    /// Negative control: the store applies bumps whatever their epoch (the fence off).
+    #[arg(long)]
+    unsafe_skip_epoch_fence: bool,
+    /// Negative control: a Release ignores the epoch it names (rule 9's fence off).
+    #[arg(long)]
+    unsafe_unfenced_release: bool,
+}
+
+fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
+    let (a, b) = s.split_once("..").ok_or_else(|| format!("expected A..B, got {s:?}"))?;
+    let a: u64 = a.trim().parse().map_err(|e| format!("bad range start {a:?}: {e}"))?;
+    let b: u64 = b.trim().parse().map_err(|e| format!("bad range end {b:?}: {e}"))?;
+    if a >= b {
+        return Err(format!("empty range {s:?}"));
+    }
+    Ok(a..b)
+}
+
+impl DstArgs {
+    fn options(&self) -> Options {
+        let mut o = Options::default();
+        o.alloc.skip_lease_wait = self.unsafe_skip_lease_wait;
+        o.alloc.serve_before_bump_ack = self.unsafe_serve_before_bump_ack;
+        o.alloc.keep_memory = self.unsafe_keep_memory;
+        o.store.skip_epoch_fence = self.unsafe_skip_epoch_fence;
+        o.store.unfenced_release = self.unsafe_unfenced_release;
+        o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
+        o
+    }
+}
+
+pub fn run(args: DstArgs) -> ExitCode {
+    let opts = args.options();
+    match (args.seed, &args.seeds) {
+        (Some(seed), _) => one(seed, &args, opts),
+        (None, Some(range)) => many(range.clone(), &args, &opts),
+        (None, None) => {
+            eprintln!("sim dst: give --seeds A..B or --seed S");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let r = dst::run_range(range.clone(), threads, opts, args.stop_at_first);
+    for o in &r.failures {
+        println!(
+            "FAIL seed {}: {} violations {:?}\n  replay: sim dst --seed {}{}",
+            o.seed,
+            o.report.total_violations(),
+            o.report.counts,
+            o.seed,
+            opts.flags()
+        );
+    }
+    println!(
+        "seeds: {} run, {} failed, {:.1} s, {:.1} seeds/s ({} threads)",
+        r.seeds_run,
+        r.failures.len(),
+        r.elapsed.as_secs_f64(),
+        r.seeds_per_second(),
+        threads
+    );
+    match r.failures.first() {
+        Some(o) => {
+            println!(
+                "first failing seed: {} (after {} seeds from {})",
+                o.seed,
+                o.seed - range.start + 1,
+                range.start
+            );
+            ExitCode::from(1)
+        }
+        None => {
+            println!("dst: PASS (seeds {}..{})", range.start, range.end);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
+    opts.keep_history = true;
+    let o = dst::run_seed(seed, &opts);
+    let history = o.history.as_ref().expect("kept");
+    for (i, f) in o.faults.iter().enumerate() {
+        println!("fault {i}: {} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
+    }
+    print!("{}", o.report.render(history));
+    println!("history hash: {:016x}", o.hash);
+    if let Some(path) = &args.history
+        && let Err(e) = write_history(path, history)
+    {
+        eprintln!("sim dst: cannot write {}: {e}", path.display());
+        return ExitCode::from(3);
+    }
+    if o.passed() {
+        println!("dst: PASS (seed {seed})");
+        return ExitCode::SUCCESS;
+    }
+    print!("{}", dst::trace::render(&o));
+    println!("replay: sim dst --seed {seed}{}", opts.flags());
+    if args.shrink {
+        let shorter = dst::shrink(seed, &opts);
+        println!("shrunk: sim dst --seed {seed}{}", shorter.flags());
+    }
+    println!("dst: FAIL (seed {seed})");
+    ExitCode::from(1)
+}
+
+fn write_history(path: &std::path::Path, h: &sim::history::History) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let records = std::iter::once(Record::Info(h.info.clone()))
+        .chain(h.calls.iter().cloned().map(Record::Call))
+        .chain(h.polls.iter().cloned().map(Record::Poll))
+        .chain(h.faults.iter().cloned().map(Record::Fault));
+    for r in records {
+        serde_json::to_writer(&mut out, &r)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}

@@ -1,0 +1,472 @@
+//! The StoreService's ownership-protocol calls as plain functions (sans-IO): each checks a
+//! request, builds the command a Raft write carries, and turns the applied result (or the applied
+//! state, for the linearizable reads) into the reply, given `now` and the leader's in-memory view.
+//!
+//! Two drivers call them: the gRPC handlers (`grpc::store`), which put openraft's writes and
+//! ReadIndex between the steps, and the deterministic simulator (`sim dst`), which puts a
+//! simulated Raft group there. Whatever decides what an AllocSvr is told lives here, so both run
+//! the same code.
+//!
+//! Deliberately left out: Raft itself (writes, read index, leader hints), the route-table cache
+//! and the cluster map copy, which need a replica's IO; the callers pass their results in.
+
+use std::time::{Duration, Instant};
+
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
+
+use crate::domain::arbiter::{self, Plan};
+use crate::domain::liveness::{self, Liveness};
+use crate::domain::ranges::RangeState;
+use crate::domain::state::{
+    BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
+};
+use crate::error::RpcError;
+
+/// Most bump items in one request and most sections named by one Load: the shared table, so the
+/// AllocSvr sends no more than this accepts and a reply always fits the client's decode limit.
+pub use seqsvr_proto::limits::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
+/// Most sections one Release may name: all of the largest set (a leaving AllocSvr gives back
+/// everything; the request names ranges, so its size does not grow with this).
+const MAX_RELEASE_SECTIONS: u64 = seqsvr_proto::params::MAX_SECTIONS;
+/// Longest accepted AllocSvr address.
+const MAX_ADDR_LEN: usize = 256;
+
+/// How long after a change of the set's routes or map the AllocSvrs are asked to renew soon: long
+/// enough to cover a move's switch and its map publication after the install or freeze that
+/// started it; short enough that a steady set renews once per interval.
+pub const CHANGE_WINDOW: Duration = Duration::from_secs(1);
+
+/// What only the current leader knows, in memory: whom it heard from, its arbiter's last plan and
+/// when the versions renewals see last changed. A new leadership starts it over.
+#[derive(Debug, Default)]
+pub struct LeaderView {
+    pub liveness: Liveness,
+    pub plan: Plan,
+    pub last_change: LastChange,
+}
+
+/// The route and map versions renewals were last answered with, and when that pair last changed
+/// (leader-local: a new leader starts from its first renewal).
+#[derive(Debug, Default)]
+pub struct LastChange {
+    versions: (u64, u64),
+    at: Option<Instant>,
+}
+
+impl LastChange {
+    /// Notes the versions a renewal is answered with at `now`; true while the last change is less
+    /// than [`CHANGE_WINDOW`] old.
+    pub fn recent(&mut self, versions: (u64, u64), now: Instant) -> bool {
+        if self.versions != versions || self.at.is_none() {
+            self.versions = versions;
+            self.at = Some(now);
+        }
+        self.at
+            .is_some_and(|at| now.saturating_duration_since(at) < CHANGE_WINDOW)
+    }
+}
+
+/// The set's parameters, or why there are none yet.
+pub fn params_of(set: &SetState) -> Result<SetParams, RpcError> {
+    set.params
+        .clone()
+        .ok_or_else(|| RpcError::Unavailable("the set is not initialized yet (waiting for bootstrap)".into()))
+}
+
+/// A result the command cannot produce: a bug in this server, not a reason to retry.
+pub fn unexpected(r: CommandResult) -> RpcError {
+    RpcError::Internal(format!("unexpected state machine result {r:?}"))
+}
+
+// ---- Register ----
+
+/// The write a Register asks for.
+pub fn register_command(req: &pb::RegisterRequest) -> Result<Command, RpcError> {
+    if req.node_id == 0 {
+        return Err(RpcError::InvalidArgument("node_id must be > 0".into()));
+    }
+    check_addr(&req.addr)?;
+    Ok(Command::Register {
+        node_id: NodeId(req.node_id),
+        addr: req.addr.clone(),
+        nonce: req.nonce,
+    })
+}
+
+/// The reply to a committed Register; the new incarnation's detection clock starts at `now`.
+pub fn registered(
+    result: CommandResult,
+    params: &SetParams,
+    live: &mut Liveness,
+    now: Instant,
+) -> Result<(Incarnation, pb::RegisterReply), RpcError> {
+    let CommandResult::Registered { incarnation } = result else {
+        return Err(unexpected(result));
+    };
+    live.registered(incarnation, now);
+    Ok((
+        incarnation,
+        pb::RegisterReply {
+            not_leader: None,
+            incarnation: incarnation.0,
+            params: Some(params.to_pb()),
+        },
+    ))
+}
+
+// ---- Renew (a linearizable read) ----
+
+/// The reply to a renewal, read from the applied state once the read index passed. `map` is the
+/// cluster map part (version, and the map when the caller is behind); `routes` builds the table
+/// when the caller's is older. Records the renewal in the leader's liveness.
+pub fn renew_reply(
+    set: &SetState,
+    view: &mut LeaderView,
+    req: &pb::RenewRequest,
+    map: (u64, Option<pb::ClusterMap>),
+    routes: impl FnOnce() -> Result<pb::RouteTable, RpcError>,
+    now: Instant,
+) -> Result<pb::RenewReply, RpcError> {
+    let incarnation = Incarnation(req.incarnation);
+    let route_version = set.route_version;
+    if !set.allocsvrs.contains_key(&incarnation) {
+        return Ok(pb::RenewReply {
+            status: pb::RenewStatus::UnknownIncarnation as i32,
+            route_version,
+            ..Default::default()
+        });
+    }
+    let (grants, moving) = grants_of(set, incarnation);
+    let (map_version, map) = map;
+    view.liveness.record(incarnation, now);
+    let handover = handover_of(&view.plan, incarnation);
+    // ...or just changed (a move's switch and its map copies follow its install and freeze).
+    let renew_soon = moving || view.last_change.recent((route_version, map_version), now);
+    let routes = if req.route_version < route_version {
+        Some(routes()?)
+    } else {
+        None
+    };
+    Ok(pb::RenewReply {
+        not_leader: None,
+        status: pb::RenewStatus::Ok as i32,
+        grants,
+        handover,
+        route_version,
+        routes,
+        map_version,
+        map,
+        renew_soon,
+    })
+}
+
+/// The grants of `incarnation`, and whether ownership in the set is about to change: a move is
+/// importing or exporting a range, or sections the set serves wait for an owner (the renewal then
+/// asks for the next one soon).
+fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool) {
+    let runs = set.runs();
+    let renew_soon = runs.iter().any(|r| match r.range {
+        RangeState::Importing { .. } | RangeState::Migrating { .. } => true,
+        RangeState::Owned => r.state.owner == NOBODY,
+        RangeState::Tombstoned { .. } => false,
+    });
+    let grants = runs
+        .into_iter()
+        .filter(|run| run.state.owner == incarnation)
+        .map(|run| pb::Grant {
+            section_begin: run.begin.0,
+            section_end: run.end.0,
+            epoch: run.state.epoch.0,
+            no_wait: run.state.no_wait,
+        })
+        .collect();
+    (grants, renew_soon)
+}
+
+/// The sections the arbiter's latest plan asks `incarnation` to hand over.
+fn handover_of(plan: &Plan, incarnation: Incarnation) -> Vec<pb::SectionRange> {
+    let spans = plan.handover.get(&incarnation).map(Vec::as_slice).unwrap_or_default();
+    spans
+        .iter()
+        .map(|span| pb::SectionRange {
+            begin: span.begin.0,
+            end: span.end.0,
+        })
+        .collect()
+}
+
+// ---- Release ----
+
+/// The write a Release asks for.
+pub fn release_command(p: &SetParams, req: &pb::ReleaseRequest) -> Result<Command, RpcError> {
+    let ranges = if req.leaving && req.sections.is_empty() {
+        Vec::new()
+    } else {
+        check_released(p, &req.sections, MAX_RELEASE_SECTIONS)?
+    };
+    Ok(Command::Release {
+        incarnation: Incarnation(req.incarnation),
+        ranges,
+        leaving: req.leaving,
+    })
+}
+
+/// The reply to a committed Release.
+pub fn released(req: &pb::ReleaseRequest, result: CommandResult) -> Result<pb::ReleaseReply, RpcError> {
+    match result {
+        CommandResult::Released { count } => Ok(pb::ReleaseReply {
+            not_leader: None,
+            released: count,
+        }),
+        CommandResult::UnknownIncarnation => Err(RpcError::FailedPrecondition(format!(
+            "incarnation {} is not registered (superseded or expired): register again",
+            req.incarnation
+        ))),
+        other => Err(unexpected(other)),
+    }
+}
+
+// ---- Bump ----
+
+/// The write a Bump asks for. An incarnation the set does not know is refused before anything is
+/// proposed; `skip_epoch_fence` (negative control) removes that check, which is the fence against
+/// an owner the arbiter declared dead (see `SetState::bump`).
+pub fn bump_command(set: &SetState, req: &pb::BumpRequest, skip_epoch_fence: bool) -> Result<Command, RpcError> {
+    let items = check_bump_items(&params_of(set)?, &req.items)?;
+    let incarnation = Incarnation(req.incarnation);
+    if !skip_epoch_fence && !set.allocsvrs.contains_key(&incarnation) {
+        return Err(RpcError::FailedPrecondition(format!(
+            "unknown incarnation {}: register first",
+            req.incarnation
+        )));
+    }
+    Ok(Command::Bump { incarnation, items })
+}
+
+/// The reply to a committed Bump.
+pub fn bumped(req: &pb::BumpRequest, result: CommandResult) -> Result<pb::BumpReply, RpcError> {
+    match result {
+        CommandResult::Bumped(results) => Ok(pb::BumpReply {
+            not_leader: None,
+            results: results
+                .into_iter()
+                .map(|r| pb::BumpResult {
+                    section: r.section.0,
+                    outcome: outcome_pb(r.outcome),
+                    max_seq: r.max_seq,
+                    epoch: r.epoch.0,
+                })
+                .collect(),
+        }),
+        CommandResult::UnknownIncarnation => Err(RpcError::FailedPrecondition(format!(
+            "unknown incarnation {}: register first",
+            req.incarnation
+        ))),
+        CommandResult::Invalid(m) => Err(RpcError::InvalidArgument(m)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The items of a Bump, checked against the limits and the set's sections.
+fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpItem>, RpcError> {
+    if items.is_empty() || items.len() > MAX_BUMP_ITEMS {
+        return Err(RpcError::InvalidArgument(format!(
+            "a bump needs 1..={MAX_BUMP_ITEMS} items, got {}",
+            items.len()
+        )));
+    }
+    items
+        .iter()
+        .map(|i| {
+            if i.section >= p.total_sections() {
+                return Err(RpcError::InvalidArgument(format!(
+                    "unknown section {} (the uid space has sections [0, {}))",
+                    i.section,
+                    p.total_sections()
+                )));
+            }
+            Ok(BumpItem {
+                section: SectionId(i.section),
+                epoch: Epoch(i.epoch),
+                new_max: i.new_max,
+            })
+        })
+        .collect()
+}
+
+fn outcome_pb(o: BumpOutcome) -> i32 {
+    match o {
+        BumpOutcome::Applied => pb::BumpOutcome::Applied as i32,
+        BumpOutcome::NoOp => pb::BumpOutcome::NoOp as i32,
+        BumpOutcome::StaleEpoch => pb::BumpOutcome::StaleEpoch as i32,
+        BumpOutcome::OutOfRange => pb::BumpOutcome::OutOfRange as i32,
+        BumpOutcome::NotOwned => pb::BumpOutcome::NotOwned as i32,
+    }
+}
+
+// ---- Load (a linearizable read) ----
+
+/// The ranges a Load names, checked before the read index is asked for.
+pub fn load_ranges(p: &SetParams, req: &pb::LoadRequest) -> Result<Vec<Span>, RpcError> {
+    check_ranges(p, &req.sections, MAX_LOAD_SECTIONS)
+}
+
+/// The reply to a Load, read from the applied state once the read index passed. Only an owned
+/// section is loaded: an owner of a frozen or moved one would serve it.
+pub fn load_reply(set: &SetState, p: &SetParams, ranges: &[Span]) -> Result<pb::LoadReply, RpcError> {
+    if let Some((section, state)) = ranges.iter().find_map(|span| set.first_not_owned(*span)) {
+        return Err(RpcError::FailedPrecondition(not_owned_message(
+            p.set_id, section, state,
+        )));
+    }
+    Ok(pb::LoadReply {
+        not_leader: None,
+        sections: ranges
+            .iter()
+            .flat_map(|span| set.sections_in(span.begin, span.end))
+            .map(|(section, s)| pb::SectionState {
+                section: section.0,
+                max_seq: s.max_seq,
+                epoch: s.epoch.0,
+                owner_incarnation: s.owner.0,
+            })
+            .collect(),
+    })
+}
+
+// ---- The arbiter, once per tick ----
+
+/// What one arbiter tick asks to be written.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tick {
+    /// Not the leader: nothing.
+    Follower,
+    /// The set has no parameters yet: write them.
+    Init(SetParams),
+    /// The plan (kept in the view for renewals); its command, if any, is to be written.
+    Plan(Option<Command>),
+}
+
+/// One arbiter tick on a replica that Raft reports as leader or not in `term`: the leadership
+/// bookkeeping of the liveness view (`became_leader` is true when it started over), then one
+/// arbiter decision, whose plan is kept in `view`.
+pub fn arbiter_tick(
+    set: &SetState,
+    view: &mut LeaderView,
+    (is_leader, term): (bool, u64),
+    now: Instant,
+    detect: Duration,
+    bootstrap: &SetParams,
+) -> (bool, Tick) {
+    let became_leader = view.liveness.observe_leadership(is_leader, term, now);
+    if !is_leader {
+        return (became_leader, Tick::Follower);
+    }
+    if set.params.is_none() {
+        return (became_leader, Tick::Init(bootstrap.clone()));
+    }
+    let alive = liveness::alive(set, &view.liveness, now, detect);
+    let plan = arbiter::plan(set, &alive);
+    let cmd = plan.command();
+    if !plan.expire.is_empty() {
+        tracing::info!(expire = ?plan.expire, "declaring AllocSvr incarnations dead");
+    }
+    if !plan.moves.is_empty() {
+        tracing::info!(moves = ?plan.moves, "moving sections");
+    }
+    view.plan = plan;
+    (became_leader, Tick::Plan(cmd))
+}
+
+// ---- Checks shared by several calls ----
+
+pub fn check_ranges(p: &SetParams, ranges: &[pb::SectionRange], limit: u64) -> Result<Vec<Span>, RpcError> {
+    if ranges.is_empty() {
+        return Err(RpcError::InvalidArgument("no sections given".into()));
+    }
+    let mut total = 0u64;
+    let mut out = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        if r.begin >= r.end || r.end > p.total_sections() {
+            return Err(RpcError::InvalidArgument(format!(
+                "section range [{}, {}) is empty or outside the uid space's sections [0, {})",
+                r.begin,
+                r.end,
+                p.total_sections()
+            )));
+        }
+        total += r.end - r.begin;
+        if total > limit {
+            return Err(RpcError::InvalidArgument(format!(
+                "more than {limit} sections in one request"
+            )));
+        }
+        out.push(Span {
+            begin: SectionId(r.begin),
+            end: SectionId(r.end),
+        });
+    }
+    Ok(out)
+}
+
+/// Validates a Release's ranges like [`check_ranges`], keeping each range's epoch.
+fn check_released(p: &SetParams, ranges: &[pb::ReleasedRange], limit: u64) -> Result<Vec<Released>, RpcError> {
+    let plain: Vec<pb::SectionRange> = ranges
+        .iter()
+        .map(|r| pb::SectionRange {
+            begin: r.begin,
+            end: r.end,
+        })
+        .collect();
+    check_ranges(p, &plain, limit)?;
+    Ok(ranges
+        .iter()
+        .map(|r| Released {
+            begin: SectionId(r.begin),
+            end: SectionId(r.end),
+            epoch: Epoch(r.epoch),
+            waited: r.waited,
+        })
+        .collect())
+}
+
+/// Why a set refuses to load or serve a section it does not own, and where the caller should go.
+fn not_owned_message(set_id: u64, section: SectionId, state: Option<RangeState>) -> String {
+    match state {
+        Some(RangeState::Tombstoned {
+            to_set, map_version, ..
+        }) => format!("section {section} moved from set {set_id} to set {to_set} (cluster map version {map_version})"),
+        Some(RangeState::Migrating { to_set, .. }) => {
+            format!("section {section} is being moved from set {set_id} to set {to_set}; retry shortly")
+        }
+        Some(RangeState::Importing { .. }) => {
+            format!("section {section} is being moved into set {set_id}; retry shortly")
+        }
+        Some(RangeState::Owned) | None => format!("section {section} is not served by set {set_id}"),
+    }
+}
+
+pub fn check_addr(addr: &str) -> Result<(), RpcError> {
+    let ok = addr.len() <= MAX_ADDR_LEN
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+    if ok {
+        Ok(())
+    } else {
+        Err(RpcError::InvalidArgument(format!(
+            "addr must be host:port, got {addr:?}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_machine_surprise_is_internal_not_retryable() {
+        let status = tonic::Status::from(unexpected(CommandResult::Released { count: 0 }));
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    }
+}
