@@ -155,14 +155,10 @@ async fn start_workload(
             ..wp.clone()
         };
         let id = crate::workload::PINNED_CLIENT_BASE + a as u32;
-        let worker = run_pinned(
-            proxy.addr().to_string(),
-            id,
-            pinned,
-            hot.clone(),
-            rec.clone(),
-            stop.clone(),
-        );
+        let Some(conn) = crate::workload::pinned_conn(&proxy.addr().to_string()) else {
+            continue;
+        };
+        let worker = run_pinned(conn, id, pinned, hot.clone(), rec.clone(), stop.clone());
         workers.push(tokio::spawn(worker));
     }
     Ok(workers)

@@ -289,7 +289,7 @@ pub const PINNED_CLIENT_BASE: u32 = 1000;
 /// within a reply or two and stops asking the old owner, so without a pinned client a broken
 /// lease (negative control `--unsafe-skip-lease-wait`) would rarely be exercised.
 pub async fn run_pinned(
-    addr: String,
+    mut alloc: seqsvr_proto::pb::alloc_service_client::AllocServiceClient<seqsvr_client::Conn>,
     client_id: u32,
     p: WorkloadParams,
     hot: Arc<Vec<u64>>,
@@ -297,14 +297,6 @@ pub async fn run_pinned(
     stop: Arc<AtomicBool>,
 ) {
     use seqsvr_proto::pb;
-    let Ok(ep) = tonic::transport::Endpoint::from_shared(format!("http://{addr}")) else {
-        return;
-    };
-    let channel = ep
-        .connect_timeout(Duration::from_millis(300))
-        .timeout(Duration::from_secs(1))
-        .connect_lazy();
-    let mut alloc = pb::alloc_service_client::AllocServiceClient::new(channel);
     let mut rng = StdRng::seed_from_u64(p.seed.wrapping_add(0xa110c).wrapping_add(client_id as u64));
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -334,6 +326,21 @@ pub async fn run_pinned(
         settle_pinned(&mut call, r);
         rec.record(call);
     }
+}
+
+/// The connection of a pinned client to `addr` over TCP (`None` for an address that is not
+/// `host:port`).
+pub fn pinned_conn(
+    addr: &str,
+) -> Option<seqsvr_proto::pb::alloc_service_client::AllocServiceClient<seqsvr_client::Conn>> {
+    let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
+    let channel = ep
+        .connect_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(1))
+        .connect_lazy();
+    Some(seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(
+        seqsvr_client::Conn::Tonic(channel),
+    ))
 }
 
 /// Fills a pinned client's call from the outcome of its one attempt.

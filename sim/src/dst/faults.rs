@@ -16,12 +16,17 @@ use super::world::{Ep, World};
 pub enum Kind {
     /// Kill an AllocSvr; a new process starts when the fault heals.
     KillAlloc(usize),
+    /// SIGTERM an AllocSvr (it releases what it holds) and start it again, twice: at the start
+    /// and at the end of the fault.
+    TermAllocTwice(usize),
     /// SIGSTOP an AllocSvr until the fault heals.
     PauseAlloc(usize),
     /// Cut an AllocSvr from every StoreSvr, both ways.
     CutAllocStore(usize),
     /// Cut one direction only: requests (true) or replies (false) are lost.
     CutAllocStoreOneWay(usize, bool),
+    /// Every request of an AllocSvr to the store arrives this many ms late (replies on time).
+    LagAllocStore(usize, u64),
     /// Cut the clients from an AllocSvr, both ways.
     CutClientsAlloc(usize),
     /// Kill the store leader (its disk wiped when true); it restarts when the fault heals.
@@ -55,39 +60,46 @@ impl Fault {
     }
 }
 
-/// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone.
-pub fn schedule(seed: u64, load_ms: u64, allocs: usize) -> Vec<Fault> {
+/// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone, each lasting up to
+/// two and a half leases (long enough to outlive a lease or not).
+pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17_5eed_0000_0000);
     let n = rng.random_range(2..=6);
     (0..n)
         .map(|_| {
             let a = rng.random_range(0..allocs);
-            let kind = match rng.random_range(0..12) {
+            let kind = match rng.random_range(0..14) {
+                13 => Kind::TermAllocTwice(a),
                 0 | 1 => Kind::KillAlloc(a),
                 2 | 3 => Kind::PauseAlloc(a),
                 4 => Kind::CutAllocStore(a),
                 5 => Kind::CutAllocStoreOneWay(a, rng.random_bool(0.5)),
-                6 => Kind::CutClientsAlloc(a),
-                7 => Kind::KillStoreLeader(rng.random_bool(0.3)),
-                8 => Kind::IsolateStoreLeader,
-                9 => Kind::Lossy(rng.random_range(0.05..0.4)),
-                10 => Kind::Duplicate(rng.random_range(0.2..0.8)),
+                6 => Kind::LagAllocStore(a, rng.random_range(500..2_500)),
+                7 => Kind::CutClientsAlloc(a),
+                8 => Kind::KillStoreLeader(rng.random_bool(0.3)),
+                9 => Kind::IsolateStoreLeader,
+                10 => Kind::Lossy(rng.random_range(0.05..0.4)),
+                11 => Kind::Duplicate(rng.random_range(0.2..0.8)),
                 _ => Kind::Slow(rng.random_range(5..400)),
             };
             Fault {
                 kind,
                 at_ms: rng.random_range(300..load_ms.saturating_sub(300).max(301)),
-                for_ms: rng.random_range(100..3_000),
+                for_ms: rng.random_range(100..lease_ms * 5 / 2),
             }
         })
         .collect()
 }
 
 /// Injects `f`; returns what it hit, for the history.
-pub fn inject(world: &World, f: &Fault) -> String {
+pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
     match f.kind {
         Kind::KillAlloc(i) => {
             world.kill_alloc(i);
+            format!("allocsvr-{i}")
+        }
+        Kind::TermAllocTwice(i) => {
+            world.restart_alloc(i);
             format!("allocsvr-{i}")
         }
         Kind::PauseAlloc(i) => {
@@ -96,6 +108,15 @@ pub fn inject(world: &World, f: &Fault) -> String {
         }
         Kind::CutAllocStore(i) => cut_store(world, i, true, true),
         Kind::CutAllocStoreOneWay(i, requests) => cut_store(world, i, requests, !requests),
+        Kind::LagAllocStore(i, ms) => {
+            let mut st = world.lock();
+            for r in 0..REPLICAS {
+                st.net
+                    .lag
+                    .insert((Ep::Alloc(i), Ep::Store(r)), Duration::from_millis(ms));
+            }
+            format!("allocsvr-{i}/store")
+        }
         Kind::CutClientsAlloc(i) => {
             let mut st = world.lock();
             st.net.cut.insert((Ep::Clients, Ep::Alloc(i)));
@@ -146,6 +167,7 @@ fn cut_store(world: &World, i: usize, requests: bool, replies: bool) -> String {
 pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
     match f.kind {
         Kind::KillAlloc(i) => world.start_alloc(i),
+        Kind::TermAllocTwice(i) => world.restart_alloc(i),
         Kind::PauseAlloc(_) => {}
         Kind::CutAllocStore(i) | Kind::CutAllocStoreOneWay(i, _) => {
             world
@@ -154,6 +176,7 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
                 .cut
                 .retain(|&(a, b)| a != Ep::Alloc(i) && b != Ep::Alloc(i) || a == Ep::Clients || b == Ep::Clients);
         }
+        Kind::LagAllocStore(i, _) => world.lock().net.lag.retain(|&(a, _), _| a != Ep::Alloc(i)),
         Kind::CutClientsAlloc(i) => {
             let mut st = world.lock();
             st.net.cut.remove(&(Ep::Clients, Ep::Alloc(i)));

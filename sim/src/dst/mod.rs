@@ -29,6 +29,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use allocsvr::UnsafeSwitches;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use seqsvr_client::{Client, ClientConfig};
 use storesvr::domain::state::{SetParams, UnsafeRules};
 
@@ -97,16 +99,20 @@ impl Outcome {
     }
 }
 
-/// The set's parameters in every seed: small sections and steps so that a few seconds see many
-/// bumps and owner changes, a 1 s lease so that waits and expiries happen often.
-pub fn params() -> SetParams {
+/// The set's parameters of a seed, drawn from it: small sections and steps so that a few seconds
+/// see many bumps and owner changes; a lease of 1, 2 or 4 s against a 1 s failure detection, so
+/// that a cut-off owner's lease sometimes outlives the detection of its death (where the lease
+/// wait and the fences matter) and sometimes does not.
+pub fn params(seed: u64) -> SetParams {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x9a7a_0000_0000_0000);
+    let lease_ms = [1_000, 2_000, 4_000][rng.random_range(0..3)];
     SetParams {
         set_id: 0,
         section_size: 1_000,
         uid_limit: 8_000,
-        step: 50,
-        lease_ms: 1_000,
-        renew_interval_ms: 300,
+        step: [10, 20, 50][rng.random_range(0..3)],
+        lease_ms,
+        renew_interval_ms: (lease_ms / 4).min(500),
         drift_ppm: 10_000,
         margin_ms: 100,
         section_begin: 0,
@@ -117,9 +123,14 @@ pub fn params() -> SetParams {
 /// Failure detection on the store leader.
 const DETECT: Duration = Duration::from_millis(1_000);
 /// Load with faults, then healed; then the verify phase.
-const LOAD_MS: u64 = 6_000;
-const SETTLE: Duration = Duration::from_millis(3_000);
+const LOAD_MS: u64 = 8_000;
 const POLL_EVERY: Duration = Duration::from_millis(250);
+
+/// After the heal: long enough for a lost owner to be detected, its sections' lease wait to pass
+/// and the new owner to load them.
+fn settle(p: &SetParams) -> Duration {
+    Duration::from_millis(2 * p.lease_ms + DETECT.as_millis() as u64 + 1_000)
+}
 
 /// Runs one seed to the end and checks its history.
 pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
@@ -132,8 +143,8 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
 }
 
 async fn run(seed: u64, opts: &Options) -> Outcome {
-    let p = params();
-    let mut all = faults::schedule(seed, LOAD_MS, ALLOCS);
+    let p = params(seed);
+    let mut all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms);
     if let Some(only) = &opts.only_faults {
         all = all
             .into_iter()
@@ -178,10 +189,11 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
             stop.clone(),
         ));
     }
+    spawn_pinned(&world, &wp, &hot, &rec, &stop);
     inject_all(&world, &all, &rec).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     faults::heal_all(&world);
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(settle(&p)).await;
     let verify_from_ns = clock.now_ns();
     verify(&world, seed, &rec).await;
     poller.abort();
@@ -227,6 +239,39 @@ fn client(world: &Arc<World>, seed: u64, id: u32, deadline: Duration) -> Client 
     };
     let via = Arc::new(SimConnect { world: world.clone() });
     Client::in_process(cfg, via, seed.wrapping_mul(31).wrapping_add(id as u64)).expect("valid client config")
+}
+
+/// One client per AllocSvr that ignores routing and keeps asking that node (a stale route cache),
+/// as in `sim run`: what lets a stale owner that still answers show itself.
+fn spawn_pinned(
+    world: &Arc<World>,
+    wp: &WorkloadParams,
+    hot: &Arc<Vec<u64>>,
+    rec: &Arc<Recorder>,
+    stop: &Arc<AtomicBool>,
+) {
+    let addrs: Vec<String> = world.lock().allocs.iter().map(|s| s.addr.clone()).collect();
+    let via: Arc<dyn seqsvr_client::Connect> = Arc::new(SimConnect { world: world.clone() });
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let conn = seqsvr_client::Conn::InProcess {
+            addr: addr.into(),
+            via: via.clone(),
+        };
+        let alloc = seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(conn);
+        let pinned = WorkloadParams {
+            rate_per_client: wp.rate_per_client / 2.0,
+            ..wp.clone()
+        };
+        let id = workload::PINNED_CLIENT_BASE + i as u32;
+        tokio::spawn(workload::run_pinned(
+            alloc,
+            id,
+            pinned,
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        ));
+    }
 }
 
 /// Raft's housekeeping every 10 ms and each replica's arbiter every tick, as the store runs it.
@@ -443,7 +488,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
 /// Drops the failing `seed`'s faults one at a time, keeping each drop after which the seed still
 /// fails: the options of a shorter failing run (often one or two faults).
 pub fn shrink(seed: u64, opts: &Options) -> Options {
-    let n = faults::schedule(seed, LOAD_MS, ALLOCS).len();
+    let n = faults::schedule(seed, LOAD_MS, ALLOCS, params(seed).lease_ms).len();
     let mut keep: BTreeSet<usize> = opts.only_faults.clone().unwrap_or_else(|| (0..n).collect());
     for i in keep.clone() {
         let mut fewer = keep.clone();

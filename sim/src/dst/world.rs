@@ -53,6 +53,8 @@ pub struct Net {
     pub dup: f64,
     /// Extra delay on every message, up to this (messages overtake each other).
     pub jitter: Duration,
+    /// Fixed extra delay on some directed links.
+    pub lag: std::collections::BTreeMap<(Ep, Ep), Duration>,
 }
 
 /// A process: alive until killed, perhaps paused until some instant.
@@ -125,10 +127,11 @@ pub struct World {
     pub switches: UnsafeSwitches,
 }
 
-/// How long one store attempt waits before trying another replica (the real client's attempt).
-const STORE_ATTEMPT: Duration = Duration::from_millis(300);
-/// Overall limit of the store calls that give none (Register attempts, Load, Release at leave).
-const STORE_DEFAULT_WAIT: Duration = Duration::from_secs(3);
+/// The real store client's default attempt and overall limits, for the calls that give none
+/// (Register, Load); a call that gives its own wait makes one attempt of that length, as the real
+/// one does (`allocsvr::store`).
+const STORE_ATTEMPT: Duration = Duration::from_secs(1);
+const STORE_DEFAULT_WAIT: Duration = Duration::from_secs(5);
 /// Time a leader takes to commit a write (replication plus fsync on a majority).
 const COMMIT: (u64, u64) = (500, 3_000);
 
@@ -164,7 +167,8 @@ impl World {
         let base = st.rng.random_range(100..1_500);
         let jitter = st.net.jitter.as_micros() as u64;
         let extra = if jitter > 0 { st.rng.random_range(0..jitter) } else { 0 };
-        Some(Duration::from_micros(base + extra))
+        let lag = st.net.lag.get(&(from, to)).copied().unwrap_or_default();
+        Some(Duration::from_micros(base + extra) + lag)
     }
 
     /// Sends a message: sleeps its transit time, or forever when it is lost.
@@ -185,7 +189,9 @@ impl World {
         };
         if dup {
             let (world, copy) = (self.clone(), req.clone());
-            let later = Duration::from_millis(self.draw(2_000));
+            // Up to a few seconds later: long enough for a Release to land after its section was
+            // granted again (what an unfenced Release gets wrong).
+            let later = Duration::from_millis(self.draw(5_000));
             tokio::spawn(async move {
                 tokio::time::sleep(later).await;
                 world.deliver(r, &copy).await;
@@ -291,6 +297,25 @@ impl World {
         }
     }
 
+    /// Stops the AllocSvr of slot `i` gracefully (it releases everything, as on SIGTERM) and
+    /// starts a new one in its place.
+    pub fn restart_alloc(self: &Arc<Self>, i: usize) {
+        let (core, proc) = {
+            let mut st = self.lock();
+            let slot = &mut st.allocs[i];
+            slot.server = None;
+            (slot.core.take(), slot.proc.clone())
+        };
+        let world = self.clone();
+        tokio::spawn(async move {
+            if let Some(core) = core {
+                core.shutdown().await;
+            }
+            proc.alive.store(false, Ordering::Release);
+            world.start_alloc(i);
+        });
+    }
+
     pub fn pause_alloc(&self, i: usize, until: Instant) {
         self.lock().allocs[i].proc.pause_until(until);
     }
@@ -316,7 +341,11 @@ impl SimStore {
                 return Err(StoreFailure::Unknown(last));
             }
             let r = self.leader.load(Ordering::Relaxed) % REPLICAS;
-            let attempt = STORE_ATTEMPT.min(deadline - now);
+            let attempt = if wait.is_some() {
+                deadline - now
+            } else {
+                STORE_ATTEMPT.min(deadline - now)
+            };
             let rep = tokio::time::timeout(attempt, self.world.store_rpc(self.slot, r, req.clone())).await;
             self.proc.gate().await;
             match rep {
