@@ -388,18 +388,8 @@ fn finish(
     info.verify_from_ns = Some(verify_from_ns);
     let records = rec.history.take();
     let mut hasher = std::hash::DefaultHasher::new();
-    let dump = std::env::var("DST_DUMP").ok();
-    let mut lines = String::new();
     for r in &records {
-        let line = serde_json::to_string(r).unwrap_or_default();
-        line.hash(&mut hasher);
-        if dump.is_some() {
-            lines.push_str(&line);
-            lines.push('\n');
-        }
-    }
-    if let Some(d) = dump {
-        let _ = std::fs::write(d, lines);
+        serde_json::to_string(r).unwrap_or_default().hash(&mut hasher);
     }
     let mut history = History::from_records(records);
     history.info = info;
