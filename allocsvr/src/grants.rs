@@ -8,10 +8,17 @@
 //!   is released under the granted epoch. Only a granted section can be released: the arbiter's
 //!   handover list may be older than the grants. Releasing it is safe even when this node never
 //!   took it: once the diff is applied no slot of this node serves it under that epoch.
+//! - A section once handed over is never gained again under the epoch it was released under, even
+//!   when a later renewal still grants it and no longer asks for the handover (the arbiter's plan
+//!   changed): it is released again instead, until the grant is gone. A Release that was sent
+//!   may still land (a retry, a slow network); if this node served the same (section, epoch)
+//!   again, that Release would free the section for a next owner while this node still serves it.
+//!   The simulator found exactly that (seed 69646 of `sim dst`).
 //!
 //! Deliberately left out: building slots, the lease wait and sending anything (see `shared` and
 //! `tasks::renew`); grants outside the uid space are ignored and reported, never trusted.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use seqsvr_proto::pb;
@@ -45,13 +52,50 @@ impl GrantDiff {
     }
 }
 
+/// The (section, epoch) pairs one incarnation has released on a handover and must never serve
+/// again, with whether its wait had passed when it let go (a repeated Release says the same).
+#[derive(Debug, Default)]
+pub struct HandedOver(BTreeMap<SectionId, (Epoch, bool)>);
+
+impl HandedOver {
+    pub fn contains(&self, id: SectionId, epoch: Epoch) -> bool {
+        self.0.get(&id).is_some_and(|(e, _)| *e == epoch)
+    }
+
+    /// Whether the wait had passed when (`id`, `epoch`) was first handed over.
+    pub fn waited(&self, id: SectionId, epoch: Epoch) -> Option<bool> {
+        self.0.get(&id).filter(|(e, _)| *e == epoch).map(|(_, w)| *w)
+    }
+
+    /// Keeps exactly the releases of the latest diff: every handed-over pair still granted is in
+    /// it again, and a pair no longer granted can never be granted again under the same epoch (a
+    /// new grant of a section always carries a new epoch), so it need not be remembered.
+    pub fn replace(&mut self, released: &[(SectionId, Epoch, bool)]) {
+        self.0 = released.iter().map(|&(id, epoch, waited)| (id, (epoch, waited))).collect();
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Diffs `held` (the epoch of the slot held for each section of `sections`, by position) against a
-/// renewal's `grants` and `handover` ranges.
+/// renewal's `grants` and `handover` ranges; `handed` are the pairs already handed over, released
+/// again while still granted.
 pub fn diff(
     sections: Range<u64>,
     held: &[Option<Epoch>],
     grants: &[pb::Grant],
     handover: &[pb::SectionRange],
+    handed: &HandedOver,
 ) -> GrantDiff {
     debug_assert_eq!(held.len() as u64, sections.end - sections.start);
     let first = sections.start;
@@ -73,7 +117,17 @@ pub fn diff(
             }
         }
     }
+    for (i, want) in wanted.iter_mut().enumerate() {
+        let id = SectionId(first + i as u64);
+        if let Some((epoch, _)) = *want
+            && handed.contains(id, epoch)
+        {
+            *want = None;
+            out.release.push((id, epoch));
+        }
+    }
     out.release.sort_unstable();
+    out.release.dedup();
     for (i, (held, want)) in held.iter().zip(wanted).enumerate() {
         let id = SectionId(first + i as u64);
         match (held, want) {
@@ -226,15 +280,47 @@ mod tests {
             ),
         ];
         for (what, grants, handover, expected) in cases {
-            assert_eq!(diff(10..16, &held, &grants, &handover), expected, "{what}");
+            assert_eq!(diff(10..16, &held, &grants, &handover, &HandedOver::default()), expected, "{what}");
         }
     }
 
     #[test]
     fn overlapping_handover_ranges_release_a_section_once() {
-        let d = diff(0..4, &[None; 4], &[grant(0, 4, 7, false)], &[range(0, 3), range(1, 4)]);
+        let d = diff(
+            0..4,
+            &[None; 4],
+            &[grant(0, 4, 7, false)],
+            &[range(0, 3), range(1, 4)],
+            &HandedOver::default(),
+        );
         assert_eq!(d.release.len(), 4);
         assert!(d.gain.is_empty());
+    }
+
+    #[test]
+    fn a_handed_over_section_is_released_again_never_regained_under_its_epoch() {
+        // Section 1 was handed over under epoch 4. The next renewal still grants it under epoch 4
+        // but no longer asks for the handover: it is released again, not gained.
+        let mut handed = HandedOver::default();
+        handed.replace(&[(SectionId(1), Epoch(4), true)]);
+        let grants = [grant(0, 2, 4, false)];
+        let d = diff(0..3, &[Some(Epoch(4)), None, None], &grants, &[], &handed);
+        assert_eq!(
+            d,
+            GrantDiff {
+                release: vec![(SectionId(1), Epoch(4))],
+                ..GrantDiff::default()
+            }
+        );
+        assert_eq!(handed.waited(SectionId(1), Epoch(4)), Some(true));
+        // Asked again as well: released once.
+        let d = diff(0..3, &[None; 3], &grants, &[range(1, 2)], &handed);
+        assert_eq!(d.release, vec![(SectionId(1), Epoch(4))]);
+        assert_eq!(d.gain, vec![gain(0, 4, false)]);
+        // Granted under a new epoch (it was released and came back): gained.
+        let d = diff(0..3, &[None; 3], &[grant(1, 2, 6, true)], &[], &handed);
+        assert_eq!((d.gain, d.release), (vec![gain(1, 6, true)], vec![]));
+        assert_eq!(handed.waited(SectionId(1), Epoch(6)), None);
     }
 
     #[test]

@@ -51,6 +51,21 @@ fn a_thousand_seeds_keep_every_promise() {
     assert_eq!(r.seeds_run, 1_000);
 }
 
+/// Seeds that once broke a promise in the production protocol, kept as regression tests.
+/// 69646: a handed-over section re-gained under the same epoch when the arbiter withdrew the
+/// handover, then freed for a next owner by the first Release's late retry (two owners, P1).
+#[test]
+fn seeds_that_found_holes_stay_green() {
+    for seed in [69_646] {
+        let o = dst::run_seed(seed, &Options::default());
+        assert!(
+            o.passed(),
+            "seed {seed} fails again: {:?} (replay with `sim dst --seed {seed}`)",
+            o.report.counts
+        );
+    }
+}
+
 /// Runs seeds from 0 with `opts` until one fails; asserts it is found below `bound`.
 fn found_within(label: &str, opts: Options, bound: u64, promises: &[&str]) {
     let r = dst::run_range(0..bound, 2, &opts, true);

@@ -90,6 +90,8 @@ struct Renewer {
     lease: Lease,
     /// Grants, handovers and map generation after the last diff: an unchanged renewal skips it.
     last_applied: Option<(Vec<pb::Grant>, Vec<pb::SectionRange>, u64)>,
+    /// What this incarnation handed over and must not serve again (see `grants`).
+    handed: grants::HandedOver,
     wait: Duration,
 }
 
@@ -101,6 +103,7 @@ pub async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         shared,
         lease: Lease::default(),
         last_applied: None,
+        handed: grants::HandedOver::default(),
         wait,
     };
     let mut next = Instant::now();
@@ -174,17 +177,22 @@ impl Renewer {
         if !unchanged {
             let p = shared.params();
             let held = shared.owned().held_epochs();
-            let diff = grants::diff(p.all_sections(), &held, &reply.grants, &reply.handover);
-            // Whether each handed-over section's wait had passed, read before its slot is dropped.
+            let diff = grants::diff(p.all_sections(), &held, &reply.grants, &reply.handover, &self.handed);
+            // Whether each handed-over section's wait had passed, read before its slot is dropped
+            // (or remembered from the first handover, when the slot is long gone).
             let now = Instant::now();
             let release: Vec<_> = diff
                 .release
                 .iter()
-                .map(|&(id, epoch)| (id, epoch, shared.owned().waited(id, epoch, now)))
+                .map(|&(id, epoch)| {
+                    let waited = self.handed.waited(id, epoch);
+                    (id, epoch, waited.unwrap_or_else(|| shared.owned().waited(id, epoch, now)))
+                })
                 .collect();
+            self.handed.replace(&release);
             let gained = shared.apply_grants(&diff, now);
-            // While a handover is asked for, diff every renewal again: a Release that failed is
-            // then sent again (it is idempotent under its epochs).
+            // While anything handed over is still granted, diff every renewal again: a Release
+            // that failed is then sent again (it is idempotent under its epochs).
             self.last_applied = diff
                 .release
                 .is_empty()
@@ -214,6 +222,10 @@ impl Renewer {
         let shared = self.shared.clone();
         warn!(incarnation = %shared.incarnation(), "store does not know this incarnation any more");
         self.revoke("unknown incarnation");
+        // What the forgotten incarnation handed over is named by it: a late Release of it cannot
+        // free anything the next incarnation is granted. (Not on a lapsed lease: the store may
+        // still grant this incarnation the handed-over pair, and its Release may still land.)
+        self.handed.clear();
         let registered = tokio::select! {
             biased;
             _ = stop.changed() => return Flow::Stop,

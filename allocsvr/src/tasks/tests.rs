@@ -50,6 +50,8 @@ struct Script {
     /// Renewals answer `renew_soon` while this is set.
     renew_soon: bool,
     releases: Vec<pb::ReleaseRequest>,
+    /// Releases are recorded but fail (as lost) while this is set.
+    lose_releases: bool,
 }
 
 #[derive(Default)]
@@ -137,7 +139,13 @@ impl Store for FakeStore {
 
     fn release(&self, req: pb::ReleaseRequest, _wait: Option<Duration>) -> Call<'_, pb::ReleaseReply> {
         Box::pin(async move {
-            self.with(|s| s.releases.push(req));
+            let lost = self.with(|s| {
+                s.releases.push(req);
+                s.lose_releases
+            });
+            if lost {
+                return Err(StoreFailure::Unknown("release lost".into()));
+            }
             Ok(pb::ReleaseReply::default())
         })
     }
@@ -384,6 +392,55 @@ async fn a_handover_request_drops_then_releases_under_the_granted_epoch() {
         "sections not handed over keep serving"
     );
     assert_eq!(node.shared.owned().held_count(), 2);
+}
+
+/// Seed 69646 of `sim dst`, reduced: the handover's Release is lost, the arbiter withdraws the
+/// handover while the section is still granted under the same epoch, and the lost Release may land
+/// any time later. The section must stay unserved under that epoch, released again each renewal.
+#[tokio::test(start_paused = true)]
+async fn a_withdrawn_handover_never_serves_the_released_epoch_again() {
+    let store = FakeStore::granting_all(3);
+    let node = start(store.clone()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    store.with(|s| {
+        s.lose_releases = true;
+        s.handover = vec![pb::SectionRange { begin: 0, end: 1 }];
+    });
+    while store.with(|s| s.releases.is_empty()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store.with(|s| s.handover.clear());
+    // Several renewals later (interval 500 ms) the grant of (0, epoch 3) is unchanged.
+    let before = store.with(|s| s.releases.len());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        node.fetch(0).await.0,
+        pb::Outcome::NotOwner,
+        "a handed-over (section, epoch) is not served again"
+    );
+    let again: Vec<pb::ReleaseRequest> = store.with(|s| s.releases[before..].to_vec());
+    assert!(again.len() >= 4, "released again at every renewal: {}", again.len());
+    for r in &again {
+        assert_eq!(
+            r.sections,
+            vec![pb::ReleasedRange {
+                begin: 0,
+                end: 1,
+                epoch: 3,
+                waited: true,
+            }],
+            "the same Release, still saying the wait had passed"
+        );
+    }
+    // The store finally takes a Release and grants the section back under a new epoch: served.
+    store.with(|s| {
+        s.lose_releases = false;
+        s.sections.insert(0, (4, INCARNATION, 100));
+    });
+    node.served(0, Duration::from_secs(5)).await;
+    let after = store.with(|s| s.releases.len());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(store.with(|s| s.releases.len()), after, "nothing more to release");
 }
 
 #[tokio::test(start_paused = true)]
