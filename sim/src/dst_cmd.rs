@@ -106,6 +106,10 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         r.seeds_per_second(),
         threads
     );
+    println!(
+        "seeds where the Release epoch fence refused a section: {}",
+        r.stale_release_seeds
+    );
     match r.failures.first() {
         Some(o) => {
             println!(
@@ -132,6 +136,7 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     }
     print!("{}", o.report.render(history));
     println!("history hash: {:016x}", o.hash);
+    println!("sections refused by the Release epoch fence: {}", o.stale_releases);
     if let Some(path) = &args.history
         && let Err(e) = write_history(path, history)
     {

@@ -85,6 +85,9 @@ pub struct Group {
     leaderless_since: Option<Instant>,
     election_timeout: Duration,
     pub changes: Vec<OwnerChange>,
+    /// Sections a committed Release named while their owner was the releasing incarnation under a
+    /// later epoch: what the Release's epoch fence is for (coverage of the unfenced-Release hole).
+    pub stale_releases: u64,
 }
 
 impl Group {
@@ -104,6 +107,7 @@ impl Group {
             leaderless_since: None,
             election_timeout: Duration::from_millis(300),
             changes: Vec::new(),
+            stale_releases: 0,
         }
     }
 
@@ -236,6 +240,17 @@ impl Group {
     /// Applies a committed command (the production state machine) and notes ownership changes.
     pub fn apply(&mut self, cmd: &Command, at_ns: u64) -> CommandResult {
         let before: Vec<(u64, u64)> = self.set.sections.iter().map(|s| (s.owner.0, s.epoch.0)).collect();
+        if let Command::Release {
+            incarnation, ranges, ..
+        } = cmd
+        {
+            for r in ranges {
+                let held = (r.begin.0..r.end.0).filter_map(|i| before.get(i as usize));
+                self.stale_releases += held
+                    .filter(|&&(owner, epoch)| owner == incarnation.0 && epoch != r.epoch.0)
+                    .count() as u64;
+            }
+        }
         let result = self.set.apply_with(cmd, self.rules);
         let cause = match cmd {
             Command::Assign { .. } => "arbiter",

@@ -91,6 +91,8 @@ pub struct Outcome {
     pub faults: Vec<Fault>,
     pub history: Option<History>,
     pub changes: Vec<group::OwnerChange>,
+    /// Sections named by a Release the epoch fence refused (see `Group::stale_releases`).
+    pub stale_releases: u64,
 }
 
 impl Outcome {
@@ -393,7 +395,7 @@ fn finish(
     }
     let mut history = History::from_records(records);
     history.info = info;
-    let (final_max, changes) = {
+    let (final_max, changes, stale_releases) = {
         let mut st = world.lock();
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
@@ -406,7 +408,7 @@ fn finish(
             .enumerate()
             .map(|(i, s)| (i as u64, s.max_seq))
             .collect();
-        (m, st.group.changes.clone())
+        (m, st.group.changes.clone(), st.group.stale_releases)
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {
@@ -416,6 +418,7 @@ fn finish(
         faults,
         history: opts.keep_history.then_some(history),
         changes,
+        stale_releases,
     }
 }
 
@@ -426,6 +429,8 @@ pub struct RangeResult {
     /// Failing seeds, lowest first.
     pub failures: Vec<Outcome>,
     pub elapsed: Duration,
+    /// Seeds in which the Release's epoch fence refused at least one section.
+    pub stale_release_seeds: u64,
 }
 
 impl RangeResult {
@@ -444,6 +449,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let next = AtomicU64::new(range.start);
     let first_failure = AtomicU64::new(u64::MAX);
     let ran = AtomicU64::new(0);
+    let stale = AtomicU64::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -455,6 +461,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     }
                     let o = run_seed(seed, opts);
                     ran.fetch_add(1, Ordering::Relaxed);
+                    stale.fetch_add(u64::from(o.stale_releases > 0), Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -472,6 +479,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         seeds_run: ran.into_inner(),
         failures,
         elapsed: started.elapsed(),
+        stale_release_seeds: stale.into_inner(),
     }
 }
 
