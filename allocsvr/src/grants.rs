@@ -71,7 +71,10 @@ impl HandedOver {
     /// it again, and a pair no longer granted can never be granted again under the same epoch (a
     /// new grant of a section always carries a new epoch), so it need not be remembered.
     pub fn replace(&mut self, released: &[(SectionId, Epoch, bool)]) {
-        self.0 = released.iter().map(|&(id, epoch, waited)| (id, (epoch, waited))).collect();
+        self.0 = released
+            .iter()
+            .map(|&(id, epoch, waited)| (id, (epoch, waited)))
+            .collect();
     }
 
     pub fn clear(&mut self) {
@@ -280,7 +283,11 @@ mod tests {
             ),
         ];
         for (what, grants, handover, expected) in cases {
-            assert_eq!(diff(10..16, &held, &grants, &handover, &HandedOver::default()), expected, "{what}");
+            assert_eq!(
+                diff(10..16, &held, &grants, &handover, &HandedOver::default()),
+                expected,
+                "{what}"
+            );
         }
     }
 

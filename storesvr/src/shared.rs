@@ -61,11 +61,7 @@ pub struct Shared {
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a
 /// new term: a new leader cannot know when the freeze committed, so it starts the wait again.
-#[derive(Debug, Default)]
-pub struct FrozenSeen {
-    pub term: u64,
-    pub seen: std::collections::BTreeMap<crate::domain::ranges::OpId, std::time::Instant>,
-}
+pub use crate::serve::moves::FrozenSeen;
 
 impl Shared {
     pub(crate) fn data<T>(&self, f: impl FnOnce(&SmData) -> T) -> T {

@@ -186,7 +186,11 @@ impl Renewer {
                 .iter()
                 .map(|&(id, epoch)| {
                     let waited = self.handed.waited(id, epoch);
-                    (id, epoch, waited.unwrap_or_else(|| shared.owned().waited(id, epoch, now)))
+                    (
+                        id,
+                        epoch,
+                        waited.unwrap_or_else(|| shared.owned().waited(id, epoch, now)),
+                    )
                 })
                 .collect();
             self.handed.replace(&release);

@@ -1,0 +1,415 @@
+//! The move RPCs of `AdminService` as plain functions (sans-IO), like the rest of `serve`: each
+//! checks a request, builds the command its Raft write carries, and turns the applied result (or
+//! the applied state, for the reads) into the reply. The cluster map lives on set 0; range steps
+//! and the export status are per set.
+//!
+//! The lease wait of a move is decided here, for the source's leader, not trusted to the driver:
+//! [`export_reply`] hands out a frozen range's final ceilings only when every owner released it
+//! (and none could still be serving under an older lease), or when a full
+//! `lease·(1+drift)+margin` has passed since this leader first saw the range frozen
+//! ([`FrozenSeen`]). A new leader starts that wait again: it cannot know when the freeze committed.
+//!
+//! Deliberately left out: Raft (writes, read index, leader hints), the replica's own membership
+//! (set 0's addresses in the map) and driving a move (the control crate's `Mover` does).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use seqsvr_proto::{NodeId, pb};
+
+use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
+use crate::domain::liveness::{self, Liveness};
+use crate::domain::moves::RangeCommand;
+use crate::domain::ranges::OpId;
+use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, SetState, Span};
+use crate::error::RpcError;
+use crate::serve::{check_ranges, unexpected};
+
+/// Most sections one move may name (the install carries one ceiling per section).
+pub const MAX_MOVE_SECTIONS: u64 = seqsvr_proto::limits::MAX_LOAD_SECTIONS;
+
+fn span_of(p: &SetParams, r: Option<&pb::SectionRange>) -> Result<Span, RpcError> {
+    let r = r.ok_or_else(|| RpcError::InvalidArgument("no section range given".into()))?;
+    let spans = check_ranges(p, std::slice::from_ref(r), MAX_MOVE_SECTIONS)?;
+    Ok(spans[0])
+}
+
+fn phase_pb(p: &Phase) -> pb::MovePhase {
+    match p {
+        Phase::Recorded => pb::MovePhase::Recorded,
+        Phase::Importing => pb::MovePhase::Importing,
+        Phase::Frozen => pb::MovePhase::Frozen,
+        Phase::Sealed(_) => pb::MovePhase::Sealed,
+        Phase::Installed => pb::MovePhase::Installed,
+        Phase::Switched { .. } => pb::MovePhase::Switched,
+        Phase::Done => pb::MovePhase::Done,
+        Phase::Cancelled => pb::MovePhase::Cancelled,
+    }
+}
+
+/// The domain phase a request names; SEALED takes the ceilings along.
+fn phase_from_pb(phase: i32, ceilings: &[u64]) -> Result<Phase, RpcError> {
+    Ok(match pb::MovePhase::try_from(phase) {
+        Ok(pb::MovePhase::Recorded) => Phase::Recorded,
+        Ok(pb::MovePhase::Importing) => Phase::Importing,
+        Ok(pb::MovePhase::Frozen) => Phase::Frozen,
+        Ok(pb::MovePhase::Sealed) => Phase::Sealed(ceilings.to_vec()),
+        Ok(pb::MovePhase::Installed) => Phase::Installed,
+        Ok(pb::MovePhase::Switched) => Phase::Switched { map_version: 0 },
+        Ok(pb::MovePhase::Done) => Phase::Done,
+        Ok(pb::MovePhase::Cancelled) => Phase::Cancelled,
+        _ => return Err(RpcError::InvalidArgument(format!("unknown move phase {phase}"))),
+    })
+}
+
+fn move_pb(m: &MoveOp) -> pb::MoveInfo {
+    let ceilings = match &m.phase {
+        Phase::Sealed(c) => c.clone(),
+        _ => Vec::new(),
+    };
+    pb::MoveInfo {
+        op: m.op,
+        from_set: m.from,
+        to_set: m.to,
+        sections: Some(pb::SectionRange {
+            begin: m.span.begin.0,
+            end: m.span.end.0,
+        }),
+        phase: phase_pb(&m.phase) as i32,
+        driver: m.driver,
+        recorded_at: m.recorded_at,
+        switched_at: m.switched_at,
+        ceilings,
+    }
+}
+
+/// The wire form of the map; set 0's addresses are its Raft members' (`own_stores`).
+pub fn map_pb(map: &ClusterMap, p: &SetParams, own_stores: &[String]) -> pb::ClusterMap {
+    pb::ClusterMap {
+        version: map.version,
+        sets: map
+            .sets
+            .iter()
+            .map(|(&set_id, e)| pb::SetInfo {
+                set_id,
+                stores: if set_id == 0 && e.stores.is_empty() {
+                    own_stores.to_vec()
+                } else {
+                    e.stores.clone()
+                },
+                // Only the publisher knows every set's AllocSvrs (see `grpc::moves::map_for`).
+                allocsvrs: Vec::new(),
+            })
+            .collect(),
+        ranges: map
+            .ranges
+            .runs()
+            .map(|r| pb::MapRange {
+                section_begin: r.begin.0,
+                section_end: r.end.0,
+                set_id: r.state,
+            })
+            .collect(),
+        moves: map.ops.values().map(move_pb).collect(),
+        section_size: p.section_size,
+        uid_limit: p.uid_limit,
+    }
+}
+
+/// The set's cached copy of the map, decoded.
+pub fn cached(set: &SetState) -> Result<Option<pb::ClusterMap>, RpcError> {
+    let Some(c) = &set.cached_map else {
+        return Ok(None);
+    };
+    pb::ClusterMap::decode(&c.encoded[..]).map(Some).map_err(|e| {
+        RpcError::Internal(format!(
+            "the cached cluster map (version {}) does not decode: {e}",
+            c.version
+        ))
+    })
+}
+
+/// The reply to GetClusterMap on the leader: set 0's own map, elsewhere the cached copy (a hint,
+/// which the operator's tools never plan a change from).
+pub fn cluster_map_reply(
+    set: &SetState,
+    p: &SetParams,
+    own_stores: &[String],
+) -> Result<pb::ClusterMapReply, RpcError> {
+    let map = match set.map.as_ref() {
+        Some(m) => Some(map_pb(m, p, own_stores)),
+        None => cached(set)?,
+    };
+    match map {
+        Some(map) => Ok(pb::ClusterMapReply {
+            not_leader: None,
+            map: Some(map),
+        }),
+        None => Err(RpcError::FailedPrecondition(format!(
+            "set {} does not keep the cluster map and has no copy yet; ask set 0",
+            p.set_id
+        ))),
+    }
+}
+
+/// Checks a map to publish: for this cluster (same section size and uid space), with a version,
+/// well-formed addresses, and small enough to keep in one command.
+fn check_published(p: &SetParams, map: Option<pb::ClusterMap>) -> Result<CachedMap, RpcError> {
+    let map = map.ok_or_else(|| RpcError::InvalidArgument("no map given".into()))?;
+    if map.version == 0 {
+        return Err(RpcError::InvalidArgument(
+            "a published map has a version above 0".into(),
+        ));
+    }
+    if (map.section_size, map.uid_limit) != (p.section_size, p.uid_limit) {
+        return Err(RpcError::InvalidArgument(format!(
+            "the map is of another cluster: section size {} and uid limit {}, this set has {} and {}",
+            map.section_size, map.uid_limit, p.section_size, p.uid_limit
+        )));
+    }
+    for addr in map.sets.iter().flat_map(|s| s.stores.iter().chain(&s.allocsvrs)) {
+        addr.parse::<seqsvr_proto::addr::HostPort>()
+            .map_err(|e| RpcError::InvalidArgument(format!("address in the map: {e}")))?;
+    }
+    let encoded = map.encode_to_vec();
+    if encoded.len() > seqsvr_proto::limits::MAX_MAP_BYTES {
+        return Err(RpcError::InvalidArgument(format!(
+            "the map is {} bytes; at most {}",
+            encoded.len(),
+            seqsvr_proto::limits::MAX_MAP_BYTES
+        )));
+    }
+    Ok(CachedMap {
+        version: map.version,
+        encoded,
+    })
+}
+
+/// The write of a PublishMap: keep the map as the set's cached copy unless it has that version or
+/// a newer one.
+pub fn publish_command(p: &SetParams, req: pb::PublishMapRequest) -> Result<Command, RpcError> {
+    Ok(Command::CacheMap(check_published(p, req.map)?))
+}
+
+pub fn published(result: CommandResult) -> Result<pb::PublishMapReply, RpcError> {
+    match result {
+        CommandResult::MapCached { version, already } => Ok(pb::PublishMapReply {
+            not_leader: None,
+            version,
+            already,
+        }),
+        CommandResult::Invalid(m) => Err(RpcError::InvalidArgument(m)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The write of a ChangeMap (set 0).
+pub fn map_command(p: &SetParams, req: pb::ChangeMapRequest) -> Result<Command, RpcError> {
+    use pb::change_map_request::Change;
+    Ok(Command::Map(match req.change {
+        Some(Change::AddSet(a)) => {
+            for s in &a.stores {
+                s.parse::<seqsvr_proto::addr::HostPort>()
+                    .map_err(|e| RpcError::InvalidArgument(format!("store address: {e}")))?;
+            }
+            MapCommand::AddSet {
+                expect_version: a.expect_version,
+                set_id: a.set_id,
+                stores: a.stores,
+            }
+        }
+        Some(Change::BeginMove(b)) => MapCommand::Begin {
+            expect_version: b.expect_version,
+            op: b.op,
+            from: b.from_set,
+            to: b.to_set,
+            span: span_of(p, b.sections.as_ref())?,
+            driver: b.driver,
+        },
+        Some(Change::ClaimMove(c)) => MapCommand::Claim {
+            op: c.op,
+            driver: c.driver,
+        },
+        Some(Change::AdvanceMove(a)) => MapCommand::Advance {
+            op: a.op,
+            driver: a.driver,
+            phase: phase_from_pb(a.phase, &a.ceilings)?,
+        },
+        None => return Err(RpcError::InvalidArgument("no change given".into())),
+    }))
+}
+
+pub fn map_changed(result: CommandResult) -> Result<pb::ChangeMapReply, RpcError> {
+    match result {
+        CommandResult::Map(MapResult::Ok { version, already }) => Ok(pb::ChangeMapReply {
+            not_leader: None,
+            version,
+            already,
+            version_changed: false,
+        }),
+        CommandResult::Map(MapResult::VersionChanged { version }) => Ok(pb::ChangeMapReply {
+            not_leader: None,
+            version,
+            already: false,
+            version_changed: true,
+        }),
+        CommandResult::Map(MapResult::Refused(m)) | CommandResult::Refused(m) => Err(RpcError::FailedPrecondition(m)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The write of a RangeStep (the set's side of one move step).
+pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command, RpcError> {
+    let span = span_of(p, req.sections.as_ref())?;
+    let op = req.op;
+    Ok(Command::Range(match pb::MovePhase::try_from(req.step) {
+        Ok(pb::MovePhase::Importing) => RangeCommand::Import {
+            op,
+            span,
+            from_set: req.other_set,
+        },
+        Ok(pb::MovePhase::Frozen) => RangeCommand::Freeze {
+            op,
+            span,
+            to_set: req.other_set,
+        },
+        Ok(pb::MovePhase::Installed) => RangeCommand::Install {
+            op,
+            span,
+            ceilings: req.ceilings,
+        },
+        Ok(pb::MovePhase::Done) => RangeCommand::Tombstone {
+            op,
+            span,
+            to_set: req.other_set,
+            map_version: req.map_version,
+        },
+        Ok(pb::MovePhase::Cancelled) => RangeCommand::Cancel { op, span },
+        _ => {
+            return Err(RpcError::InvalidArgument(format!(
+                "a range step is IMPORTING, FROZEN, INSTALLED, DONE or CANCELLED, not {}",
+                req.step
+            )));
+        }
+    }))
+}
+
+pub fn stepped(result: CommandResult) -> Result<pb::RangeStepReply, RpcError> {
+    match result {
+        CommandResult::Stepped { already } => Ok(pb::RangeStepReply {
+            not_leader: None,
+            already,
+        }),
+        CommandResult::Refused(m) => Err(RpcError::FailedPrecondition(m)),
+        CommandResult::Invalid(m) => Err(RpcError::InvalidArgument(m)),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The write that marks node `node_id` draining, refused when no other AllocSvr of the set is
+/// renewing: its sections would have nowhere to go.
+pub fn drain_command(
+    set: &SetState,
+    liveness: &Liveness,
+    now: Instant,
+    detect: Duration,
+    node_id: u64,
+) -> Result<Command, RpcError> {
+    let alive = liveness::alive(set, liveness, now, detect);
+    let others = alive
+        .renewing
+        .iter()
+        .filter_map(|i| set.allocsvrs.get(i))
+        .filter(|r| r.node_id.0 != node_id && !r.draining)
+        .count();
+    if others == 0 {
+        return Err(RpcError::FailedPrecondition(format!(
+            "no other live AllocSvr in this set to take node {node_id}'s sections; start one first"
+        )));
+    }
+    Ok(Command::Drain {
+        node_id: NodeId(node_id),
+    })
+}
+
+/// The reply to a committed drain: the incarnation and how many sections it still owns.
+pub fn drained(set: &SetState, node_id: u64, result: CommandResult) -> Result<pb::DrainAllocSvrReply, RpcError> {
+    match result {
+        CommandResult::Draining { incarnation: Some(i) } => Ok(pb::DrainAllocSvrReply {
+            not_leader: None,
+            incarnation: i.0,
+            held: set.sections.iter().filter(|s| s.owner == i).count() as u64,
+        }),
+        CommandResult::Draining { incarnation: None } => Err(RpcError::FailedPrecondition(format!(
+            "AllocSvr node {node_id} is not registered in this set"
+        ))),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// How long after a freeze no owner can still be serving: a lease stretched by the drift bound,
+/// plus the margin.
+pub fn lease_wait(p: &SetParams) -> Duration {
+    p.lease().mul_f64(1.0 + p.drift_ppm as f64 / 1e6) + p.margin()
+}
+
+/// When the current leadership first saw each move frozen: the start of the move's lease wait.
+#[derive(Debug, Default)]
+pub struct FrozenSeen {
+    pub term: u64,
+    pub seen: BTreeMap<OpId, Instant>,
+}
+
+impl FrozenSeen {
+    /// When this leader (in `term`) first saw move `op` frozen: now, if it had not. Moves no longer
+    /// frozen in `set` are forgotten, so this holds at most the moves in flight.
+    pub fn first_seen(&mut self, term: u64, op: OpId, now: Instant, set: &SetState) -> Instant {
+        if self.term != term {
+            self.term = term;
+            self.seen.clear();
+        }
+        self.seen.retain(|o, _| *o == op || set.export_status(*o).is_some());
+        *self.seen.entry(op).or_insert(now)
+    }
+}
+
+/// The export status of move `op` at `now`, given when this leader first saw it frozen; with
+/// `skip_wait` (negative control) the ceilings are handed out without the lease wait.
+pub fn export_reply(
+    set: &SetState,
+    p: &SetParams,
+    op: OpId,
+    now: Instant,
+    seen: &mut FrozenSeen,
+    term: u64,
+    skip_wait: bool,
+) -> Result<pb::ExportStatusReply, RpcError> {
+    let Some(ceilings) = set.final_ceilings(op) else {
+        return Err(RpcError::FailedPrecondition(format!(
+            "move {op} has no range frozen or moved out of set {}",
+            p.set_id
+        )));
+    };
+    let Some(status) = set.export_status(op) else {
+        // Tombstoned already: the ceilings are final and nobody serves the range here.
+        return Ok(pb::ExportStatusReply {
+            ready: true,
+            released: true,
+            ceilings,
+            ..Default::default()
+        });
+    };
+    let waited = now.saturating_duration_since(seen.first_seen(term, op, now, set));
+    let remaining = lease_wait(p).saturating_sub(waited);
+    let ready = status.released() || remaining.is_zero() || skip_wait;
+    Ok(pb::ExportStatusReply {
+        not_leader: None,
+        ready,
+        released: status.released(),
+        forced: status.forced > 0,
+        held: status.held,
+        wait_ms: if ready { 0 } else { remaining.as_millis() as u64 },
+        ceilings: if ready { ceilings } else { Vec::new() },
+    })
+}
