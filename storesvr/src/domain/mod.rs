@@ -19,4 +19,4 @@ pub mod moves;
 pub mod ranges;
 pub mod state;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;

@@ -413,3 +413,125 @@ pub fn export_reply(
         ceilings: if ready { ceilings } else { Vec::new() },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use seqsvr_proto::SectionId;
+
+    use super::*;
+    use crate::domain::state::{Move, NOBODY};
+    use crate::domain::testing::{set_with, small_params};
+
+    const OP: u64 = 9;
+
+    /// Set 0 with sections owned by node 1, and sections 2..5 frozen for move `OP` to set 1.
+    fn frozen_set() -> SetState {
+        let (mut st, incs) = set_with(&[1]);
+        let moves = vec![Move {
+            begin: SectionId(0),
+            end: SectionId(10),
+            from: NOBODY,
+            to: incs[0],
+        }];
+        st.apply(&Command::Assign { expire: vec![], moves }, false);
+        let freeze = range_command(
+            &small_params(),
+            pb::RangeStepRequest {
+                op: OP,
+                step: pb::MovePhase::Frozen as i32,
+                sections: Some(pb::SectionRange { begin: 2, end: 5 }),
+                other_set: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(st.apply(&freeze, false), CommandResult::Stepped { already: false });
+        st
+    }
+
+    #[test]
+    fn the_ceilings_wait_a_full_lease_from_when_this_leader_first_saw_the_freeze() {
+        let st = frozen_set();
+        let p = small_params();
+        let wait = lease_wait(&p);
+        assert_eq!(wait, Duration::from_millis(3_000 + 30 + 100));
+        let t0 = Instant::now();
+        let mut seen = FrozenSeen::default();
+        let at = |seen: &mut FrozenSeen, after: Duration, term| {
+            export_reply(&st, &p, OP, t0 + after, seen, term, false).unwrap()
+        };
+        let first = at(&mut seen, Duration::ZERO, 1);
+        assert_eq!((first.ready, first.held, first.wait_ms), (false, 3, 3_130));
+        assert!(first.ceilings.is_empty(), "no ceilings before the wait");
+        let almost = at(&mut seen, wait - Duration::from_millis(1), 1);
+        assert_eq!((almost.ready, almost.wait_ms), (false, 1));
+        let done = at(&mut seen, wait, 1);
+        assert!(done.ready && !done.released);
+        assert_eq!(done.ceilings.len(), 3);
+        // A new term starts the wait again: its leader cannot know when the freeze committed.
+        let new_leader = at(&mut seen, wait + Duration::from_secs(1), 2);
+        assert_eq!((new_leader.ready, new_leader.wait_ms), (false, 3_130));
+        // The negative control hands the ceilings out at once.
+        let mut fresh = FrozenSeen::default();
+        assert!(export_reply(&st, &p, OP, t0, &mut fresh, 1, true).unwrap().ready);
+        // An unknown move is refused, not answered ready.
+        let unknown = export_reply(&st, &p, OP + 1, t0, &mut seen, 2, false);
+        assert!(matches!(unknown, Err(RpcError::FailedPrecondition(_))), "{unknown:?}");
+    }
+
+    #[test]
+    fn a_drain_is_refused_while_no_other_allocsvr_renews() {
+        let (st, incs) = set_with(&[1, 2]);
+        let now = Instant::now();
+        let detect = Duration::from_secs(1);
+        let mut liveness = Liveness::default();
+        liveness.become_leader(now);
+        liveness.record(incs[0], now);
+        let refused = drain_command(&st, &liveness, now, detect, 1);
+        assert!(matches!(refused, Err(RpcError::FailedPrecondition(_))), "{refused:?}");
+        liveness.record(incs[1], now);
+        assert_eq!(
+            drain_command(&st, &liveness, now, detect, 1).unwrap(),
+            Command::Drain { node_id: NodeId(1) }
+        );
+    }
+
+    #[test]
+    fn bad_move_requests_are_invalid_arguments() {
+        let p = small_params();
+        let no_range = range_command(
+            &p,
+            pb::RangeStepRequest {
+                step: pb::MovePhase::Frozen as i32,
+                ..Default::default()
+            },
+        );
+        assert!(matches!(no_range, Err(RpcError::InvalidArgument(_))), "{no_range:?}");
+        let bad_step = range_command(
+            &p,
+            pb::RangeStepRequest {
+                step: pb::MovePhase::Sealed as i32,
+                sections: Some(pb::SectionRange { begin: 0, end: 1 }),
+                ..Default::default()
+            },
+        );
+        assert!(matches!(bad_step, Err(RpcError::InvalidArgument(_))), "{bad_step:?}");
+        let beyond = map_command(
+            &p,
+            pb::ChangeMapRequest {
+                change: Some(pb::change_map_request::Change::BeginMove(pb::BeginMove {
+                    sections: Some(pb::SectionRange { begin: 5, end: 11 }),
+                    ..Default::default()
+                })),
+            },
+        );
+        assert!(matches!(beyond, Err(RpcError::InvalidArgument(_))), "{beyond:?}");
+        let zero = publish_command(
+            &p,
+            pb::PublishMapRequest {
+                map: Some(pb::ClusterMap::default()),
+            },
+        );
+        assert!(matches!(zero, Err(RpcError::InvalidArgument(_))), "{zero:?}");
+    }
+}
