@@ -46,7 +46,8 @@ mod error;
 mod map;
 mod retry;
 mod routing;
-pub mod transport;
+/// The transport is shared with the control-plane clients (see `seqsvr_control::transport`).
+pub use seqsvr_control::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
 pub use client::{Client, CurSeq, Fetched, Owner};

@@ -54,9 +54,11 @@ fn a_thousand_seeds_keep_every_promise() {
 /// Seeds that once broke a promise in the production protocol, kept as regression tests.
 /// 69646: a handed-over section re-gained under the same epoch when the arbiter withdrew the
 /// handover, then freed for a next owner by the first Release's late retry (two owners, P1).
+const FOUND_HOLES: &[u64] = &[69_646];
+
 #[test]
 fn seeds_that_found_holes_stay_green() {
-    for seed in [69_646] {
+    for &seed in FOUND_HOLES {
         let o = dst::run_seed(seed, &Options::default());
         assert!(
             o.passed(),

@@ -9,10 +9,10 @@
 
 use seqsvr_proto::pb::admin_service_client::AdminServiceClient;
 use seqsvr_proto::{NodeId, limits, pb};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::leader::{ControlError, Leader, LeaderCall, Seed, StoreTimeouts};
+use crate::transport::{Conn, Dialer};
 
 /// Client of one StoreSvr group's `AdminService`.
 #[derive(Debug, Clone)]
@@ -23,8 +23,13 @@ pub struct AdminClient {
 impl AdminClient {
     /// A client over `seeds` (StoreSvr addresses, `addr` or `id=addr`); does no IO.
     pub fn new(seeds: Vec<Seed>, timeouts: StoreTimeouts) -> Result<Self, String> {
+        Self::with_dialer(seeds, timeouts, &Dialer::default())
+    }
+
+    /// The same, over the transport `dialer` opens.
+    pub fn with_dialer(seeds: Vec<Seed>, timeouts: StoreTimeouts, dialer: &Dialer) -> Result<Self, String> {
         Ok(Self {
-            leader: Leader::new(seeds, timeouts)?,
+            leader: Leader::with_dialer(seeds, timeouts, dialer)?,
         })
     }
 
@@ -76,7 +81,7 @@ impl AdminClient {
     }
 }
 
-fn admin_service(channel: Channel) -> AdminServiceClient<Channel> {
+fn admin_service(channel: Conn) -> AdminServiceClient<Conn> {
     AdminServiceClient::new(channel)
         .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES)
@@ -87,7 +92,7 @@ macro_rules! admin_call {
     ($($req:ident => $reply:ident, $method:ident;)*) => {$(
         impl LeaderCall for pb::$req {
             type Reply = pb::$reply;
-            async fn send(channel: Channel, req: Request<Self>) -> Result<Response<Self::Reply>, Status> {
+            async fn send(channel: Conn, req: Request<Self>) -> Result<Response<Self::Reply>, Status> {
                 admin_service(channel).$method(req).await
             }
             fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint> {

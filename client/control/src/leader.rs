@@ -1,7 +1,7 @@
 //! The one leader-following loop of the control plane.
 //!
 //! Writes and linearizable reads must reach the leader of a set's Raft group, and so must admin
-//! actions. [`Leader`] keeps one lazily connected tonic `Channel` per StoreSvr address, remembers
+//! actions. [`Leader`] keeps one lazily connected [`Conn`] per StoreSvr address, remembers
 //! which one answered as leader last, and on a reply carrying `not_leader` follows the hint: to
 //! the *configured* address of the hinted node id when it knows that id (the simulator puts
 //! proxies in front of every StoreSvr, so the hint's own `leader_addr` would bypass them), else to
@@ -23,14 +23,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
+use rand::rngs::StdRng;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
 use seqsvr_proto::pb;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::classify::{Delivery, classify};
+use crate::transport::{Conn, Dialer};
 
 /// Most addresses learnt from hints that are kept beside the seeds; bounds memory when hints
 /// point at ever new addresses.
@@ -127,15 +128,14 @@ impl Default for StoreTimeouts {
 /// One control-plane RPC: how to send it on a channel and where its reply says "not the leader".
 pub trait LeaderCall: Clone + Send + Sync + 'static {
     type Reply: Send;
-    fn send(channel: Channel, req: Request<Self>)
-    -> impl Future<Output = Result<Response<Self::Reply>, Status>> + Send;
+    fn send(channel: Conn, req: Request<Self>) -> impl Future<Output = Result<Response<Self::Reply>, Status>> + Send;
     fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint>;
 }
 
 struct Target {
     node_id: Option<NodeId>,
     addr: String,
-    channel: Channel,
+    channel: Conn,
 }
 
 struct Targets {
@@ -144,6 +144,9 @@ struct Targets {
     seed_count: usize,
     /// Index into `list` of the replica believed to lead.
     leader: AtomicUsize,
+    dialer: Dialer,
+    /// Backoff jitter (seeded in the simulator, so that a run replays).
+    rng: Mutex<StdRng>,
 }
 
 /// The replicas of one group and the loop that finds its leader; cheap to clone (clones share
@@ -166,14 +169,6 @@ impl std::fmt::Debug for Leader {
     }
 }
 
-fn lazy_channel(addr: &str, timeouts: StoreTimeouts) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("bad store address {addr:?}: {e}"))?
-        .connect_timeout(timeouts.attempt)
-        .tcp_nodelay(true);
-    Ok(endpoint.connect_lazy())
-}
-
 /// What one attempt left the loop with.
 enum Next {
     /// Follow a hint at once.
@@ -185,12 +180,17 @@ enum Next {
 impl Leader {
     /// A loop over the given seeds; no connection is made until the first call.
     pub fn new(seeds: Vec<Seed>, timeouts: StoreTimeouts) -> Result<Self, String> {
+        Self::with_dialer(seeds, timeouts, &Dialer::default())
+    }
+
+    /// The same, over the transport `dialer` opens.
+    pub fn with_dialer(seeds: Vec<Seed>, timeouts: StoreTimeouts, dialer: &Dialer) -> Result<Self, String> {
         if seeds.is_empty() {
             return Err("no store address given".into());
         }
         let mut list = Vec::with_capacity(seeds.len());
         for seed in seeds {
-            let channel = lazy_channel(&seed.addr, timeouts)?;
+            let channel = dialer.dial(&seed.addr, timeouts.attempt)?;
             list.push(Target {
                 node_id: seed.node_id,
                 addr: seed.addr,
@@ -203,6 +203,8 @@ impl Leader {
                 list: Mutex::new(list),
                 seed_count,
                 leader: AtomicUsize::new(0),
+                rng: Mutex::new(dialer.rng()),
+                dialer: dialer.clone(),
             }),
             timeouts,
         })
@@ -284,7 +286,7 @@ impl Leader {
                 Next::Retry(to) => i = to,
             }
             tracing::debug!(%last, "store call retrying");
-            let jittered = rand::rng().random_range(backoff / 2..=backoff);
+            let jittered = self.targets.rng.lock().unwrap().random_range(backoff / 2..=backoff);
             tokio::time::sleep_until((Instant::now() + jittered).min(deadline)).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
@@ -302,7 +304,7 @@ impl Leader {
         }
     }
 
-    fn channel_at(&self, i: usize) -> (usize, Channel) {
+    fn channel_at(&self, i: usize) -> (usize, Conn) {
         let list = self.targets.list.lock().unwrap();
         let i = i % list.len();
         (i, list[i].channel.clone())
@@ -322,7 +324,11 @@ impl Leader {
         if let Some(i) = list.iter().position(|t| t.addr == hint.leader_addr) {
             return Some(i);
         }
-        let channel = lazy_channel(&hint.leader_addr, self.timeouts).ok()?;
+        let channel = self
+            .targets
+            .dialer
+            .dial(&hint.leader_addr, self.timeouts.attempt)
+            .ok()?;
         let target = Target {
             node_id: (hint.leader_id != 0).then_some(NodeId(hint.leader_id)),
             addr: hint.leader_addr.clone(),

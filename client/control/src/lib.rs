@@ -10,8 +10,10 @@ pub mod classify;
 pub mod leader;
 pub mod mover;
 pub mod store;
+pub mod transport;
 
 pub use admin::AdminClient;
 pub use leader::{ControlError, Seed, StoreTimeouts};
 pub use mover::{MoveError, Mover};
 pub use store::StoreClient;
+pub use transport::{Conn, Connect, Dialer};

@@ -25,7 +25,9 @@
 //! Left out: choosing ranges (the operator does) and rebalancing AllocSvrs inside a set.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::change_map_request::Change;
@@ -33,6 +35,7 @@ use seqsvr_proto::pb::change_map_request::Change;
 use crate::admin::AdminClient;
 use crate::leader::{ControlError, Seed, StoreTimeouts};
 use crate::store::StoreClient;
+use crate::transport::Dialer;
 
 /// Longest a publish waits for one set: a set that is down must not hold a move up.
 const PUBLISH_WAIT: Duration = Duration::from_secs(2);
@@ -78,6 +81,7 @@ pub struct Mover {
     timeouts: StoreTimeouts,
     /// This driver's token (random per run).
     pub driver: u64,
+    dialer: Dialer,
 }
 
 /// The steps of a move after `phase`: the set that applies it and the phase recorded after it.
@@ -96,10 +100,21 @@ fn next_phase(phase: pb::MovePhase) -> Option<pb::MovePhase> {
 
 impl Mover {
     pub fn new(meta_seeds: Vec<Seed>, timeouts: StoreTimeouts, driver: u64) -> Result<Self, String> {
+        Self::with_dialer(meta_seeds, timeouts, driver, Dialer::default())
+    }
+
+    /// The same, every set reached over the transport `dialer` opens.
+    pub fn with_dialer(
+        meta_seeds: Vec<Seed>,
+        timeouts: StoreTimeouts,
+        driver: u64,
+        dialer: Dialer,
+    ) -> Result<Self, String> {
         Ok(Self {
-            meta: AdminClient::new(meta_seeds, timeouts)?,
+            meta: AdminClient::with_dialer(meta_seeds, timeouts, &dialer)?,
             timeouts,
             driver,
+            dialer,
         })
     }
 
@@ -109,7 +124,7 @@ impl Mover {
 
     /// The admin client of set `set_id`, at the addresses the map lists.
     fn set_admin(&self, map: &pb::ClusterMap, set_id: u64) -> Result<AdminClient, MoveError> {
-        AdminClient::new(seeds_of(map, set_id)?, self.timeouts).map_err(MoveError::Refused)
+        AdminClient::with_dialer(seeds_of(map, set_id)?, self.timeouts, &self.dialer).map_err(MoveError::Refused)
     }
 
     /// Adds set `set_id` (its StoreSvr group already running) to the map.
@@ -144,7 +159,7 @@ impl Mover {
         for set in &mut map.sets {
             let seeds: Result<Vec<Seed>, String> = set.stores.iter().map(|a| Seed::parse(a)).collect();
             let Ok(seeds) = seeds else { continue };
-            let status = match StoreClient::new(seeds.clone(), timeouts) {
+            let status = match StoreClient::with_dialer(seeds.clone(), timeouts, &self.dialer) {
                 Ok(c) => c.status().await.map_err(|e| e.to_string()),
                 Err(e) => Err(e),
             };
@@ -154,7 +169,7 @@ impl Mover {
                     tracing::warn!(set = set.set_id, error = %e, "no status: the map lists none of its AllocSvrs")
                 }
             }
-            if let Ok(a) = AdminClient::new(seeds, timeouts) {
+            if let Ok(a) = AdminClient::with_dialer(seeds, timeouts, &self.dialer) {
                 admins.push((set.set_id, a));
             }
         }
@@ -194,14 +209,16 @@ impl Mover {
     pub async fn plan(&self, from: u64, to: u64, begin: u64, end: u64) -> Result<Plan, MoveError> {
         let map = self.map().await?;
         refuse_move(&map, from, to, begin, end)?;
-        let store = crate::store::StoreClient::new(seeds_of(&map, from)?, self.timeouts).map_err(MoveError::Refused)?;
+        let store =
+            StoreClient::with_dialer(seeds_of(&map, from)?, self.timeouts, &self.dialer).map_err(MoveError::Refused)?;
         let loaded = store
             .load(pb::LoadRequest {
                 sections: vec![pb::SectionRange { begin, end }],
             })
             .await?;
         let status = store.status().await?;
-        let target = crate::store::StoreClient::new(seeds_of(&map, to)?, self.timeouts).map_err(MoveError::Refused)?;
+        let target =
+            StoreClient::with_dialer(seeds_of(&map, to)?, self.timeouts, &self.dialer).map_err(MoveError::Refused)?;
         if target.status().await?.leader_id == 0 {
             return Err(MoveError::Refused(format!(
                 "set {to} has no leader (no quorum?): a move needs both sets up"

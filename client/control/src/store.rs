@@ -13,10 +13,10 @@ use std::future::Future;
 
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
 use seqsvr_proto::{limits, pb};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::leader::{ControlError, Leader, LeaderCall, Seed, StoreTimeouts};
+use crate::transport::{Conn, Dialer};
 
 /// Client of the StoreService of one set; cheap to clone (clones share channels and the
 /// believed leader).
@@ -28,8 +28,13 @@ pub struct StoreClient {
 impl StoreClient {
     /// Creates a client over the given seeds; no connection is made until the first call.
     pub fn new(seeds: Vec<Seed>, timeouts: StoreTimeouts) -> Result<Self, String> {
+        Self::with_dialer(seeds, timeouts, &Dialer::default())
+    }
+
+    /// The same, over the transport `dialer` opens.
+    pub fn with_dialer(seeds: Vec<Seed>, timeouts: StoreTimeouts, dialer: &Dialer) -> Result<Self, String> {
         Ok(Self {
-            leader: Leader::new(seeds, timeouts)?,
+            leader: Leader::with_dialer(seeds, timeouts, dialer)?,
         })
     }
 
@@ -83,7 +88,7 @@ impl StoreClient {
 }
 
 /// The StoreSvr's own limits, both ways: a reply it may send is one this client decodes.
-fn store_service(channel: Channel) -> StoreServiceClient<Channel> {
+fn store_service(channel: Conn) -> StoreServiceClient<Conn> {
     StoreServiceClient::new(channel)
         .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES)
@@ -97,7 +102,7 @@ macro_rules! store_call {
         impl LeaderCall for $req {
             type Reply = $reply;
             fn send(
-                channel: Channel,
+                channel: Conn,
                 req: Request<Self>,
             ) -> impl Future<Output = Result<Response<Self::Reply>, Status>> + Send {
                 async move { store_service(channel).$method(req).await }

@@ -1,10 +1,12 @@
-//! How the client reaches an AllocSvr: one [`Conn`] per address, either a lazily connected tonic
+//! How a client reaches a server: one [`Conn`] per address, either a lazily connected tonic
 //! channel (every real deployment) or a caller-supplied in-process transport ([`Connect`]), which
-//! the deterministic simulator uses to run this client against AllocSvr services in one thread on
-//! simulated time, with its own simulated network in between.
+//! the deterministic simulator uses to run the clients (the data-plane client, the control-plane
+//! clients and the move driver) against services in one thread on simulated time, with its own
+//! simulated network in between.
 //!
 //! Both carry the same encoded gRPC requests and replies, so everything above this module (the
-//! generated client, deadlines, codecs, routing, retries) is the same code in both.
+//! generated clients, deadlines, codecs, routing, leader following, retries) is the same code in
+//! both.
 //!
 //! Deliberately left out: any transport other than HTTP/2 over TCP in production.
 
@@ -15,8 +17,8 @@ use std::task::{Context, Poll};
 
 use tonic::body::Body;
 use tonic::codegen::{Service, http};
-use tonic::transport::Channel;
 use tonic::transport::channel::ResponseFuture;
+use tonic::transport::{Channel, Endpoint};
 
 /// Any error a transport reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -24,7 +26,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A request in flight over a [`Connect`] transport.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, BoxError>> + Send>>;
 
-/// An in-process transport: sends one encoded gRPC request to the AllocSvr at `addr`.
+/// An in-process transport: sends one encoded gRPC request to the server at `addr`.
 pub trait Connect: Send + Sync + 'static {
     fn call(&self, addr: &str, req: http::Request<Body>) -> CallFuture;
 }
@@ -79,5 +81,62 @@ impl Service<http::Request<Body>> for Conn {
             Conn::Tonic(c) => ConnFuture::Tonic(c.call(req)),
             Conn::InProcess { addr, via } => ConnFuture::InProcess(via.call(addr, req)),
         }
+    }
+}
+
+/// How the control-plane clients open a [`Conn`]: tonic (production) or an in-process transport.
+#[derive(Clone, Default)]
+pub struct Dialer {
+    via: Option<Arc<dyn Connect>>,
+    /// Seed of the clients' random choices (backoff jitter); from the OS when unset.
+    seed: Option<u64>,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.via.is_some() {
+            "Dialer(in-process)"
+        } else {
+            "Dialer(tonic)"
+        })
+    }
+}
+
+impl Dialer {
+    /// Every connection through `via`, every random choice drawn from `seed`: the same calls
+    /// make the same attempts at the same (simulated) times.
+    pub fn in_process(via: Arc<dyn Connect>, seed: u64) -> Self {
+        Self {
+            via: Some(via),
+            seed: Some(seed),
+        }
+    }
+
+    /// The generator of one client's random choices.
+    pub fn rng(&self) -> rand::rngs::StdRng {
+        use rand::SeedableRng;
+        match self.seed {
+            Some(seed) => rand::rngs::StdRng::seed_from_u64(seed),
+            None => rand::rngs::StdRng::from_rng(&mut rand::rng()),
+        }
+    }
+
+    pub fn is_in_process(&self) -> bool {
+        self.via.is_some()
+    }
+
+    /// A lazily connected `Conn` to `addr` (`host:port`); no IO.
+    pub fn dial(&self, addr: &str, connect_timeout: std::time::Duration) -> Result<Conn, String> {
+        if let Some(via) = &self.via {
+            return Ok(Conn::InProcess {
+                addr: addr.into(),
+                via: via.clone(),
+            });
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad store address {addr:?}: {e}"))?
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true);
+        Ok(Conn::Tonic(endpoint.connect_lazy()))
     }
 }
