@@ -10,7 +10,7 @@ use std::time::Instant;
 use seqsvr_proto::pb;
 
 use crate::error::RpcError;
-use crate::serve::moves::{self as serve, cached, map_pb};
+use crate::serve::moves as serve;
 use crate::shared::{Led, Shared};
 
 fn members(ctx: &Shared) -> Vec<String> {
@@ -34,40 +34,13 @@ pub async fn get_cluster_map(ctx: &Shared) -> Result<pb::ClusterMapReply, RpcErr
     ctx.data(|d| serve::cluster_map_reply(&d.set, &p, &own))
 }
 
-/// The set's map version, and the map itself when `caller` has an older one: the cached copy or,
-/// on set 0 while its own map is newer than the copy (a change not published yet), its own map
-/// with the AllocSvr addresses of the copy carried over. Only integers are read unless the caller
-/// is behind.
+/// The set's map version, and the map when `caller` has an older one (see `serve::moves::map_for`).
 pub fn map_for(
     ctx: &Shared,
     p: &crate::domain::state::SetParams,
     caller: u64,
 ) -> Result<(u64, Option<pb::ClusterMap>), RpcError> {
-    let (own_v, cached_v) = ctx.data(|d| {
-        let own = d.set.map.as_ref().map_or(0, |m| m.version);
-        (own, d.set.cached_map.as_ref().map_or(0, |c| c.version))
-    });
-    let version = own_v.max(cached_v);
-    if caller >= version {
-        return Ok((version, None));
-    }
-    let copy = ctx.data(|d| cached(&d.set))?;
-    if cached_v >= own_v {
-        return Ok((version, copy));
-    }
-    let members = members(ctx);
-    let Some(mut own) = ctx.data(|d| d.set.map.as_ref().map(|m| map_pb(m, p, &members))) else {
-        return Ok((version, copy));
-    };
-    for set in &mut own.sets {
-        if let Some(c) = copy
-            .as_ref()
-            .and_then(|c| c.sets.iter().find(|s| s.set_id == set.set_id))
-        {
-            set.allocsvrs = c.allocsvrs.clone();
-        }
-    }
-    Ok((own.version, Some(own)))
+    ctx.data(|d| serve::map_for(&d.set, p, caller, || members(ctx)))
 }
 
 pub async fn publish_map(ctx: &Shared, req: pb::PublishMapRequest) -> Result<pb::PublishMapReply, RpcError> {

@@ -153,6 +153,40 @@ pub fn cluster_map_reply(
     }
 }
 
+/// The set's map version, and the map itself when `caller` has an older one: the cached copy or,
+/// on set 0 while its own map is newer than the copy (a change not published yet), its own map
+/// with the AllocSvr addresses of the copy carried over. Only integers are read unless the caller
+/// is behind; `own_stores` (set 0's members) is asked for only then.
+pub fn map_for(
+    set: &SetState,
+    p: &SetParams,
+    caller: u64,
+    own_stores: impl FnOnce() -> Vec<String>,
+) -> Result<(u64, Option<pb::ClusterMap>), RpcError> {
+    let own_v = set.map.as_ref().map_or(0, |m| m.version);
+    let cached_v = set.cached_map.as_ref().map_or(0, |c| c.version);
+    let version = own_v.max(cached_v);
+    if caller >= version {
+        return Ok((version, None));
+    }
+    let copy = cached(set)?;
+    if cached_v >= own_v {
+        return Ok((version, copy));
+    }
+    let Some(mut own) = set.map.as_ref().map(|m| map_pb(m, p, &own_stores())) else {
+        return Ok((version, copy));
+    };
+    for entry in &mut own.sets {
+        if let Some(c) = copy
+            .as_ref()
+            .and_then(|c| c.sets.iter().find(|s| s.set_id == entry.set_id))
+        {
+            entry.allocsvrs = c.allocsvrs.clone();
+        }
+    }
+    Ok((own.version, Some(own)))
+}
+
 /// Checks a map to publish: for this cluster (same section size and uid space), with a version,
 /// well-formed addresses, and small enough to keep in one command.
 fn check_published(p: &SetParams, map: Option<pb::ClusterMap>) -> Result<CachedMap, RpcError> {
