@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 use seqsvr_proto::pb;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
+use storesvr::serve::moves::{self as moves, FrozenSeen};
 use storesvr::serve::{self, LeaderView, Tick};
 
 /// Replicas in the group.
 pub const REPLICAS: usize = 3;
 
-/// A request from an AllocSvr, as the StoreService receives it.
+/// A request from an AllocSvr, as the StoreService receives it, or from the move driver, as the
+/// AdminService receives it.
 #[derive(Clone, Debug)]
 pub enum Req {
     Register(pb::RegisterRequest),
@@ -34,6 +36,11 @@ pub enum Req {
     Release(pb::ReleaseRequest),
     Bump(pb::BumpRequest),
     Load(pb::LoadRequest),
+    GetClusterMap,
+    ChangeMap(pb::ChangeMapRequest),
+    RangeStep(pb::RangeStepRequest),
+    PublishMap(pb::PublishMapRequest),
+    ExportStatus(pb::ExportStatusRequest),
 }
 
 /// Its answer: a reply, "the leader is elsewhere", or an error status.
@@ -44,6 +51,11 @@ pub enum Rep {
     Release(pb::ReleaseReply),
     Bump(pb::BumpReply),
     Load(pb::LoadReply),
+    ClusterMap(pb::ClusterMapReply),
+    ChangeMap(pb::ChangeMapReply),
+    RangeStep(pb::RangeStepReply),
+    PublishMap(pb::PublishMapReply),
+    ExportStatus(pb::ExportStatusReply),
     /// Index of the replica believed to lead (`None`: no leader known).
     NotLeader(Option<usize>),
     Error(RpcError),
@@ -61,6 +73,8 @@ pub struct Replica {
     /// It believes it leads in `term` (a cut-off old leader still does).
     pub leading: bool,
     pub view: LeaderView,
+    /// When this leader first saw each move frozen (leader memory, like `view`).
+    pub frozen: FrozenSeen,
 }
 
 /// A change of a section's owner or epoch, for the trace of a failing seed.
@@ -85,6 +99,9 @@ pub struct Group {
     leaderless_since: Option<Instant>,
     election_timeout: Duration,
     pub changes: Vec<OwnerChange>,
+    /// Negative control: the source of a move hands out its ceilings without the lease wait (as
+    /// `storesvr --unsafe-skip-move-wait`).
+    pub skip_move_wait: bool,
     /// Sections a committed Release named while their owner was the releasing incarnation under a
     /// later epoch: what the Release's epoch fence is for (coverage of the unfenced-Release hole).
     pub stale_releases: u64,
@@ -107,6 +124,7 @@ impl Group {
             leaderless_since: None,
             election_timeout: Duration::from_millis(300),
             changes: Vec::new(),
+            skip_move_wait: false,
             stale_releases: 0,
         }
     }
@@ -182,6 +200,7 @@ impl Group {
         rep.up = false;
         rep.leading = false;
         rep.view = LeaderView::default();
+        rep.frozen = FrozenSeen::default();
         rep.empty |= wipe;
     }
 
@@ -228,6 +247,24 @@ impl Group {
                 let p = serve::params_of(&self.set)?;
                 let ranges = serve::load_ranges(&p, q)?;
                 Step::Answer(Rep::Load(serve::load_reply(&self.set, &p, &ranges)?))
+            }
+            Req::GetClusterMap => {
+                let p = serve::params_of(&self.set)?;
+                Step::Answer(Rep::ClusterMap(moves::cluster_map_reply(
+                    &self.set,
+                    &p,
+                    &store_addrs(),
+                )?))
+            }
+            Req::ChangeMap(q) => Step::Commit(moves::map_command(&serve::params_of(&self.set)?, q.clone())?),
+            Req::RangeStep(q) => Step::Commit(moves::range_command(&serve::params_of(&self.set)?, q.clone())?),
+            Req::PublishMap(q) => Step::Commit(moves::publish_command(&serve::params_of(&self.set)?, q.clone())?),
+            Req::ExportStatus(q) => {
+                let p = serve::params_of(&self.set)?;
+                let rep = &mut self.replicas[r];
+                let reply =
+                    moves::export_reply(&self.set, &p, q.op, now, &mut rep.frozen, rep.term, self.skip_move_wait)?;
+                Step::Answer(Rep::ExportStatus(reply))
             }
         })
     }
@@ -282,7 +319,10 @@ impl Group {
             }),
             Req::Release(q) => serve::released(q, result).map(Rep::Release),
             Req::Bump(q) => serve::bumped(q, result).map(Rep::Bump),
-            Req::Renew(_) | Req::Load(_) => Err(serve::unexpected(result)),
+            Req::ChangeMap(_) => moves::map_changed(result).map(Rep::ChangeMap),
+            Req::RangeStep(_) => moves::stepped(result).map(Rep::RangeStep),
+            Req::PublishMap(_) => moves::published(result).map(Rep::PublishMap),
+            Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => Err(serve::unexpected(result)),
         };
         answer.unwrap_or_else(Rep::Error)
     }
@@ -306,6 +346,11 @@ impl Group {
     }
 }
 
+/// The replicas' addresses as set 0's map lists them.
+fn store_addrs() -> Vec<String> {
+    (0..REPLICAS).map(|r| format!("storesvr-{r}:7100")).collect()
+}
+
 /// What a replica does with a request.
 pub enum Step {
     /// No answer ever (down, or a leader that cannot reach a majority).
@@ -313,4 +358,221 @@ pub enum Step {
     Answer(Rep),
     /// A write to commit before answering.
     Commit(Command),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::change_map_request::Change;
+
+    const OP: u64 = 77;
+
+    fn params(set_id: u64) -> SetParams {
+        SetParams {
+            set_id,
+            section_size: 10,
+            uid_limit: 80,
+            step: 10,
+            lease_ms: 1_000,
+            renew_interval_ms: 250,
+            section_begin: 0,
+            section_end: if set_id == 0 { 8 } else { 0 },
+            ..SetParams::single_set(set_id)
+        }
+    }
+
+    /// A group with a leader, initialized by its arbiter's first tick.
+    fn group(set_id: u64, now: Instant) -> (Group, usize) {
+        let mut g = Group::new(params(set_id), Duration::from_secs(1), UnsafeRules::default());
+        g.raft_tick(now, |_| 0);
+        g.raft_tick(now + Duration::from_secs(1), |_| 0);
+        let leader = g.leader().expect("a leader after the election timeout");
+        let init = g.arbiter(leader, now).expect("the first tick initializes the set");
+        g.apply(&init, 0);
+        (g, leader)
+    }
+
+    /// One request to the leader, committed at once: its reply.
+    fn call(g: &mut Group, r: usize, req: Req, now: Instant) -> Rep {
+        match g.receive(r, &req, false, now) {
+            Step::Silent => panic!("the leader stayed silent to {req:?}"),
+            Step::Answer(rep) => rep,
+            Step::Commit(cmd) => {
+                let result = g.apply(&cmd, 0);
+                g.reply(r, &req, result, now)
+            }
+        }
+    }
+
+    fn step(phase: pb::MovePhase, other_set: u64, ceilings: Vec<u64>) -> Req {
+        Req::RangeStep(pb::RangeStepRequest {
+            op: OP,
+            step: phase as i32,
+            sections: Some(pb::SectionRange { begin: 2, end: 4 }),
+            other_set,
+            ceilings,
+            map_version: 0,
+        })
+    }
+
+    fn advance(phase: pb::MovePhase, ceilings: Vec<u64>) -> Req {
+        Req::ChangeMap(pb::ChangeMapRequest {
+            change: Some(Change::AdvanceMove(pb::AdvanceMove {
+                op: OP,
+                driver: 1,
+                phase: phase as i32,
+                ceilings,
+            })),
+        })
+    }
+
+    fn ok<T>(rep: Rep, pick: impl FnOnce(Rep) -> Option<T>) -> T {
+        let shown = format!("{rep:?}");
+        pick(rep).unwrap_or_else(|| panic!("unexpected reply {shown}"))
+    }
+
+    /// The move protocol's server side, step by step, as the driver sends it: the map record on
+    /// set 0, the import, the freeze of a range a live owner holds, the source's lease wait
+    /// (decided by `serve::moves`), the seal, install, switch and tombstone — every step through
+    /// the production decisions over the modelled groups.
+    #[test]
+    fn a_move_between_two_modelled_sets_runs_through_the_production_decisions() {
+        use pb::MovePhase::*;
+        let t0 = Instant::now();
+        let (mut src, s) = group(0, t0);
+        let (mut dst, d) = group(1, t0);
+        // An AllocSvr of set 0 registers and renews; the arbiter gives it every section.
+        let reg = pb::RegisterRequest {
+            node_id: 1,
+            addr: "allocsvr-0:7000".into(),
+            nonce: 5,
+        };
+        let incarnation = ok(call(&mut src, s, Req::Register(reg), t0), |r| {
+            if let Rep::Register(x) = r {
+                Some(x.incarnation)
+            } else {
+                None
+            }
+        });
+        let renew = Req::Renew(pb::RenewRequest {
+            incarnation,
+            ..Default::default()
+        });
+        assert!(matches!(call(&mut src, s, renew, t0), Rep::Renew(_)));
+        let assign = src.arbiter(s, t0).expect("the arbiter assigns the sections");
+        src.apply(&assign, 0);
+        assert!(src.set.sections.iter().all(|x| x.owner.0 == incarnation));
+        let add = Change::AddSet(pb::AddSet {
+            expect_version: 1,
+            set_id: 1,
+            stores: vec!["storesvr-b:7100".into()],
+        });
+        let added = ok(
+            call(
+                &mut src,
+                s,
+                Req::ChangeMap(pb::ChangeMapRequest { change: Some(add) }),
+                t0,
+            ),
+            |r| {
+                if let Rep::ChangeMap(c) = r { Some(c) } else { None }
+            },
+        );
+        assert!(!added.version_changed, "{added:?}");
+        let begin = Change::BeginMove(pb::BeginMove {
+            expect_version: added.version,
+            op: OP,
+            from_set: 0,
+            to_set: 1,
+            sections: Some(pb::SectionRange { begin: 2, end: 4 }),
+            driver: 1,
+        });
+        assert!(matches!(
+            call(
+                &mut src,
+                s,
+                Req::ChangeMap(pb::ChangeMapRequest { change: Some(begin) }),
+                t0
+            ),
+            Rep::ChangeMap(_)
+        ));
+        assert!(matches!(
+            call(&mut dst, d, step(Importing, 0, vec![]), t0),
+            Rep::RangeStep(_)
+        ));
+        assert!(matches!(
+            call(&mut src, s, advance(Importing, vec![]), t0),
+            Rep::ChangeMap(_)
+        ));
+        assert!(matches!(
+            call(&mut src, s, step(Frozen, 1, vec![]), t0),
+            Rep::RangeStep(_)
+        ));
+        assert!(matches!(
+            call(&mut src, s, advance(Frozen, vec![]), t0),
+            Rep::ChangeMap(_)
+        ));
+        let export = |g: &mut Group, at| {
+            ok(
+                call(g, s, Req::ExportStatus(pb::ExportStatusRequest { op: OP }), at),
+                |r| {
+                    if let Rep::ExportStatus(e) = r { Some(e) } else { None }
+                },
+            )
+        };
+        // The owner has not released the frozen range: no ceilings until a full lease has passed
+        // since this leader first saw the freeze, and a new term starts that wait again.
+        let status = export(&mut src, t0);
+        assert!(
+            !status.ready && status.held == 2 && status.ceilings.is_empty(),
+            "{status:?}"
+        );
+        let wait = moves::lease_wait(&params(0));
+        let almost = export(&mut src, t0 + wait - Duration::from_millis(1));
+        assert!(!almost.ready, "{almost:?}");
+        let status = export(&mut src, t0 + wait);
+        assert!(status.ready && !status.released, "{status:?}");
+        let ceilings = status.ceilings.clone();
+        assert_eq!(ceilings.len(), 2);
+        assert!(matches!(
+            call(&mut src, s, advance(Sealed, ceilings.clone()), t0),
+            Rep::ChangeMap(_)
+        ));
+        assert!(matches!(
+            call(&mut dst, d, step(Installed, 0, ceilings), t0),
+            Rep::RangeStep(_)
+        ));
+        assert!(matches!(
+            call(&mut src, s, advance(Installed, vec![]), t0),
+            Rep::ChangeMap(_)
+        ));
+        assert!(matches!(
+            call(&mut src, s, advance(Switched, vec![]), t0),
+            Rep::ChangeMap(_)
+        ));
+        let map = ok(call(&mut src, s, Req::GetClusterMap, t0), |r| {
+            if let Rep::ClusterMap(m) = r { m.map } else { None }
+        });
+        let owner_of_2 = map.ranges.iter().find(|r| r.section_begin <= 2 && 2 < r.section_end);
+        assert_eq!(owner_of_2.map(|r| r.set_id), Some(1), "switched: {map:?}");
+        let switched_at = map.moves[0].switched_at;
+        let done = Req::RangeStep(pb::RangeStepRequest {
+            map_version: switched_at,
+            ..match step(Done, 1, vec![]) {
+                Req::RangeStep(q) => q,
+                _ => unreachable!(),
+            }
+        });
+        assert!(matches!(call(&mut src, s, done, t0), Rep::RangeStep(_)));
+        assert!(matches!(
+            call(&mut src, s, advance(Done, vec![]), t0),
+            Rep::ChangeMap(_)
+        ));
+        // A step the source cannot take is refused with its reason, not applied.
+        let again = call(&mut dst, d, step(Frozen, 0, vec![]), t0);
+        assert!(
+            matches!(again, Rep::Error(RpcError::FailedPrecondition(_))),
+            "{again:?}"
+        );
+    }
 }
