@@ -113,7 +113,7 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             for r in 0..REPLICAS {
                 st.net
                     .lag
-                    .insert((Ep::Alloc(i), Ep::Store(r)), Duration::from_millis(ms));
+                    .insert((Ep::Alloc(i), Ep::Store(0, r)), Duration::from_millis(ms));
             }
             format!("allocsvr-{i}/store")
         }
@@ -125,14 +125,14 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
         }
         Kind::KillStoreLeader(wipe) => {
             let mut st = world.lock();
-            let leader = st.group.leader().unwrap_or(0);
-            st.group.crash(leader, wipe);
+            let leader = st.groups[0].leader().unwrap_or(0);
+            st.groups[0].crash(leader, wipe);
             format!("storesvr-{leader}")
         }
         Kind::IsolateStoreLeader => {
             let mut st = world.lock();
-            let leader = st.group.leader().unwrap_or(0);
-            st.group.replicas[leader].isolated = true;
+            let leader = st.groups[0].leader().unwrap_or(0);
+            st.groups[0].replicas[leader].isolated = true;
             format!("storesvr-{leader}")
         }
         Kind::Lossy(p) => {
@@ -154,10 +154,10 @@ fn cut_store(world: &World, i: usize, requests: bool, replies: bool) -> String {
     let mut st = world.lock();
     for r in 0..REPLICAS {
         if requests {
-            st.net.cut.insert((Ep::Alloc(i), Ep::Store(r)));
+            st.net.cut.insert((Ep::Alloc(i), Ep::Store(0, r)));
         }
         if replies {
-            st.net.cut.insert((Ep::Store(r), Ep::Alloc(i)));
+            st.net.cut.insert((Ep::Store(0, r), Ep::Alloc(i)));
         }
     }
     format!("allocsvr-{i}/store")
@@ -185,8 +185,8 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::KillStoreLeader(_) | Kind::IsolateStoreLeader => {
             let r: usize = target.trim_start_matches("storesvr-").parse().unwrap_or(0);
             let mut st = world.lock();
-            st.group.restart(r);
-            st.group.replicas[r].isolated = false;
+            st.groups[0].restart(r);
+            st.groups[0].replicas[r].isolated = false;
         }
         Kind::Lossy(_) => world.lock().net.drop = 0.0,
         Kind::Duplicate(_) => world.lock().net.dup = 0.0,
@@ -200,8 +200,8 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
         let mut st = world.lock();
         st.net = Default::default();
         for r in 0..REPLICAS {
-            st.group.restart(r);
-            st.group.replicas[r].isolated = false;
+            st.groups[0].restart(r);
+            st.groups[0].replicas[r].isolated = false;
         }
         let now = tokio::time::Instant::now();
         for s in &st.allocs {

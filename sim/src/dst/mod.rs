@@ -206,9 +206,10 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
     State {
         rng: world::rng(seed),
         net: Default::default(),
-        group: Group::new(p.clone(), DETECT, opts.store),
+        groups: vec![Group::new(p.clone(), DETECT, opts.store)],
         allocs: (0..ALLOCS)
             .map(|i| AllocSlot {
+                set: 0,
                 node_id: i as u64 + 1,
                 addr: format!("allocsvr-{i}:7000"),
                 proc: Proc::none(),
@@ -285,26 +286,31 @@ fn spawn_store(world: &Arc<World>) {
             let mut st = w.lock();
             let st = &mut *st;
             let rng = &mut st.rng;
-            st.group.raft_tick(tokio::time::Instant::now().into_std(), |n| {
-                rand::Rng::random_range(rng, 0..n)
-            });
+            for g in &mut st.groups {
+                g.raft_tick(tokio::time::Instant::now().into_std(), |n| {
+                    rand::Rng::random_range(&mut *rng, 0..n)
+                });
+            }
         }
     });
-    for r in 0..REPLICAS {
-        let w = world.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(storesvr::shared::ARBITER_TICK).await;
-                let (cmd, term) = {
-                    let mut st = w.lock();
-                    let cmd = st.group.arbiter(r, tokio::time::Instant::now().into_std());
-                    (cmd, st.group.term_of(r))
-                };
-                if let Some(cmd) = cmd {
-                    w.commit(r, term, &cmd).await;
+    let sets = world.lock().groups.len() as u64;
+    for set in 0..sets {
+        for r in 0..REPLICAS {
+            let w = world.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(storesvr::shared::ARBITER_TICK).await;
+                    let (cmd, term) = {
+                        let mut st = w.lock();
+                        let g = &mut st.groups[set as usize];
+                        (g.arbiter(r, tokio::time::Instant::now().into_std()), g.term_of(r))
+                    };
+                    if let Some(cmd) = cmd {
+                        w.commit(set, r, term, &cmd).await;
+                    }
                 }
-            }
-        });
+            });
+        }
     }
 }
 
@@ -314,8 +320,8 @@ async fn poll(world: Arc<World>, rec: Arc<Recorder>) {
         tokio::time::sleep(POLL_EVERY).await;
         let max_seqs: Option<Vec<(u64, u64)>> = {
             let st = world.lock();
-            st.group.leader().map(|_| {
-                st.group
+            st.groups[0].leader().map(|_| {
+                st.groups[0]
                     .set
                     .sections
                     .iter()
@@ -400,15 +406,14 @@ fn finish(
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
         st.allocs.clear();
-        let m: BTreeMap<u64, u64> = st
-            .group
+        let m: BTreeMap<u64, u64> = st.groups[0]
             .set
             .sections
             .iter()
             .enumerate()
             .map(|(i, s)| (i as u64, s.max_seq))
             .collect();
-        (m, st.group.changes.clone(), st.group.stale_releases)
+        (m, st.groups[0].changes.clone(), st.groups[0].stale_releases)
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {

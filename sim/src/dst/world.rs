@@ -39,7 +39,8 @@ use super::group::{Group, REPLICAS, Rep, Req, Step};
 pub enum Ep {
     Clients,
     Alloc(usize),
-    Store(usize),
+    /// Replica `.1` of set `.0`.
+    Store(u64, usize),
 }
 
 /// The network's condition.
@@ -104,6 +105,8 @@ impl Proc {
 
 /// An AllocSvr slot: a stable node id and address, and the process running there, if any.
 pub struct AllocSlot {
+    /// The set it serves.
+    pub set: u64,
     pub node_id: u64,
     pub addr: String,
     pub proc: Arc<Proc>,
@@ -115,7 +118,8 @@ pub struct AllocSlot {
 pub struct State {
     pub rng: StdRng,
     pub net: Net,
-    pub group: Group,
+    /// One StoreSvr group per set, by set id.
+    pub groups: Vec<Group>,
     pub allocs: Vec<AllocSlot>,
     pub skip_fence: bool,
 }
@@ -179,9 +183,10 @@ impl World {
         }
     }
 
-    /// One store request from AllocSvr `from` to replica `r`: the reply, or never.
+    /// One store request from AllocSvr `from` to replica `r` of its set: the reply, or never.
     async fn store_rpc(self: &Arc<Self>, from: usize, r: usize, req: Req) -> Rep {
-        self.cross(Ep::Alloc(from), Ep::Store(r)).await;
+        let set = self.lock().allocs[from].set;
+        self.cross(Ep::Alloc(from), Ep::Store(set, r)).await;
         let dup = {
             let mut st = self.lock();
             let p = st.net.dup;
@@ -194,36 +199,40 @@ impl World {
             let later = Duration::from_millis(self.draw(5_000));
             tokio::spawn(async move {
                 tokio::time::sleep(later).await;
-                world.deliver(r, &copy).await;
+                world.deliver(set, r, &copy).await;
             });
         }
-        let Some(rep) = self.deliver(r, &req).await else {
+        let Some(rep) = self.deliver(set, r, &req).await else {
             return std::future::pending().await;
         };
-        self.cross(Ep::Store(r), Ep::Alloc(from)).await;
+        self.cross(Ep::Store(set, r), Ep::Alloc(from)).await;
         rep
     }
 
-    /// What replica `r` answers to `req`, after the commit of a write; `None` when it never does.
-    pub async fn deliver(&self, r: usize, req: &Req) -> Option<Rep> {
+    /// What replica `r` of `set` answers to `req`, after the commit of a write; `None` when it
+    /// never does.
+    pub async fn deliver(&self, set: u64, r: usize, req: &Req) -> Option<Rep> {
         let (cmd, term) = {
             let mut st = self.lock();
             let skip = st.skip_fence;
-            match st.group.receive(r, req, skip, Instant::now().into_std()) {
+            let g = &mut st.groups[set as usize];
+            match g.receive(r, req, skip, Instant::now().into_std()) {
                 Step::Silent => return None,
                 Step::Answer(rep) => return Some(rep),
-                Step::Commit(cmd) => (cmd, st.group.term_of(r)),
+                Step::Commit(cmd) => (cmd, g.term_of(r)),
             }
         };
-        let result = self.commit(r, term, &cmd).await?;
+        let result = self.commit(set, r, term, &cmd).await?;
         let mut st = self.lock();
-        Some(st.group.reply(r, req, result, Instant::now().into_std()))
+        Some(st.groups[set as usize].reply(r, req, result, Instant::now().into_std()))
     }
 
-    /// Commits `cmd` written by replica `r` as leader in `term`: its result, or `None` when the
-    /// leadership ended first (the entry then survives or not, by a coin, and nobody is told).
+    /// Commits `cmd` written by replica `r` of `set` as leader in `term`: its result, or `None`
+    /// when the leadership ended first (the entry then survives or not, by a coin, and nobody is
+    /// told).
     pub async fn commit(
         &self,
+        set: u64,
         r: usize,
         term: u64,
         cmd: &storesvr::domain::state::Command,
@@ -232,11 +241,13 @@ impl World {
         tokio::time::sleep(d).await;
         let at = self.now_ns();
         let mut st = self.lock();
-        if st.group.still_leads(r, term) {
-            return Some(st.group.apply(cmd, at));
+        let st = &mut *st;
+        let g = &mut st.groups[set as usize];
+        if g.still_leads(r, term) {
+            return Some(g.apply(cmd, at));
         }
         if st.rng.random_bool(0.5) {
-            st.group.apply(cmd, at);
+            g.apply(cmd, at);
         }
         None
     }
