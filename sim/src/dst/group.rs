@@ -253,7 +253,7 @@ impl Group {
                 Step::Answer(Rep::ClusterMap(moves::cluster_map_reply(
                     &self.set,
                     &p,
-                    &store_addrs(),
+                    &store_addrs(p.set_id),
                 )?))
             }
             Req::ChangeMap(q) => Step::Commit(moves::map_command(&serve::params_of(&self.set)?, q.clone())?),
@@ -346,9 +346,9 @@ impl Group {
     }
 }
 
-/// The replicas' addresses as set 0's map lists them.
-fn store_addrs() -> Vec<String> {
-    (0..REPLICAS).map(|r| format!("storesvr-{r}:7100")).collect()
+/// The replicas' addresses of `set` as the cluster map lists them.
+fn store_addrs(set: u64) -> Vec<String> {
+    (0..REPLICAS).map(|r| super::services::store_addr(set, r)).collect()
 }
 
 /// What a replica does with a request.

@@ -19,6 +19,7 @@
 
 pub mod faults;
 pub mod group;
+pub mod services;
 pub mod trace;
 pub mod world;
 
@@ -278,7 +279,7 @@ fn spawn_pinned(
 }
 
 /// Raft's housekeeping every 10 ms and each replica's arbiter every tick, as the store runs it.
-fn spawn_store(world: &Arc<World>) {
+pub(crate) fn spawn_store(world: &Arc<World>) {
     let w = world.clone();
     tokio::spawn(async move {
         loop {

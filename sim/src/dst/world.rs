@@ -41,6 +41,8 @@ pub enum Ep {
     Alloc(usize),
     /// Replica `.1` of set `.0`.
     Store(u64, usize),
+    /// The operator's tools (the move driver).
+    Operator,
 }
 
 /// The network's condition.
@@ -176,7 +178,7 @@ impl World {
     }
 
     /// Sends a message: sleeps its transit time, or forever when it is lost.
-    async fn cross(&self, from: Ep, to: Ep) {
+    pub async fn cross(&self, from: Ep, to: Ep) {
         match self.transit(from, to) {
             Some(d) => tokio::time::sleep(d).await,
             None => std::future::pending().await,
@@ -434,6 +436,9 @@ pub struct SimConnect {
 
 impl Connect for SimConnect {
     fn call(&self, addr: &str, req: tonic::codegen::http::Request<tonic::body::Body>) -> CallFuture {
+        if let Some((set, r)) = super::services::parse_store_addr(addr) {
+            return store_call(self.world.clone(), set, r, req);
+        }
         let world = self.world.clone();
         let slot = world.lock().allocs.iter().position(|s| s.addr == addr);
         let addr = addr.to_owned();
@@ -457,6 +462,32 @@ impl Connect for SimConnect {
             Ok(resp)
         })
     }
+}
+
+/// A control-plane request to replica `r` of `set`: the generated server of the service its path
+/// names, over the modelled replica.
+fn store_call(
+    world: Arc<World>,
+    set: u64,
+    r: usize,
+    req: tonic::codegen::http::Request<tonic::body::Body>,
+) -> CallFuture {
+    use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
+    use seqsvr_proto::pb::store_service_server::StoreServiceServer;
+    let replica = super::services::Replica { world, set, r };
+    Box::pin(async move {
+        let exists = (set as usize) < replica.world.lock().groups.len();
+        if !exists {
+            return Err(BoxError::from(format!("no set {set}")));
+        }
+        let path = req.uri().path().to_owned();
+        let Ok(resp) = if path.starts_with("/seqsvr.v1.AdminService/") {
+            AdminServiceServer::new(replica).call(req).await
+        } else {
+            StoreServiceServer::new(replica).call(req).await
+        };
+        Ok(resp)
+    })
 }
 
 /// A world's generator for a seed.
