@@ -46,6 +46,13 @@ pub struct DstArgs {
     /// Negative control: a Release ignores the epoch it names (rule 9's fence off).
     #[arg(long)]
     unsafe_unfenced_release: bool,
+    /// Sets: 1 (default), or 2 with operator moves between them by the production move driver.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=2))]
+    sets: u64,
+    /// Negative control (with `--sets 2`): a move's source hands out its ceilings without the
+    /// lease wait, so the target may serve while the source's owner still does.
+    #[arg(long)]
+    unsafe_skip_move_wait: bool,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -66,12 +73,18 @@ impl DstArgs {
         o.alloc.keep_memory = self.unsafe_keep_memory;
         o.store.skip_epoch_fence = self.unsafe_skip_epoch_fence;
         o.store.unfenced_release = self.unsafe_unfenced_release;
+        o.two_sets = self.sets == 2;
+        o.skip_move_wait = self.unsafe_skip_move_wait;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
 }
 
 pub fn run(args: DstArgs) -> ExitCode {
+    if args.unsafe_skip_move_wait && args.sets != 2 {
+        eprintln!("sim dst: --unsafe-skip-move-wait needs --sets 2 (there is no move with one set)");
+        return ExitCode::from(2);
+    }
     let opts = args.options();
     match (args.seed, &args.seeds) {
         (Some(seed), _) => one(seed, &args, opts),
@@ -134,6 +147,23 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     for (i, f) in o.faults.iter().enumerate() {
         println!("fault {i}: {} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
     }
+    for m in &history.moves {
+        println!(
+            "move {}: sections {}..{} from set {} to set {}, {} at {} ms, {}",
+            m.op,
+            m.sections.0,
+            m.sections.1,
+            m.from,
+            m.to,
+            "started",
+            m.start_ns / 1_000_000,
+            if m.done {
+                format!("done at {} ms", m.end_ns / 1_000_000)
+            } else {
+                "not done".into()
+            }
+        );
+    }
     print!("{}", o.report.render(history));
     println!("history hash: {:016x}", o.hash);
     println!("sections refused by the Release epoch fence: {}", o.stale_releases);
@@ -162,7 +192,8 @@ fn write_history(path: &std::path::Path, h: &sim::history::History) -> std::io::
     let records = std::iter::once(Record::Info(h.info.clone()))
         .chain(h.calls.iter().cloned().map(Record::Call))
         .chain(h.polls.iter().cloned().map(Record::Poll))
-        .chain(h.faults.iter().cloned().map(Record::Fault));
+        .chain(h.faults.iter().cloned().map(Record::Fault))
+        .chain(h.moves.iter().cloned().map(Record::Move));
     for r in records {
         serde_json::to_writer(&mut out, &r)?;
         out.write_all(b"\n")?;

@@ -102,6 +102,9 @@ pub struct Group {
     /// Negative control: the source of a move hands out its ceilings without the lease wait (as
     /// `storesvr --unsafe-skip-move-wait`).
     pub skip_move_wait: bool,
+    /// Renewals carry the cluster map (`serve::moves::map_for`), as in production. Off in one-set
+    /// runs, which predate it: their seeds keep their schedules (and the regression seeds theirs).
+    pub carry_map: bool,
     /// Sections a committed Release named while their owner was the releasing incarnation under a
     /// later epoch: what the Release's epoch fence is for (coverage of the unfenced-Release hole).
     pub stale_releases: u64,
@@ -125,6 +128,7 @@ impl Group {
             election_timeout: Duration::from_millis(300),
             changes: Vec::new(),
             skip_move_wait: false,
+            carry_map: false,
             stale_releases: 0,
         }
     }
@@ -241,7 +245,13 @@ impl Group {
                 let table = || {
                     storesvr::grpc::store::build_routes(set).ok_or_else(|| RpcError::Unavailable("no params".into()))
                 };
-                Step::Answer(Rep::Renew(serve::renew_reply(set, view, q, (0, None), table, now)?))
+                let map = if self.carry_map {
+                    let p = serve::params_of(set)?;
+                    moves::map_for(set, &p, q.map_version, || store_addrs(p.set_id))?
+                } else {
+                    (0, None)
+                };
+                Step::Answer(Rep::Renew(serve::renew_reply(set, view, q, map, table, now)?))
             }
             Req::Load(q) => {
                 let p = serve::params_of(&self.set)?;

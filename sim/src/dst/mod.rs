@@ -19,6 +19,7 @@
 
 pub mod faults;
 pub mod group;
+pub mod moves;
 pub mod services;
 pub mod trace;
 pub mod world;
@@ -58,6 +59,10 @@ pub struct Options {
     pub only_faults: Option<BTreeSet<usize>>,
     /// Keep the history (for `--history` and the trace).
     pub keep_history: bool,
+    /// Two sets and operator moves between them (`--sets 2`); one set otherwise.
+    pub two_sets: bool,
+    /// Negative control: a move's source hands out its ceilings without the lease wait.
+    pub skip_move_wait: bool,
 }
 
 impl Options {
@@ -75,6 +80,10 @@ impl Options {
         add(self.alloc.keep_memory, "unsafe-keep-memory");
         add(self.store.skip_epoch_fence, "unsafe-skip-epoch-fence");
         add(self.store.unfenced_release, "unsafe-unfenced-release");
+        add(self.skip_move_wait, "unsafe-skip-move-wait");
+        if self.two_sets {
+            out.push_str(" --sets 2");
+        }
         if let Some(only) = &self.only_faults {
             let list: Vec<String> = only.iter().map(usize::to_string).collect();
             out.push_str(&format!(" --faults {}", list.join(",")));
@@ -174,9 +183,22 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
         touched: Default::default(),
     });
     spawn_store(&world);
-    for i in 0..ALLOCS {
+    let allocs = world.lock().allocs.len();
+    for i in 0..allocs {
         world.start_alloc(i);
     }
+    let mover = if opts.two_sets {
+        moves::add_set(&world).await;
+        let plans = moves::schedule(seed, LOAD_MS);
+        Some(tokio::spawn(moves::run(
+            world.clone(),
+            plans,
+            rec.clone(),
+            p.section_end,
+        )))
+    } else {
+        None
+    };
     let poller = tokio::spawn(poll(world.clone(), rec.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let wp = workload_params(seed, &p);
@@ -196,6 +218,9 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     inject_all(&world, &all, &rec).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     faults::heal_all(&world);
+    if let Some(m) = mover {
+        let _ = m.await;
+    }
     tokio::time::sleep(settle(&p)).await;
     let verify_from_ns = clock.now_ns();
     verify(&world, seed, &rec).await;
@@ -207,10 +232,10 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
     State {
         rng: world::rng(seed),
         net: Default::default(),
-        groups: vec![Group::new(p.clone(), DETECT, opts.store)],
-        allocs: (0..ALLOCS)
+        groups: groups(p, opts),
+        allocs: (0..ALLOCS + if opts.two_sets { moves::SET1_ALLOCS } else { 0 })
             .map(|i| AllocSlot {
-                set: 0,
+                set: u64::from(i >= ALLOCS),
                 node_id: i as u64 + 1,
                 addr: format!("allocsvr-{i}:7000"),
                 proc: Proc::none(),
@@ -220,6 +245,28 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
             .collect(),
         skip_fence: opts.store.skip_epoch_fence,
     }
+}
+
+/// Set 0 over the whole uid space, and with `--sets 2` an empty set 1 that ranges move into.
+fn groups(p: &SetParams, opts: &Options) -> Vec<Group> {
+    if !opts.two_sets {
+        return vec![Group::new(p.clone(), DETECT, opts.store)];
+    }
+    let set1 = SetParams {
+        set_id: 1,
+        section_begin: 0,
+        section_end: 0,
+        ..p.clone()
+    };
+    [p.clone(), set1]
+        .into_iter()
+        .map(|params| {
+            let mut g = Group::new(params, DETECT, opts.store);
+            g.carry_map = true;
+            g.skip_move_wait = opts.skip_move_wait;
+            g
+        })
+        .collect()
 }
 
 fn workload_params(seed: u64, p: &SetParams) -> WorkloadParams {
@@ -315,26 +362,38 @@ pub(crate) fn spawn_store(world: &Arc<World>) {
     }
 }
 
-/// The leader's `max_seq` of every section, read linearizably a few times a second (P3).
+/// Each set's leader's `max_seq` of every section, read linearizably a few times a second (P3),
+/// one source per set ("leader" for set 0, "set N leader" for the others).
 async fn poll(world: Arc<World>, rec: Arc<Recorder>) {
     loop {
         tokio::time::sleep(POLL_EVERY).await;
-        let max_seqs: Option<Vec<(u64, u64)>> = {
+        let polls: Vec<(String, Vec<(u64, u64)>)> = {
             let st = world.lock();
-            st.groups[0].leader().map(|_| {
-                st.groups[0]
-                    .set
-                    .sections
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (i as u64, s.max_seq))
-                    .collect()
-            })
+            st.groups
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.leader().is_some())
+                .map(|(set, g)| {
+                    let source = if set == 0 {
+                        "leader".into()
+                    } else {
+                        format!("set {set} leader")
+                    };
+                    let max_seqs = g
+                        .set
+                        .sections
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| (i as u64, s.max_seq))
+                        .collect();
+                    (source, max_seqs)
+                })
+                .collect()
         };
-        if let Some(max_seqs) = max_seqs {
+        for (source, max_seqs) in polls {
             let _ = rec.history.write(&Record::Poll(Poll {
                 at_ns: rec.history.clock().now_ns(),
-                source: "leader".into(),
+                source,
                 max_seqs,
                 sum: None,
             }));
@@ -407,14 +466,19 @@ fn finish(
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
         st.allocs.clear();
-        let m: BTreeMap<u64, u64> = st.groups[0]
-            .set
-            .sections
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i as u64, s.max_seq))
-            .collect();
-        (m, st.groups[0].changes.clone(), st.groups[0].stale_releases)
+        let mut m: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut changes = Vec::new();
+        let mut stale = 0;
+        for g in &st.groups {
+            for (i, s) in g.set.sections.iter().enumerate() {
+                let e = m.entry(i as u64).or_default();
+                *e = (*e).max(s.max_seq);
+            }
+            changes.extend(g.changes.iter().cloned());
+            stale += g.stale_releases;
+        }
+        changes.sort_by_key(|c| c.at_ns);
+        (m, changes, stale)
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {
