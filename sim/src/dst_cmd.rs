@@ -149,13 +149,12 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     }
     for m in &history.moves {
         println!(
-            "move {}: sections {}..{} from set {} to set {}, {} at {} ms, {}",
+            "move {}: sections {}..{} from set {} to set {}, started at {} ms, {}",
             m.op,
             m.sections.0,
             m.sections.1,
             m.from,
             m.to,
-            "started",
             m.start_ns / 1_000_000,
             if m.done {
                 format!("done at {} ms", m.end_ns / 1_000_000)
