@@ -40,8 +40,8 @@ enum Cmd {
     Plan(RunArgs),
     /// Start a real cluster behind proxies, run a seeded workload and fault schedule, check P1–P6.
     Run(RunArgs),
-    /// Deterministic simulation: the production protocol code of one set in one thread on
-    /// simulated time, many seeds a second, each replayable bit for bit.
+    /// Deterministic simulation: the production protocol code of one set (or two, with moves) in
+    /// one thread on simulated time, many seeds a second, each replayable bit for bit.
     Dst(dst_cmd::DstArgs),
     /// Re-check a saved history (JSON lines) offline.
     Check {

@@ -9,12 +9,15 @@
 //! - AllocSvr: `allocsvr::Core` (registration, renewal loop, grants, gains, bumps, releases,
 //!   leases) and its gRPC `Service` behind the generated server;
 //! - client: `seqsvr_client::Client` (routing, retries, backoff, deadlines) over its in-process
-//!   transport, recorded by the same workload code as `sim run`.
+//!   transport, recorded by the same workload code as `sim run`;
+//! - with `--sets 2`, a second set and operator moves ([`moves`]): the move driver
+//!   (`seqsvr_control::Mover`) and the store's move RPCs (`storesvr::serve::moves`, behind the
+//!   generated servers in [`services`]).
 //!
 //! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes).
 //!
-//! Deliberately left out: sets and moves (one set per seed; `sim run --sets 2` covers moves),
-//! data-plane duplicates (a copy of a fetch only wastes a number) and clock drift between
+//! Deliberately left out: faults on set 1 (they hit set 0's AllocSvrs and leader), data-plane
+//! duplicates (a copy of a fetch only wastes a number) and clock drift between
 //! processes (every process reads the one simulated clock).
 
 pub mod faults;
