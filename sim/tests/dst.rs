@@ -29,11 +29,11 @@ fn a_seed_replays_bit_for_bit() {
     );
 }
 
-#[test]
-fn a_thousand_seeds_keep_every_promise() {
-    let r = dst::run_range(0..1_000, 2, &Options::default(), false);
+/// Runs `range` with `opts` and asserts that no seed broke a promise; prints the rate.
+fn all_pass(label: &str, range: std::ops::Range<u64>, opts: &Options) {
+    let r = dst::run_range(range.clone(), 2, opts, false);
     println!(
-        "dst: {} seeds, {} failed, {:.1} s, {:.1} seeds/s",
+        "{label}: {} seeds, {} failed, {:.1} s, {:.1} seeds/s",
         r.seeds_run,
         r.failures.len(),
         r.elapsed.as_secs_f64(),
@@ -46,9 +46,15 @@ fn a_thousand_seeds_keep_every_promise() {
         .collect();
     assert!(
         failed.is_empty(),
-        "promises broken: {failed:?} (replay with `sim dst --seed S`)"
+        "{label}: promises broken: {failed:?} (replay with `sim dst --seed S{}`)",
+        opts.flags()
     );
-    assert_eq!(r.seeds_run, 1_000);
+    assert_eq!(r.seeds_run, range.end - range.start);
+}
+
+#[test]
+fn a_thousand_seeds_keep_every_promise() {
+    all_pass("dst", 0..1_000, &Options::default());
 }
 
 /// Seeds that once broke a promise in the production protocol, kept as regression tests.
@@ -164,23 +170,7 @@ fn two_sets() -> Options {
 /// seeds keep every promise (one set at a time included), and the moves do happen and finish.
 #[test]
 fn two_sets_with_moves_keep_every_promise() {
-    let r = dst::run_range(0..300, 2, &two_sets(), false);
-    println!(
-        "dst --sets 2: {} seeds, {} failed, {:.1} s, {:.1} seeds/s",
-        r.seeds_run,
-        r.failures.len(),
-        r.elapsed.as_secs_f64(),
-        r.seeds_per_second()
-    );
-    let failed: Vec<String> = r
-        .failures
-        .iter()
-        .map(|o| format!("seed {}: {:?}", o.seed, o.report.counts))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "promises broken: {failed:?} (replay with `sim dst --sets 2 --seed S`)"
-    );
+    all_pass("dst --sets 2", 0..300, &two_sets());
     let kept = Options {
         keep_history: true,
         ..two_sets()

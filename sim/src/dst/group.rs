@@ -371,13 +371,14 @@ pub enum Step {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use pb::change_map_request::Change;
 
     const OP: u64 = 77;
 
-    fn params(set_id: u64) -> SetParams {
+    /// Set 0 of 8 sections of 10 uids, or an empty set `set_id` that ranges move into.
+    pub(crate) fn params(set_id: u64) -> SetParams {
         SetParams {
             set_id,
             section_size: 10,

@@ -159,15 +159,7 @@ pub fn run_seed(seed: u64, opts: &Options) -> Outcome {
 
 async fn run(seed: u64, opts: &Options) -> Outcome {
     let p = params(seed);
-    let mut all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms);
-    if let Some(only) = &opts.only_faults {
-        all = all
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| only.contains(i))
-            .map(|(_, f)| f)
-            .collect();
-    }
+    let all = seed_faults(seed, &p, opts);
     let world = World::new(initial_state(seed, &p, opts), opts.alloc);
     let info = RunInfo {
         seed,
@@ -205,19 +197,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     let poller = tokio::spawn(poll(world.clone(), rec.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let wp = workload_params(seed, &p);
-    let hot = Arc::new(workload::hot_uids(&wp));
-    for c in 0..CLIENTS {
-        let client = client(&world, seed, c, Duration::from_secs(2));
-        tokio::spawn(workload::run_client(
-            client,
-            c,
-            wp.clone(),
-            hot.clone(),
-            rec.clone(),
-            stop.clone(),
-        ));
-    }
-    spawn_pinned(&world, &wp, &hot, &rec, &stop);
+    spawn_clients(&world, seed, &wp, &rec, &stop);
     inject_all(&world, &all, &rec).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     faults::heal_all(&world);
@@ -229,6 +209,37 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     verify(&world, seed, &rec).await;
     poller.abort();
     finish(world, rec, info, verify_from_ns, all, opts)
+}
+
+/// The seed's faults, or the subset `--faults` keeps (the others stay where they were).
+fn seed_faults(seed: u64, p: &SetParams, opts: &Options) -> Vec<Fault> {
+    let all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms);
+    match &opts.only_faults {
+        None => all,
+        Some(only) => all
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| only.contains(i))
+            .map(|(_, f)| f)
+            .collect(),
+    }
+}
+
+/// The routing clients, then one pinned client per AllocSvr, until `stop`.
+fn spawn_clients(world: &Arc<World>, seed: u64, wp: &WorkloadParams, rec: &Arc<Recorder>, stop: &Arc<AtomicBool>) {
+    let hot = Arc::new(workload::hot_uids(wp));
+    for c in 0..CLIENTS {
+        let client = client(world, seed, c, Duration::from_secs(2));
+        tokio::spawn(workload::run_client(
+            client,
+            c,
+            wp.clone(),
+            hot.clone(),
+            rec.clone(),
+            stop.clone(),
+        ));
+    }
+    spawn_pinned(world, wp, &hot, rec, stop);
 }
 
 fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {

@@ -242,25 +242,12 @@ mod tests {
     use allocsvr::UnsafeSwitches;
     use seqsvr_control::leader::Seed;
     use seqsvr_control::{Dialer, Mover, StoreTimeouts};
-    use storesvr::domain::state::{SetParams, UnsafeRules};
+    use storesvr::domain::state::UnsafeRules;
 
     use super::*;
     use crate::dst::group::Group;
+    use crate::dst::group::tests::params;
     use crate::dst::world::{SimConnect, State, rng};
-
-    fn params(set_id: u64) -> SetParams {
-        SetParams {
-            set_id,
-            section_size: 10,
-            uid_limit: 80,
-            step: 10,
-            lease_ms: 1_000,
-            renew_interval_ms: 250,
-            section_begin: 0,
-            section_end: if set_id == 0 { 8 } else { 0 },
-            ..SetParams::single_set(set_id)
-        }
-    }
 
     fn seeds(set: u64) -> Vec<Seed> {
         (0..REPLICAS)
