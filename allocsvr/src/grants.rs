@@ -80,14 +80,6 @@ impl HandedOver {
     pub fn clear(&mut self) {
         self.0.clear();
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// Diffs `held` (the epoch of the slot held for each section of `sections`, by position) against a

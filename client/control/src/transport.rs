@@ -121,10 +121,6 @@ impl Dialer {
         }
     }
 
-    pub fn is_in_process(&self) -> bool {
-        self.via.is_some()
-    }
-
     /// A lazily connected `Conn` to `addr` (`host:port`); no IO.
     pub fn dial(&self, addr: &str, connect_timeout: std::time::Duration) -> Result<Conn, String> {
         if let Some(via) = &self.via {

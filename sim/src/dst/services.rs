@@ -279,7 +279,18 @@ mod tests {
         };
         let world = World::new(state, UnsafeSwitches::default());
         crate::dst::spawn_store(&world);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Both sets elect a leader and initialize (bounded: the election timeout is 300–600 ms).
+        for _ in 0..100 {
+            let ready = world
+                .lock()
+                .groups
+                .iter()
+                .all(|g| g.leader().is_some() && g.set.params.is_some());
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let dialer = Dialer::in_process(Arc::new(SimConnect { world: world.clone() }), 9);
         let timeouts = StoreTimeouts {
             attempt: Duration::from_millis(500),
