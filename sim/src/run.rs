@@ -93,6 +93,12 @@ struct Shared {
     section_size: u64,
     uid_limit: u64,
     lease_ms: u64,
+    /// The workload's recorder and hot uids, for calls a fault makes itself (a paused owner's
+    /// stale callers, `moves::paused_owner_move`).
+    rec: Arc<Recorder>,
+    hot: Arc<Vec<u64>>,
+    /// Stale calls made so far (their client ids).
+    stale_calls: AtomicU64,
 }
 
 /// Starts every set's StoreSvr group, waits for their leaders, then the AllocSvrs; waits until
@@ -125,6 +131,18 @@ async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::R
     Ok((cluster, stores))
 }
 
+fn workload_params(opts: &RunOpts) -> WorkloadParams {
+    WorkloadParams {
+        seed: opts.seed,
+        clients: opts.clients,
+        rate_per_client: opts.rate_per_client,
+        section_size: opts.set.section_size,
+        uid_limit: opts.set.uid_limit,
+        hot_per_section: 4,
+        max_batch: 16,
+    }
+}
+
 /// Starts the seeded routing clients and the pinned (stale-route) clients.
 async fn start_workload(
     opts: &RunOpts,
@@ -133,16 +151,8 @@ async fn start_workload(
     rec: &Arc<Recorder>,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let wp = WorkloadParams {
-        seed: opts.seed,
-        clients: opts.clients,
-        rate_per_client: opts.rate_per_client,
-        section_size: opts.set.section_size,
-        uid_limit: opts.set.uid_limit,
-        hot_per_section: 4,
-        max_batch: 16,
-    };
-    let hot = Arc::new(hot_uids(&wp));
+    let wp = workload_params(opts);
+    let hot = shared.hot.clone();
     let mut workers = Vec::new();
     for c in 1..=opts.clients {
         let client = Client::connect(client_cfg.clone()).await.context("client connect")?;
@@ -155,7 +165,7 @@ async fn start_workload(
             ..wp.clone()
         };
         let id = crate::workload::PINNED_CLIENT_BASE + a as u32;
-        let Some(conn) = crate::workload::pinned_conn(&proxy.addr().to_string()) else {
+        let Some(conn) = crate::workload::pinned_conn(&proxy.addr().to_string(), Duration::from_secs(1)) else {
             continue;
         };
         let worker = run_pinned(conn, id, pinned, hot.clone(), rec.clone(), stop.clone());
@@ -285,6 +295,12 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let mut info = run_info(&opts);
     let history_path = dir.join("history.jsonl");
     let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
+    let counters = Arc::new(Counters::default());
+    let rec = Arc::new(Recorder {
+        history: history.clone(),
+        counters: counters.clone(),
+        touched: Default::default(),
+    });
     let shared = Arc::new(Shared {
         cluster: AsyncMutex::new(cluster),
         replicas: replica_clients(&topo),
@@ -299,12 +315,9 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
         section_size: opts.set.section_size,
         uid_limit: opts.set.uid_limit,
         lease_ms: opts.set.lease_ms,
-    });
-    let counters = Arc::new(Counters::default());
-    let rec = Arc::new(Recorder {
-        history: history.clone(),
-        counters: counters.clone(),
-        touched: Default::default(),
+        rec: rec.clone(),
+        hot: Arc::new(hot_uids(&workload_params(&opts))),
+        stale_calls: AtomicU64::new(0),
     });
     let client_cfg = ClientConfig::new(shared.topo.client_seeds());
     let probe = Client::connect(client_cfg.clone()).await.context("client connect")?;

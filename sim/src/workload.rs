@@ -282,6 +282,8 @@ pub async fn run_client(
 /// Client ids of pinned clients start here (their NOT_OWNER answers are expected, so the
 /// unavailability statistics leave them out).
 pub const PINNED_CLIENT_BASE: u32 = 1000;
+/// Client ids of one-call stale callers that a fault starts (one id per call) start here.
+pub const STALE_CLIENT_BASE: u32 = 2000;
 
 /// A client pinned to one AllocSvr that ignores routing: it keeps asking that node for hot uids of
 /// every section, as a client with a stale route cache (or a request stuck in the network) would.
@@ -296,47 +298,60 @@ pub async fn run_pinned(
     rec: Arc<Recorder>,
     stop: Arc<AtomicBool>,
 ) {
-    use seqsvr_proto::pb;
     let mut rng = StdRng::seed_from_u64(p.seed.wrapping_add(0xa110c).wrapping_add(client_id as u64));
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.load(Ordering::Relaxed) && !hot.is_empty() {
         tick.tick().await;
         let uid = hot[rng.random_range(0..hot.len())];
-        rec.touch(&[uid]);
-        let (id, invoke_ns) = rec.history.begin();
-        let r = tokio::time::timeout(
-            Duration::from_secs(1),
-            alloc.fetch_next_seq(pb::FetchNextSeqRequest { uid, route_version: 0 }),
-        )
-        .await;
-        let complete_ns = rec.history.clock().now_ns();
-        let mut call = Call {
-            id,
-            client: client_id,
-            kind: CallKind::Fetch,
-            uids: vec![uid],
-            invoke_ns,
-            complete_ns,
-            outcome: Outcome::Unknown,
-            values: vec![],
-            owners: vec![],
-            error: None,
-        };
-        settle_pinned(&mut call, r);
-        rec.record(call);
+        pinned_call(&mut alloc, client_id, uid, Duration::from_secs(1), &rec).await;
     }
 }
 
+/// One call of a pinned client: `FetchNextSeq(uid)` straight to the node behind `alloc`, given up
+/// after `wait`, recorded in the history.
+pub async fn pinned_call(
+    alloc: &mut seqsvr_proto::pb::alloc_service_client::AllocServiceClient<seqsvr_client::Conn>,
+    client_id: u32,
+    uid: u64,
+    wait: Duration,
+    rec: &Recorder,
+) {
+    use seqsvr_proto::pb;
+    rec.touch(&[uid]);
+    let (id, invoke_ns) = rec.history.begin();
+    let r = tokio::time::timeout(
+        wait,
+        alloc.fetch_next_seq(pb::FetchNextSeqRequest { uid, route_version: 0 }),
+    )
+    .await;
+    let complete_ns = rec.history.clock().now_ns();
+    let mut call = Call {
+        id,
+        client: client_id,
+        kind: CallKind::Fetch,
+        uids: vec![uid],
+        invoke_ns,
+        complete_ns,
+        outcome: Outcome::Unknown,
+        values: vec![],
+        owners: vec![],
+        error: None,
+    };
+    settle_pinned(&mut call, r);
+    rec.record(call);
+}
+
 /// The connection of a pinned client to `addr` over TCP (`None` for an address that is not
-/// `host:port`).
+/// `host:port`); a call is given up after `timeout`.
 pub fn pinned_conn(
     addr: &str,
+    timeout: Duration,
 ) -> Option<seqsvr_proto::pb::alloc_service_client::AllocServiceClient<seqsvr_client::Conn>> {
     let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
     let channel = ep
         .connect_timeout(Duration::from_millis(300))
-        .timeout(Duration::from_secs(1))
+        .timeout(timeout)
         .connect_lazy();
     Some(seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(
         seqsvr_client::Conn::Tonic(channel),

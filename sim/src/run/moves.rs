@@ -14,10 +14,12 @@ use super::{Shared, inject, owner_in};
 use crate::history::{MoveSpan, Record};
 use crate::schedule::{FaultKind, PlannedFault};
 use crate::topology::{Topology, alloc_name};
+use crate::workload::{STALE_CLIENT_BASE, pinned_call, pinned_conn};
 use anyhow::{Context, anyhow, bail};
 use seqsvr_control::{Mover, StoreTimeouts};
 use seqsvr_proto::pb;
 use std::process::Stdio;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::{Instant, sleep};
@@ -172,8 +174,17 @@ fn shared_lease(shared: &Shared) -> Duration {
     Duration::from_millis(shared.lease_ms)
 }
 
-/// A move while the source's owner of the range is paused (it cannot release; it wakes during
-/// the lease wait and learns from its next renewal that the range is gone).
+/// A move while the source's owner of the range is paused: it cannot release, and it wakes
+/// during the move's lease wait still holding its lease, then learns from its next renewal that
+/// the range is frozen or gone.
+///
+/// Stale callers queue requests for the moved range's hot uids at the paused owner, as clients
+/// with an old route would: once the move has returned, or a quarter of the pause before the wake
+/// if it is still waiting. The woken owner reads them before its first renewal's reply, so it
+/// answers them under its lease: harmless while the target waits that lease out (the protocol),
+/// two sets serving one section when it does not (`--unsafe-skip-move-wait`). Without them the
+/// control would hang on the pinned client's one in-flight call happening to ask for a moved
+/// section that the target had served already.
 async fn paused_owner_move(
     shared: &Shared,
     f: &PlannedFault,
@@ -187,13 +198,61 @@ async fn paused_owner_move(
         ));
     };
     let name = alloc_name(node);
-    let paused_at = Instant::now();
-    shared.cluster.lock().await.pause(&name)?;
-    let op = seqctl_move(shared, pick, None).await;
     let pause = f.hold.saturating_sub(shared_lease(shared));
-    tokio::time::sleep_until(paused_at + pause).await;
+    let wake = Instant::now() + pause;
+    shared.cluster.lock().await.pause(&name)?;
+    let mut moving = std::pin::pin!(seqctl_move(shared, pick, None));
+    let moved = tokio::select! {
+        r = &mut moving => Some(r),
+        () = tokio::time::sleep_until(wake - pause / 4) => None,
+    };
+    let stale = stale_callers(shared, node, pick, pause + STALE_CALL_GRACE);
+    tokio::time::sleep_until(wake).await;
     shared.cluster.lock().await.resume(&name)?;
-    Ok((op?, format!("; {name} paused for {pause:?}")))
+    let op = match moved {
+        Some(r) => r,
+        None => moving.await,
+    };
+    let queued = stale.len();
+    for call in stale {
+        call.await.context("a stale caller")?;
+    }
+    Ok((
+        op?,
+        format!("; {name} paused for {pause:?}, {queued} stale calls queued"),
+    ))
+}
+
+/// How long a stale caller waits past the pause for its answer.
+const STALE_CALL_GRACE: Duration = Duration::from_secs(2);
+/// Hot uids per moved section that stale callers ask for.
+const STALE_UIDS_PER_SECTION: usize = 2;
+
+/// One task per stale call: a hot uid of each section of `pick`, asked of AllocSvr `node` directly
+/// (no routing), each with its own client id.
+fn stale_callers(shared: &Shared, node: u64, pick: &Pick, wait: Duration) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(proxy) = shared.topo.client_alloc.get(&node) else {
+        return Vec::new();
+    };
+    let Some(conn) = pinned_conn(&proxy.addr().to_string(), wait) else {
+        return Vec::new();
+    };
+    let size = shared.section_size;
+    let uids = (pick.begin..pick.end).flat_map(|s| {
+        let in_section = move |u: &&u64| **u / size == s;
+        shared
+            .hot
+            .iter()
+            .filter(in_section)
+            .take(STALE_UIDS_PER_SECTION)
+            .copied()
+    });
+    uids.map(|uid| {
+        let (mut conn, rec) = (conn.clone(), shared.rec.clone());
+        let client = STALE_CLIENT_BASE + shared.stale_calls.fetch_add(1, Ordering::Relaxed) as u32;
+        tokio::spawn(async move { pinned_call(&mut conn, client, uid, wait, &rec).await })
+    })
+    .collect()
 }
 
 /// Resumes move `op` until the map says it is done (true) or cancelled (false), then records it.
