@@ -43,6 +43,21 @@ impl Slot {
     }
 }
 
+/// The section map under its read lock (see [`Owned::view`]); keep it for microseconds only, the
+/// renewal task's ownership changes wait for it.
+pub struct View<'a> {
+    slots: std::sync::RwLockReadGuard<'a, Vec<Option<Arc<Slot>>>>,
+    first_section: u64,
+}
+
+impl View<'_> {
+    /// The slot held for `section`, if any.
+    pub fn slot(&self, section: SectionId) -> Option<&Arc<Slot>> {
+        let i = section.0.checked_sub(self.first_section)?;
+        self.slots.get(i as usize)?.as_ref()
+    }
+}
+
 /// All sections of the set this node may hold, and its lease.
 pub struct Owned {
     first_section: u64,
@@ -74,6 +89,14 @@ impl Owned {
     pub fn with<R>(&self, section: SectionId, f: impl FnOnce(Option<&Arc<Slot>>) -> R) -> R {
         let slots = self.slots.read().unwrap();
         f(self.index(section).and_then(|i| slots.get(i)).and_then(Option::as_ref))
+    }
+
+    /// Holds the map's read lock for several lookups (a batch serves all its sections under one).
+    pub fn view(&self) -> View<'_> {
+        View {
+            slots: self.slots.read().unwrap(),
+            first_section: self.first_section,
+        }
     }
 
     /// Whether this node holds `section` under `epoch` and has waited out its predecessor's

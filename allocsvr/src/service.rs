@@ -141,6 +141,78 @@ impl Service {
         Step::NotReady
     }
 
+    /// Serves a batch grouped by section: under one read of the section map, one lock, one clock
+    /// read and one lease read per section (ownership rule 7 holds per section), after asking
+    /// the CPU for all the section's `cur` slots at once. Uids whose ceiling is reached are left
+    /// in `batch.waiting` (in request order) for [`Self::fetch`], which waits for the bump.
+    ///
+    /// Numbers already taken by other uids of the batch are lost when one uid's section is
+    /// exhausted (gaps are allowed); the caller must hear that this uid can never be served.
+    fn serve_by_section(&self, uids: &[u64], batch: &mut Batch) -> Result<(), Status> {
+        let size = self.shared.params().section_size;
+        let mut order: Vec<usize> = (0..uids.len()).collect();
+        // Stable: within a section, request order.
+        order.sort_by_key(|&i| uids[i] / size);
+        let owned = self.shared.owned();
+        let mut to_bump = Vec::new();
+        {
+            let view = owned.view();
+            for group in order.chunk_by(|&a, &b| uids[a] / size == uids[b] / size) {
+                let section = SectionId(uids[group[0]] / size);
+                let Some(slot) = view.slot(section) else {
+                    group.iter().for_each(|&i| batch.settle(i, Step::NotOwner));
+                    continue;
+                };
+                let mut s = slot.section.lock().unwrap();
+                let offset = |i: usize| Uid(uids[i]).offset(size);
+                group.iter().for_each(|&i| s.prefetch(offset(i)));
+                let (now, lease_until) = (Instant::now(), owned.lease_until());
+                let (mut served, mut waits) = (false, false);
+                for &i in group {
+                    match s.try_next(offset(i), now, lease_until) {
+                        Next::Served(seq) => {
+                            served = true;
+                            batch.put(i, pb::Outcome::Ok, seq);
+                        }
+                        Next::NeedBump => {
+                            waits = true;
+                            batch.waiting.push(i);
+                        }
+                        Next::NotReady | Next::LeaseExpired => batch.settle(i, Step::NotReady),
+                        Next::Exhausted => {
+                            return Err(Step::exhausted(Uid(uids[i]), section, s.max_seq()).into());
+                        }
+                    }
+                }
+                // Groups are distinct sections, so their owners are distinct: no scan.
+                if served {
+                    batch.owners.push(self.owner(slot));
+                }
+                if (served || waits) && s.maybe_prefetch().is_some() {
+                    to_bump.push(slot.clone());
+                }
+            }
+        }
+        to_bump.into_iter().for_each(|slot| self.shared.queue_prefetch(slot));
+        batch.waiting.sort_unstable();
+        Ok(())
+    }
+
+    /// One metrics increment per outcome kind of a batch, not one per uid.
+    fn count_batch(&self, batch: &Batch) {
+        let m = self.shared.metrics();
+        let ok = batch.outcomes.iter().filter(|&&o| o == pb::Outcome::Ok as i32).count();
+        let not_owner = batch
+            .outcomes
+            .iter()
+            .filter(|&&o| o == pb::Outcome::NotOwner as i32)
+            .count();
+        m.fetch_ok.increment(ok as u64);
+        m.fetch_not_owner.increment(not_owner as u64);
+        m.fetch_not_ready
+            .increment((batch.outcomes.len() - ok - not_owner) as u64);
+    }
+
     fn count(&self, step: &Step) {
         let m = self.shared.metrics();
         match step {
@@ -231,36 +303,27 @@ impl AllocService for Service {
                 .map_err(|e| Error::InvalidArgument(format!("uids[{i}]: {e}")))?;
         }
         let deadline = tokio::time::Instant::now() + BUMP_WAIT;
-        let mut outcomes = Vec::with_capacity(req.uids.len());
-        let mut seqs = Vec::with_capacity(req.uids.len());
-        let mut owners: Vec<pb::Owner> = Vec::new();
-        let mut any_not_owner = false;
-        // Occurrences are served in request order, so a repeated uid gets increasing seqs.
-        for uid in &req.uids {
-            let step = self.fetch(Uid(*uid), deadline).await;
-            self.count(&step);
-            match step {
-                Step::Served { seq, owner } => {
-                    outcomes.push(pb::Outcome::Ok as i32);
-                    seqs.push(seq);
-                    note_owner(&mut owners, owner);
-                }
-                Step::NotOwner => {
-                    any_not_owner = true;
-                    outcomes.push(pb::Outcome::NotOwner as i32);
-                    seqs.push(0);
-                }
-                Step::NotReady | Step::Wait(_) => {
-                    outcomes.push(pb::Outcome::NotReady as i32);
-                    seqs.push(0);
-                }
-                // Numbers already taken by earlier uids of this batch are lost (gaps are
-                // allowed); the caller must hear that this uid can never be served.
-                Step::Exhausted(section, max_seq) => {
-                    return Err(Step::exhausted(Uid(*uid), section, max_seq).into());
-                }
+        let mut batch = Batch::new(req.uids.len());
+        self.serve_by_section(&req.uids, &mut batch)?;
+        // Occurrences are served in request order, so a repeated uid gets increasing seqs: once
+        // one occurrence waits, every later one of that uid waits too (same `cur_seq`, same
+        // ceiling), and the waiting ones are served here in request order.
+        for i in std::mem::take(&mut batch.waiting) {
+            let uid = req.uids[i];
+            let step = self.fetch(Uid(uid), deadline).await;
+            if let Step::Exhausted(section, max_seq) = step {
+                return Err(Step::exhausted(Uid(uid), section, max_seq).into());
             }
+            batch.settle(i, step);
         }
+        self.count_batch(&batch);
+        let Batch {
+            outcomes,
+            seqs,
+            owners,
+            any_not_owner,
+            ..
+        } = batch;
         let (route_version, routes) = self.shared.routes_for(req.route_version, any_not_owner);
         Ok(Response::new(pb::BatchFetchNextSeqReply {
             outcomes,
@@ -271,6 +334,48 @@ impl AllocService for Service {
             map_version,
             map,
         }))
+    }
+}
+
+/// A batch reply being filled in, by request index.
+struct Batch {
+    outcomes: Vec<i32>,
+    seqs: Vec<u64>,
+    owners: Vec<pb::Owner>,
+    any_not_owner: bool,
+    /// Indexes whose uid waits for a bump, in request order.
+    waiting: Vec<usize>,
+}
+
+impl Batch {
+    fn new(len: usize) -> Self {
+        Self {
+            outcomes: vec![pb::Outcome::NotReady as i32; len],
+            seqs: vec![0; len],
+            owners: Vec::new(),
+            any_not_owner: false,
+            waiting: Vec::new(),
+        }
+    }
+
+    fn put(&mut self, i: usize, outcome: pb::Outcome, seq: u64) {
+        self.outcomes[i] = outcome as i32;
+        self.seqs[i] = seq;
+    }
+
+    /// Records the answer for index `i` (an exhausted section is the caller's error).
+    fn settle(&mut self, i: usize, step: Step) {
+        match step {
+            Step::Served { seq, owner } => {
+                self.put(i, pb::Outcome::Ok, seq);
+                note_owner(&mut self.owners, owner);
+            }
+            Step::NotOwner => {
+                self.any_not_owner = true;
+                self.put(i, pb::Outcome::NotOwner, 0);
+            }
+            Step::NotReady | Step::Wait(_) | Step::Exhausted(..) => self.put(i, pb::Outcome::NotReady, 0),
+        }
     }
 }
 

@@ -22,6 +22,45 @@ async fn store(auto_assign: bool) -> FakeStore {
     FakeStore::start(test_params(SECTIONS, SECTION_SIZE, STEP), auto_assign).await
 }
 
+/// A batch is served grouped by section, and a uid whose ceiling is reached mid-batch waits for
+/// the bump: still, every occurrence of a uid gets the next seq in request order, across
+/// sections interleaved in the request and across step boundaries inside one batch.
+#[tokio::test]
+async fn a_batch_across_sections_and_step_boundaries_serves_each_uid_in_request_order() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let uids = [0u64, 1, 9, 10, 55, 99];
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    for &uid in &uids {
+        last.insert(uid, fetch_ok(&mut c, uid, READY).await);
+    }
+    // uid 0 six times per batch (more than a step of 5), interleaved with other sections.
+    let batch = vec![0u64, 55, 0, 99, 1, 0, 9, 0, 55, 0, 10, 0, 99];
+    for round in 0..20 {
+        let reply = c
+            .batch_fetch_next_seq(pb::BatchFetchNextSeqRequest {
+                uids: batch.clone(),
+                route_version: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            reply.outcomes.iter().all(|o| *o == pb::Outcome::Ok as i32),
+            "round {round}: {reply:?}"
+        );
+        for (uid, seq) in batch.iter().zip(&reply.seqs) {
+            let prev = last.insert(*uid, *seq).unwrap();
+            assert_eq!(*seq, prev + 1, "round {round}: uid {uid}");
+            assert!(*seq <= store.max_seq(uid / SECTION_SIZE), "P2: uid {uid} seq {seq}");
+        }
+        let mut sections: Vec<u64> = reply.owners.iter().map(|o| o.section).collect();
+        sections.sort_unstable();
+        assert_eq!(sections, vec![0, 1, 5, 9], "one owner per section: {:?}", reply.owners);
+    }
+}
+
 #[tokio::test]
 async fn seqs_per_uid_strictly_increase_across_step_boundaries() {
     let store = store(true).await;
