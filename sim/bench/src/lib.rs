@@ -5,10 +5,16 @@
 //!
 //! - [`echo`]: the baseline server; [`load`]: closed-loop load and its samples; [`report`]:
 //!   medians and verdicts; [`procfs`]: RSS, CPU and metrics of the processes under test.
+//! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
+//!   wait for ownership, touch uids; [`costs`]: the uid sets, tables and extrapolation of the cost
+//!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots).
 //!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
+pub mod cluster;
+pub mod costs;
 pub mod echo;
 pub mod load;
+pub mod plot;
 pub mod procfs;
 pub mod report;

@@ -42,6 +42,16 @@ pub enum Uids {
     Spread { sections: Arc<Vec<u64>>, section_size: u64 },
     /// A handful of uids asked again and again: they cross step boundaries quickly.
     Hot { uids: Arc<Vec<u64>> },
+    /// Uniformly random uids of `[first, first + count)` (`count` > 0).
+    Range { first: u64, count: u64 },
+    /// A batch spans exactly `span` sections (`span` <= `sections.len()`): `span` consecutive
+    /// sections of the pool from a random start, uid `i` of the batch in the `i % span`-th of them,
+    /// at a random offset. So the pool (and the memory touched) stays the same while `span` varies.
+    Striped {
+        sections: Arc<Vec<u64>>,
+        section_size: u64,
+        span: usize,
+    },
 }
 
 impl Uids {
@@ -53,6 +63,33 @@ impl Uids {
                 section * section_size + (r >> 32) % section_size
             }
             Uids::Hot { uids } => uids[(r % uids.len() as u64) as usize],
+            Uids::Range { first, count } => first + r % count,
+            Uids::Striped {
+                sections, section_size, ..
+            } => {
+                let section = sections[(r % sections.len() as u64) as usize];
+                section * section_size + (r >> 32) % section_size
+            }
+        }
+    }
+
+    /// The uids of one batch of `n`.
+    pub fn batch(&self, n: usize, rng: &mut u64) -> Vec<u64> {
+        match self {
+            Uids::Striped {
+                sections,
+                section_size,
+                span,
+            } => {
+                let start = (xorshift(rng) % sections.len() as u64) as usize;
+                (0..n)
+                    .map(|i| {
+                        let section = sections[(start + i % span) % sections.len()];
+                        section * section_size + (xorshift(rng) >> 32) % section_size
+                    })
+                    .collect()
+            }
+            _ => (0..n).map(|_| self.pick(rng)).collect(),
         }
     }
 }
@@ -262,7 +299,7 @@ pub async fn raw(
                 }
                 Shape::Batch(n) => {
                     let req = pb::BatchFetchNextSeqRequest {
-                        uids: (0..n).map(|_| uids.pick(&mut rng)).collect(),
+                        uids: uids.batch(n, &mut rng),
                         route_version,
                     };
                     match client.batch_fetch_next_seq(req).await {
