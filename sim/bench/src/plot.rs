@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use hdrhistogram::Histogram;
+use plotters::coord::types::RangedCoordf64;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
@@ -176,6 +178,8 @@ fn draw(area: &Area<'_>, chart: &Chart, series: &[Series]) -> Result<(), String>
     let mut ctx = ChartBuilder::on(area)
         .caption(&chart.title, (FAMILY, 20))
         .margin(10)
+        // Room for the last x tick label, which is centred on the right edge.
+        .margin_right(30)
         .x_label_area_size(45)
         .y_label_area_size(75)
         .build_cartesian_2d(xr.0..xr.1, yr.0..yr.1)
@@ -194,21 +198,7 @@ fn draw(area: &Area<'_>, chart: &Chart, series: &[Series]) -> Result<(), String>
         .draw()
         .map_err(|e| e.to_string())?;
     for (s, pts) in &lines {
-        let color = PALETTE[s.color % PALETTE.len()];
-        let style = ShapeStyle::from(&color).stroke_width(2);
-        let legend = ctx
-            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
-            .map_err(|e| e.to_string())?;
-        legend
-            .label(s.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
-        if s.dashed {
-            ctx.draw_series(DashedLineSeries::new(pts.iter().copied(), 6, 4, style))
-                .map_err(|e| e.to_string())?;
-        } else {
-            ctx.draw_series(LineSeries::new(pts.iter().copied(), style))
-                .map_err(|e| e.to_string())?;
-        }
+        line(&mut ctx, s, pts)?;
     }
     let corner = match chart.legend {
         Corner::UpperLeft => SeriesLabelPosition::UpperLeft,
@@ -223,6 +213,34 @@ fn draw(area: &Area<'_>, chart: &Chart, series: &[Series]) -> Result<(), String>
         .border_style(BLACK.mix(0.4))
         .draw()
         .map_err(|e| e.to_string())
+}
+
+type Ctx<'a, 'b> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Most points a line has and still gets a marker on each (denser lines read better bare).
+const MARKERS_UP_TO: usize = 20;
+
+/// One series: its line (dashed or solid, and so its legend entry), and markers if few points.
+fn line(ctx: &mut Ctx<'_, '_>, s: &Series, pts: &[(f64, f64)]) -> Result<(), String> {
+    let color = PALETTE[s.color % PALETTE.len()];
+    let style = ShapeStyle::from(&color).stroke_width(2);
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    if s.dashed {
+        ctx.draw_series(DashedLineSeries::new(pts.iter().copied(), 6, 4, style))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| DashedPathElement::new(vec![(x, y), (x + 24, y)], 6, 4, style));
+    } else {
+        ctx.draw_series(LineSeries::new(pts.iter().copied(), style))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+    }
+    if pts.len() <= MARKERS_UP_TO {
+        ctx.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// The axis range: from 0 on a linear axis of positive values (so that bars of throughput are not
@@ -246,7 +264,8 @@ fn bounds(scale: Scale, values: impl Iterator<Item = f64>) -> (f64, f64) {
                 lo.floor() + 1.0
             },
         ),
-        Scale::Percentile => (0.0, hi.ceil().max(1.0)),
+        // -log10(1 - 0.9999) is 4 give or take a rounding error: no extra decade for it.
+        Scale::Percentile => (0.0, (hi - 1e-6).ceil().max(1.0)),
     }
 }
 
@@ -331,7 +350,7 @@ pub fn latency_plots(dir: &Path, cases: &[Case]) -> Result<Vec<PathBuf>, String>
             y_label: "latency (µs)".into(),
             x: Scale::Percentile,
             y: Scale::Log10,
-            legend: Corner::UpperLeft,
+            legend: Corner::LowerRight,
         };
         let path = dir.join(format!("latency-{name}.png"));
         line_chart(&path, &chart, &series)?;

@@ -109,6 +109,10 @@ struct Args {
     /// client library, memory and Redis parts. For profiling one case.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Also draw latency-by-percentile PNGs (echo dashed, AllocSvr solid, one line per concurrency,
+    /// every run pooled) into DIR: `latency-unary.png`, `latency-batch100.png`, …
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
     /// Internal: serve the echo baseline on ADDR until killed.
     #[arg(long, hide = true)]
     serve_echo: Option<SocketAddr>,
@@ -504,6 +508,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     let cases: Vec<Case> = std::mem::take(&mut r.plan).into_iter().map(|(_, _, c)| c).collect();
     let all_met = summarize(&cases, &r, b.redis.is_some(), before, after, args.only.is_empty());
     drop(procs);
+    if let Some(dir) = &args.plots {
+        let files = seqsvr_bench::plot::latency_plots(dir, &cases).map_err(|e| harness(format!("plots: {e}")))?;
+        files.iter().for_each(|f| println!("plot: {}", f.display()));
+    }
     Ok(all_met)
 }
 
