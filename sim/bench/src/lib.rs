@@ -1,10 +1,11 @@
 //! The benchmarks of seqsvr-rs (not published), as two binaries: `alloc-bench` (the AllocSvr data
-//! plane against a bare tonic echo, the client library against Redis) and `store-bench` (committed
-//! bumps against the disk's fsync rate). Both start every process they need through
-//! `seqsvr-harness` and print ratios against baselines measured in the same run.
+//! plane against a bare tonic echo, the client library and the AllocSvr next to Redis and etcd)
+//! and `store-bench` (committed bumps against the disk's fsync rate). Both start every process
+//! they need through `seqsvr-harness` and print ratios against baselines measured in the same run.
 //!
 //! - [`echo`]: the baseline server; [`load`]: closed-loop load and its samples; [`report`]:
-//!   medians and verdicts; [`procfs`]: RSS, CPU and metrics of the processes under test.
+//!   medians and verdicts; [`procfs`]: RSS, CPU and metrics of the processes under test;
+//!   [`peers`]: Redis INCR and an etcd counter, driven by the same load loop.
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
 //!   wait for ownership, touch uids; [`costs`]: the uid sets, tables and extrapolation of the cost
 //!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots).
@@ -15,6 +16,7 @@ pub mod cluster;
 pub mod costs;
 pub mod echo;
 pub mod load;
+pub mod peers;
 pub mod plot;
 pub mod procfs;
 pub mod report;

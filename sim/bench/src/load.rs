@@ -2,10 +2,11 @@
 //! measured window, then stop by themselves.
 //!
 //! The same loop drives the echo baseline and the AllocSvr (raw tonic clients over the same number
-//! of channels, the same uids), so that the only difference between the two is the server. Calls
-//! are counted only when they started after the warm-up and ended before the window closed. While
-//! the window is open the CPU time of the given server processes and of the benchmark itself is
-//! sampled from `/proc`, which tells where the two shared cores went.
+//! of channels, the same uids), so that the only difference between the two is the server; it also
+//! drives the client library and the peers (Redis, etcd: [`crate::peers`]). Calls are counted
+//! only when they started after the warm-up and ended before the window closed. While the window
+//! is open the CPU time of the given server processes and of the benchmark itself is sampled from
+//! `/proc`, which tells where the two shared cores went.
 //!
 //! Deliberately left out: open-loop (fixed-rate) load. Closed loops measure the throughput limit,
 //! which is what the targets compare; latency under it is queueing included, for both servers.
@@ -55,7 +56,7 @@ pub enum Uids {
 }
 
 impl Uids {
-    fn pick(&self, rng: &mut u64) -> u64 {
+    pub(crate) fn pick(&self, rng: &mut u64) -> u64 {
         let r = xorshift(rng);
         match self {
             Uids::Spread { sections, section_size } => {
@@ -187,13 +188,15 @@ impl Tally {
 }
 
 /// A call's result as the loop sees it: seqs OK, answers not OK, or an error.
-enum Answer {
+pub(crate) enum Answer {
     Served { ok: u64, not_ok: u64 },
     Failed,
 }
 
-/// Drives `concurrency` tasks, each running `call` in a closed loop, through `window`.
-async fn drive<F, Fut>(concurrency: usize, window: Window, pids: Pids<'_>, call: F) -> Sample
+/// Drives `concurrency` tasks, each running `call` in a closed loop, through `window`. `call` gets
+/// the task's index and a fresh random seed. Also drives the peers ([`crate::peers`]), so that they
+/// are timed and counted exactly like the AllocSvr.
+pub(crate) async fn drive<F, Fut>(concurrency: usize, window: Window, pids: Pids<'_>, call: F) -> Sample
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Answer> + Send,

@@ -55,7 +55,8 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn stats<'a>(samples: impl Iterator<Item = &'a Sample> + Clone) -> Stats {
+/// Median figures of `samples`.
+pub fn stats<'a>(samples: impl Iterator<Item = &'a Sample> + Clone) -> Stats {
     let m = |f: fn(&Sample) -> f64| median(samples.clone().map(f).collect());
     Stats {
         calls_per_sec: m(Sample::calls_per_sec),
