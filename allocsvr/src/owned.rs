@@ -9,7 +9,7 @@
 //! Deliberately left out: deciding what to own (see `grants`, `tasks::renew`) and how to serve
 //! (see `service`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::time::Instant;
 
@@ -29,6 +29,8 @@ pub struct Slot {
     pub section: Mutex<Section>,
     /// Woken when a bump of this section was acknowledged or abandoned.
     pub bumped: Notify,
+    /// [`Section::cur_addr`], published for lock-free prefetching by batches (0 = not yet).
+    pub cur_addr: AtomicUsize,
 }
 
 impl Slot {
@@ -39,6 +41,7 @@ impl Slot {
             incarnation,
             section: Mutex::new(section),
             bumped: Notify::new(),
+            cur_addr: AtomicUsize::new(0),
         }
     }
 }

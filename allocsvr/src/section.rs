@@ -186,19 +186,15 @@ impl Section {
         Next::Served(next)
     }
 
-    /// Asks the CPU to start loading the `cur_seq` of the uid at `offset`: a batch prefetches all
-    /// its slots of a section before serving them, so that their cache and TLB misses (the arrays
-    /// are far larger than the caches) overlap instead of coming one after the other.
-    pub fn prefetch(&self, offset: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(slot) = self.cur.get(offset) {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint that never
-            // faults; the pointer is a live element of `cur` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(slot).cast()) };
+    /// Where the `cur_seq` array lives (0 before the first fetch allocated it), for
+    /// [`prefetch`]: the array is allocated once per epoch and never resized, so the address
+    /// stays right for as long as the section is held.
+    pub fn cur_addr(&self) -> usize {
+        if self.cur.is_empty() {
+            0
+        } else {
+            self.cur.as_ptr() as usize
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = offset;
     }
 
     /// `cur_seq` of the uid at `offset` (P5), under the same checks as a fetch.
@@ -247,6 +243,24 @@ impl Section {
     pub fn take_memory(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.cur)
     }
+}
+
+/// Asks the CPU to start loading the `cur_seq` at `offset` of the array at `cur_addr` (see
+/// [`Section::cur_addr`]), without the section's lock: a batch prefetches every slot it will touch
+/// before serving any, so that their cache and TLB misses (the arrays are far larger than the
+/// caches) overlap instead of coming one after the other. A stale address costs a wasted hint,
+/// never a fault.
+pub fn prefetch(cur_addr: usize, offset: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if cur_addr != 0 {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let at = cur_addr.wrapping_add(offset.wrapping_mul(size_of::<u64>()));
+        // SAFETY: SSE is part of x86_64's baseline, and a prefetch is a hint that never faults,
+        // whatever the address; nothing is dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (cur_addr, offset);
 }
 
 #[cfg(test)]

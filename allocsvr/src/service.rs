@@ -18,6 +18,7 @@
 //! wait of a gained section (NOT_READY tells the caller to come back).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_server::AllocService;
@@ -28,7 +29,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::owned::Slot;
-use crate::section::{Next, Peek};
+use crate::section::{Next, Peek, prefetch};
 use crate::shared::Shared;
 
 /// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
@@ -143,7 +144,7 @@ impl Service {
 
     /// Serves a batch grouped by section: under one read of the section map, one lock, one clock
     /// read and one lease read per section (ownership rule 7 holds per section), after asking
-    /// the CPU for all the section's `cur` slots at once. Uids whose ceiling is reached are left
+    /// the CPU for every `cur` slot of the batch at once. Uids whose ceiling is reached are left
     /// in `batch.waiting` (in request order) for [`Self::fetch`], which waits for the bump.
     ///
     /// Numbers already taken by other uids of the batch are lost when one uid's section is
@@ -157,15 +158,21 @@ impl Service {
         let mut to_bump = Vec::new();
         {
             let view = owned.view();
-            for group in order.chunk_by(|&a, &b| uids[a] / size == uids[b] / size) {
+            let groups = || order.chunk_by(|&a, &b| uids[a] / size == uids[b] / size);
+            let offset = |i: usize| Uid(uids[i]).offset(size);
+            for group in groups() {
+                if let Some(slot) = view.slot(SectionId(uids[group[0]] / size)) {
+                    let addr = slot.cur_addr.load(Ordering::Relaxed);
+                    group.iter().for_each(|&i| prefetch(addr, offset(i)));
+                }
+            }
+            for group in groups() {
                 let section = SectionId(uids[group[0]] / size);
                 let Some(slot) = view.slot(section) else {
                     group.iter().for_each(|&i| batch.settle(i, Step::NotOwner));
                     continue;
                 };
                 let mut s = slot.section.lock().unwrap();
-                let offset = |i: usize| Uid(uids[i]).offset(size);
-                group.iter().for_each(|&i| s.prefetch(offset(i)));
                 let (now, lease_until) = (Instant::now(), owned.lease_until());
                 let (mut served, mut waits) = (false, false);
                 for &i in group {
@@ -187,6 +194,7 @@ impl Service {
                 // Groups are distinct sections, so their owners are distinct: no scan.
                 if served {
                     batch.owners.push(self.owner(slot));
+                    slot.cur_addr.store(s.cur_addr(), Ordering::Relaxed);
                 }
                 if (served || waits) && s.maybe_prefetch().is_some() {
                     to_bump.push(slot.clone());
