@@ -117,7 +117,7 @@ impl Client {
                 for chunk in idx.chunks(MAX_UIDS_PER_RPC) {
                     let batch: Vec<u64> = chunk.iter().map(|&i| uids[i].0).collect();
                     out.push((
-                        addr.as_str(),
+                        *addr,
                         chunk,
                         self.send_batch(addr, batch, (*version, map_version), timeout).await,
                     ));
@@ -159,16 +159,16 @@ impl Client {
 
     /// The pending uids by owner address, with the route version of the owner's set; a uid with
     /// no owner to ask is settled as refused.
-    fn group_by_owner(
-        &self,
-        routes: &RouteSet,
+    fn group_by_owner<'a>(
+        &'a self,
+        routes: &'a RouteSet,
         uids: &[Uid],
         pending: &[usize],
         slots: &mut [Slot],
-    ) -> BTreeMap<String, (u64, Vec<usize>)> {
+    ) -> BTreeMap<&'a str, (u64, Vec<usize>)> {
         // Ordered, so that the RPCs go out in the same order every time (the deterministic
         // simulator replays a seed bit for bit); a batch spans a few owners, so this costs nothing.
-        let mut groups: BTreeMap<String, (u64, Vec<usize>)> = BTreeMap::new();
+        let mut groups: BTreeMap<&str, (u64, Vec<usize>)> = BTreeMap::new();
         for &i in pending {
             match target_addr(routes, uids[i], &self.inner.seeds, |n| self.random_index(n)) {
                 Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),

@@ -3,7 +3,8 @@
 //! Per owner address, callers join a bounded queue; a drain task takes up to `max_batch` waiting
 //! callers at a time and runs one batch fetch for them, with at most `max_in_flight` batches per owner.
 //! Under light load a caller's request goes out alone and at once (no timer, no added latency); under
-//! heavy load requests pile up while the batches in flight run, so batches grow by themselves.
+//! heavy load requests pile up while the batches in flight run, and a further batch starts only
+//! once `busy_batch` callers wait, so batches grow with the load (see `drain`).
 //! A uid asked twice in one batch is fine: the server serves each occurrence in order.
 //!
 //! Keeps the client's promise: each caller gets its own seq from an OK reply or an error; a caller
@@ -13,11 +14,12 @@
 //! call to save RPCs that are cheap at that load).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_proto::Uid;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::batch::MAX_UIDS_PER_RPC;
@@ -35,6 +37,9 @@ pub struct CoalescerConfig {
     pub max_batch: usize,
     /// Batches in flight per owner at once.
     pub max_in_flight: usize,
+    /// While a batch of an owner is in flight, the next one waits for this many callers (or for
+    /// a batch to finish); a caller alone is always sent at once.
+    pub busy_batch: usize,
 }
 
 impl Default for CoalescerConfig {
@@ -43,6 +48,7 @@ impl Default for CoalescerConfig {
             queue_capacity: 10_000,
             max_batch: MAX_UIDS_PER_RPC,
             max_in_flight: 4,
+            busy_batch: 32,
         }
     }
 }
@@ -79,7 +85,11 @@ impl std::fmt::Debug for Waiter {
 impl Coalescer {
     /// A coalescer over `client`; refuses limits that are zero or above the RPC limit.
     pub fn new(client: Client, cfg: CoalescerConfig) -> Result<Self, ClientError> {
-        if cfg.queue_capacity == 0 || cfg.max_in_flight == 0 || !(1..=MAX_UIDS_PER_RPC).contains(&cfg.max_batch) {
+        if cfg.queue_capacity == 0
+            || cfg.max_in_flight == 0
+            || cfg.busy_batch == 0
+            || !(1..=MAX_UIDS_PER_RPC).contains(&cfg.max_batch)
+        {
             return Err(ClientError::failed(
                 FailureKind::BadConfig,
                 format!("coalescer limits must be positive and max_batch <= {MAX_UIDS_PER_RPC}: {cfg:?}"),
@@ -100,11 +110,9 @@ impl Coalescer {
     /// The next seq of `uid`, sent in a batch with other callers' uids for the same owner.
     pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
-        let addr = target_addr(&self.client.routes(), uid, &self.client.inner.seeds, |n| {
-            self.client.random_index(n)
-        })?
-        .addr;
-        let queue = self.queue_for(addr);
+        let routes = self.client.routes();
+        let target = target_addr(&routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
+        let queue = self.queue_for(target.addr);
         let (tx, rx) = oneshot::channel();
         queue
             .try_send(Waiter {
@@ -130,9 +138,9 @@ impl Coalescer {
         }
     }
 
-    fn queue_for(&self, addr: String) -> mpsc::Sender<Waiter> {
+    fn queue_for(&self, addr: &str) -> mpsc::Sender<Waiter> {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(q) = queues.get(&addr) {
+        if let Some(q) = queues.get(addr) {
             return q.clone();
         }
         if queues.len() >= MAX_QUEUES {
@@ -142,32 +150,60 @@ impl Coalescer {
         }
         let (tx, rx) = mpsc::channel(self.cfg.queue_capacity);
         tokio::spawn(drain(self.client.clone(), rx, self.cfg.clone()));
-        queues.insert(addr, tx.clone());
+        queues.insert(addr.to_owned(), tx.clone());
         tx
     }
 }
 
-/// Takes waiting callers off one owner's queue in batches, `max_in_flight` batches at a time.
+/// Takes waiting callers off one owner's queue in batches.
+///
+/// A batch goes out at once when no other batch of this owner is in flight (a lone caller waits
+/// for nothing), and while others are in flight only once `busy_batch` callers are waiting (or
+/// `max_batch`). Otherwise the callers wait for the next batch to finish: every RPC costs both
+/// sides a few tens of microseconds of syscalls and HTTP/2 framing, whatever its size, so under
+/// load fewer, larger batches carry more seqs per core than many small ones.
 async fn drain(client: Client, mut rx: mpsc::Receiver<Waiter>, cfg: CoalescerConfig) {
-    let in_flight = Arc::new(Semaphore::new(cfg.max_in_flight));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(Notify::new());
+    let mut batch: Vec<Waiter> = Vec::new();
+    let mut open = true;
     loop {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = rx.recv().await else { return };
-        let mut batch = Vec::with_capacity(cfg.max_batch.min(64));
-        batch.push(first);
-        while batch.len() < cfg.max_batch {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(_) => break,
+        if batch.is_empty() {
+            match rx.recv().await {
+                Some(w) => batch.push(w),
+                None => return,
             }
         }
-        let client = client.clone();
-        tokio::spawn(async move {
-            serve(&client, batch).await;
-            drop(permit);
-        });
+        while open && batch.len() < cfg.max_batch {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        let running = in_flight.load(Ordering::Acquire);
+        let worth_it = batch.len() >= cfg.busy_batch.min(cfg.max_batch) || !open;
+        if running == 0 || (running < cfg.max_in_flight && worth_it) {
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            let (client, in_flight, finished) = (client.clone(), in_flight.clone(), finished.clone());
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(cfg.max_batch.min(64)));
+            tokio::spawn(async move {
+                serve(&client, full).await;
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                // A stored permit when the drain is not waiting yet: no finish is missed.
+                finished.notify_one();
+            });
+            continue;
+        }
+        // Wait for a batch to finish, or for another caller while there is room.
+        let room = open && batch.len() < cfg.max_batch;
+        tokio::select! {
+            () = finished.notified() => {}
+            w = rx.recv(), if room => match w {
+                Some(w) => batch.push(w),
+                None => open = false,
+            },
+        }
     }
 }
 

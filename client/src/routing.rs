@@ -39,8 +39,8 @@ pub struct RouteSet {
 
 /// Where a uid's request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Target {
-    pub addr: String,
+pub(crate) struct Target<'a> {
+    pub addr: &'a str,
     /// The route version of the table that chose `addr` (0 for a seed: its reply carries its table).
     pub version: u64,
 }
@@ -202,12 +202,12 @@ impl RouteCache {
 /// Where to send a request for one uid: its owner, or a seed when no table names one.
 ///
 /// `pick(n)` chooses one of `n` listed addresses (the client's seeded random numbers).
-pub(crate) fn target_addr(
-    routes: &RouteSet,
+pub(crate) fn target_addr<'a>(
+    routes: &'a RouteSet,
     uid: Uid,
-    seeds: &Seeds,
+    seeds: &'a Seeds,
     pick: impl FnOnce(usize) -> usize,
-) -> Result<Target, ClientError> {
+) -> Result<Target<'a>, ClientError> {
     if let Some(limit) = routes.uid_limit()
         && uid.0 >= limit
     {
@@ -217,10 +217,7 @@ pub(crate) fn target_addr(
         ));
     }
     if let Some((addr, version)) = routes.owner_of(uid) {
-        return Ok(Target {
-            addr: addr.to_owned(),
-            version,
-        });
+        return Ok(Target { addr, version });
     }
     // Unowned, being moved or in a set not heard from yet: ask an AllocSvr of the set that should
     // serve it (its reply carries its table), or a seed when the map lists none.
@@ -232,10 +229,7 @@ pub(crate) fn target_addr(
         Some(addrs) => addrs[pick(addrs.len())].as_str(),
         None => seeds.next(),
     };
-    Ok(Target {
-        addr: addr.to_owned(),
-        version: 0,
-    })
+    Ok(Target { addr, version: 0 })
 }
 
 /// Seed addresses, handed out round-robin so that one dead seed does not stall every retry.
@@ -360,22 +354,18 @@ mod tests {
     fn targets_follow_the_table_and_fall_back_to_seeds() {
         let seeds = Seeds::new(vec!["s1:1".into(), "s2:1".into()]);
         let cache = RouteCache::default();
-        let target = |cache: &RouteCache, uid| target_addr(&cache.get(), Uid(uid), &seeds, |_| 0);
-        assert_eq!(target(&cache, 1).unwrap().addr, "s1:1", "no table yet");
-        assert_eq!(target(&cache, 1).unwrap().addr, "s2:1", "round robin");
+        let target = |cache: &RouteCache, uid| {
+            target_addr(&cache.get(), Uid(uid), &seeds, |_| 0).map(|t| (t.addr.to_owned(), t.version))
+        };
+        assert_eq!(target(&cache, 1).unwrap().0, "s1:1", "no table yet");
+        assert_eq!(target(&cache, 1).unwrap().0, "s2:1", "round robin");
         cache.offer(Some(table(1, "a:1")));
-        assert_eq!(
-            target(&cache, 99).unwrap(),
-            Target {
-                addr: "a:1".into(),
-                version: 1
-            }
-        );
+        assert_eq!(target(&cache, 99).unwrap(), ("a:1".to_owned(), 1));
         let err = target(&cache, 100).unwrap_err();
         assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument));
         let unowned = RouteCache::default();
         unowned.offer(Some(table(1, "")));
-        assert_eq!(target(&unowned, 1).unwrap().version, 0, "unowned: a seed");
+        assert_eq!(target(&unowned, 1).unwrap().1, 0, "unowned: a seed");
     }
 
     /// After a move of sections 0..5 from set 0 to set 1: set 0's table lists them without an owner
@@ -409,27 +399,19 @@ mod tests {
             ],
         };
         assert!(cache.offer(Some(moved(4, 1, 1, "b:1"))));
-        let to = |uid| target_addr(&cache.get(), Uid(uid), &seeds, |_| 0).unwrap();
+        let to = |uid| {
+            let routes = cache.get();
+            let t = target_addr(&routes, Uid(uid), &seeds, |_| 0).unwrap();
+            (t.addr.to_owned(), t.version)
+        };
         assert_eq!(
-            to(10).addr,
+            to(10).0,
             "a:1",
             "set 0's stale table still claims it: its owner will say no"
         );
         assert!(cache.offer(Some(moved(2, 0, 1, ""))));
-        assert_eq!(
-            to(10),
-            Target {
-                addr: "b:1".into(),
-                version: 4
-            }
-        );
-        assert_eq!(
-            to(60),
-            Target {
-                addr: "a:1".into(),
-                version: 2
-            }
-        );
+        assert_eq!(to(10), ("b:1".to_owned(), 4));
+        assert_eq!(to(60), ("a:1".to_owned(), 2));
     }
 
     /// A map copy still names the source of a move in flight (sections [2, 4) from set 0 to 2),

@@ -79,6 +79,7 @@ async fn full_queue_refuses_at_once_without_sending() {
         queue_capacity: 1,
         max_batch: 1,
         max_in_flight: 1,
+        busy_batch: 1,
     };
     let coalescer = Arc::new(Coalescer::new(client, cfg).unwrap());
     let callers: Vec<_> = (0..5)
@@ -100,4 +101,34 @@ async fn full_queue_refuses_at_once_without_sending() {
     }
     assert!(refused >= 1 && served >= 1, "served {served}, refused {refused}");
     assert_eq!(a.cur_seq(1), served, "refused calls consumed nothing");
+}
+
+/// While a batch of an owner is in flight, callers fewer than `busy_batch` wait for it to finish
+/// and then go out together: one more RPC, not one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    a.state.delay_ms.store(300, Ordering::SeqCst);
+    let first = {
+        let c = coalescer.clone();
+        tokio::spawn(async move { c.fetch_next_seq(Uid(2)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut later = Vec::new();
+    // Apart from each other, so that none finds another already queued.
+    for uid in 3..6u64 {
+        let c = coalescer.clone();
+        later.push(tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    first.await.unwrap().expect("the lone caller is served");
+    for c in later {
+        c.await.unwrap().expect("every later caller is served");
+    }
+    let mut batches = a.batches();
+    batches.iter_mut().for_each(|b| b.sort_unstable());
+    assert_eq!(batches, vec![vec![1], vec![2], vec![3, 4, 5]], "RPCs sent");
 }

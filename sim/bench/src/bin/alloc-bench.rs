@@ -70,6 +70,8 @@ const MAX_CHANNELS: usize = 8;
 const MEMORY_FIRST_SECTION: u64 = 30_000;
 /// Concurrencies of the peers (Redis, etcd).
 const PEER_CONCURRENCIES: [usize; 3] = [1, 64, 256];
+/// The `--only` name of the client library's part (the Coalescer, without memory).
+const COALESCED: &str = "coalesced";
 /// The `--only` name of the peers part.
 const PEERS: &str = "peers";
 
@@ -113,8 +115,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     noisy_retries: usize,
     /// Run only the raw cases with these names (unary, batch100, hot-unary, hot-batch100) and, if
-    /// named, the peers (`peers`: Redis, etcd); skips the client library and memory parts. For
-    /// profiling one case; `--only peers` alone starts no cluster.
+    /// named, the client library (`coalesced`) and the peers (`peers`: Redis, etcd); skips the
+    /// memory part. For profiling one case; `--only peers` alone starts no cluster.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Also draw latency-by-percentile PNGs (echo dashed, AllocSvr solid, one line per concurrency,
@@ -246,7 +248,7 @@ fn plan_cases(args: &Args, spread: &Uids, hot: &Uids) -> Result<Vec<(Shape, Uids
     ));
     if !args.only.is_empty() {
         plan.retain(|(_, _, c)| args.only.contains(&c.name));
-        if plan.is_empty() && cluster_needed(args) {
+        if plan.is_empty() && cluster_needed(args) && !args.only.iter().any(|n| n == COALESCED) {
             return Err(Failure::Usage(format!("--only {:?} names no case", args.only)));
         }
     }
@@ -373,20 +375,7 @@ impl Bench<'_> {
 
     /// The client library (coalesced single callers) and memory, once.
     async fn run_others(&self, procs: &mut Supervisor, run: usize, r: &mut Results) -> Result<(), Failure> {
-        for (c, samples) in r.coalesced.iter_mut() {
-            self.quiet().await;
-            let s = load::coalesced(
-                self.coalescer.clone(),
-                *c,
-                self.spread.clone(),
-                self.window,
-                self.alloc_pids(),
-            )
-            .await;
-            println!("{}", report::row("coalesced", *c, "alloc", &s));
-            check_alive(procs, &[&s])?;
-            samples.push(s);
-        }
+        self.run_coalesced(procs, r).await?;
         let per_run = self.args.memory_sections as usize;
         let sections = &self.memory_sections[run * per_run..(run + 1) * per_run];
         self.quiet().await;
@@ -402,6 +391,25 @@ impl Bench<'_> {
             sections.len()
         );
         r.bytes_per_uid.push(b);
+        Ok(())
+    }
+
+    /// The client library: single callers through the Coalescer at each of its concurrencies.
+    async fn run_coalesced(&self, procs: &mut Supervisor, r: &mut Results) -> Result<(), Failure> {
+        for (c, samples) in r.coalesced.iter_mut() {
+            self.quiet().await;
+            let s = load::coalesced(
+                self.coalescer.clone(),
+                *c,
+                self.spread.clone(),
+                self.window,
+                self.alloc_pids(),
+            )
+            .await;
+            println!("{}", report::row("coalesced", *c, "alloc", &s));
+            check_alive(procs, &[&s])?;
+            samples.push(s);
+        }
         Ok(())
     }
 }
@@ -485,6 +493,8 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         b.run_cases(&mut procs, &mut r).await?;
         if args.only.is_empty() {
             b.run_others(&mut procs, run, &mut r).await?;
+        } else if args.only.iter().any(|n| n == COALESCED) {
+            b.run_coalesced(&mut procs, &mut r).await?;
         }
         b.peers.run(&mut procs, &mut r.peers).await?;
     }
