@@ -303,10 +303,10 @@ impl Client {
                 break;
             };
             let versions = (version, routes.map_version());
-            let reply = match self.send_single(op, &addr, uid, versions, timeout).await {
+            let reply = match self.send_single(op, addr, uid, versions, timeout).await {
                 Ok(r) => r,
                 Err(e) => {
-                    self.after_failed_attempt(op, &addr, e, timeout, &mut state, &mut budget)
+                    self.after_failed_attempt(op, addr, e, timeout, &mut state, &mut budget)
                         .await?;
                     continue;
                 }
@@ -320,12 +320,12 @@ impl Client {
                     };
                     state.maybe_taken |= op.consumes();
                     state.last = format!("{addr}: {why}");
-                    self.learn_routes_elsewhere(&addr, timeout).await;
+                    self.learn_routes_elsewhere(addr, timeout).await;
                 }
                 pb::Outcome::NotOwner => {
                     state.last = format!("{addr}: not the owner of uid {uid}");
                     // The reply's table or map changed the route, or another server's may.
-                    if changed || self.learn_routes_elsewhere(&addr, timeout).await {
+                    if changed || self.learn_routes_elsewhere(addr, timeout).await {
                         tracing::debug!(%uid, %addr, "not owner; resending with the new route table");
                         continue;
                     }
