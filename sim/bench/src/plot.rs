@@ -200,6 +200,10 @@ fn draw(area: &Area<'_>, chart: &Chart, series: &[Series]) -> Result<(), String>
     for (s, pts) in &lines {
         line(&mut ctx, s, pts)?;
     }
+    // One line needs no legend (the axis says what it is), and a legend box hides data.
+    if series.len() < 2 {
+        return Ok(());
+    }
     let corner = match chart.legend {
         Corner::UpperLeft => SeriesLabelPosition::UpperLeft,
         Corner::UpperRight => SeriesLabelPosition::UpperRight,

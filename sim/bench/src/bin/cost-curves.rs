@@ -771,7 +771,9 @@ fn uids_plot(args: &Args, points: &[UidsPoint]) -> Result<PathBuf, String> {
     let title = format!("AllocSvr batch100 @{}: seqs/s vs touched uids", args.concurrency);
     let top = chart(title, x, "seqs/s", Scale::Log10, Scale::Linear, Corner::LowerLeft);
     let title = "AllocSvr RSS per touched uid (over the idle RSS)".to_string();
-    let bottom = chart(title, x, "bytes/uid", Scale::Log10, Scale::Log10, Corner::UpperRight);
+    // Linear: the small counts measure ~0 bytes/uid (freed heap pages reused), which a log axis
+    // could not show.
+    let bottom = chart(title, x, "bytes/uid", Scale::Log10, Scale::Linear, Corner::LowerRight);
     let path = args.out_dir.join("cost-touched-uids.png");
     plot::panels(
         &path,
@@ -789,16 +791,20 @@ fn spans_plot(args: &Args, points: &[SpanPoint]) -> Result<PathBuf, String> {
     let title = format!("AllocSvr batch100 @{}: seqs/s vs sections per batch", args.concurrency);
     let top = chart(title, x, "seqs/s", Scale::Log2, Scale::Linear, Corner::LowerLeft);
     let bottom = chart("latency".into(), x, "µs", Scale::Log2, Scale::Linear, Corner::UpperLeft);
+    let title = "AllocSvr CPU per call (less sensitive to other load than seqs/s)".to_string();
+    let cpu = chart(title, x, "µs per call", Scale::Log2, Scale::Linear, Corner::LowerRight);
     let path = args.out_dir.join("cost-sections-per-batch.png");
     let latency = vec![
         Series::new("p50", 2, pts(&|s| s.quantile_us(0.5))),
         Series::new("p99", 1, pts(&|s| s.quantile_us(0.99))),
     ];
+    let cpu_per_call = pts(&|s| s.server_cpu * 1e6 / s.calls.max(1) as f64);
     plot::panels(
         &path,
         &[
             (top, vec![Series::new("seqs/s", 0, pts(&Sample::seqs_per_sec))]),
             (bottom, latency),
+            (cpu, vec![Series::new("AllocSvr CPU µs/call", 3, cpu_per_call)]),
         ],
     )?;
     Ok(path)
