@@ -73,6 +73,8 @@ struct Inner {
 /// The log's entries as opaque payloads keyed by consecutive indexes.
 pub struct SegmentLog {
     dir: PathBuf,
+    /// Roll-over size: [`SEGMENT_BYTES`] except in tests that need many segments.
+    segment_bytes: u64,
     inner: Mutex<Inner>,
 }
 
@@ -150,6 +152,13 @@ fn scan(file: &File, after: Option<u64>) -> io::Result<Scanned> {
 impl SegmentLog {
     /// Opens (or creates) the log in `dir`, cutting a torn tail off the last segment.
     pub fn open(dir: &Path) -> io::Result<Self> {
+        Self::open_with_segment_bytes(dir, SEGMENT_BYTES)
+    }
+
+    /// [`open`](Self::open) rolling over to a new segment beyond `segment_bytes` instead of
+    /// [`SEGMENT_BYTES`]: lets tests (storesvr/tests/segment_log_fuzz.rs) spread a few
+    /// kilobytes over many segments. The size is not stored; any value reads any log.
+    pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut firsts: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok())
@@ -183,6 +192,7 @@ impl SegmentLog {
         }
         Ok(Self {
             dir: dir.to_path_buf(),
+            segment_bytes,
             inner: Mutex::new(Inner {
                 segments,
                 dirty: false,
@@ -214,7 +224,7 @@ impl SegmentLog {
         }
         let start_new = match inner.segments.last() {
             None => true,
-            Some(s) => s.len >= SEGMENT_BYTES || s.records.is_empty(),
+            Some(s) => s.len >= self.segment_bytes || s.records.is_empty(),
         };
         if start_new {
             // The segment before must be whole on disk before a later one exists, and the new

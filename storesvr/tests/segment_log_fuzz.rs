@@ -1,0 +1,361 @@
+//! Segment-log recovery from random damage (issue "Security and hardening", bullet "Fuzzing").
+//!
+//! Each case appends random entries (payloads of 0 bytes to a few kilobytes) over many small
+//! segments, syncs (the acknowledged point), appends more without a sync, damages the files in
+//! one of four ways and reopens. What `SegmentLog::open` promises, read from its recovery code
+//! (every record is `[len][crc32 of index and payload][index][payload]`; a bad record ends the
+//! scan of its segment; only the last segment may be cut, any other bad segment refuses):
+//!
+//! - it never panics, and every entry it returns is exactly what was written at that index;
+//! - damage in the last segment (a cut, a flipped byte, garbage after the end) is taken for a
+//!   torn tail: the log opens with every entry before the first damaged record, and no other.
+//!   Damage past the synced point therefore keeps every acknowledged entry. Damage INSIDE the
+//!   synced part of the last segment silently drops the acknowledged entries from the damaged
+//!   record on (see docs/FUZZING.md, "Findings": telling bit rot from a torn tail needs the
+//!   synced length, which the log does not record);
+//! - a flipped byte, garbage or a cut inside a record of any other segment refuses to open with
+//!   an error naming that segment file;
+//! - a missing middle segment, or one cut exactly at a record boundary, opens with a hole where
+//!   its entries were (also in "Findings"; see the ignored test at the end).
+//!
+//! The expectation is exact (the set of indexes read back), so every deviation fails.
+//! `PROPTEST_CASES` overrides the CI case count for long runs.
+
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use storesvr::storage::segment_log::SegmentLog;
+
+/// Cases per property in CI: about 5 s of a debug build (docs/FUZZING.md).
+const CI_CASES: u32 = 200;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok());
+    ProptestConfig::with_cases(cases.unwrap_or(CI_CASES))
+}
+
+/// How the files are damaged after the writer is gone. Positions are fractions (0..1 of the
+/// file or of the segment list) so that one strategy fits every layout.
+#[derive(Debug, Clone)]
+enum Damage {
+    /// Cut the last segment at this fraction of its length.
+    TruncateLast(f64),
+    /// XOR a non-zero byte into one position of one segment.
+    Flip { seg: f64, at: f64, xor: u8 },
+    /// Append these bytes to one segment.
+    Garbage { seg: f64, bytes: Vec<u8> },
+    /// Delete a segment that is neither first nor last.
+    DeleteMiddle(f64),
+    /// Cut a segment that is neither first nor last.
+    TruncateMiddle { seg: f64, at: f64 },
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    let frac = || 0.0..1.0f64;
+    prop_oneof![
+        frac().prop_map(Damage::TruncateLast),
+        (frac(), frac(), 1u8..=255).prop_map(|(seg, at, xor)| Damage::Flip { seg, at, xor }),
+        (frac(), prop::collection::vec(any::<u8>(), 1..64)).prop_map(|(seg, bytes)| Damage::Garbage { seg, bytes }),
+        frac().prop_map(Damage::DeleteMiddle),
+        (frac(), frac()).prop_map(|(seg, at)| Damage::TruncateMiddle { seg, at }),
+    ]
+}
+
+/// Payload sizes: empty, small, and large against the segment size.
+fn payload() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        1 => Just(Vec::new()),
+        4 => prop::collection::vec(any::<u8>(), 1..64),
+        2 => prop::collection::vec(any::<u8>(), 64..1024),
+        1 => prop::collection::vec(any::<u8>(), 1024..5000),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    first: u64,
+    payloads: Vec<Vec<u8>>,
+    /// How many of the entries are appended and synced before the rest.
+    synced: usize,
+    batch: usize,
+    segment_bytes: u64,
+    damage: Damage,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        1u64..1000,
+        prop::collection::vec(payload(), 1..40),
+        0.0..=1.0f64,
+        1usize..4,
+        64u64..2048,
+        damage(),
+    )
+        .prop_map(|(first, payloads, synced, batch, segment_bytes, damage)| Case {
+            synced: (payloads.len() as f64 * synced) as usize,
+            first,
+            payloads,
+            batch,
+            segment_bytes,
+            damage,
+        })
+}
+
+/// Where one written entry sits on disk.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    seg: usize,
+    end: u64,
+}
+
+/// Writes the case's entries, syncing after the first `synced`; the log is closed on return.
+fn write(dir: &Path, case: &Case) -> BTreeMap<u64, Vec<u8>> {
+    let log = SegmentLog::open_with_segment_bytes(dir, case.segment_bytes).expect("open a new log");
+    let entries: Vec<(u64, Vec<u8>)> = (case.first..).zip(case.payloads.iter().cloned()).collect();
+    let (acked, rest) = entries.split_at(case.synced);
+    for chunk in acked.chunks(case.batch) {
+        log.append(chunk).expect("append");
+    }
+    log.sync().expect("sync");
+    for chunk in rest.chunks(case.batch) {
+        log.append(chunk).expect("append");
+    }
+    entries.into_iter().collect()
+}
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    files
+}
+
+/// Parses the undamaged files by the documented record layout (16-byte header, then payload).
+fn layout(files: &[PathBuf]) -> BTreeMap<u64, Place> {
+    let mut places = BTreeMap::new();
+    for (seg, path) in files.iter().enumerate() {
+        let bytes = std::fs::read(path).unwrap();
+        let mut at = 0usize;
+        while at < bytes.len() {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            let index = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap());
+            let end = at + 16 + len;
+            places.insert(index, Place { seg, end: end as u64 });
+            at = end;
+        }
+    }
+    places
+}
+
+/// What reopening must give: exactly these indexes, or a refusal naming this file.
+#[derive(Debug)]
+enum Expect {
+    Exactly(Vec<u64>),
+    Refuse(PathBuf),
+}
+
+fn pick(frac: f64, n: usize) -> usize {
+    ((frac * n as f64) as usize).min(n - 1)
+}
+
+/// Damages the files and says what reopening must give, and where the damage starts when it is
+/// in the last segment; `None` when the layout has no segment this damage applies to (fewer
+/// than three segments for a middle one).
+fn apply(damage: &Damage, files: &[PathBuf], places: &BTreeMap<u64, Place>) -> Option<(Expect, Option<u64>)> {
+    let n = files.len();
+    let keep = |lost: &dyn Fn(&Place) -> bool| {
+        Expect::Exactly(places.iter().filter(|(_, p)| !lost(p)).map(|(i, _)| *i).collect())
+    };
+    // A record is damaged when the damage starts before its end.
+    let from = |seg: usize, at: u64| move |p: &Place| p.seg == seg && p.end > at;
+    let len = |seg: usize| std::fs::metadata(&files[seg]).unwrap().len();
+    let cut = |seg: usize, at: u64| {
+        OpenOptions::new()
+            .write(true)
+            .open(&files[seg])
+            .unwrap()
+            .set_len(at)
+            .unwrap()
+    };
+    let boundary = |seg: usize, at: u64| at == 0 || places.values().any(|p| p.seg == seg && p.end == at);
+    Some(match *damage {
+        Damage::TruncateLast(at) => {
+            let at = (len(n - 1) as f64 * at) as u64;
+            cut(n - 1, at);
+            (keep(&from(n - 1, at)), Some(at))
+        }
+        Damage::Flip { seg, at, xor } => {
+            let seg = pick(seg, n);
+            let mut bytes = std::fs::read(&files[seg]).unwrap();
+            let at = pick(at, bytes.len());
+            bytes[at] ^= xor;
+            std::fs::write(&files[seg], bytes).unwrap();
+            if seg + 1 == n {
+                (keep(&from(seg, at as u64)), Some(at as u64))
+            } else {
+                (Expect::Refuse(files[seg].clone()), None)
+            }
+        }
+        Damage::Garbage { seg, ref bytes } => {
+            let seg = pick(seg, n);
+            let end = len(seg);
+            let mut file = OpenOptions::new().append(true).open(&files[seg]).unwrap();
+            std::io::Write::write_all(&mut file, bytes).unwrap();
+            if seg + 1 == n {
+                (keep(&|_| false), Some(end))
+            } else {
+                (Expect::Refuse(files[seg].clone()), None)
+            }
+        }
+        Damage::DeleteMiddle(seg) if n >= 3 => {
+            let seg = 1 + pick(seg, n - 2);
+            std::fs::remove_file(&files[seg]).unwrap();
+            (keep(&|p| p.seg == seg), None)
+        }
+        Damage::TruncateMiddle { seg, at } if n >= 3 => {
+            let seg = 1 + pick(seg, n - 2);
+            let at = (len(seg) as f64 * at) as u64;
+            cut(seg, at);
+            if boundary(seg, at) {
+                (keep(&from(seg, at)), None)
+            } else {
+                (Expect::Refuse(files[seg].clone()), None)
+            }
+        }
+        Damage::DeleteMiddle(_) | Damage::TruncateMiddle { .. } => return None,
+    })
+}
+
+/// Reopens and checks the outcome against `expect` and the written entries.
+/// `must_keep`: synced entries that no damage touched, which must read back.
+fn check(
+    dir: &Path,
+    case: &Case,
+    written: &BTreeMap<u64, Vec<u8>>,
+    expect: Expect,
+    must_keep: &[u64],
+) -> Result<(), TestCaseError> {
+    let opened = SegmentLog::open_with_segment_bytes(dir, case.segment_bytes);
+    let log = match (opened, expect) {
+        (Err(e), Expect::Refuse(path)) => {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            prop_assert!(e.to_string().contains(name), "refusal does not name {name}: {e}");
+            return Ok(());
+        }
+        (Err(e), Expect::Exactly(want)) => {
+            return Err(TestCaseError::fail(format!(
+                "refused to open ({e}), want entries {want:?}"
+            )));
+        }
+        (Ok(log), Expect::Refuse(path)) => {
+            let got: Vec<u64> = log.read(0, u64::MAX).unwrap().into_iter().map(|e| e.0).collect();
+            return Err(TestCaseError::fail(format!(
+                "opened {got:?} despite damage in {}",
+                path.display()
+            )));
+        }
+        (Ok(log), Expect::Exactly(want)) => (log, want),
+    };
+    let (log, want) = log;
+    let got = log
+        .read(0, u64::MAX)
+        .map_err(|e| TestCaseError::fail(format!("read: {e}")))?;
+    for (index, payload) in &got {
+        prop_assert!(
+            written.get(index) == Some(payload),
+            "entry {index} reads back other bytes than written"
+        );
+    }
+    let got: Vec<u64> = got.into_iter().map(|e| e.0).collect();
+    let lost: Vec<&u64> = must_keep.iter().filter(|i| !got.contains(i)).collect();
+    prop_assert!(
+        lost.is_empty(),
+        "acknowledged entries {lost:?} lost to damage past the synced end"
+    );
+    prop_assert_eq!(&got, &want);
+    // The log goes on after recovery: a further entry is durable and the rest is unchanged.
+    let next = got.last().map_or(case.first, |l| l + 1);
+    log.append(&[(next, b"after recovery".to_vec())])
+        .expect("append after recovery");
+    log.sync().expect("sync after recovery");
+    drop(log);
+    let again = SegmentLog::open(dir).expect("reopen after recovery");
+    let indexes: Vec<u64> = again.read(0, u64::MAX).unwrap().into_iter().map(|e| e.0).collect();
+    prop_assert_eq!(indexes, got.iter().copied().chain([next]).collect::<Vec<_>>());
+    Ok(())
+}
+
+/// The synced entries whose records end at or before `from` in the last segment, plus every
+/// synced entry in earlier segments: those an undamaged-up-to-`from` last segment must keep.
+fn acked_before(case: &Case, places: &BTreeMap<u64, Place>, last: usize, from: u64) -> Vec<u64> {
+    let acked = case.first..case.first + case.synced as u64;
+    acked
+        .filter(|i| places[i].seg < last || places[i].end <= from)
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The property of the module doc, with the acknowledgement rule also checked on its own:
+    /// damage that starts past the synced end of the last segment loses no synced entry.
+    #[test]
+    fn reopening_a_damaged_log_keeps_exactly_the_undamaged_prefix_or_refuses(case in case()) {
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(dir.path(), &case);
+        let files = segments(dir.path());
+        let places = layout(&files);
+        prop_assert_eq!(places.len(), written.len(), "the writer lost entries before any damage");
+        let last = files.len() - 1;
+        let acked = acked_before(&case, &places, last, u64::MAX);
+        let synced_end = acked.iter().map(|i| places[i]).filter(|p| p.seg == last).map(|p| p.end).max().unwrap_or(0);
+        let Some((expect, tail_from)) = apply(&case.damage, &files, &places) else { return Ok(()) };
+        let must_keep = match tail_from {
+            Some(from) if from >= synced_end => acked,
+            _ => Vec::new(),
+        };
+        check(dir.path(), &case, &written, expect, &must_keep)?;
+    }
+}
+
+/// Minimal case of finding 2 in docs/FUZZING.md: with the middle one of three segments gone,
+/// the log opens and reads 1, 3 (a silent hole) instead of refusing. Ignored until the log
+/// records enough to tell this from a purge or a legitimate gap.
+#[test]
+#[ignore = "known gap: a missing middle segment is not detected (docs/FUZZING.md)"]
+fn a_deleted_middle_segment_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open_with_segment_bytes(dir.path(), 1).unwrap();
+    for i in 1..=3u64 {
+        log.append(&[(i, vec![i as u8])]).unwrap();
+    }
+    log.sync().unwrap();
+    drop(log);
+    std::fs::remove_file(&segments(dir.path())[1]).unwrap();
+    assert!(
+        SegmentLog::open(dir.path()).is_err(),
+        "a synced entry vanished and the log opened"
+    );
+}
+
+/// Minimal case of finding 1 in docs/FUZZING.md: one flipped byte in a synced record of the
+/// last segment drops that record and everything after it, and the log opens as if nothing
+/// happened.
+#[test]
+#[ignore = "known gap: bit rot in the synced part of the last segment reads as a torn tail (docs/FUZZING.md)"]
+fn a_flipped_byte_in_a_synced_record_of_the_last_segment_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentLog::open(dir.path()).unwrap();
+    log.append(&[(1, vec![1]), (2, vec![2])]).unwrap();
+    log.sync().unwrap();
+    drop(log);
+    let seg = segments(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[16] ^= 1; // the payload of entry 1
+    std::fs::write(&seg, bytes).unwrap();
+    let log = SegmentLog::open(dir.path());
+    assert!(
+        log.is_err(),
+        "entries 1 and 2 were acknowledged, and the log opened without them"
+    );
+}
