@@ -19,11 +19,12 @@
 //! Left out: adapting batch size or pipeline depth to measured latency.
 
 use crate::domain::state::{Command, CommandResult};
-use crate::raft::types::{Raft, Request};
+use crate::raft::types::{NodeId, Raft, Request, TypeConfig};
+use openraft::raft::responder::Responder;
 use openraft::error::ClientWriteError;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// Most commands and most bytes of commands in one entry (see `seqsvr_proto::limits`, which
 /// asserts that an entry at the byte cap fits a peer message and a log record).
@@ -58,81 +59,123 @@ struct Pending {
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Pending>,
+    /// How a caller proposes by itself; `None` only in unit tests without a Raft.
+    alone: Option<Alone>,
+}
+
+#[derive(Clone)]
+struct Alone {
+    raft: Raft,
+    /// Entries in flight: held by the writer task's wait for a commit, or by a caller that
+    /// proposed alone.
+    in_flight: Arc<Semaphore>,
 }
 
 impl Writer {
     pub fn start(raft: Raft) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(run(raft, rx));
-        Self { tx }
+        let in_flight = Arc::new(Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+        tokio::spawn(run(raft.clone(), rx, in_flight.clone()));
+        Self {
+            tx,
+            alone: Some(Alone { raft, in_flight }),
+        }
     }
 
     /// Proposes one command and waits for its result, at most `timeout`.
+    ///
+    /// With nothing queued and no entry in flight the caller proposes its command itself: at one
+    /// caller at a time the writer task would only add two task hand-offs (to it, and from the
+    /// task waiting for the commit back) to every write.
     pub async fn write(&self, cmd: Command, timeout: Duration) -> Result<CommandResult, WriteError> {
         let bytes = command_bytes(&cmd)?;
-        let (reply, rx) = oneshot::channel();
-        let send = self.tx.send(Pending { cmd, bytes, reply });
-        match tokio::time::timeout(timeout, async {
-            send.await
+        let write = async {
+            if let Some((raft, permit)) = self.idle_slot() {
+                let _permit = permit;
+                metrics::histogram!("storesvr_entry_commands").record(1.0);
+                let committed = raft.client_write_ff(Request { cmds: vec![cmd] }).await;
+                let mut results = committed_results(committed, 1).await?;
+                return results.pop().ok_or_else(|| WriteError::Unavailable("an entry without its result".into()));
+            }
+            let (reply, rx) = oneshot::channel();
+            self.tx
+                .send(Pending { cmd, bytes, reply })
+                .await
                 .map_err(|_| WriteError::Unavailable("writer stopped".into()))?;
             rx.await
                 .map_err(|_| WriteError::Unavailable("writer dropped the request".into()))?
-        })
-        .await
-        {
+        };
+        match tokio::time::timeout(timeout, write).await {
             Ok(r) => r,
             Err(_) => Err(WriteError::Unavailable(format!("no commit within {timeout:?}"))),
         }
     }
+
+    /// An entry slot, when the writer is idle: nothing queued and nothing in flight. The
+    /// semaphore is fair, so this never takes a slot that the writer task is waiting for.
+    fn idle_slot(&self) -> Option<(&Raft, OwnedSemaphorePermit)> {
+        let alone = self.alone.as_ref()?;
+        if self.tx.capacity() < self.tx.max_capacity() {
+            return None;
+        }
+        Some((&alone.raft, alone.in_flight.clone().try_acquire_owned().ok()?))
+    }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>) {
-    let in_flight = Arc::new(Semaphore::new(MAX_ENTRIES_IN_FLIGHT));
+async fn run(raft: Raft, mut rx: mpsc::Receiver<Pending>, in_flight: Arc<Semaphore>) {
     // Queued commands not yet proposed, in queue order: what did not fit the last entry first.
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_ENTRY_COMMANDS);
     loop {
-        // Take a slot first, then whatever is queued: while every slot is busy the queue grows
-        // into the next entry, and a lone command with a free slot goes out at once.
+        // Commands first, then a slot: an idle writer holds no slot, so that a lone caller can
+        // propose by itself; while every slot is busy the queue grows into the next entry.
+        if batch.is_empty() && rx.recv_many(&mut batch, MAX_ENTRY_COMMANDS).await == 0 {
+            return;
+        }
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        if batch.is_empty() {
-            if rx.recv_many(&mut batch, MAX_ENTRY_COMMANDS).await == 0 {
-                return;
-            }
-        } else {
-            while batch.len() < MAX_ENTRY_COMMANDS
-                && let Ok(p) = rx.try_recv()
-            {
-                batch.push(p);
-            }
+        while batch.len() < MAX_ENTRY_COMMANDS
+            && let Ok(p) = rx.try_recv()
+        {
+            batch.push(p);
         }
         let n = entry_len(batch.iter().map(|p| p.bytes));
         let (cmds, replies): (Vec<Command>, Vec<_>) = batch.drain(..n).map(|p| (p.cmd, p.reply)).unzip();
         metrics::histogram!("storesvr_entry_commands").record(cmds.len() as f64);
         // Submitting in this loop keeps entries in queue order; waiting for each commit happens
         // in its own task so that the next entry can be proposed meanwhile.
-        match raft.client_write_ff(Request { cmds }).await {
-            Err(fatal) => fail_all(replies, WriteError::Unavailable(fatal.to_string())),
-            Ok(committed) => {
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match committed.await {
-                        Ok(Ok(resp)) => {
-                            debug_assert_eq!(resp.data.results.len(), replies.len());
-                            for (reply, result) in replies.into_iter().zip(resp.data.results) {
-                                let _ = reply.send(Ok(result));
-                            }
-                        }
-                        Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                            fail_all(replies, WriteError::NotLeader(f.leader_id))
-                        }
-                        Ok(Err(e)) => fail_all(replies, WriteError::Unavailable(e.to_string())),
-                        Err(_) => fail_all(replies, WriteError::Unavailable("raft dropped the write".into())),
+        let committed = raft.client_write_ff(Request { cmds }).await;
+        tokio::spawn(async move {
+            let _permit = permit;
+            match committed_results(committed, replies.len()).await {
+                Ok(results) => {
+                    for (reply, result) in replies.into_iter().zip(results) {
+                        let _ = reply.send(Ok(result));
                     }
-                });
+                }
+                Err(e) => fail_all(replies, e),
             }
+        });
+    }
+}
+
+/// What `client_write_ff` hands back: the receiver of the entry's commit and apply.
+type Committed = <<TypeConfig as openraft::RaftTypeConfig>::Responder as Responder<TypeConfig>>::Receiver;
+
+/// The results of a proposed entry of `n` commands, once it is committed and applied.
+async fn committed_results(
+    proposed: Result<Committed, openraft::error::Fatal<NodeId>>,
+    n: usize,
+) -> Result<Vec<CommandResult>, WriteError> {
+    let committed = proposed.map_err(|fatal| WriteError::Unavailable(fatal.to_string()))?;
+    match committed.await {
+        Ok(Ok(resp)) => {
+            debug_assert_eq!(resp.data.results.len(), n);
+            Ok(resp.data.results)
         }
+        Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(WriteError::NotLeader(f.leader_id)),
+        Ok(Err(e)) => Err(WriteError::Unavailable(e.to_string())),
+        Err(_) => Err(WriteError::Unavailable("raft dropped the write".into())),
     }
 }
 
@@ -237,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn a_command_above_the_cap_is_refused_before_it_is_queued() {
         let (tx, mut rx) = mpsc::channel(1);
-        let writer = Writer { tx };
+        let writer = Writer { tx, alone: None };
         let err = writer
             .write(register(MAX_ENTRY_BYTES + 1), Duration::from_secs(1))
             .await
