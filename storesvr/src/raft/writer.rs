@@ -20,8 +20,8 @@
 
 use crate::domain::state::{Command, CommandResult};
 use crate::raft::types::{NodeId, Raft, Request, TypeConfig};
-use openraft::raft::responder::Responder;
 use openraft::error::ClientWriteError;
+use openraft::raft::responder::Responder;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
@@ -95,7 +95,9 @@ impl Writer {
                 metrics::histogram!("storesvr_entry_commands").record(1.0);
                 let committed = raft.client_write_ff(Request { cmds: vec![cmd] }).await;
                 let mut results = committed_results(committed, 1).await?;
-                return results.pop().ok_or_else(|| WriteError::Unavailable("an entry without its result".into()));
+                return results
+                    .pop()
+                    .ok_or_else(|| WriteError::Unavailable("an entry without its result".into()));
             }
             let (reply, rx) = oneshot::channel();
             self.tx
