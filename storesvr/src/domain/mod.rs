@@ -20,3 +20,5 @@ pub mod ranges;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod state_props;
