@@ -19,6 +19,6 @@ pub mod moves;
 pub mod ranges;
 pub mod state;
 #[cfg(test)]
-pub(crate) mod testing;
-#[cfg(test)]
 mod state_props;
+#[cfg(test)]
+pub(crate) mod testing;
