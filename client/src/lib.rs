@@ -46,6 +46,8 @@ mod error;
 mod map;
 mod retry;
 mod routing;
+#[cfg(test)]
+mod routing_props;
 /// The transport is shared with the control-plane clients (see `seqsvr_control::transport`).
 pub use seqsvr_control::transport;
 
