@@ -19,6 +19,6 @@ pub mod moves;
 pub mod ranges;
 pub mod state;
 #[cfg(test)]
-mod state_props;
+pub(crate) mod state_props;
 #[cfg(test)]
 pub(crate) mod testing;

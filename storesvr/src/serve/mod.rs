@@ -23,6 +23,8 @@ use crate::domain::state::{
 use crate::error::RpcError;
 
 pub mod moves;
+#[cfg(test)]
+mod props;
 
 /// Most bump items in one request and most sections named by one Load: the shared table, so the
 /// AllocSvr sends no more than this accepts and a reply always fits the client's decode limit.
