@@ -31,6 +31,11 @@ pub struct Metrics {
     pub sections_held: Gauge,
     /// Times the lease ran out and everything was dropped.
     pub lease_lost: Counter,
+    /// From the renewal that granted a section to the moment it could serve (loaded, first bump
+    /// acknowledged, gain wait over), seconds: sections released to this node for it, which skip
+    /// the wait (`path="release"`), and sections taken over after a lease wait (`"lease_wait"`).
+    pub gain_ready_release: Histogram,
+    pub gain_ready_lease_wait: Histogram,
 }
 
 impl Metrics {
@@ -48,6 +53,8 @@ impl Metrics {
             lease_valid: gauge!("allocsvr_lease_valid"),
             sections_held: gauge!("allocsvr_sections_held"),
             lease_lost: counter!("allocsvr_lease_lost_total"),
+            gain_ready_release: histogram!("allocsvr_gain_ready_seconds", "path" => "release"),
+            gain_ready_lease_wait: histogram!("allocsvr_gain_ready_seconds", "path" => "lease_wait"),
         }
     }
 }

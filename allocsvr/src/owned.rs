@@ -9,7 +9,7 @@
 //! Deliberately left out: deciding what to own (see `grants`, `tasks::renew`) and how to serve
 //! (see `service`).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::time::Instant;
 
@@ -31,10 +31,14 @@ pub struct Slot {
     pub bumped: Notify,
     /// [`Section::cur_addr`], published for lock-free prefetching by batches (0 = not yet).
     pub cur_addr: AtomicUsize,
+    /// When the renewal that granted it was sent (the gain wait counts from there).
+    pub gained_at: Instant,
+    /// Whether the time from the grant to servable has been recorded (once per slot).
+    pub ready_noted: AtomicBool,
 }
 
 impl Slot {
-    pub fn new(section: Section, incarnation: Incarnation) -> Self {
+    pub fn new(section: Section, incarnation: Incarnation, gained_at: Instant) -> Self {
         Self {
             id: section.id(),
             epoch: section.epoch(),
@@ -42,6 +46,8 @@ impl Slot {
             section: Mutex::new(section),
             bumped: Notify::new(),
             cur_addr: AtomicUsize::new(0),
+            gained_at,
+            ready_noted: AtomicBool::new(false),
         }
     }
 }

@@ -137,6 +137,11 @@ impl Section {
         self.cur.capacity() * size_of::<u64>()
     }
 
+    /// When serving may start (the end of the gain wait).
+    pub fn serve_after(&self) -> Instant {
+        self.serve_after
+    }
+
     /// Whether the gain wait has passed: no earlier owner can still be serving the section.
     pub fn waited(&self, now: Instant) -> bool {
         now >= self.serve_after

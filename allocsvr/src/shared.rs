@@ -294,7 +294,11 @@ impl Shared {
                 step: self.params.step,
                 unsafe_serve_before_ack: self.unsafe_switches.serve_before_bump_ack,
             };
-            let slot = Arc::new(Slot::new(Section::new(g.id, g.epoch, spec, serve_after), incarnation));
+            let slot = Arc::new(Slot::new(
+                Section::new(g.id, g.epoch, spec, serve_after),
+                incarnation,
+                t_obs,
+            ));
             gained.push(slot.clone());
             changes.push((g.id, Some(slot)));
         }

@@ -120,6 +120,22 @@ fn keep_bumpable(shared: &Shared, pending: &mut Vec<(Arc<Slot>, u64)>) -> Incarn
     incarnation
 }
 
+/// Records, at a gained section's first acknowledged bump, how long after its grant it could
+/// serve: the takeover time callers see, apart from their own retries.
+fn note_ready(shared: &Shared, slot: &Slot, serve_after: Instant) {
+    if slot.ready_noted.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let ready = Instant::now().max(serve_after);
+    let took = ready.saturating_duration_since(slot.gained_at).as_secs_f64();
+    let m = shared.metrics();
+    if serve_after > slot.gained_at {
+        m.gain_ready_lease_wait.record(took);
+    } else {
+        m.gain_ready_release.record(took);
+    }
+}
+
 /// One section's result of an answered Bump.
 fn settle(shared: &Shared, slot: &Arc<Slot>, new_max: u64, r: &pb::BumpResult) {
     // Only the epoch the slot holds vouches for the bump: a reply without it (epoch 0) is not an
@@ -127,8 +143,13 @@ fn settle(shared: &Shared, slot: &Arc<Slot>, new_max: u64, r: &pb::BumpResult) {
     let same_epoch = r.epoch == slot.epoch.0 && r.section == slot.id.0;
     match pb::BumpOutcome::try_from(r.outcome) {
         Ok(pb::BumpOutcome::Applied | pb::BumpOutcome::NoOp) if same_epoch => {
-            slot.section.lock().unwrap().bump_acked(new_max);
+            let serve_after = {
+                let mut s = slot.section.lock().unwrap();
+                s.bump_acked(new_max);
+                s.serve_after()
+            };
             shared.metrics().bump_sections.increment(1);
+            note_ready(shared, slot, serve_after);
             debug!(section = %slot.id, new_max, "bump acknowledged");
             slot.bumped.notify_waiters();
         }
