@@ -61,3 +61,16 @@ pub fn scrape(addr: &str, metric: &str, label: Option<&str>) -> Option<f64> {
     // A counter that was never incremented is not exported yet: that is 0, not unreachable.
     Some(sum.unwrap_or(0.0))
 }
+
+/// The CPU's model name from `/proc/cpuinfo`, for the machine line the benchmarks print.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown cpu".into())
+}

@@ -42,13 +42,12 @@ use clap::Parser;
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
-use seqsvr_proto::pb::store_service_client::StoreServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use seqsvr_bench::load::{Pids, Sample, Shape, Uids, Window};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::report::{Case, median, verdict};
-use seqsvr_bench::{echo, load, procfs, report};
+use seqsvr_bench::{cluster, echo, load, procfs, report};
 use seqsvr_harness::{ProcSpec, Supervisor};
 
 /// Uids per section (the StoreSvr default).
@@ -299,7 +298,7 @@ impl Bench<'_> {
 
     async fn quiet(&self) {
         let a = self.args;
-        wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
+        cluster::wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
     }
 
     /// One echo/AllocSvr pair of a case, measured again (bounded) while foreign load was high;
@@ -520,37 +519,6 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     Ok(all_met)
 }
 
-/// Waits (at most `limit`) until processes this benchmark did not start used less than `below_pct`
-/// percent of one core over half a second.
-async fn wait_quiet(ours: &[u32], below_pct: f64, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    let me = std::process::id();
-    let foreign = || {
-        let ours_cpu: f64 = ours.iter().chain([&me]).filter_map(|p| procfs::cpu_seconds(*p)).sum();
-        procfs::machine_busy_seconds().unwrap_or(0.0) - ours_cpu
-    };
-    let mut waited = false;
-    loop {
-        let f0 = foreign();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let pct = (foreign() - f0) * 100.0 / 0.5;
-        if pct < below_pct {
-            if waited {
-                println!("  (machine quiet again: foreign load {pct:.0} %)");
-            }
-            return;
-        }
-        if Instant::now() >= deadline {
-            println!("  (gave up waiting for a quiet machine: foreign load {pct:.0} %)");
-            return;
-        }
-        if !waited {
-            println!("  (waiting for foreign load {pct:.0} % to drop below {below_pct} %)");
-            waited = true;
-        }
-    }
-}
-
 fn new_case(name: &str, concurrency: usize) -> Case {
     Case {
         name: name.into(),
@@ -562,19 +530,11 @@ fn new_case(name: &str, concurrency: usize) -> Case {
 /// Channels used at `concurrency`: one per 32 callers, 1..=[`MAX_CHANNELS`] (one HTTP/2 connection
 /// is driven by one task on each side; spreading high concurrency lets both cores work).
 fn channel_count(concurrency: usize) -> usize {
-    (concurrency / 32).clamp(1, MAX_CHANNELS)
+    cluster::channel_count(concurrency).min(MAX_CHANNELS)
 }
 
 fn print_machine(args: &Args, dir: &Path) {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
+    let cpu = seqsvr_bench::procfs::cpu_model();
     println!(
         "machine: {} cores ({cpu}), shared by the benchmark and every server",
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -590,47 +550,6 @@ fn print_machine(args: &Args, dir: &Path) {
 }
 
 /// Starts the echo, the 3 StoreSvrs and the AllocSvr; returns when every section is owned.
-/// Starts the 3 StoreSvr replicas; their addresses, metrics addresses, `--peers` items and pids.
-#[allow(clippy::type_complexity)]
-fn start_stores(
-    procs: &mut Supervisor,
-    storesvr: &Path,
-    dir: &Path,
-) -> Result<(Vec<String>, Vec<String>, Vec<String>, Vec<u32>), Failure> {
-    let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
-    let store_addrs: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
-    let store_metrics: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
-    let peers: Vec<String> = store_addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect();
-    let mut store_pids = Vec::new();
-    for (i, addr) in store_addrs.iter().enumerate() {
-        let id = i + 1;
-        let name = format!("store{id}");
-        let mut args = vec![
-            format!("--node-id={id}"),
-            format!("--listen={addr}"),
-            format!("--data-dir={}", dir.join(&name).display()),
-            format!("--peers={}", peers.join(",")),
-            "--new-replica".into(), // a fresh temp dir, started once
-            format!("--step={STEP}"),
-            format!("--section-size={SECTION_SIZE}"),
-            format!("--metrics-listen={}", store_metrics[i]),
-        ];
-        if id == 1 {
-            args.push("--bootstrap".into());
-        }
-        let spec = ProcSpec {
-            env: vec![("RUST_LOG".into(), "warn".into())],
-            ..ProcSpec::new(&name, storesvr, args)
-        };
-        store_pids.push(procs.spawn(spec).map_err(|e| spawn_err(&name, e))?);
-    }
-    Ok((store_addrs, store_metrics, peers, store_pids))
-}
-
 async fn start(
     procs: &mut Supervisor,
     exe: &Path,
@@ -647,8 +566,15 @@ async fn start(
         return Err(harness("echo server did not listen within 10 s"));
     }
 
-    let (store_addrs, store_metrics, peers, store_pids) = start_stores(procs, storesvr, dir)?;
-    let leader = wait_leader(&store_addrs, Duration::from_secs(30)).await?;
+    let cluster::Stores {
+        addrs: store_addrs,
+        metrics: store_metrics,
+        peers,
+        pids: store_pids,
+        leader,
+    } = cluster::start_stores(procs, storesvr, dir, STEP, SECTION_SIZE)
+        .await
+        .map_err(harness)?;
 
     let alloc_addr = seqsvr_harness::free_addr();
     let alloc_metrics = seqsvr_harness::free_addr();
@@ -683,58 +609,16 @@ async fn start(
     })
 }
 
-async fn connect(addr: &str) -> Result<Channel, Failure> {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| harness(format!("bad address {addr}: {e}")))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| harness(format!("cannot connect to {addr}: {e}")))
-}
-
 /// [`MAX_CHANNELS`] separate connections to `addr`.
 async fn channels(addr: &str) -> Result<Vec<AllocServiceClient<Channel>>, Failure> {
-    let mut out = Vec::with_capacity(MAX_CHANNELS);
-    for _ in 0..MAX_CHANNELS {
-        out.push(AllocServiceClient::new(connect(addr).await?));
-    }
-    Ok(out)
-}
-
-async fn status(addr: &str) -> Option<pb::StatusReply> {
-    let ch = connect(addr).await.ok()?;
-    StoreServiceClient::new(ch)
-        .status(pb::StatusRequest {})
-        .await
-        .ok()
-        .map(|r| r.into_inner())
-}
-
-/// The leader's address, once one is elected and the set's parameters exist.
-async fn wait_leader(addrs: &[String], limit: Duration) -> Result<String, Failure> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        for a in addrs {
-            if let Some(s) = status(a).await
-                && s.leader_id != 0
-                && s.params.is_some()
-                && let Some(l) = addrs.get(s.leader_id as usize - 1)
-            {
-                return Ok(l.clone());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(harness(format!("no StoreSvr leader within {limit:?}")))
+    cluster::channels(addr, MAX_CHANNELS).await.map_err(harness)
 }
 
 /// Waits until the leader reports every section owned.
 async fn wait_owned(leader: &str, limit: Duration) -> Result<(), Failure> {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        if let Some(s) = status(leader).await
+        if let Some(s) = cluster::status(leader).await
             && s.sections_total > 0
             && s.sections_owned == s.sections_total
             && !s.allocsvrs.is_empty()
@@ -749,32 +633,8 @@ async fn wait_owned(leader: &str, limit: Duration) -> Result<(), Failure> {
 /// Waits until `GetCurSeq` answers OK for the first uid of every section in `sections` (a read:
 /// consumes nothing); returns the AllocSvr's route version.
 async fn wait_serving(client: &AllocServiceClient<Channel>, sections: &[u64], limit: Duration) -> Result<u64, Failure> {
-    let deadline = Instant::now() + limit;
-    let mut pending: Vec<u64> = sections.to_vec();
-    let mut version = 0;
-    while Instant::now() < deadline {
-        let mut still = Vec::new();
-        for s in &pending {
-            let req = pb::GetCurSeqRequest {
-                uid: s * SECTION_SIZE,
-                route_version: version,
-            };
-            match client.clone().get_cur_seq(req).await {
-                Ok(r) if r.get_ref().outcome == pb::Outcome::Ok as i32 => version = r.get_ref().route_version,
-                _ => still.push(*s),
-            }
-        }
-        if still.is_empty() {
-            return Ok(version);
-        }
-        pending = still;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(harness(format!(
-        "{} sections not served within {limit:?} (e.g. {:?})",
-        pending.len(),
-        pending.first()
-    )))
+    let uids: Vec<u64> = sections.iter().map(|s| s * SECTION_SIZE).collect();
+    cluster::wait_serving(client, &uids, limit).await.map_err(harness)
 }
 
 /// Committed bump items counted by the StoreSvrs (only the leader's count grows).
@@ -786,7 +646,7 @@ fn store_bump_items(c: &Cluster) -> Option<f64> {
 }
 
 async fn read_store(c: &Cluster) -> Result<StoreReading, Failure> {
-    let s = status(&c.leader)
+    let s = cluster::status(&c.leader)
         .await
         .ok_or_else(|| harness(format!("no Status from the leader {}", c.leader)))?;
     if s.leader_id == 0 || c.store_addrs.get(s.leader_id as usize - 1) != Some(&c.leader) {
@@ -802,14 +662,7 @@ async fn read_store(c: &Cluster) -> Result<StoreReading, Failure> {
 }
 
 fn check_alive(procs: &mut Supervisor, samples: &[&Sample]) -> Result<(), Failure> {
-    let dead: Vec<String> = procs
-        .take_unexpected_exits()
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
-    if !dead.is_empty() {
-        return Err(harness(format!("process(es) exited during the benchmark: {dead:?}")));
-    }
+    cluster::check_alive(procs).map_err(harness)?;
     if let Some(s) = samples.iter().find(|s| s.calls == 0) {
         return Err(harness(format!(
             "a case completed no call ({} errors, {} not OK)",
@@ -979,7 +832,7 @@ impl<'a> PeerBench<'a> {
                 continue;
             };
             let a = self.args;
-            wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
+            cluster::wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
             match self.measure(server, case.concurrency).await {
                 Ok((s, cas)) => {
                     println!(

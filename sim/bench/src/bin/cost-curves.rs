@@ -834,15 +834,7 @@ fn store_plot(args: &Args, points: &[StorePoint]) -> Result<PathBuf, String> {
 }
 
 fn print_machine(args: &Args, dir: &Path) {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
+    let cpu = seqsvr_bench::procfs::cpu_model();
     println!(
         "machine: {} cores ({cpu}), shared by the benchmark and every server",
         std::thread::available_parallelism().map_or(0, |n| n.get())
