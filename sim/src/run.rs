@@ -295,12 +295,8 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
     let mut info = run_info(&opts);
     let history_path = dir.join("history.jsonl");
     let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
-    let counters = Arc::new(Counters::default());
-    let rec = Arc::new(Recorder {
-        history: history.clone(),
-        counters: counters.clone(),
-        touched: Default::default(),
-    });
+    let rec = Arc::new(Recorder::new(history.clone()));
+    let counters = rec.counters.clone();
     let shared = Arc::new(Shared {
         cluster: AsyncMutex::new(cluster),
         replicas: replica_clients(&topo),

@@ -85,6 +85,15 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// A recorder writing to `history`, with fresh counters and no uid touched yet.
+    pub fn new(history: Arc<HistoryWriter>) -> Self {
+        Self {
+            history,
+            counters: Arc::default(),
+            touched: Arc::default(),
+        }
+    }
+
     fn record(&self, call: Call) {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         match call.outcome {

@@ -41,7 +41,7 @@ use storesvr::domain::state::{SetParams, UnsafeRules};
 
 use crate::checks::{self, Report};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo};
-use crate::workload::{self, Counters, Recorder, WorkloadParams};
+use crate::workload::{self, Recorder, WorkloadParams};
 use faults::Fault;
 use group::{Group, REPLICAS};
 use world::{AllocSlot, Proc, SimConnect, State, World};
@@ -172,11 +172,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
         verify_from_ns: None,
     };
     let clock = RunClock::start();
-    let rec = Arc::new(Recorder {
-        history: Arc::new(HistoryWriter::in_memory(clock, &info)),
-        counters: Arc::new(Counters::default()),
-        touched: Default::default(),
-    });
+    let rec = Arc::new(Recorder::new(Arc::new(HistoryWriter::in_memory(clock, &info))));
     spawn_store(&world);
     let allocs = world.lock().allocs.len();
     for i in 0..allocs {
