@@ -279,6 +279,16 @@ fn check_bump_items(p: &SetParams, items: &[pb::BumpItem]) -> Result<Vec<BumpIte
             items.len()
         )));
     }
+    // The state machine checks each item against the section's ceiling by itself; a section named
+    // twice would let one Bump climb 4 steps per item instead of 4 per request (rule 6). An
+    // AllocSvr has at most one bump in flight per section, so it never names one twice.
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    if let Some(twice) = items.iter().find(|i| !seen.insert(i.section)) {
+        return Err(RpcError::InvalidArgument(format!(
+            "section {} is named twice in one bump; name each section at most once",
+            twice.section
+        )));
+    }
     items
         .iter()
         .map(|i| {
@@ -467,6 +477,25 @@ pub fn check_addr(addr: &str) -> Result<(), RpcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bump_naming_a_section_twice_is_refused_before_it_is_proposed() {
+        let (set, incs) = crate::domain::testing::set_with(&[1]);
+        let item = |section, new_max| pb::BumpItem {
+            section,
+            epoch: 1,
+            new_max,
+        };
+        let req = |items| pb::BumpRequest {
+            incarnation: incs[0].0,
+            items,
+        };
+        let err = bump_command(&set, &req(vec![item(3, 41), item(4, 5), item(3, 1)]), false).unwrap_err();
+        let status = tonic::Status::from(err);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("section 3 is named twice"), "{status:?}");
+        assert!(bump_command(&set, &req(vec![item(3, 41), item(4, 5)]), false).is_ok());
+    }
 
     #[test]
     fn a_state_machine_surprise_is_internal_not_retryable() {
