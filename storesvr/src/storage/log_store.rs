@@ -166,6 +166,7 @@ impl LogStore {
         if let Some(p) = purged {
             log.purge_upto(p.index)?;
         }
+        check_covers_committed(&log, purged, on_disk)?;
         let log = Arc::new(log);
         let durability = Durability::start(kv.clone(), log.clone(), on_disk);
         Ok(Self { kv, log, durability })
@@ -213,6 +214,31 @@ impl LogStore {
             .await
             .map_err(io::Error::other)?
     }
+}
+
+/// Refuses a log that ends below the committed index on disk. That index is written only after a
+/// sync of the log that covers it, so every entry up to it was durable; a log that lost some (bit
+/// rot read as a torn tail, a lost segment) must not start as if it had never had them: it could
+/// vote, or serve a read, from a past it no longer has.
+fn check_covers_committed(log: &SegmentLog, purged: Option<LogId>, committed: Option<LogId>) -> io::Result<()> {
+    let Some(committed) = committed else {
+        return Ok(());
+    };
+    let last = log.last()?.map(|(i, _)| i).max(purged.map(|p| p.index));
+    if last.is_some_and(|l| l >= committed.index) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "the Raft log ends at index {} but entries up to {} were committed and synced here before: \
+             synced entries are missing (a damaged or removed log segment). This replica cannot start \
+             on this data: move its data dir away and start it again as a new replica (--new-replica); \
+             it catches up from its peers",
+            last.map_or_else(|| "none".to_string(), |l| l.to_string()),
+            committed.index
+        ),
+    ))
 }
 
 fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
@@ -320,5 +346,50 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         })
         .await
         .map_err(write_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::kv::FileKv;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    #[test]
+    fn a_log_that_lost_committed_entries_is_refused_and_a_whole_one_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("kv")).unwrap());
+        kv.put(COMMITTED, &encode(&Some(log_id(3)))).unwrap();
+        let open_with = |entries: &[u64]| {
+            let log = SegmentLog::open(&dir.path().join("log")).unwrap();
+            let items: Vec<(u64, Vec<u8>)> = entries.iter().map(|&i| (i, vec![i as u8])).collect();
+            log.append(&items).unwrap();
+            log.sync().unwrap();
+            LogStore::new(kv.clone(), log)
+        };
+        let err = open_with(&[1, 2])
+            .err()
+            .expect("a log ending below the committed index is refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let msg = err.to_string();
+        assert!(msg.contains("ends at index 2") && msg.contains("up to 3"), "{msg}");
+        assert!(open_with(&[3]).is_ok(), "entries 1..=3 cover the committed index");
+    }
+
+    #[test]
+    fn a_log_purged_up_to_the_committed_index_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("kv")).unwrap());
+        kv.put(COMMITTED, &encode(&Some(log_id(5)))).unwrap();
+        kv.put(PURGED, &encode(&log_id(5))).unwrap();
+        let log = SegmentLog::open(&dir.path().join("log")).unwrap();
+        assert!(
+            LogStore::new(kv, log).is_ok(),
+            "an empty log purged up to the committed index"
+        );
     }
 }
