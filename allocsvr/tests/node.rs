@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{FakeStore, client, fetch, fetch_ok, poll, start, test_params};
 use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use tonic::Code;
+use tonic::transport::Channel;
 
 const SECTIONS: u64 = 10;
 const SECTION_SIZE: u64 = 10;
@@ -22,6 +24,15 @@ async fn store(auto_assign: bool) -> FakeStore {
     FakeStore::start(test_params(SECTIONS, SECTION_SIZE, STEP), auto_assign).await
 }
 
+/// The first seq of each of `uids`, once the node serves them.
+async fn first_seqs(c: &mut AllocServiceClient<Channel>, uids: &[u64]) -> HashMap<u64, u64> {
+    let mut first = HashMap::new();
+    for &uid in uids {
+        first.insert(uid, fetch_ok(c, uid, READY).await);
+    }
+    first
+}
+
 /// A batch is served grouped by section, and a uid whose ceiling is reached mid-batch waits for
 /// the bump: still, every occurrence of a uid gets the next seq in request order, across
 /// sections interleaved in the request and across step boundaries inside one batch.
@@ -31,10 +42,7 @@ async fn a_batch_across_sections_and_step_boundaries_serves_each_uid_in_request_
     let node = start(1, &store).await;
     let mut c = client(&node).await;
     let uids = [0u64, 1, 9, 10, 55, 99];
-    let mut last: HashMap<u64, u64> = HashMap::new();
-    for &uid in &uids {
-        last.insert(uid, fetch_ok(&mut c, uid, READY).await);
-    }
+    let mut last = first_seqs(&mut c, &uids).await;
     // uid 0 six times per batch (more than a step of 5), interleaved with other sections.
     let batch = vec![0u64, 55, 0, 99, 1, 0, 9, 0, 55, 0, 10, 0, 99];
     for round in 0..20 {
@@ -67,10 +75,7 @@ async fn seqs_per_uid_strictly_increase_across_step_boundaries() {
     let node = start(1, &store).await;
     let mut c = client(&node).await;
     let uids = [0u64, 1, 9, 10, 55, 99];
-    let mut last: HashMap<u64, u64> = HashMap::new();
-    for &uid in &uids {
-        last.insert(uid, fetch_ok(&mut c, uid, READY).await);
-    }
+    let mut last = first_seqs(&mut c, &uids).await;
     // Many fetches per uid cross many step boundaries (step 5); every seq is exactly one more
     // than the previous one (P1, P6) and never above the committed ceiling (P2).
     for round in 0..60 {

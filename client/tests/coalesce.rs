@@ -111,12 +111,22 @@ async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
     a.set_routes(table(1, &[(0, 10, &a.addr)]));
     let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
     coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    // Long enough that the later callers all arrive while the first batch is held, and below
+    // the client's per-attempt timeout.
     a.state.delay_ms.store(300, Ordering::SeqCst);
     let first = {
         let c = coalescer.clone();
         tokio::spawn(async move { c.fetch_next_seq(Uid(2)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The fake records a batch on arrival, before it holds the reply.
+    let in_flight = tokio::time::Instant::now() + Duration::from_secs(5);
+    while a.batches().len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < in_flight,
+            "the lone caller's batch never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut later = Vec::new();
     // Apart from each other, so that none finds another already queued.
     for uid in 3..6u64 {
