@@ -1,0 +1,4 @@
+//! (being written)
+/// The role check every server runs first.
+#[derive(Clone, Debug, Default)]
+pub struct AuthLayer;

@@ -1,0 +1,121 @@
+//! The one table of which role may call which gRPC method.
+//!
+//! | role | may call |
+//! |---|---|
+//! | `client` | the data plane (`AllocService`), read-only store calls (`GetRoutes`, `Status`, `GetClusterMap`, `ExportStatus`), health, reflection |
+//! | `allocsvr` | the read-only calls, and the ownership calls `Register`, `Renew`, `Release`, `Bump`, `Load` |
+//! | `storesvr` | the read-only calls, and the Raft peer service |
+//! | `admin` | the data plane, the read-only calls, and every `AdminService` change (membership, map, moves, drains) |
+//!
+//! An operator's `seqctl` carries `admin` and so may also fetch, to check a cluster by hand. A
+//! method this table does not know (a typo, a service this port does not serve) is let through to
+//! tonic, which answers UNIMPLEMENTED: refusing it would only hide that answer.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What a certificate's holder is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// An application calling the data plane.
+    Client,
+    /// An AllocSvr: owns sections through the store.
+    AllocSvr,
+    /// A StoreSvr replica: a Raft peer of its set.
+    StoreSvr,
+    /// An operator: membership, moves, drains.
+    Admin,
+}
+
+impl Role {
+    /// Every role, in the order the docs list them.
+    pub const ALL: [Role; 4] = [Role::Client, Role::AllocSvr, Role::StoreSvr, Role::Admin];
+
+    /// The name used in certificates and flags.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::AllocSvr => "allocsvr",
+            Role::StoreSvr => "storesvr",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The URI subject-alternative name that carries this role in a certificate.
+    pub fn uri(self) -> String {
+        format!("{ROLE_URI_PREFIX}{}", self.name())
+    }
+}
+
+/// Prefix of the URI SAN that names a certificate's role.
+pub const ROLE_URI_PREFIX: &str = "urn:seqsvr:role:";
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| format!("unknown role {s:?} (expected client, allocsvr, storesvr or admin)"))
+    }
+}
+
+/// What a method does, for the table above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `AllocService`: fetch and read sequences.
+    DataPlane,
+    /// Reads that change nothing and reveal no sequence: routes, status, maps, health, reflection.
+    ReadOnly,
+    /// An AllocSvr's dealings with its set: Register, Renew, Release, Bump, Load.
+    Ownership,
+    /// Raft messages between replicas of one set.
+    Peer,
+    /// Operator changes: membership, the cluster map, move steps, drains.
+    Admin,
+    /// Not a method of seqsvr-rs; tonic answers UNIMPLEMENTED.
+    Unknown,
+}
+
+/// The kind of the gRPC method at `path` (`/package.Service/Method`).
+pub fn kind(path: &str) -> Kind {
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (service, method) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    match service {
+        "seqsvr.v1.AllocService" => Kind::DataPlane,
+        "seqsvr.v1.RaftService" => Kind::Peer,
+        "seqsvr.v1.StoreService" => match method {
+            "GetRoutes" | "Status" => Kind::ReadOnly,
+            "Register" | "Renew" | "Release" | "Bump" | "Load" => Kind::Ownership,
+            _ => Kind::Unknown,
+        },
+        "seqsvr.v1.AdminService" => match method {
+            "GetClusterMap" | "ExportStatus" => Kind::ReadOnly,
+            "AddReplica" | "RemoveReplica" | "ChangeMap" | "RangeStep" | "DrainAllocSvr" | "PublishMap" => Kind::Admin,
+            _ => Kind::Unknown,
+        },
+        "grpc.health.v1.Health" | "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
+            Kind::ReadOnly
+        }
+        _ => Kind::Unknown,
+    }
+}
+
+/// Whether `role` may call the method at `path`.
+pub fn allowed(role: Role, path: &str) -> bool {
+    match kind(path) {
+        Kind::ReadOnly | Kind::Unknown => true,
+        Kind::DataPlane => matches!(role, Role::Client | Role::Admin),
+        Kind::Ownership => role == Role::AllocSvr,
+        Kind::Peer => role == Role::StoreSvr,
+        Kind::Admin => role == Role::Admin,
+    }
+}
