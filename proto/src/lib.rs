@@ -13,6 +13,10 @@
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
 //! - [`cli`]: how every binary takes options: flags, environment, config file.
 //! - [`reflection`]: gRPC reflection (v1 and v1alpha) listing only what a port serves.
+//! - [`serving`]: the limits every server runs with (calls in flight, streams per connection,
+//!   deadlines), set by one function on a tonic `Server` builder.
+//! - [`refusal`]: how RESOURCE_EXHAUSTED says "overloaded, retry" apart from "sequence space
+//!   used up, give up".
 //!
 //! Deliberately left out: any network IO (the only IO here is [`cli`] reading a config file). Clients, servers and retries live in the
 //! crates that need them.
@@ -23,7 +27,9 @@ pub mod limits;
 pub mod map_header;
 pub mod params;
 pub mod reflection;
+pub mod refusal;
 pub mod routes;
+pub mod serving;
 pub mod types;
 
 /// Generated protobuf messages and gRPC stubs of `seqsvr.v1`.
