@@ -5,7 +5,7 @@
 //! | `client` | the data plane (`AllocService`), read-only store calls (`GetRoutes`, `Status`, `GetClusterMap`, `ExportStatus`), health, reflection |
 //! | `allocsvr` | the read-only calls, and the ownership calls `Register`, `Renew`, `Release`, `Bump`, `Load` |
 //! | `storesvr` | the read-only calls, and the Raft peer service |
-//! | `admin` | the data plane, the read-only calls, and every `AdminService` change (membership, map, moves, drains) |
+//! | `admin` | the data plane, the read-only calls, every `AdminService` change (membership, map, moves, drains) and the audit trail (`GetAudit`) |
 //!
 //! An operator's `seqctl` carries `admin` and so may also fetch, to check a cluster by hand. A
 //! method this table does not know (a typo, a service this port does not serve) is let through to
@@ -99,7 +99,9 @@ pub fn kind(path: &str) -> Kind {
         },
         "seqsvr.v1.AdminService" => match method {
             "GetClusterMap" | "ExportStatus" => Kind::ReadOnly,
-            "AddReplica" | "RemoveReplica" | "ChangeMap" | "RangeStep" | "DrainAllocSvr" | "PublishMap" => Kind::Admin,
+            // GetAudit reads, but the trail names people: admins only.
+            "AddReplica" | "RemoveReplica" | "ChangeMap" | "RangeStep" | "DrainAllocSvr" | "PublishMap"
+            | "GetAudit" => Kind::Admin,
             _ => Kind::Unknown,
         },
         "grpc.health.v1.Health" | "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {

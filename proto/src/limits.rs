@@ -77,6 +77,26 @@ pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 /// sets with 16 addresses each and a few thousand ranges and moves stays far below it.
 pub const MAX_MAP_BYTES: usize = 1 << 20;
 
+// ---- the audit trail of admin actions ---------------------------------------------------------
+
+/// Records of admin actions a set keeps (in its state machine and its snapshot); older ones are
+/// dropped and counted. At the field cap below a full trail is under 8 MB; a typical record
+/// (a certificate subject, one line of arguments, one of outcome) is about 150 bytes, 1.5 MB for
+/// the whole trail.
+pub const MAX_AUDIT_RECORDS: usize = 10_000;
+
+/// Bytes of each text field of an audit record (who, what, outcome); longer text is cut at a
+/// character boundary, so a long certificate subject or refusal cannot grow the trail.
+pub const MAX_AUDIT_FIELD_BYTES: usize = 256;
+
+/// Most audit records in one `GetAudit` reply (a request for 0 gets this many).
+pub const MAX_AUDIT_PAGE: usize = 1_000;
+
+/// Bytes of one `AuditRecord` in a `GetAuditReply`, at most: two varint fields and three text
+/// fields of [`MAX_AUDIT_FIELD_BYTES`] (each with tag and a 2-byte length), plus its own tag and
+/// length.
+pub const AUDIT_RECORD_MAX_BYTES: usize = 2 * 11 + 3 * (MAX_AUDIT_FIELD_BYTES + 3) + 4;
+
 // ---- Raft entries and the log -----------------------------------------------------------------
 
 /// Most commands the StoreSvr writer packs into one Raft entry: bounds the apply time of one entry.
@@ -111,6 +131,8 @@ const _: () = {
     assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < MAX_LOG_RECORD_BYTES);
     assert!(MAX_LOG_RECORD_BYTES <= u32::MAX as usize);
     assert!(DATA_PLANE_MESSAGE_BYTES >= STORE_MESSAGE_BYTES + MAX_UIDS_PER_BATCH * 22);
+    assert!(MAX_AUDIT_PAGE * AUDIT_RECORD_MAX_BYTES + 64 < STORE_MESSAGE_BYTES);
+    assert!(MAX_AUDIT_PAGE <= MAX_AUDIT_RECORDS);
 };
 
 #[cfg(test)]
@@ -154,6 +176,23 @@ mod tests {
             results: vec![result],
         };
         assert!(reply.encoded_len() <= BUMP_ITEM_MAX_BYTES, "{}", reply.encoded_len());
+    }
+
+    #[test]
+    fn an_audit_record_at_the_field_cap_fits_its_worst_case_size() {
+        let text = "x".repeat(MAX_AUDIT_FIELD_BYTES);
+        let record = pb::AuditRecord {
+            number: u64::MAX,
+            at_ms: u64::MAX,
+            who: text.clone(),
+            what: text.clone(),
+            outcome: text,
+        };
+        let reply = pb::GetAuditReply {
+            records: vec![record],
+            ..Default::default()
+        };
+        assert!(reply.encoded_len() <= AUDIT_RECORD_MAX_BYTES, "{}", reply.encoded_len());
     }
 
     #[test]

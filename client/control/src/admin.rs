@@ -1,6 +1,6 @@
 //! `AdminService` client for operator actions on a StoreSvr group (add or remove a replica, read
-//! and change the cluster map, one set's move steps), over the same leader-following loop as the
-//! StoreService client.
+//! and change the cluster map, one set's move steps, read its audit trail), over the same
+//! leader-following loop as the StoreService client.
 //!
 //! Membership changes are not idempotent from the caller's view: a failure with `maybe_taken` set
 //! means an attempt may have been applied; the operator checks `seqctl status` before retrying.
@@ -75,6 +75,12 @@ impl AdminClient {
         self.leader.call(pb::DrainAllocSvrRequest { node_id }).await
     }
 
+    /// Records of the set's audit trail numbered above `after`, at most `limit` (0: a full page):
+    /// the oldest such, or with `newest` the newest such.
+    pub async fn audit(&self, after: u64, limit: u32, newest: bool) -> Result<pb::GetAuditReply, ControlError> {
+        self.leader.call(pb::GetAuditRequest { after, limit, newest }).await
+    }
+
     /// How far the owners of move `op`'s frozen range have let go.
     pub async fn export_status(&self, op: u64) -> Result<pb::ExportStatusReply, ControlError> {
         self.leader.call(pb::ExportStatusRequest { op }).await
@@ -111,4 +117,5 @@ admin_call! {
     ExportStatusRequest => ExportStatusReply, export_status;
     DrainAllocSvrRequest => DrainAllocSvrReply, drain_alloc_svr;
     PublishMapRequest => PublishMapReply, publish_map;
+    GetAuditRequest => GetAuditReply, get_audit;
 }

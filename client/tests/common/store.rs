@@ -24,6 +24,9 @@ pub struct ReplicaState {
     pub not_leader: Mutex<Option<pb::LeaderHint>>,
     pub voters: Mutex<Vec<u64>>,
     pub admin_calls: AtomicU64,
+    /// What GetAudit answers on the leader, and the last request it got.
+    pub audit: Mutex<pb::GetAuditReply>,
+    pub audit_asked: Mutex<Option<pb::GetAuditRequest>>,
 }
 
 /// A running fake replica; stopped when dropped.
@@ -164,5 +167,18 @@ impl AdminService for Admin {
         _req: Request<pb::ExportStatusRequest>,
     ) -> Result<Response<pb::ExportStatusReply>, Status> {
         Err(Status::unimplemented("not faked"))
+    }
+    /// The canned trail, whatever was asked (the request is kept for the test to check).
+    async fn get_audit(&self, req: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
+        let s = &self.0;
+        s.admin_calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(hint) = s.not_leader.lock().unwrap().clone() {
+            return Ok(Response::new(pb::GetAuditReply {
+                not_leader: Some(hint),
+                ..Default::default()
+            }));
+        }
+        *s.audit_asked.lock().unwrap() = Some(req.into_inner());
+        Ok(Response::new(s.audit.lock().unwrap().clone()))
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! - [`state`]: the replicated state of a set and its deterministic `apply` (P3, the store half
 //!   of P4, the bound on bumps).
+//! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.
 //! - [`liveness`]: when the leader last heard from each AllocSvr incarnation, and who counts as
 //!   alive at a given instant.
 //! - [`arbiter`]: the balanced layout of sections over live incarnations and the moves and
@@ -13,6 +14,7 @@
 //! about storage and the network.
 
 pub(crate) mod arbiter;
+pub mod audit;
 pub mod cluster_map;
 pub(crate) mod liveness;
 pub mod moves;

@@ -19,6 +19,7 @@
 //! Left out on purpose: liveness (who is alive is the leader's in-memory
 //! business, see `liveness`), and moving sections between sets.
 
+use super::audit::{self, AuditNote, AuditRecord, AuditTrail};
 use super::cluster_map::{ClusterMap, MapCommand, MapResult};
 use super::moves::{LocalMove, RangeCommand};
 use super::ranges::{OpId, RangeState, RangeTable};
@@ -203,6 +204,12 @@ pub enum Command {
     Drain { node_id: NodeId },
     /// Keep a published copy of the cluster map unless the set has this version or a newer one.
     CacheMap(CachedMap),
+    /// An admin action with who asked and when: applies `cmd` and appends its record, with the
+    /// outcome, to the audit trail in the same step (see `audit.rs`). `cmd` is never itself an
+    /// audit command.
+    Audited { note: AuditNote, cmd: Box<Command> },
+    /// A record alone, for an admin action that is not a command (a membership change).
+    Audit(AuditRecord),
 }
 
 /// Result of one command.
@@ -242,6 +249,10 @@ pub enum CommandResult {
         version: u64,
         already: bool,
     },
+    /// An `Audit` record was appended under this number.
+    Recorded {
+        number: u64,
+    },
 }
 
 /// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
@@ -274,9 +285,12 @@ pub struct SetState {
     /// The cluster map, in set 0 (its home) only.
     pub map: Option<ClusterMap>,
     /// The newest published copy of the cluster map, in every set (set 0 too: the copy lists the
-    /// sets' AllocSvr addresses, which its own map does not). Last field on purpose: a snapshot
-    /// written before it existed is read with `None` here (see `storage::sm_store`).
+    /// sets' AllocSvr addresses, which its own map does not). A snapshot written before it
+    /// existed is read with `None` here (see `storage::sm_store`).
     pub cached_map: Option<CachedMap>,
+    /// The last admin actions (bounded). Last field on purpose, like `cached_map`: a snapshot
+    /// written before it existed is read with an empty trail.
+    pub audit: AuditTrail,
 }
 
 impl SetState {
@@ -320,6 +334,13 @@ impl SetState {
                 }
             }
             Command::CacheMap(m) => self.cache_map(m),
+            Command::Audited { note, cmd } => self.audited(note, cmd, rules),
+            Command::Audit(record) => {
+                self.audit.push(record.clone());
+                CommandResult::Recorded {
+                    number: self.audit.last(),
+                }
+            }
             Command::Map(change) => match self.map.as_mut() {
                 Some(map) => CommandResult::Map(map.apply(change)),
                 None => CommandResult::Refused(format!(
@@ -328,6 +349,18 @@ impl SetState {
                 )),
             },
         }
+    }
+
+    /// Applies an admin action and appends its record with the outcome, whatever the outcome (a
+    /// refusal is worth recording too). A nested audit command is refused and not recorded, so
+    /// apply never recurses more than once.
+    fn audited(&mut self, note: &AuditNote, cmd: &Command, rules: UnsafeRules) -> CommandResult {
+        if matches!(cmd, Command::Audited { .. } | Command::Audit(_)) {
+            return CommandResult::Invalid("an audited command cannot hold another audit command".into());
+        }
+        let result = self.apply_with(cmd, rules);
+        self.audit.push(AuditRecord::new(note, &audit::outcome(&result)));
+        result
     }
 
     /// Keeps `m` unless the cached copy is as new or newer, so that a late or repeated publish never

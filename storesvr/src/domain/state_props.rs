@@ -15,12 +15,14 @@
 //! Left out: the arbiter's choices (its `Assign`s are generated at random here, which covers
 //! more than the arbiter ever sends) and time (the state machine reads no clock).
 
+use super::audit::{self, AuditNote, AuditRecord, MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECORDS};
 use super::cluster_map::{MapCommand, MapResult, Phase as MapPhase};
 use super::moves::{Phase as MovePhase, RangeCommand, Role};
 use super::ranges::RangeState;
 use super::state::*;
 use proptest::prelude::*;
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
+use std::borrow::Cow;
 
 /// Cases per property in CI (debug build); a sequence has up to [`MAX_STEPS`] commands.
 const CI_CASES: u32 = 256;
@@ -208,8 +210,42 @@ fn bump() -> impl Strategy<Value = Command> {
     (inc(), prop::collection::vec(item, 0..5)).prop_map(|(incarnation, items)| Command::Bump { incarnation, items })
 }
 
-/// Every command variant, weighted towards the ones that change ownership and ceilings.
+/// Who, when and what of an admin action; texts past the field cap too (apply must cut them).
+fn audit_note() -> impl Strategy<Value = AuditNote> {
+    let text = || prop_oneof![3 => Just("anonymous".to_string()), 1 => ".{0,300}"];
+    (text(), any::<u64>(), text()).prop_map(|(who, at_ms, what)| AuditNote { who, at_ms, what })
+}
+
+/// A record alone (a membership change's), fields uncut.
+fn audit_record() -> impl Strategy<Value = AuditRecord> {
+    (audit_note(), ".{0,300}").prop_map(|(n, outcome)| AuditRecord {
+        who: n.who,
+        at_ms: n.at_ms,
+        what: n.what,
+        outcome,
+    })
+}
+
+/// Every command variant: mostly bare, some as audited admin actions (also nested ones, which
+/// must be refused), some audit records alone.
 pub(crate) fn command() -> impl Strategy<Value = Command> {
+    let audited = |inner: BoxedStrategy<Command>| {
+        (audit_note(), inner).prop_map(|(note, cmd)| Command::Audited {
+            note,
+            cmd: Box::new(cmd),
+        })
+    };
+    prop_oneof![
+        20 => plain_command(),
+        4 => audited(plain_command().boxed()),
+        1 => audited(audit_record().prop_map(Command::Audit).boxed()),
+        1 => audit_record().prop_map(Command::Audit),
+    ]
+}
+
+/// Every command variant but the audit ones, weighted towards the ones that change ownership and
+/// ceilings.
+fn plain_command() -> impl Strategy<Value = Command> {
     let node = || small_or_any(5).prop_map(NodeId);
     prop_oneof![
         1 => (0..2u64).prop_map(|s| Command::Init(params(s))),
@@ -248,12 +284,90 @@ pub(crate) fn check_step(
     cmd: &Command,
     result: &CommandResult,
 ) -> Result<(), String> {
+    check_audit(before, after, cmd, result)?;
+    let (cmd, after) = action_of(before, after, cmd);
+    let after = after.as_ref();
     check_sections(before, after)?;
     check_registry(before, after)?;
     check_ranges(after)?;
     check_versions(before, after)?;
     check_refusals(before, after, cmd, result)?;
     check_bumps(before, after, cmd, result)
+}
+
+/// Whether applying `cmd` to `before` must append one audit record: an audited action that holds
+/// no audit command, or a record alone, on an initialized set.
+fn records(before: &SetState, cmd: &Command) -> bool {
+    let recording = match cmd {
+        Command::Audited { cmd, .. } => !matches!(**cmd, Command::Audited { .. } | Command::Audit(_)),
+        Command::Audit(_) => true,
+        _ => false,
+    };
+    recording && before.params.is_some()
+}
+
+/// The audit trail: exactly one record more after an admin action (its note, the outcome of its
+/// result, fields within the cap), none after anything else; never above the bound; numbers only
+/// grow.
+fn check_audit(before: &SetState, after: &SetState, cmd: &Command, result: &CommandResult) -> Result<(), String> {
+    let (b, a) = (&before.audit, &after.audit);
+    if a.len() > MAX_AUDIT_RECORDS || a.dropped() < b.dropped() || a.last() < b.last() {
+        return Err(format!(
+            "the audit trail went back or past its bound: {} kept, last {}",
+            a.len(),
+            a.last()
+        ));
+    }
+    if !records(before, cmd) {
+        return if a == b {
+            Ok(())
+        } else {
+            Err("a command that is no admin action touched the audit trail".into())
+        };
+    }
+    if a.last() != b.last() + 1 {
+        return Err(format!("an admin action made {} audit records", a.last() - b.last()));
+    }
+    let Some(&(_, newest)) = a.page(0, 1, true).first() else {
+        return Err("an admin action left the audit trail empty".into());
+    };
+    if [&newest.who, &newest.what, &newest.outcome]
+        .iter()
+        .any(|f| f.len() > MAX_AUDIT_FIELD_BYTES)
+    {
+        return Err(format!("an audit field is above the cap: {newest:?}"));
+    }
+    let want = match cmd {
+        Command::Audited { note, .. } => AuditRecord::new(note, &audit::outcome(result)),
+        Command::Audit(r) => AuditRecord::new(
+            &AuditNote {
+                who: r.who.clone(),
+                at_ms: r.at_ms,
+                what: r.what.clone(),
+            },
+            &r.outcome,
+        ),
+        _ => unreachable!("records() holds"),
+    };
+    if *newest != want {
+        return Err(format!("audit record {newest:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
+/// What the other checks judge: the action an audited command applied, with the trail (checked
+/// by `check_audit`) as it was before, so that a refused or repeated action still reads as
+/// "nothing changed".
+fn action_of<'a>(before: &SetState, after: &'a SetState, cmd: &'a Command) -> (&'a Command, Cow<'a, SetState>) {
+    if !records(before, cmd) {
+        return (cmd, Cow::Borrowed(after));
+    }
+    let mut rest = after.clone();
+    rest.audit = before.audit.clone();
+    match cmd {
+        Command::Audited { cmd: inner, .. } => (inner.as_ref(), Cow::Owned(rest)),
+        _ => (cmd, Cow::Owned(rest)),
+    }
 }
 
 /// P3 and the epoch fence: per section, `max_seq` and the epoch never go down, and an owner change
@@ -482,7 +596,11 @@ fn check_bumps(before: &SetState, after: &SetState, cmd: &Command, result: &Comm
 /// repeated range step answers `Stepped { already: true }` and a
 /// retried Register gets the same incarnation.
 pub(crate) fn check_repeat(after: &SetState, cmd: &Command, first: &CommandResult) -> Result<(), String> {
-    match cmd {
+    let action = match cmd {
+        Command::Audited { cmd, .. } => cmd.as_ref(),
+        cmd => cmd,
+    };
+    match action {
         Command::Register { nonce: 0, .. } => return Ok(()),
         Command::Assign { moves, .. } if overlapping(moves) => return Ok(()),
         Command::Bump { items, .. } if repeats_a_section(items) => return Ok(()),
@@ -490,6 +608,10 @@ pub(crate) fn check_repeat(after: &SetState, cmd: &Command, first: &CommandResul
     }
     let mut again = after.clone();
     let second = again.apply(cmd, false);
+    // A repeated admin action is recorded again, on purpose (check_audit checked the record).
+    if records(after, cmd) {
+        again.audit = after.audit.clone();
+    }
     if again != *after {
         return Err(format!(
             "repeating {cmd:?} (first {first:?}, then {second:?}) changed the state"
@@ -592,6 +714,7 @@ fn resolve(cmd: &Command, st: &SetState) -> Command {
                 r.epoch = epoch_near(st, r.begin, r.epoch);
             }
         }
+        Command::Audited { cmd: inner, .. } => **inner = resolve(inner, st),
         Command::Assign { expire, moves } => {
             for e in expire {
                 *e = incarnation_in(st, *e);
@@ -798,6 +921,23 @@ mod the_checker {
                 .map_err(TestCaseError::fail)
         });
         assert!(outcome.is_err(), "no sequence caught a bump applied outside the fence");
+    }
+
+    #[test]
+    fn catches_an_admin_action_without_its_record_or_with_another() {
+        let (before, _) = owned();
+        let cmd = audit::wrap("CN=ops", 5, drain());
+        let mut after = before.clone();
+        let result = after.apply(&cmd, false);
+        assert_eq!(check_step(&before, &after, &cmd, &result), Ok(()));
+        let e = check_step(&before, &before, &cmd, &result).unwrap_err();
+        assert!(e.contains("made 0 audit records"), "{e}");
+        let mut forged = before.clone();
+        forged.apply(&audit::wrap("CN=mallory", 5, drain()), false);
+        let e = check_step(&before, &forged, &cmd, &result).unwrap_err();
+        assert!(e.contains("expected"), "{e}");
+        let e = check_step(&before, &after, &drain(), &result).unwrap_err();
+        assert!(e.contains("touched the audit trail"), "{e}");
     }
 
     #[test]

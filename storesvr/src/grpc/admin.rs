@@ -1,18 +1,27 @@
-//! `AdminService`: Raft membership changes, on the leader, and the move RPCs (in `moves`).
+//! `AdminService`: Raft membership changes, on the leader, the move RPCs (in `moves`) and the
+//! audit trail's read (in `audit`).
 //!
 //! A new replica joins as a learner, catches up (by snapshot when the log it
 //! needs was purged), and only then becomes a voter, so adding a replica never
 //! makes a quorum wait for an empty node. Node ids are never reused: the state
 //! machine remembers every id that was ever a member.
 //!
+//! A membership change is not a state-machine command, so it cannot carry its audit record in
+//! its own entry: the leader writes one `Command::Audit` record with the intent ("started")
+//! before touching the membership, and one with the outcome after. Only if the intent is
+//! committed does the change start, so every change has a record; the outcome record is best
+//! effort (a leader that removed itself, or lost its quorum, cannot write it) and its absence
+//! after a "started" says the outcome is not known to the trail.
+//!
 //! Left out: leader transfer (not in openraft 0.9) and joint changes of
 //! several replicas at once.
 
 use crate::error::RpcError;
-use crate::grpc::moves;
-use crate::shared::Shared;
+use crate::grpc::{audit, moves};
+use crate::shared::{Led, Shared};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
+use seqsvr_auth::Caller;
 use seqsvr_proto::{NodeId, pb};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -60,11 +69,68 @@ impl AdminSvc {
             Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
         }
     }
+
+    /// Runs the membership change `change` between its two audit records (see the module docs):
+    /// nothing is changed unless the "started" record commits here.
+    async fn audited(
+        &self,
+        who: &Caller,
+        what: &str,
+        change: impl Future<Output = Result<pb::MembershipReply, RpcError>>,
+    ) -> Result<pb::MembershipReply, RpcError> {
+        if let Led::Elsewhere(hint) = self.ctx.write(audit::record(who, what, "started")).await? {
+            return Ok(pb::MembershipReply {
+                not_leader: Some(hint),
+                ..Default::default()
+            });
+        }
+        let result = change.await;
+        let outcome = match &result {
+            Ok(r) => match &r.not_leader {
+                Some(h) => format!("not done: node {} leads now", h.leader_id),
+                None => format!(
+                    "done: voters {:?}, learners {:?} (log index {})",
+                    r.voters, r.learners, r.log_index
+                ),
+            },
+            Err(e) => format!("failed: {e}"),
+        };
+        match self.ctx.write(audit::record(who, what, &outcome)).await {
+            Ok(Led::Here(_)) => {}
+            Ok(Led::Elsewhere(_)) => tracing::warn!(what, outcome, "outcome not recorded: no longer the leader"),
+            Err(e) => tracing::warn!(what, outcome, error = %e, "outcome not recorded"),
+        }
+        result
+    }
+
+    /// Adds `node_id` as a learner, waits for it to catch up, then promotes it.
+    async fn add_then_promote(&self, node_id: u64, addr: String) -> Result<pb::MembershipReply, RpcError> {
+        tracing::info!(node_id, addr = %addr, "adding replica as learner");
+        let added = tokio::time::timeout(
+            CATCH_UP_TIMEOUT,
+            self.ctx.raft.add_learner(node_id, BasicNode::new(addr), true),
+        )
+        .await;
+        match added {
+            Err(_) => return Err(RpcError::Unavailable("the new replica did not catch up in time".into())),
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                return Ok(self.not_leader(f.leader_id));
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                return Err(RpcError::FailedPrecondition(e.to_string()));
+            }
+            Ok(Err(RaftError::Fatal(e))) => return Err(RpcError::Fatal(e.to_string())),
+        }
+        tracing::info!(node_id, "learner caught up; promoting to voter");
+        self.change(ChangeMembers::AddVoterIds(BTreeSet::from([node_id]))).await
+    }
 }
 
 #[tonic::async_trait]
 impl pb::admin_service_server::AdminService for AdminSvc {
     async fn add_replica(&self, req: Request<pb::AddReplicaRequest>) -> Result<Response<pb::MembershipReply>, Status> {
+        let who = Caller::of(&req);
         let req = req.into_inner();
         if req.node_id == 0 {
             return Err(RpcError::InvalidArgument("node_id must be > 0".into()).into());
@@ -95,36 +161,16 @@ impl pb::admin_service_server::AdminService for AdminSvc {
             ))
             .into());
         }
-        tracing::info!(node_id = req.node_id, addr = %req.addr, "adding replica as learner");
-        let added = tokio::time::timeout(
-            CATCH_UP_TIMEOUT,
-            self.ctx
-                .raft
-                .add_learner(req.node_id, BasicNode::new(req.addr.clone()), true),
-        )
-        .await;
-        match added {
-            Err(_) => return Err(RpcError::Unavailable("the new replica did not catch up in time".into()).into()),
-            Ok(Ok(_)) => {}
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                return Ok(Response::new(self.not_leader(f.leader_id)));
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                return Err(RpcError::FailedPrecondition(e.to_string()).into());
-            }
-            Ok(Err(RaftError::Fatal(e))) => return Err(RpcError::Fatal(e.to_string()).into()),
-        }
-        tracing::info!(node_id = req.node_id, "learner caught up; promoting to voter");
-        Ok(Response::new(
-            self.change(ChangeMembers::AddVoterIds(BTreeSet::from([req.node_id])))
-                .await?,
-        ))
+        let what = format!("add replica {} at {}", req.node_id, req.addr);
+        let change = self.add_then_promote(req.node_id, req.addr);
+        Ok(Response::new(self.audited(&who, &what, change).await?))
     }
 
     async fn remove_replica(
         &self,
         req: Request<pb::RemoveReplicaRequest>,
     ) -> Result<Response<pb::MembershipReply>, Status> {
+        let who = Caller::of(&req);
         let req = req.into_inner();
         if !self.is_leader() {
             return Ok(Response::new(self.not_leader(None)));
@@ -151,7 +197,8 @@ impl pb::admin_service_server::AdminService for AdminSvc {
             return Err(RpcError::InvalidArgument(format!("node {} is not a member", req.node_id)).into());
         };
         tracing::info!(node_id = req.node_id, "removing replica");
-        Ok(Response::new(self.change(changes).await?))
+        let what = format!("remove replica {}", req.node_id);
+        Ok(Response::new(self.audited(&who, &what, self.change(changes)).await?))
     }
 
     async fn get_cluster_map(
@@ -162,22 +209,38 @@ impl pb::admin_service_server::AdminService for AdminSvc {
     }
 
     async fn change_map(&self, req: Request<pb::ChangeMapRequest>) -> Result<Response<pb::ChangeMapReply>, Status> {
-        Ok(Response::new(moves::change_map(&self.ctx, req.into_inner()).await?))
+        let who = Caller::of(&req);
+        Ok(Response::new(
+            moves::change_map(&self.ctx, &who, req.into_inner()).await?,
+        ))
     }
 
     async fn range_step(&self, req: Request<pb::RangeStepRequest>) -> Result<Response<pb::RangeStepReply>, Status> {
-        Ok(Response::new(moves::range_step(&self.ctx, req.into_inner()).await?))
+        let who = Caller::of(&req);
+        Ok(Response::new(
+            moves::range_step(&self.ctx, &who, req.into_inner()).await?,
+        ))
     }
 
     async fn drain_alloc_svr(
         &self,
         req: Request<pb::DrainAllocSvrRequest>,
     ) -> Result<Response<pb::DrainAllocSvrReply>, Status> {
-        Ok(Response::new(moves::drain(&self.ctx, req.into_inner().node_id).await?))
+        let who = Caller::of(&req);
+        Ok(Response::new(
+            moves::drain(&self.ctx, &who, req.into_inner().node_id).await?,
+        ))
     }
 
     async fn publish_map(&self, req: Request<pb::PublishMapRequest>) -> Result<Response<pb::PublishMapReply>, Status> {
-        Ok(Response::new(moves::publish_map(&self.ctx, req.into_inner()).await?))
+        let who = Caller::of(&req);
+        Ok(Response::new(
+            moves::publish_map(&self.ctx, &who, req.into_inner()).await?,
+        ))
+    }
+
+    async fn get_audit(&self, req: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
+        Ok(Response::new(audit::get_audit(&self.ctx, req.into_inner()).await?))
     }
 
     async fn export_status(

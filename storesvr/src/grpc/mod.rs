@@ -1,9 +1,11 @@
-//! The client-facing services of a replica: `StoreService` (`store`) and `AdminService` (`admin`).
+//! The client-facing services of a replica: `StoreService` (`store`) and `AdminService` (`admin`,
+//! with its move RPCs in `moves` and the audit trail's stamping and read in `audit`).
 //! The Raft peer service is in `raft::network`.
 //!
 //! Deliberately left out: deciding anything about ownership (`domain`); the services validate,
 //! turn requests into commands, and map results and errors to replies.
 
 pub mod admin;
+pub mod audit;
 pub mod moves;
 pub mod store;

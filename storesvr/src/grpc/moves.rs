@@ -1,15 +1,20 @@
 //! The move RPCs of `AdminService`: the cluster map (read and change, on set 0) and a set's range
 //! steps, drain and export status. `admin.rs` forwards to these functions; what each decides is in
 //! `serve::moves` (shared with the deterministic simulator), and this module adds Raft's writes and
-//! read index, the replica's membership and the leader's clock.
+//! read index, the replica's membership and the leader's clock. Every write here is an admin
+//! action: it is stamped with its caller and time and recorded in the audit trail in the same
+//! Raft entry (`grpc::audit`).
 //!
-//! Left out: driving a move (seqctl does) and authentication.
+//! Left out: driving a move (seqctl does) and checking the caller's role (the server's auth
+//! layer does, before a handler runs).
 
 use std::time::Instant;
 
+use seqsvr_auth::Caller;
 use seqsvr_proto::pb;
 
 use crate::error::RpcError;
+use crate::grpc::audit::stamped;
 use crate::serve::moves as serve;
 use crate::shared::{Led, Shared};
 
@@ -43,9 +48,13 @@ pub fn map_for(
     ctx.data(|d| serve::map_for(&d.set, p, caller, || members(ctx)))
 }
 
-pub async fn publish_map(ctx: &Shared, req: pb::PublishMapRequest) -> Result<pb::PublishMapReply, RpcError> {
+pub async fn publish_map(
+    ctx: &Shared,
+    who: &Caller,
+    req: pb::PublishMapRequest,
+) -> Result<pb::PublishMapReply, RpcError> {
     let cmd = serve::publish_command(&ctx.params()?, req)?;
-    match ctx.write(cmd).await? {
+    match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::PublishMapReply {
             not_leader: Some(hint),
             ..Default::default()
@@ -54,9 +63,9 @@ pub async fn publish_map(ctx: &Shared, req: pb::PublishMapRequest) -> Result<pb:
     }
 }
 
-pub async fn change_map(ctx: &Shared, req: pb::ChangeMapRequest) -> Result<pb::ChangeMapReply, RpcError> {
+pub async fn change_map(ctx: &Shared, who: &Caller, req: pb::ChangeMapRequest) -> Result<pb::ChangeMapReply, RpcError> {
     let cmd = serve::map_command(&ctx.params()?, req)?;
-    match ctx.write(cmd).await? {
+    match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::ChangeMapReply {
             not_leader: Some(hint),
             ..Default::default()
@@ -65,9 +74,9 @@ pub async fn change_map(ctx: &Shared, req: pb::ChangeMapRequest) -> Result<pb::C
     }
 }
 
-pub async fn range_step(ctx: &Shared, req: pb::RangeStepRequest) -> Result<pb::RangeStepReply, RpcError> {
+pub async fn range_step(ctx: &Shared, who: &Caller, req: pb::RangeStepRequest) -> Result<pb::RangeStepReply, RpcError> {
     let cmd = serve::range_command(&ctx.params()?, req)?;
-    match ctx.write(cmd).await? {
+    match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::RangeStepReply {
             not_leader: Some(hint),
             already: false,
@@ -77,7 +86,7 @@ pub async fn range_step(ctx: &Shared, req: pb::RangeStepRequest) -> Result<pb::R
 }
 
 /// Marks node `node_id` draining (once) and says how many sections it still owns.
-pub async fn drain(ctx: &Shared, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
+pub async fn drain(ctx: &Shared, who: &Caller, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
     let not_leader = |hint| pb::DrainAllocSvrReply {
         not_leader: Some(hint),
         ..Default::default()
@@ -87,7 +96,7 @@ pub async fn drain(ctx: &Shared, node_id: u64) -> Result<pb::DrainAllocSvrReply,
     }
     let now = Instant::now();
     let cmd = ctx.data(|d| serve::drain_command(&d.set, &ctx.view().liveness, now, ctx.detect(), node_id))?;
-    match ctx.write(cmd).await? {
+    match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(not_leader(hint)),
         Led::Here(result) => ctx.data(|d| serve::drained(&d.set, node_id, result)),
     }

@@ -72,19 +72,26 @@ fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
     }
 }
 
-/// Decodes a snapshot's state. A snapshot written before `SetState::cached_map` existed ends just
-/// before it: postcard has no field tags, so the missing trailing `Option` is supplied as its
-/// encoding of `None` (one 0 byte) and the state is read with no cached map.
+/// Decodes a snapshot's state. Fields added to `SetState` since the first snapshots went last, and
+/// postcard has no field tags, so an older snapshot ends early: as many 0 bytes as the missing
+/// fields' empty encodings are supplied (`cached_map`: `None`, one byte; `audit`: an empty trail,
+/// two bytes) and it is read with them empty. A current snapshot decodes on the first try.
 fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
-    match postcard::from_bytes(bytes) {
-        Ok(data) => Ok(data),
-        Err(first) => {
-            let mut padded = Vec::with_capacity(bytes.len() + 1);
-            padded.extend_from_slice(bytes);
-            padded.push(0);
-            postcard::from_bytes(&padded).map_err(|_| snap_err(ErrorVerb::Read, first))
+    /// Empty trail (2 bytes), then no cached map as well (3 bytes).
+    const OLDER_FORMATS: [usize; 2] = [2, 3];
+    let first = match postcard::from_bytes(bytes) {
+        Ok(data) => return Ok(data),
+        Err(e) => e,
+    };
+    for missing in OLDER_FORMATS {
+        let mut padded = Vec::with_capacity(bytes.len() + missing);
+        padded.extend_from_slice(bytes);
+        padded.resize(bytes.len() + missing, 0);
+        if let Ok(data) = postcard::from_bytes(&padded) {
+            return Ok(data);
         }
     }
+    Err(snap_err(ErrorVerb::Read, first))
 }
 
 impl StateMachineStore {
@@ -315,22 +322,45 @@ mod tests {
         assert_eq!(current.meta.last_log_id, Some(log_id(2, 12)));
     }
 
-    /// A snapshot written before the cached map existed (its state ends one field earlier) is read
-    /// with no cached map; a current one round-trips with it.
+    /// Snapshots written before the cached map and before the audit trail existed (the state ends
+    /// one or two fields earlier) are read with those empty; a current one round-trips with both.
     #[test]
-    fn a_snapshot_from_before_the_cached_map_is_still_read() {
+    fn snapshots_from_before_the_cached_map_and_the_audit_trail_are_still_read() {
+        use crate::domain::audit::{AuditNote, AuditRecord};
         use crate::domain::state::CachedMap;
         let mut data = sm_data(log_id(1, 7));
         data.set.cached_map = Some(CachedMap {
             version: 4,
             encoded: vec![1, 2, 3],
         });
+        let note = AuditNote {
+            who: "anonymous".into(),
+            at_ms: 5,
+            what: "drain AllocSvr node 2".into(),
+        };
+        data.set.audit.push(AuditRecord::new(&note, "done"));
         let bytes = postcard::to_stdvec(&data).unwrap();
         assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
+
+        data.set.audit = Default::default();
+        let mut before_audit = postcard::to_stdvec(&data).unwrap();
+        assert_eq!(
+            before_audit.split_off(before_audit.len() - 2),
+            [0, 0],
+            "an empty trail ends it"
+        );
+        let read = decode_sm_data(&before_audit).unwrap();
+        assert_eq!((read.last_applied, &read.set), (data.last_applied, &data.set));
+
         data.set.cached_map = None;
-        let mut old = postcard::to_stdvec(&data).unwrap();
-        assert_eq!(old.pop(), Some(0), "None is the last byte");
-        let read = decode_sm_data(&old).unwrap();
+        let mut oldest = postcard::to_stdvec(&data).unwrap();
+        assert_eq!(
+            oldest.split_off(oldest.len() - 3),
+            [0, 0, 0],
+            "None, then an empty trail"
+        );
+        let read = decode_sm_data(&oldest).unwrap();
         assert_eq!((read.last_applied, read.set), (data.last_applied, data.set));
+        assert!(decode_sm_data(&[0xff; 3]).is_err(), "garbage is still refused");
     }
 }
