@@ -15,6 +15,7 @@
 //! and every caller is anonymous and may call everything, as before this crate existed.
 
 pub mod devca;
+mod identity;
 pub mod layer;
 pub mod policy;
 pub mod tls;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 pub use layer::AuthLayer;
 pub use policy::{Role, allowed};
-pub use tls::{ClientTls, ServerTls, TlsArgs};
+pub use tls::{Layered, Tls, TlsArgs, TlsError, endpoint, server};
 
 /// Who sent a request, as the server's role check saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +48,11 @@ impl Caller {
     /// The caller the server's check recorded on `request`; anonymous when no check ran (no TLS,
     /// or a test calling a handler directly).
     pub fn of<T>(request: &tonic::Request<T>) -> Self {
-        request.extensions().get::<Caller>().cloned().unwrap_or_else(Self::anonymous)
+        request
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_else(Self::anonymous)
     }
 }
 

@@ -99,14 +99,16 @@ pub fn kind(path: &str) -> Kind {
         },
         "seqsvr.v1.AdminService" => match method {
             "GetClusterMap" | "ExportStatus" => Kind::ReadOnly,
+            // Backup changes nothing, but its file is the whole set's state: admins only.
+            "Backup" => Kind::Admin,
             // GetAudit reads, but the trail names people: admins only.
             "AddReplica" | "RemoveReplica" | "ChangeMap" | "RangeStep" | "DrainAllocSvr" | "PublishMap"
             | "GetAudit" => Kind::Admin,
             _ => Kind::Unknown,
         },
-        "grpc.health.v1.Health" | "grpc.reflection.v1.ServerReflection" | "grpc.reflection.v1alpha.ServerReflection" => {
-            Kind::ReadOnly
-        }
+        "grpc.health.v1.Health"
+        | "grpc.reflection.v1.ServerReflection"
+        | "grpc.reflection.v1alpha.ServerReflection" => Kind::ReadOnly,
         _ => Kind::Unknown,
     }
 }
