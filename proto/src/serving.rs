@@ -113,6 +113,9 @@ impl ServeLimits {
 /// Called once for every call refused as overloaded (each server counts them in its metrics).
 pub type ShedHook = Arc<dyn Fn() + Send + Sync>;
 
+/// The layers of a `Server<L>` after [`apply`]: name it as `Server<Limited<L>>`.
+pub type Limited<L> = Stack<ShedLayer, L>;
+
 /// Sets `limits` on `server`: the HTTP/2 stream limit, the handler deadline, keepalive, and the
 /// in-flight limit as the layer closest to the network of those added after this call (a layer
 /// added before it, e.g. authentication, runs first). Calls to the gRPC services named in
@@ -122,7 +125,7 @@ pub fn apply<L>(
     limits: &ServeLimits,
     exempt: &'static [&'static str],
     on_shed: ShedHook,
-) -> Server<Stack<ShedLayer, L>> {
+) -> Server<Limited<L>> {
     server
         .max_concurrent_streams(limits.max_streams_per_connection)
         .timeout(limits.rpc_timeout)
