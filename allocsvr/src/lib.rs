@@ -12,7 +12,7 @@
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
 //! - [`service`]: the `AllocService` gRPC data plane.
 //! - [`node`]: the composition root: start, wire, shut down.
-//! - [`config`], [`error`], [`metrics`].
+//! - [`config`], [`error`], [`metrics`], [`rpc_metrics`] (per-method latency and error codes).
 //!
 //! Promises kept here (docs/DESIGN.md): P1 (per-uid increase; reload on every gain), P2 (never
 //! above the acknowledged ceiling), P4 with the store's epochs (lease from send time, gain wait,
@@ -31,6 +31,7 @@ pub mod lease;
 pub mod metrics;
 pub mod node;
 pub mod owned;
+pub mod rpc_metrics;
 pub mod section;
 pub mod service;
 pub mod shared;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use allocsvr::config::ENV_PREFIX;
 use allocsvr::{Cli, Node};
+use seqsvr_proto::observe;
 use tracing::{error, info};
 
 fn main() -> ExitCode {
@@ -41,7 +42,12 @@ fn main() -> ExitCode {
         if let Some(addr) = config.metrics_listen {
             let installed = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .with_http_listener(addr)
-                .install();
+                .add_global_label("node", config.node.node_id.0.to_string())
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix(observe::LATENCY_SUFFIX.into()),
+                    observe::LATENCY_BUCKETS_SECONDS,
+                )
+                .and_then(|b| b.install());
             if let Err(e) = installed {
                 error!(%addr, error = %e, "cannot serve metrics");
                 return ExitCode::FAILURE;

@@ -25,6 +25,10 @@ pub struct Metrics {
     pub bump_queue_full: Counter,
     /// Time from sending a Bump to its reply, seconds.
     pub bump_latency: Histogram,
+    /// Fetches that found their section's acknowledged ceiling reached (no headroom left) and
+    /// had to wait for a bump: the prefetch at half a step did not finish in time, so the step
+    /// is small for the section's rate or the store is slow.
+    pub ceiling_waits: Counter,
     /// 1 while the lease is valid, else 0.
     pub lease_valid: Gauge,
     /// Sections currently held (any state).
@@ -50,6 +54,7 @@ impl Metrics {
             bump_failures: counter!("allocsvr_bump_failures_total"),
             bump_queue_full: counter!("allocsvr_bump_queue_full_total"),
             bump_latency: histogram!("allocsvr_bump_latency_seconds"),
+            ceiling_waits: counter!("allocsvr_ceiling_waits_total"),
             lease_valid: gauge!("allocsvr_lease_valid"),
             sections_held: gauge!("allocsvr_sections_held"),
             lease_lost: counter!("allocsvr_lease_lost_total"),

@@ -202,7 +202,7 @@ async fn spawn_server(
     tokio::spawn(async move {
         let router = tonic::transport::Server::builder()
             .add_service(health_service)
-            .add_service(service)
+            .add_service(crate::rpc_metrics::Metered::new(service))
             .add_optional_service(reflection_v1)
             .add_optional_service(reflection_v1alpha);
         let shutdown = async move {

@@ -122,11 +122,14 @@ impl Service {
 
     /// Fetches one uid, waiting for an in-flight bump until `deadline` at most.
     async fn fetch(&self, uid: Uid, deadline: tokio::time::Instant) -> Step {
-        for _ in 0..MAX_WAKEUPS {
+        for wakeup in 0..MAX_WAKEUPS {
             let slot = match self.fetch_once(uid) {
                 Step::Wait(slot) => slot,
                 other => return other,
             };
+            if wakeup == 0 {
+                self.shared.metrics().ceiling_waits.increment(1);
+            }
             let notified = slot.bumped.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();

@@ -13,6 +13,7 @@
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
 //! - [`cli`]: how every binary takes options: flags, environment, config file.
 //! - [`reflection`]: gRPC reflection (v1 and v1alpha) listing only what a port serves.
+//! - [`observe`]: the latency histogram buckets both servers' metrics use.
 //! - [`serving`]: the limits every server runs with (calls in flight, streams per connection,
 //!   deadlines), set by one function on a tonic `Server` builder.
 //! - [`refusal`]: how RESOURCE_EXHAUSTED says "overloaded, retry" apart from "sequence space
@@ -25,6 +26,7 @@ pub mod addr;
 pub mod cli;
 pub mod limits;
 pub mod map_header;
+pub mod observe;
 pub mod params;
 pub mod reflection;
 pub mod refusal;

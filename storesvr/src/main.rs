@@ -1,6 +1,7 @@
 //! `storesvr`: run one StoreSvr replica until SIGTERM or Ctrl-C. Options come as flags,
 //! `STORESVR_*` environment variables or a TOML `--config` file (see `config`).
 
+use seqsvr_proto::observe;
 use std::process::ExitCode;
 use storesvr::config::Config;
 use storesvr::node::StoreNode;
@@ -39,11 +40,18 @@ async fn run(config: Config) -> ExitCode {
     if let Some(addr) = config.metrics_listen
         && let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
-            .install()
+            .add_global_label("set", config.set_id.to_string())
+            .add_global_label("node", config.node_id.to_string())
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Suffix(observe::LATENCY_SUFFIX.into()),
+                observe::LATENCY_BUCKETS_SECONDS,
+            )
+            .and_then(|b| b.install())
     {
         eprintln!("storesvr: cannot serve metrics on {addr}: {e}");
         return ExitCode::FAILURE;
     }
+    let metered = config.metrics_listen.is_some();
     let node = match StoreNode::start(config).await {
         Ok(n) => n,
         Err(e) => {
@@ -51,6 +59,11 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if metered {
+        // Only with an exporter: without one every gauge is a no-op.
+        let replica = std::sync::Arc::downgrade(&node.ctx);
+        tokio::spawn(storesvr::tasks::metrics::metrics_loop(replica));
+    }
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {

@@ -1,7 +1,9 @@
 //! The replica's background loops, each over the [`Shared`](crate::shared::Shared) state.
 //!
 //! - [`arbiter`]: liveness bookkeeping and one ownership decision per tick, on the leader.
+//! - [`metrics`]: Raft and set-state gauges for Prometheus, sampled on every replica.
 //!
 //! Deliberately left out: Raft's own tasks (openraft runs them) and the writer's (`raft::writer`).
 
 pub mod arbiter;
+pub mod metrics;
