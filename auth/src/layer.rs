@@ -9,7 +9,9 @@
 //! everything, as before TLS existed.
 //!
 //! Parsing a certificate costs microseconds, a data-plane call about a hundred: the parsed caller
-//! is cached by the certificate's bytes (not by pointer, which a later connection could reuse).
+//! is cached per connection, keyed by the address of the connection's shared certificate list.
+//! The cache holds a clone of that `Arc`, so the address cannot be reused by another connection
+//! while its entry exists; entries go only all at once, when the cache is full.
 //!
 //! Deliberately left out: rate-limiting the refusal log (a refused caller is a misconfiguration or
 //! an attack; both deserve every line, and the connection limits bound the rate).
@@ -17,7 +19,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
@@ -26,16 +28,22 @@ use tracing::warn;
 
 use crate::{Caller, identity, policy};
 
-/// Distinct certificates remembered; past it the cache starts over.
-const CACHE_CERTS: usize = 4096;
+/// Connections remembered; past it the cache starts over.
+const CACHE_CONNECTIONS: usize = 4096;
 
 /// What a certificate's bytes were found to be: a caller, or why it has no usable role.
 type Checked = Result<Caller, String>;
 
+/// A connection's peer certificates, as tonic shares them between its requests.
+type PeerCerts = Arc<Vec<tonic::transport::CertificateDer<'static>>>;
+
+/// Checked callers by the address of their connection's [`PeerCerts`] (kept alive here).
+type Cache = Arc<RwLock<HashMap<usize, (PeerCerts, Checked)>>>;
+
 /// The tower layer of the check. One per server; its clones share the cache.
 #[derive(Clone, Debug, Default)]
 pub struct AuthLayer {
-    cache: Arc<Mutex<HashMap<Box<[u8]>, Checked>>>,
+    cache: Cache,
 }
 
 impl<S> Layer<S> for AuthLayer {
@@ -53,7 +61,7 @@ impl<S> Layer<S> for AuthLayer {
 #[derive(Clone, Debug)]
 pub struct Auth<S> {
     inner: S,
-    cache: Arc<Mutex<HashMap<Box<[u8]>, Checked>>>,
+    cache: Cache,
 }
 
 impl<S, B, RB> Service<http::Request<B>> for Auth<S>
@@ -99,10 +107,10 @@ impl<S> Auth<S> {
             tonic::Status::permission_denied(format!("{path}: {why}"))
         };
         // Servers require a client certificate; a connection without one never gets here.
-        let Some(leaf) = info.peer_certs().and_then(|c| c.first().cloned()) else {
+        let Some(certs) = info.peer_certs().filter(|c| !c.is_empty()) else {
             return Err(refuse("(none)", "no client certificate".into()));
         };
-        let caller = self.checked(leaf.as_ref()).map_err(|why| refuse("(unreadable)", why))?;
+        let caller = self.checked(certs).map_err(|why| refuse("(unreadable)", why))?;
         match caller.role {
             Some(role) if policy::allowed(role, path) => Ok(caller),
             Some(role) => Err(refuse(&caller.subject, format!("role {role} may not call this method"))),
@@ -110,22 +118,23 @@ impl<S> Auth<S> {
         }
     }
 
-    fn checked(&self, der: &[u8]) -> Checked {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(hit) = cache.get(der) {
+    fn checked(&self, certs: PeerCerts) -> Checked {
+        let key = Arc::as_ptr(&certs) as usize;
+        if let Some((_, hit)) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return hit.clone();
         }
-        let checked = identity::from_der(der).and_then(|who| {
+        let checked = identity::from_der(certs[0].as_ref()).and_then(|who| {
             let subject = who.subject;
             who.role.map(|role| Caller {
                 subject: subject.into(),
                 role: Some(role),
             })
         });
-        if cache.len() >= CACHE_CERTS {
+        let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= CACHE_CONNECTIONS {
             cache.clear();
         }
-        cache.insert(der.into(), checked.clone());
+        cache.insert(key, (certs, checked.clone()));
         checked
     }
 }
