@@ -10,7 +10,8 @@
 //! times out) when it is down or cut off. Status is answered from the replica's view of the state.
 //!
 //! Deliberately left out: the AllocSvr-facing StoreService calls (AllocSvrs use `SimStore`, which
-//! models their store client) and membership changes (not modelled; `Unimplemented`).
+//! models their store client), membership changes and reading the audit trail (not modelled;
+//! `Unimplemented`: the move driver calls neither).
 
 use std::sync::Arc;
 
@@ -160,6 +161,10 @@ impl AdminService for Replica {
             _ => None,
         })
         .await
+    }
+
+    async fn get_audit(&self, _: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
+        not_modelled("GetAudit")
     }
 }
 
