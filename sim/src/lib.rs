@@ -17,6 +17,9 @@
 //! - [`topology`], [`workload`], [`run`]: the wiring of 3 StoreSvrs + 3 AllocSvrs per set behind
 //!   proxies, the seeded clients (routing ones and pinned ones that play stale clients), and
 //!   `sim run`, whose operator moves between sets run the real `seqctl`.
+//! - [`external`]: `sim load`, the same workload and recorder against a cluster started elsewhere
+//!   (scripts/netns-cluster.sh: every process in its own network namespace), faults injected by
+//!   its operator.
 //!
 //! - [`dst`]: `sim dst`, the deterministic mode: the production protocol code of a whole set in
 //!   one thread on simulated time, thousands of seeds a minute, each replayable bit for bit.
@@ -26,6 +29,7 @@
 
 pub mod checks;
 pub mod dst;
+pub mod external;
 pub mod history;
 pub mod proxy;
 pub mod run;

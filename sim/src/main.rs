@@ -7,6 +7,7 @@
 //! are printed), 2 bad options, 3 the harness itself failed.
 
 mod dst_cmd;
+mod load_cmd;
 
 use clap::{Parser, Subcommand};
 use sim::checks::{self, Report};
@@ -43,6 +44,10 @@ enum Cmd {
     /// Deterministic simulation: the production protocol code of one set (or two, with moves) in
     /// one thread on simulated time, many seeds a second, each replayable bit for bit.
     Dst(dst_cmd::DstArgs),
+    /// Drive the workload against a cluster started elsewhere (network namespaces, other hosts),
+    /// with the faults its operator injected, and judge the history (P1, P4, P5, P6, one set,
+    /// liveness; not P2/P3, which need the store).
+    Load(load_cmd::LoadArgs),
     /// Re-check a saved history (JSON lines) offline.
     Check {
         /// History file written by `sim run`.
@@ -128,7 +133,7 @@ struct RunArgs {
 }
 
 /// Parses `90s`, `5m`, `1500ms`, `1h` or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
@@ -256,8 +261,8 @@ fn checked_schedule(opts: &RunOpts) -> Result<Vec<sim::schedule::PlannedFault>, 
 }
 
 const EXIT_VIOLATION: u8 = 1;
-const EXIT_BAD_OPTIONS: u8 = 2;
-const EXIT_HARNESS: u8 = 3;
+pub(crate) const EXIT_BAD_OPTIONS: u8 = 2;
+pub(crate) const EXIT_HARNESS: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = match seqsvr_proto::cli::try_parse_from::<Cli, _, _>("SIM", std::env::args_os()) {
@@ -276,6 +281,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(args),
         Cmd::Plan(args) => print_plan(args),
         Cmd::Dst(args) => dst_cmd::run(args),
+        Cmd::Load(args) => load_cmd::run(args),
     }
 }
 
@@ -402,7 +408,7 @@ fn check(file: &Path, max_seqs: Option<&Path>) -> ExitCode {
 }
 
 /// Runs the checkers and turns the report into an exit code.
-fn judge(history: &History, max: Option<&BTreeMap<u64, u64>>) -> ExitCode {
+pub(crate) fn judge(history: &History, max: Option<&BTreeMap<u64, u64>>) -> ExitCode {
     let report: Report = match checks::check_all(history, max) {
         Ok(r) => r,
         Err(e) => {
