@@ -8,6 +8,7 @@
 //!   values that look alike cannot be swapped by mistake.
 //! - [`routes`]: a validated route table with uid → owner lookup.
 //! - [`map_header`]: the request header that carries a data-plane caller's cluster map version.
+//! - [`backup`]: the backup file's layout (header, opaque state, checksum), pure bytes.
 //! - [`limits`]: every message size and per-request count, shared by servers and clients.
 //! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
@@ -23,6 +24,7 @@
 //! crates that need them.
 
 pub mod addr;
+pub mod backup;
 pub mod cli;
 pub mod limits;
 pub mod map_header;

@@ -97,6 +97,20 @@ pub const MAX_AUDIT_PAGE: usize = 1_000;
 /// length.
 pub const AUDIT_RECORD_MAX_BYTES: usize = 2 * 11 + 3 * (MAX_AUDIT_FIELD_BYTES + 3) + 4;
 
+// ---- backups ---------------------------------------------------------------------------------
+
+/// Bytes of backup file in one `BackupChunk` of the `Backup` stream: a 16th of
+/// [`STORE_MESSAGE_BYTES`], so a chunk and its framing always fit the store's message limit, and
+/// the default set's whole backup (42,950 sections of at most 31 bytes: under 1.3 MiB) is at
+/// most two chunks.
+pub const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+
+/// Largest backup file, both ends: the server refuses to build a bigger one and `seqctl` stops
+/// reading a stream that announces or sends more (a corrupt or hostile length must not fill the
+/// disk or memory). The largest set (2^20 sections at ≤ 31 bytes each in postcard: 31 MiB) plus
+/// range states, move records, a cached map of [`MAX_MAP_BYTES`] and an audit trail stays under it.
+pub const MAX_BACKUP_BYTES: usize = 128 << 20;
+
 // ---- Raft entries and the log -----------------------------------------------------------------
 
 /// Most commands the StoreSvr writer packs into one Raft entry: bounds the apply time of one entry.
@@ -130,6 +144,8 @@ const _: () = {
     assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < PEER_MESSAGE_BYTES);
     assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < MAX_LOG_RECORD_BYTES);
     assert!(MAX_LOG_RECORD_BYTES <= u32::MAX as usize);
+    assert!(BACKUP_CHUNK_BYTES + 1024 < STORE_MESSAGE_BYTES);
+    assert!(BACKUP_CHUNK_BYTES <= MAX_BACKUP_BYTES);
     assert!(DATA_PLANE_MESSAGE_BYTES >= STORE_MESSAGE_BYTES + MAX_UIDS_PER_BATCH * 22);
     assert!(MAX_AUDIT_PAGE * AUDIT_RECORD_MAX_BYTES + 64 < STORE_MESSAGE_BYTES);
     assert!(MAX_AUDIT_PAGE <= MAX_AUDIT_RECORDS);

@@ -10,6 +10,8 @@
 //!   (check, command, reply), driven by the gRPC handlers and by the deterministic simulator.
 //! - [`shared`]: the state the services and tasks share; [`grpc`]: StoreService and AdminService;
 //!   [`tasks`]: the arbiter loop.
+//! - [`backup`] (the backup file of the applied state) and [`restore`] (`storesvr restore`: a new
+//!   set's first data dir from a backup, every ceiling raised by a margin).
 //! - [`config`], [`startup`] (data-dir and bootstrap checks), [`error`], and [`node`], which only
 //!   wires everything together.
 //!
@@ -20,12 +22,14 @@
 // openraft's storage traits fix the error type to its (large) `StorageError`.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 pub mod config;
 pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod node;
 pub mod raft;
+pub mod restore;
 pub mod serve;
 pub mod shared;
 pub mod startup;

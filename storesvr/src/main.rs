@@ -1,5 +1,6 @@
 //! `storesvr`: run one StoreSvr replica until SIGTERM or Ctrl-C. Options come as flags,
-//! `STORESVR_*` environment variables or a TOML `--config` file (see `config`).
+//! `STORESVR_*` environment variables or a TOML `--config` file (see `config`). `storesvr restore`
+//! builds a new set's first data dir from a backup instead (see `restore`).
 
 use seqsvr_proto::observe;
 use std::process::ExitCode;
@@ -7,6 +8,11 @@ use storesvr::config::Config;
 use storesvr::node::StoreNode;
 
 fn main() -> ExitCode {
+    // `storesvr restore ...` is a one-off command with its own flags (see `storesvr::restore`).
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "restore") {
+        return storesvr::restore::main(args[1..].to_vec());
+    }
     // clap prints help and version (exit 0) and usage errors (exit 2) itself.
     let config: Config = seqsvr_proto::cli::parse(storesvr::config::ENV_PREFIX);
     if let Err(e) = config.validate() {

@@ -27,6 +27,8 @@ pub struct ReplicaState {
     /// What GetAudit answers on the leader, and the last request it got.
     pub audit: Mutex<pb::GetAuditReply>,
     pub audit_asked: Mutex<Option<pb::GetAuditRequest>>,
+    /// What Backup streams on the leader.
+    pub backup: Mutex<Vec<pb::BackupChunk>>,
 }
 
 /// A running fake replica; stopped when dropped.
@@ -180,5 +182,21 @@ impl AdminService for Admin {
         }
         *s.audit_asked.lock().unwrap() = Some(req.into_inner());
         Ok(Response::new(s.audit.lock().unwrap().clone()))
+    }
+    type BackupStream = tonic::codegen::BoxStream<pb::BackupChunk>;
+    /// The canned chunks (a test plants a whole, cut or oversized stream), or a hint.
+    async fn backup(&self, _req: Request<pb::BackupRequest>) -> Result<Response<Self::BackupStream>, Status> {
+        let s = &self.0;
+        s.admin_calls.fetch_add(1, Ordering::SeqCst);
+        let chunks = match s.not_leader.lock().unwrap().clone() {
+            Some(hint) => vec![pb::BackupChunk {
+                not_leader: Some(hint),
+                ..Default::default()
+            }],
+            None => s.backup.lock().unwrap().clone(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            chunks.into_iter().map(Ok),
+        ))))
     }
 }

@@ -166,6 +166,11 @@ impl AdminService for Replica {
     async fn get_audit(&self, _: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
         not_modelled("GetAudit")
     }
+    type BackupStream = tonic::codegen::BoxStream<pb::BackupChunk>;
+
+    async fn backup(&self, _: Request<pb::BackupRequest>) -> Result<Response<Self::BackupStream>, Status> {
+        not_modelled("Backup")
+    }
 }
 
 #[tonic::async_trait]

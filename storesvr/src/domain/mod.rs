@@ -5,6 +5,7 @@
 //! - [`state`]: the replicated state of a set and its deterministic `apply` (P3, the store half
 //!   of P4, the bound on bumps).
 //! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.
+//! - [`restore`]: a backed-up state made safe to serve again (every ceiling raised by a margin).
 //! - [`liveness`]: when the leader last heard from each AllocSvr incarnation, and who counts as
 //!   alive at a given instant.
 //! - [`arbiter`]: the balanced layout of sections over live incarnations and the moves and
@@ -19,6 +20,7 @@ pub mod cluster_map;
 pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;
+pub mod restore;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod state_props;

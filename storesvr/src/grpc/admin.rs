@@ -17,7 +17,7 @@
 //! several replicas at once.
 
 use crate::error::RpcError;
-use crate::grpc::{audit, moves};
+use crate::grpc::{audit, backup, moves};
 use crate::shared::{Led, Shared};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -248,5 +248,11 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         req: Request<pb::ExportStatusRequest>,
     ) -> Result<Response<pb::ExportStatusReply>, Status> {
         Ok(Response::new(moves::export_status(&self.ctx, req.into_inner()).await?))
+    }
+
+    type BackupStream = backup::BackupStream;
+
+    async fn backup(&self, _req: Request<pb::BackupRequest>) -> Result<Response<Self::BackupStream>, Status> {
+        Ok(Response::new(backup::backup(&self.ctx).await?))
     }
 }

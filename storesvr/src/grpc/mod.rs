@@ -1,5 +1,6 @@
 //! The client-facing services of a replica: `StoreService` (`store`) and `AdminService` (`admin`,
-//! with its move RPCs in `moves` and the audit trail's stamping and read in `audit`).
+//! with its move RPCs in `moves`, the audit trail's stamping and read in `audit`, and the
+//! backup stream in `backup`).
 //! The Raft peer service is in `raft::network`.
 //!
 //! Deliberately left out: deciding anything about ownership (`domain`); the services validate,
@@ -7,5 +8,6 @@
 
 pub mod admin;
 pub mod audit;
+pub mod backup;
 pub mod moves;
 pub mod store;

@@ -1,0 +1,271 @@
+//! `storesvr restore`: builds the data dir of a NEW set's first replica from a backup file.
+//!
+//! Steps: read and check the file (`backup::read`), choose the margin from what the operator
+//! states (`domain::restore::choose_margin`), raise every ceiling and clear every owner
+//! (`domain::restore::restore`, which says why), then write a data dir that holds that state as
+//! its only snapshot, with a one-voter membership of this replica. The replica then starts like
+//! any restarted one (no `--bootstrap`, no `--new-replica`), elects itself, and the operator adds
+//! the other replicas under new ids with `seqctl replica add`: they catch up by snapshot, so
+//! every replica holds the same restored state by construction. Restoring each replica's dir
+//! separately would let two replicas be restored with different margins and disagree.
+//!
+//! The dir is built beside its final path (`<data-dir>.restoring`) and renamed into place, then
+//! the parent directory is synced: a crash leaves either no data dir or a whole one.
+//!
+//! Options are flags only (no `STORESVR_*` variables, no config file): a restore is a one-off
+//! command, and a replica's environment must not supply its data dir or node id by accident.
+//!
+//! Left out: restoring into a running group (the new set is always a new group), and choosing
+//! the margin for the operator (only they know how the old set was used after the backup).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, RaftSnapshotBuilder, StoredMembership};
+use seqsvr_proto::NodeId;
+use seqsvr_proto::addr::HostPort;
+use seqsvr_proto::backup::Header;
+use seqsvr_proto::limits::MAX_BACKUP_BYTES;
+
+use crate::backup;
+use crate::domain::restore::{Margin, MarginArgs, Raised, choose_margin, restore};
+use crate::startup::claim_data_dir;
+use crate::storage::kv::{FileKv, KvStore};
+use crate::storage::sm_store::{SmData, StateMachineStore};
+
+/// `storesvr restore`: a new set's first replica from a backup, every ceiling raised by a margin.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "storesvr restore",
+    args_override_self = true,
+    about = "Build the data dir of a new set's first replica from a backup file, every section's max_seq \
+             raised by a margin (docs/BACKUP.md)"
+)]
+pub struct RestoreArgs {
+    /// The backup file (`seqctl backup --out FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub backup: PathBuf,
+    /// The new replica's data dir: must not exist, or be empty.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// The new replica's node id: never one the backed-up set used.
+    #[arg(long)]
+    pub node_id: u64,
+    /// The address the new replica will listen on (its --listen), host:port, as peers reach it.
+    #[arg(long)]
+    pub addr: HostPort,
+    /// Raise every section's max_seq by this many steps: at least how far any section's ceiling
+    /// can have grown since the backup was taken.
+    #[arg(long)]
+    pub margin_steps: Option<u64>,
+    /// Derive the margin from the backup's age instead: at most this many bumps per second of one
+    /// section since the backup (each bump at most 4 steps). With --margin-steps too, the larger wins.
+    #[arg(long)]
+    pub max_bumps_per_sec: Option<u64>,
+    /// Print what would be raised and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Why a restore stopped before writing a data dir.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreFailure {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Backup { path: String, source: backup::BackupError },
+    #[error("{0}")]
+    Refused(#[from] crate::domain::restore::RestoreError),
+    #[error("data dir {0}: {1}")]
+    DataDir(String, String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreFailure + '_ {
+    move |source| RestoreFailure::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Runs `storesvr restore` over `args` (the first is the program name); the exit code.
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let args = match RestoreArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("storesvr restore: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("storesvr restore: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads the backup, raises it and (unless `--dry-run`) writes the data dir; the report.
+pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
+    if args.node_id == 0 {
+        return Err(RestoreFailure::DataDir(
+            args.data_dir.display().to_string(),
+            "--node-id must be > 0".into(),
+        ));
+    }
+    let file = read_bounded(&args.backup)?;
+    let (header, set) = backup::read(&file).map_err(|source| RestoreFailure::Backup {
+        path: args.backup.display().to_string(),
+        source,
+    })?;
+    let step = set.params.as_ref().map_or(0, |p| p.step);
+    let margin_args = MarginArgs {
+        steps: args.margin_steps,
+        max_bumps_per_sec: args.max_bumps_per_sec,
+    };
+    let margin = choose_margin(step, margin_args, age_of(&header))?;
+    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id))?;
+    let report = report(args, &header, &margin, &raised);
+    if args.dry_run {
+        return Ok(format!("DRY RUN, nothing written\n{report}"));
+    }
+    let data = initial_data(restored, args);
+    write_data_dir(args, data).await?;
+    Ok(report)
+}
+
+/// The whole file, refusing one above the limit before reading it.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, RestoreFailure> {
+    let len = std::fs::metadata(path).map_err(io_err(path))?.len();
+    if len > MAX_BACKUP_BYTES as u64 {
+        return Err(RestoreFailure::Backup {
+            path: path.display().to_string(),
+            source: seqsvr_proto::backup::BackupFileError::TooLarge(len as usize).into(),
+        });
+    }
+    std::fs::read(path).map_err(io_err(path))
+}
+
+/// The backup's age by this machine's clock, or how far in the future it claims to be (ms).
+fn age_of(header: &Header) -> Result<Duration, u64> {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    now_ms
+        .checked_sub(header.taken_at_unix_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| header.taken_at_unix_ms - now_ms)
+}
+
+/// The restored state as the new replica's applied state: applied at index 1 of term 0 (before
+/// any election of the new group), with this replica as the only voter.
+fn initial_data(set: crate::domain::state::SetState, args: &RestoreArgs) -> SmData {
+    let log_id = LogId::new(CommittedLeaderId::new(0, args.node_id), 1);
+    let voters = [args.node_id].into_iter().collect();
+    let nodes = [(args.node_id, BasicNode::new(args.addr.to_string()))]
+        .into_iter()
+        .collect::<std::collections::BTreeMap<_, _>>();
+    SmData {
+        last_applied: Some(log_id),
+        membership: StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes)),
+        set,
+    }
+}
+
+/// Builds the data dir beside its final path and renames it into place.
+async fn write_data_dir(args: &RestoreArgs, data: SmData) -> Result<(), RestoreFailure> {
+    let dir = &args.data_dir;
+    let shown = dir.display().to_string();
+    if let Ok(mut entries) = std::fs::read_dir(dir) {
+        if entries.next().is_some() {
+            return Err(RestoreFailure::DataDir(
+                shown,
+                "is not empty: a restore builds a new replica; give it an empty or new directory".into(),
+            ));
+        }
+        std::fs::remove_dir(dir).map_err(io_err(dir))?;
+    }
+    let mut building = dir.as_os_str().to_owned();
+    building.push(".restoring");
+    let building = PathBuf::from(building);
+    if building.exists() {
+        std::fs::remove_dir_all(&building).map_err(io_err(&building))?;
+    }
+    claim_data_dir(&building, args.node_id, true).map_err(|e| RestoreFailure::DataDir(shown.clone(), e.to_string()))?;
+    let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&building.join("meta")).map_err(io_err(&building))?);
+    let mut sm = StateMachineStore::open(kv, Default::default())
+        .map_err(|e| RestoreFailure::DataDir(shown.clone(), e.to_string()))?;
+    *sm.shared().write().expect("state lock poisoned") = data;
+    sm.build_snapshot()
+        .await
+        .map_err(|e| RestoreFailure::DataDir(shown.clone(), e.to_string()))?;
+    drop(sm);
+    std::fs::rename(&building, dir).map_err(io_err(dir))?;
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(parent)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(parent))
+}
+
+fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised) -> String {
+    let age = age_of(h).map_or_else(
+        |ahead| format!("{ahead} ms in the future"),
+        |a| format!("{:.1} s ago", a.as_secs_f64()),
+    );
+    let mut lines = vec![
+        format!(
+            "backup {}: set {}, log index {} (term {}), taken at {} ms since the Unix epoch ({age})",
+            args.backup.display(),
+            h.set_id,
+            h.log_index,
+            h.log_term,
+            h.taken_at_unix_ms
+        ),
+        format!("margin: {} seqs ({})", m.seqs, m.why),
+        format!(
+            "raised every one of {} sections by {}: max_seq {}..={} -> {}..={}",
+            r.sections, r.margin, r.max_seq_before.0, r.max_seq_before.1, r.max_seq_after.0, r.max_seq_after.1
+        ),
+        format!(
+            "owners cleared: {} sections (every epoch +1; the first new owners wait out a lease); AllocSvr \
+             registrations forgotten: {}",
+            r.owners_cleared, r.allocsvrs_forgotten
+        ),
+        format!(
+            "route version {} -> {}; incarnation counter {} -> {}",
+            r.route_version.0, r.route_version.1, r.last_incarnation.0, r.last_incarnation.1
+        ),
+    ];
+    if r.margin == 0 {
+        lines.push(
+            "WARNING: margin 0: safe only if the backed-up set committed no bump after the backup; otherwise \
+             numbers already served will be served again"
+                .into(),
+        );
+    }
+    lines.push(format!(
+        "data dir {} for node {} at {}: start it with `storesvr --node-id {} --listen {} --data-dir {} --set-id {}` \
+         (no --bootstrap, no --new-replica), then add replicas under new ids with `seqctl replica add`",
+        args.data_dir.display(),
+        args.node_id,
+        args.addr,
+        args.node_id,
+        args.addr,
+        args.data_dir.display(),
+        h.set_id
+    ));
+    lines.join("\n")
+}
