@@ -5,17 +5,20 @@
 # under $SEQSVR_DATA (default ./data/local-cluster). Ctrl-C stops every process it started.
 #
 #   ./scripts/local-cluster.sh --sets 2                     # two sets
+#   ./scripts/local-cluster.sh --tls                        # mutual TLS with roles on every link
 #   SEQSVR_DATA=/tmp/seq ./scripts/local-cluster.sh        # other data dir
 #   SEQSVR_FRESH=1 ./scripts/local-cluster.sh              # wipe the data dir first
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SETS=1
+TLS=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --tls) TLS=1; shift ;;
     --sets) SETS=${2:-}; shift 2 || { echo "--sets needs a number" >&2; exit 2; } ;;
     --sets=*) SETS=${1#--sets=}; shift ;;
-    *) echo "unknown option $1 (only --sets N)" >&2; exit 2 ;;
+    *) echo "unknown option $1 (only --sets N and --tls)" >&2; exit 2 ;;
   esac
 done
 case "$SETS" in
@@ -37,6 +40,15 @@ cargo build --release -p storesvr -p allocsvr -p seqsvr-client --bins
 if [ "${SEQSVR_FRESH:-0}" = 1 ]; then rm -rf "$DATA"; fi
 mkdir -p "$DATA"
 DATA=$(cd "$DATA" && pwd)
+
+# With --tls: a development CA and one certificate per role (made once, kept with the data), and
+# the flags each kind of process passes.
+tls_flags() { :; }
+if [ "$TLS" = 1 ]; then
+  CERTS="$DATA/certs"
+  [ -e "$CERTS/ca.pem" ] || "$BIN/seqctl" certs --out "$CERTS" --hosts 127.0.0.1,localhost >/dev/null
+  tls_flags() { echo "--tls-ca $CERTS/ca.pem --tls-cert $CERTS/$1.pem --tls-key $CERTS/$1.key"; }
+fi
 
 STORE_PIDS=()
 ALLOC_PIDS=()
@@ -72,14 +84,14 @@ start_set() {
     [ "$new_group" = 1 ] && extra+=(--new-replica)
     RUST_LOG=${RUST_LOG:-info,openraft=warn} "$BIN/storesvr" --node-id "$i" --set-id "$set" \
       --listen "127.0.0.1:$port" --data-dir "$dir/store$i" --peers "$peers" \
-      --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" 2>>"$dir/store$i.log" &
+      --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" $(tls_flags storesvr) 2>>"$dir/store$i.log" &
     STORE_PIDS+=($!)
     PIDS+=($!)
   done
   for i in 1 2; do
     port=$((ALLOC_PORTS[i - 1] + off))
     RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$((10 * set + i))" --listen "127.0.0.1:$port" \
-      --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" 2>>"$dir/alloc$i.log" &
+      --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" $(tls_flags allocsvr) 2>>"$dir/alloc$i.log" &
     ALLOC_PIDS+=($!)
     PIDS+=($!)
     ALLOC+="${ALLOC:+,}127.0.0.1:$port"
@@ -92,7 +104,9 @@ SET_STORES=()
 for ((s = 0; s < SETS; s++)); do start_set "$s"; done
 
 STORE="127.0.0.1:${STORE_PORTS[0]},127.0.0.1:${STORE_PORTS[1]},127.0.0.1:${STORE_PORTS[2]}"
-SEQCTL="$BIN/seqctl --alloc $ALLOC --store $STORE"
+SEQCTL="$BIN/seqctl --alloc $ALLOC --store $STORE $(tls_flags admin)"
+GRPCURL="grpcurl -plaintext"
+[ "$TLS" = 1 ] && GRPCURL="grpcurl -cacert $CERTS/ca.pem -cert $CERTS/client.pem -key $CERTS/client.key"
 
 echo "waiting for the cluster to serve..."
 deadline=$((SECONDS + 60))
@@ -137,8 +151,8 @@ Try:
   $SEQCTL sets
   $SEQCTL move --from 0 --to 1 --uids 0..200000 --dry-run     # with --sets 2 or more
   $SEQCTL move --from 0 --to 1 --uids 0..200000
-  grpcurl -plaintext -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
-  grpcurl -plaintext 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
+  $GRPCURL -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
+  $GRPCURL 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)
 
 Press Ctrl-C to stop every process.

@@ -16,6 +16,7 @@ use clap::Parser;
 use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
+use seqsvr_proto::serving::{self, ServeLimits};
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
 pub const ENV_PREFIX: &str = "ALLOCSVR";
@@ -50,6 +51,20 @@ pub struct Cli {
     /// Give up starting when no StoreSvr accepted the registration within this many milliseconds.
     #[arg(long, default_value_t = 30_000)]
     pub start_timeout_ms: u64,
+    /// Calls handled at once, over all connections; above it a call is refused at once with
+    /// RESOURCE_EXHAUSTED (overloaded, retried by clients after a backoff) unless its connection
+    /// has fewer than 4 in flight (up to twice this).
+    #[arg(long, default_value_t = serving::ALLOCSVR.max_in_flight)]
+    pub max_in_flight: usize,
+    /// HTTP/2 streams one connection may have open at once; a client queues calls above it.
+    #[arg(long, default_value_t = serving::ALLOCSVR.max_streams_per_connection)]
+    pub max_streams_per_connection: u32,
+    /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
+    #[arg(long, default_value_t = serving::ALLOCSVR.rpc_timeout.as_millis() as u64)]
+    pub rpc_timeout_ms: u64,
+    /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
+    #[command(flatten)]
+    pub tls: seqsvr_auth::TlsArgs,
     /// TEST ONLY, breaks P1: serve a gained section without the lease wait.
     #[arg(long, hide = true)]
     pub unsafe_skip_lease_wait: bool,
@@ -101,6 +116,10 @@ pub struct NodeConfig {
     pub unsafe_switches: UnsafeSwitches,
     /// Test only: send every Release again this long (up to twice this) after the first.
     pub repeat_releases_after: Option<Duration>,
+    /// Calls in flight, streams per connection and the longest call (`seqsvr_proto::serving`).
+    pub serve_limits: ServeLimits,
+    /// Mutual TLS (an `allocsvr` certificate) on the data plane and to the store; plaintext when unset.
+    pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
 }
 
 impl NodeConfig {
@@ -114,6 +133,8 @@ impl NodeConfig {
             start_timeout: Duration::from_secs(30),
             unsafe_switches: UnsafeSwitches::default(),
             repeat_releases_after: None,
+            serve_limits: serving::ALLOCSVR,
+            tls: None,
         }
     }
 }
@@ -136,6 +157,13 @@ impl Cli {
         if self.start_timeout_ms == 0 {
             return Err("--start-timeout-ms must be > 0".into());
         }
+        let serve_limits = ServeLimits {
+            max_in_flight: self.max_in_flight,
+            max_streams_per_connection: self.max_streams_per_connection,
+            rpc_timeout: Duration::from_millis(self.rpc_timeout_ms),
+        };
+        serve_limits.check()?;
+        let tls = self.tls.load(Some(seqsvr_auth::Role::AllocSvr)).map_err(|e| e.to_string())?;
         Ok(BinaryConfig {
             node: NodeConfig {
                 node_id: NodeId(self.node_id),
@@ -149,6 +177,8 @@ impl Cli {
                     keep_memory: self.unsafe_keep_memory,
                 },
                 repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
+                serve_limits,
+                tls: tls.map(std::sync::Arc::new),
             },
             metrics_listen: self.metrics_listen,
         })
@@ -215,6 +245,16 @@ mod tests {
             let err = cli(args).unwrap_err();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+        for (flag, zero) in [
+            ("--max-in-flight", "0"),
+            ("--max-streams-per-connection", "0"),
+            ("--rpc-timeout-ms", "0"),
+        ] {
+            let mut args = good.to_vec();
+            args.extend([flag, zero]);
+            assert!(cli(&args).unwrap_err().contains(flag), "{flag}");
+        }
+        assert_eq!(c.node.serve_limits, serving::ALLOCSVR, "defaults from one table");
         let mut unsafe_args = good.to_vec();
         unsafe_args.push("--unsafe-keep-memory");
         let c = cli(&unsafe_args).unwrap();

@@ -11,7 +11,8 @@ pub enum Error {
     /// The request is wrong (uid outside `[0, uid_limit)`, empty or oversized batch): fix it.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The uid's section has used up the 64-bit sequence space: no retry will help.
+    /// The uid's section has used up the 64-bit sequence space: no retry will help. Answered as
+    /// RESOURCE_EXHAUSTED marked `exhausted` (`seqsvr_proto::refusal`).
     #[error("{0}")]
     Exhausted(String),
 }
@@ -20,7 +21,8 @@ impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         match e {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
-            Error::Exhausted(m) => tonic::Status::resource_exhausted(m),
+            // Marked, so that callers tell it from an overloaded server's RESOURCE_EXHAUSTED.
+            Error::Exhausted(m) => seqsvr_proto::refusal::exhausted(m),
         }
     }
 }
@@ -34,6 +36,9 @@ pub enum StartError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    /// TLS could not be set up (a bad certificate or key).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The store client cannot be built from the configured addresses.
     #[error("bad store addresses: {0}")]
     StoreAddrs(String),

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use seqsvr_control::{StoreClient, StoreTimeouts};
 use seqsvr_proto::limits;
+use seqsvr_proto::serving::{self, Limited};
+use tonic_health::pb::health_server::SERVICE_NAME as HEALTH;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
 use seqsvr_proto::{Incarnation, reflection};
 use tokio::sync::watch;
@@ -50,7 +52,8 @@ impl Node {
     /// `cfg.start_timeout`), and starts serving. Sections are served once granted by renewals.
     pub async fn start(cfg: NodeConfig) -> Result<Node, StartError> {
         let seeds = cfg.store.clone();
-        let store = StoreClient::new(seeds, StoreTimeouts::default()).map_err(StartError::StoreAddrs)?;
+        let dialer = seqsvr_control::Dialer::with_tls(cfg.tls.clone());
+        let store = StoreClient::with_dialer(seeds, StoreTimeouts::default(), &dialer).map_err(StartError::StoreAddrs)?;
         Self::start_with_store(cfg, Arc::new(store)).await
     }
 
@@ -72,7 +75,9 @@ impl Node {
             .map_or_else(|| local_addr.to_string(), |a| a.to_string());
         let core = Core::start(&cfg, store, advertise).await?;
         info!(%local_addr, "data plane listening");
-        let server = spawn_server(core.shared.clone(), listener, core.stop_rx.clone()).await;
+        let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
+        let server = serving::apply(server, &cfg.serve_limits, &[HEALTH], shed_counter());
+        let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone()).await;
         Ok(Node {
             core,
             local_addr,
@@ -187,8 +192,15 @@ impl Core {
     }
 }
 
+/// Counts the calls refused as overloaded (`allocsvr_shed_total`).
+fn shed_counter() -> serving::ShedHook {
+    let shed = metrics::counter!("allocsvr_shed_total");
+    Arc::new(move || shed.increment(1))
+}
+
 async fn spawn_server(
     shared: Arc<Shared>,
+    mut server: tonic::transport::Server<Limited<seqsvr_auth::Layered>>,
     listener: tokio::net::TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
@@ -200,7 +212,7 @@ async fn spawn_server(
         .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tokio::spawn(async move {
-        let router = tonic::transport::Server::builder()
+        let router = server
             .add_service(health_service)
             .add_service(crate::rpc_metrics::Metered::new(service))
             .add_optional_service(reflection_v1)

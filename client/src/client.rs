@@ -32,6 +32,7 @@ use crate::transport::{Conn, Connect};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_control::classify::{Delivery, classify};
+use seqsvr_proto::refusal::Refusal;
 
 /// The longest wait for another server's route table and map (see `learn_routes_elsewhere`).
 const ROUTE_READ_TIMEOUT: Duration = Duration::from_millis(250);
@@ -174,7 +175,7 @@ impl Client {
         let inner = Inner {
             routes: RouteCache::default(),
             seeds: Seeds::new(cfg.seeds.clone()),
-            channels: Channels::new(cfg.connect_timeout, in_process),
+            channels: Channels::new(cfg.connect_timeout, in_process, cfg.tls.clone()),
             cfg,
             rng: Mutex::new(rng),
         };
@@ -366,8 +367,17 @@ impl Client {
                 if verdict.invalid_argument {
                     return Err(std::mem::take(state).into_error(FailureKind::InvalidArgument));
                 }
+                if verdict.refusal == Some(Refusal::Exhausted) {
+                    return Err(std::mem::take(state).into_error(FailureKind::Exhausted));
+                }
                 if !verdict.retry {
                     return Err(std::mem::take(state).into_error(FailureKind::Unavailable));
+                }
+                if verdict.refusal == Some(Refusal::Overloaded) {
+                    // The owner is alive and answering: asking others for routes would only add
+                    // load. The full backoff, not the short one of "not ready yet", gives it air.
+                    self.back_off(budget, false).await;
+                    return Ok(());
                 }
             }
         }

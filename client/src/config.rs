@@ -28,6 +28,8 @@ pub struct ClientConfig {
     /// to open within it is reported as "never sent" (a failure), while an attempt that runs out of
     /// time first is an unknown outcome.
     pub connect_timeout: Duration,
+    /// Mutual TLS to every AllocSvr (a `client` or `admin` certificate); plaintext when unset.
+    pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
 }
 
 impl Default for ClientConfig {
@@ -40,6 +42,7 @@ impl Default for ClientConfig {
             backoff_max: Duration::from_millis(500),
             max_attempts: 64,
             connect_timeout: Duration::from_millis(500),
+            tls: None,
         }
     }
 }

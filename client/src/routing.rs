@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use seqsvr_proto::{Routes, Uid, pb};
-use tonic::transport::Endpoint;
 
 use crate::error::{ClientError, FailureKind};
 use crate::map::MapView;
@@ -268,6 +267,7 @@ pub(crate) struct Channels {
     map: Mutex<HashMap<String, Conn>>,
     connect_timeout: Duration,
     in_process: Option<InProcess>,
+    tls: Option<Arc<seqsvr_auth::Tls>>,
 }
 
 /// The in-process transport, behind a type that can be printed.
@@ -281,11 +281,12 @@ impl std::fmt::Debug for InProcess {
 }
 
 impl Channels {
-    pub(crate) fn new(connect_timeout: Duration, in_process: Option<InProcess>) -> Self {
+    pub(crate) fn new(connect_timeout: Duration, in_process: Option<InProcess>, tls: Option<Arc<seqsvr_auth::Tls>>) -> Self {
         Self {
             map: Mutex::new(HashMap::new()),
             connect_timeout,
             in_process,
+            tls,
         }
     }
 
@@ -301,8 +302,8 @@ impl Channels {
         if let Some(ch) = map.get(addr) {
             return Ok(ch.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| ClientError::failed(FailureKind::Unavailable, format!("bad address {addr:?}: {e}")))?
+        let endpoint = seqsvr_auth::endpoint(addr, self.tls.as_deref())
+            .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true);
         let channel = Conn::Tonic(endpoint.connect_lazy());

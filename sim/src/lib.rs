@@ -21,6 +21,8 @@
 //!   (scripts/netns-cluster.sh: every process in its own network namespace), faults injected by
 //!   its operator.
 //!
+//! - [`tls`]: `sim run --tls`: mutual TLS with roles on every link, certificates made per run.
+//!
 //! - [`dst`]: `sim dst`, the deterministic mode: the production protocol code of a whole set in
 //!   one thread on simulated time, thousands of seeds a minute, each replayable bit for bit.
 //!
@@ -35,5 +37,6 @@ pub mod proxy;
 pub mod run;
 pub mod schedule;
 pub mod stats;
+pub mod tls;
 pub mod topology;
 pub mod workload;

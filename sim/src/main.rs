@@ -69,6 +69,9 @@ struct RunArgs {
     /// Where logs, data dirs and the history go (default: a fresh dir under the temp dir).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Mutual TLS with roles on every link: a development CA and certificates in the data dir.
+    #[arg(long)]
+    tls: bool,
     /// Where the storesvr and allocsvr binaries are (default: next to sim, then target/release,
     /// then target/debug).
     #[arg(long)]
@@ -215,6 +218,7 @@ impl RunArgs {
             seed,
             duration: self.duration,
             data_dir: self.data_dir,
+            tls: self.tls,
             bin_dir: self.bin_dir,
             clients: self.clients,
             rate_per_client: self.rate,

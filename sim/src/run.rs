@@ -42,6 +42,8 @@ pub struct RunOpts {
     pub seed: u64,
     pub duration: Duration,
     pub data_dir: Option<PathBuf>,
+    /// Mutual TLS with roles on every link (`crate::tls`).
+    pub tls: bool,
     pub bin_dir: Option<PathBuf>,
     pub clients: u32,
     pub rate_per_client: f64,
@@ -117,7 +119,8 @@ async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::R
     };
     let mut stores = Vec::new();
     for set in 0..opts.sets {
-        let store = StoreClient::new(topo.store_seeds(set), timeouts).map_err(anyhow::Error::msg)?;
+        let dialer = seqsvr_control::Dialer::with_tls(crate::tls::admin());
+        let store = StoreClient::with_dialer(topo.store_seeds(set), timeouts, &dialer).map_err(anyhow::Error::msg)?;
         wait_for_leader(&store).await?;
         stores.push(store);
     }
@@ -283,9 +286,15 @@ fn print_where(opts: &RunOpts, history_path: &Path, max_path: &Path) {
     println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
 }
 
-pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
+pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
     println!("sim: seed {} data dir {}", opts.seed, dir.display());
+    if opts.tls {
+        crate::tls::setup(&dir.join("certs"))?;
+        opts.set.store_extra.extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
+        opts.set.alloc_extra.extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
+        println!("sim: mutual TLS on every link, certificates in {}", dir.join("certs").display());
+    }
     println!("sim: replay with: {}", opts.replay);
     let topo = Topology::new(opts.sets).await?;
     let (cluster, stores) = start_cluster(&opts, &dir, &topo).await?;
@@ -315,7 +324,10 @@ pub async fn run(opts: RunOpts) -> anyhow::Result<Verdict> {
         hot: Arc::new(hot_uids(&workload_params(&opts))),
         stale_calls: AtomicU64::new(0),
     });
-    let client_cfg = ClientConfig::new(shared.topo.client_seeds());
+    let client_cfg = ClientConfig {
+        tls: crate::tls::client(),
+        ..ClientConfig::new(shared.topo.client_seeds())
+    };
     let probe = Client::connect(client_cfg.clone()).await.context("client connect")?;
     serve_every_section(&probe, &rec, &opts, Instant::now() + READY_TIMEOUT).await?;
 
@@ -490,7 +502,7 @@ fn replica_clients(topo: &Topology) -> Vec<(u64, ReplicaClient)> {
     topo.store_addr
         .iter()
         .filter_map(|(&i, a)| {
-            let ep = tonic::transport::Endpoint::from_shared(format!("http://{a}")).ok()?;
+            let ep = seqsvr_auth::endpoint(&a.to_string(), crate::tls::admin().as_deref()).ok()?;
             let ch = ep
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_millis(500))

@@ -357,14 +357,16 @@ pub fn pinned_conn(
     addr: &str,
     timeout: Duration,
 ) -> Option<seqsvr_proto::pb::alloc_service_client::AllocServiceClient<seqsvr_client::Conn>> {
-    let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
+    let ep = seqsvr_auth::endpoint(addr, crate::tls::client().as_deref()).ok()?;
     let channel = ep
         .connect_timeout(Duration::from_millis(300))
         .timeout(timeout)
         .connect_lazy();
-    Some(seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(
-        seqsvr_client::Conn::Tonic(channel),
-    ))
+    Some(
+        seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(seqsvr_client::Conn::Tonic(channel))
+            .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES),
+    )
 }
 
 /// Fills a pinned client's call from the outcome of its one attempt.

@@ -10,6 +10,7 @@
 use clap::Parser;
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::params::SetParams;
+use seqsvr_proto::serving::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -120,6 +121,25 @@ pub struct Config {
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Calls handled at once, over all connections (Raft peers and health checks not counted);
+    /// above it a call is refused at once with RESOURCE_EXHAUSTED (overloaded, retried after a
+    /// backoff) unless its connection has fewer than 4 in flight (up to twice this).
+    #[arg(long, default_value_t = serving::STORESVR.max_in_flight)]
+    pub max_in_flight: usize,
+
+    /// HTTP/2 streams one connection may have open at once; a client queues calls above it.
+    #[arg(long, default_value_t = serving::STORESVR.max_streams_per_connection)]
+    pub max_streams_per_connection: u32,
+
+    /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
+    #[arg(long, default_value_t = serving::STORESVR.rpc_timeout.as_millis() as u64)]
+    pub rpc_timeout_ms: u64,
+
+    /// Mutual TLS with a `storesvr` certificate: for every port of this replica and every call it
+    /// makes to its peers.
+    #[command(flatten)]
+    pub tls: seqsvr_auth::TlsArgs,
+
     /// TEST ONLY (negative control): apply bumps without checking the epoch. Breaks P4.
     #[arg(long, hide = true)]
     pub unsafe_skip_epoch_fence: bool,
@@ -172,6 +192,7 @@ impl Config {
         if self.snapshot_logs == 0 {
             return err("--snapshot-logs must be > 0".into());
         }
+        self.serve_limits().check()?;
         unique_ids("--peers", &self.peers)?;
         unique_ids("--dial", &self.dial)?;
         if self.bootstrap && !self.peers.iter().any(|p| p.id.0 == self.node_id) {
@@ -181,6 +202,15 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// The limits the replica's server runs with (`seqsvr_proto::serving`).
+    pub fn serve_limits(&self) -> ServeLimits {
+        ServeLimits {
+            max_in_flight: self.max_in_flight,
+            max_streams_per_connection: self.max_streams_per_connection,
+            rpc_timeout: std::time::Duration::from_millis(self.rpc_timeout_ms),
+        }
     }
 
     /// The set's parameters these options give (written at bootstrap; the stored ones apply after).
@@ -267,6 +297,9 @@ mod tests {
             (&["--peers", "x=127.0.0.1:1"], "--peers"),
             (&["--peers", "2=nowhere"], "--peers"),
             (&["--dial", "2=127.0.0.1:1,2=127.0.0.1:2"], "--dial"),
+            (&["--max-in-flight", "0"], "--max-in-flight"),
+            (&["--max-streams-per-connection", "0"], "--max-streams-per-connection"),
+            (&["--rpc-timeout-ms", "0"], "--rpc-timeout-ms"),
         ];
         for (extra, flag) in cases {
             let e = check(extra).expect_err(flag);

@@ -6,7 +6,10 @@
 //! `--bootstrap` initializes the group only when this replica has no Raft state, so repeating it
 //! on a restart is harmless; the first leader then writes the set's parameters (`Init`).
 //!
-//! Left out: TLS, authentication, and several sets per process.
+//! With `--tls-*`, every port speaks mutual TLS and every request passes the role check of
+//! `seqsvr_auth` first.
+//!
+//! Left out: several sets per process.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,11 +23,12 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
 use seqsvr_proto::pb::raft_service_server::RaftServiceServer;
 use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-use seqsvr_proto::{limits, reflection};
+use seqsvr_proto::{limits, reflection, serving};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use seqsvr_auth::{Role, Tls};
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
@@ -89,7 +93,12 @@ async fn open_storage(config: &Config) -> Result<Opened, StartError> {
 }
 
 /// Starts the Raft node over opened storage.
-async fn start_raft(config: &Config, log_store: LogStore, sm: StateMachineStore) -> Result<Raft, StartError> {
+async fn start_raft(
+    config: &Config,
+    tls: Option<Arc<Tls>>,
+    log_store: LogStore,
+    sm: StateMachineStore,
+) -> Result<Raft, StartError> {
     let raft_config = openraft::Config {
         cluster_name: format!("seqsvr-set-{}", config.set_id),
         election_timeout_min: config.election_min_ms,
@@ -104,6 +113,7 @@ async fn start_raft(config: &Config, log_store: LogStore, sm: StateMachineStore)
     .map_err(|e| StartError::Config(e.to_string()))?;
     let network = Network {
         dial: Arc::new(config.dial_map()),
+        tls,
     };
     Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
         .await
@@ -111,7 +121,7 @@ async fn start_raft(config: &Config, log_store: LogStore, sm: StateMachineStore)
 }
 
 /// With `--bootstrap`, initializes the group from `--peers` unless this replica has Raft state.
-async fn maybe_bootstrap(config: &Config, raft: &Raft) -> Result<(), StartError> {
+async fn maybe_bootstrap(config: &Config, tls: Option<&Tls>, raft: &Raft) -> Result<(), StartError> {
     if !config.bootstrap {
         return Ok(());
     }
@@ -119,7 +129,7 @@ async fn maybe_bootstrap(config: &Config, raft: &Raft) -> Result<(), StartError>
         tracing::info!("--bootstrap ignored: this replica already has Raft state");
         return Ok(());
     }
-    refuse_bootstrap_over_a_group(config).await?;
+    refuse_bootstrap_over_a_group(config, tls).await?;
     let members: BTreeMap<u64, Node> = config
         .peer_map()
         .into_iter()
@@ -130,12 +140,27 @@ async fn maybe_bootstrap(config: &Config, raft: &Raft) -> Result<(), StartError>
     Ok(())
 }
 
+/// Services never shed under overload: a peer's heartbeat refused would start an election and
+/// make the overload worse; a health check refused would get the replica restarted.
+const EXEMPT: &[&str] = &[
+    pb::raft_service_server::SERVICE_NAME,
+    tonic_health::pb::health_server::SERVICE_NAME,
+];
+
+/// Counts the calls refused as overloaded (`storesvr_shed_total`).
+fn shed_counter() -> serving::ShedHook {
+    let shed = metrics::counter!("storesvr_shed_total");
+    Arc::new(move || shed.increment(1))
+}
+
 /// Serves every service of the replica on `listener` until `stopped` fires.
 async fn serve(
     shared: Arc<Shared>,
+    tls: Option<&Tls>,
     listener: tokio::net::TcpListener,
     stopped: oneshot::Receiver<()>,
-) -> JoinHandle<Result<(), tonic::transport::Error>> {
+) -> Result<JoinHandle<Result<(), tonic::transport::Error>>, StartError> {
+    let limits = shared.config.serve_limits();
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter.set_serving::<StoreServiceServer<StoreSvc>>().await;
     let served = [
@@ -157,8 +182,10 @@ async fn serve(
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
     // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tokio::spawn(
-        tonic::transport::Server::builder()
+    let server = seqsvr_auth::server(tls).map_err(StartError::Tls)?;
+    let mut server = serving::apply(server, &limits, EXEMPT, shed_counter());
+    Ok(tokio::spawn(
+        server
             .add_service(health)
             .add_optional_service(reflection_v1)
             .add_optional_service(reflection_v1alpha)
@@ -168,17 +195,18 @@ async fn serve(
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
             }),
-    )
+    ))
 }
 
 impl StoreNode {
     /// Opens storage, starts Raft and serves on `config.listen`.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate().map_err(StartError::Config)?;
+        let tls = config.tls.load(Some(Role::StoreSvr))?.map(Arc::new);
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
-        let raft = start_raft(&config, opened.log_store, opened.sm).await?;
-        maybe_bootstrap(&config, &raft).await?;
+        let raft = start_raft(&config, tls.clone(), opened.log_store, opened.sm).await?;
+        maybe_bootstrap(&config, tls.as_deref(), &raft).await?;
         let listen_error = |source| StartError::Listen {
             addr: config.listen,
             source,
@@ -201,7 +229,7 @@ impl StoreNode {
             restored: AtomicBool::new(false),
         });
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = serve(ctx.clone(), listener, stopped).await;
+        let server = serve(ctx.clone(), tls.as_deref(), listener, stopped).await?;
         let arbiter = tokio::spawn(arbiter_loop(ctx.clone()));
         tracing::info!(node_id = ctx.node_id, %local_addr, "storesvr serving");
         Ok(Self {

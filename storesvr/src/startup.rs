@@ -10,6 +10,7 @@
 //! member is down at that moment a second group can still be founded. `--new-replica` is the guard
 //! that does not depend on the network.
 
+use seqsvr_auth::Tls;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -23,6 +24,8 @@ use crate::config::Config;
 pub enum StartError {
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error(transparent)]
+    Tls(#[from] seqsvr_auth::TlsError),
     #[error("data dir {dir}: {source}")]
     DataDir { dir: String, source: std::io::Error },
     #[error("data dir {dir} belongs to node {found}, not {wanted}: node ids are never reused")]
@@ -167,12 +170,12 @@ const BOOTSTRAP_PROBE: Duration = Duration::from_millis(1_000);
 /// Peers that do not answer within [`BOOTSTRAP_PROBE`] are skipped (logged): this check catches
 /// the common mistake (re-founding a group that is running), not one whose other members are all
 /// down at that moment.
-pub async fn refuse_bootstrap_over_a_group(config: &Config) -> Result<(), StartError> {
+pub async fn refuse_bootstrap_over_a_group(config: &Config, tls: Option<&Tls>) -> Result<(), StartError> {
     let dial = config.dial_map();
     let peers = config.peer_map();
     for (id, addr) in peers.into_iter().filter(|(id, _)| *id != config.node_id) {
         let addr = dial.get(&id).cloned().unwrap_or(addr);
-        match probe_peer(&addr).await {
+        match probe_peer(&addr, tls).await {
             PeerGroup::Initialized(why) => {
                 return Err(StartError::BootstrapOverGroup { peer: id, addr, why });
             }
@@ -191,8 +194,8 @@ enum PeerGroup {
     Unknown(String),
 }
 
-async fn probe_peer(addr: &str) -> PeerGroup {
-    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{addr}")) {
+async fn probe_peer(addr: &str, tls: Option<&Tls>) -> PeerGroup {
+    let endpoint = match seqsvr_auth::endpoint(addr, tls) {
         Ok(e) => e.connect_timeout(BOOTSTRAP_PROBE).timeout(BOOTSTRAP_PROBE),
         Err(e) => return PeerGroup::Unknown(e.to_string()),
     };

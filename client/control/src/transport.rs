@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use tonic::body::Body;
 use tonic::codegen::{Service, http};
 use tonic::transport::channel::ResponseFuture;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Any error a transport reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -88,6 +88,8 @@ impl Service<http::Request<Body>> for Conn {
 #[derive(Clone, Default)]
 pub struct Dialer {
     via: Option<Arc<dyn Connect>>,
+    /// Mutual TLS for every tonic connection; plaintext when unset.
+    tls: Option<Arc<seqsvr_auth::Tls>>,
     /// Seed of the clients' random choices (backoff jitter); from the OS when unset.
     seed: Option<u64>,
 }
@@ -108,7 +110,16 @@ impl Dialer {
     pub fn in_process(via: Arc<dyn Connect>, seed: u64) -> Self {
         Self {
             via: Some(via),
+            tls: None,
             seed: Some(seed),
+        }
+    }
+
+    /// Tonic connections with mutual TLS when `tls` is set, plaintext otherwise.
+    pub fn with_tls(tls: Option<Arc<seqsvr_auth::Tls>>) -> Self {
+        Self {
+            tls,
+            ..Self::default()
         }
     }
 
@@ -129,8 +140,8 @@ impl Dialer {
                 via: via.clone(),
             });
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad store address {addr:?}: {e}"))?
+        let endpoint = seqsvr_auth::endpoint(addr, self.tls.as_deref())
+            .map_err(|e| format!("store address: {e}"))?
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true);
         Ok(Conn::Tonic(endpoint.connect_lazy()))

@@ -34,7 +34,8 @@ fn mover(topo: &Topology) -> anyhow::Result<Mover> {
         attempt: Duration::from_millis(500),
         overall: Duration::from_secs(5),
     };
-    Mover::new(topo.store_seeds(0), timeouts, rand::random::<u64>() | 1).map_err(anyhow::Error::msg)
+    let dialer = seqsvr_control::Dialer::with_tls(crate::tls::admin());
+    Mover::with_dialer(topo.store_seeds(0), timeouts, rand::random::<u64>() | 1, dialer).map_err(anyhow::Error::msg)
 }
 
 /// Puts set `set` (running, empty) into the cluster map.
@@ -322,6 +323,7 @@ async fn seqctl(shared: &Shared, args: &[&str], kill_after: Option<Duration>) ->
     let store = shared.topo.store_list(0);
     let mut child = tokio::process::Command::new(&shared.seqctl)
         .args(["--store", &store])
+        .args(crate::tls::flags(seqsvr_auth::Role::Admin))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -29,7 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 /// Largest gRPC message between peers, both ends: the shared table's value (it holds one entry of
@@ -43,6 +43,8 @@ const PAYLOAD_FRAMING: usize = 16;
 pub struct Network {
     /// Address overrides by node id (`--dial`).
     pub dial: Arc<BTreeMap<NodeId, String>>,
+    /// Mutual TLS with this replica's `storesvr` certificate; plaintext when unset.
+    pub tls: Option<Arc<seqsvr_auth::Tls>>,
 }
 
 pub struct PeerClient {
@@ -56,7 +58,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         let addr = self.dial.get(&target).cloned().unwrap_or_else(|| node.addr.clone());
-        let client = Endpoint::from_shared(format!("http://{addr}")).ok().map(|e| {
+        let client = seqsvr_auth::endpoint(&addr, self.tls.as_deref()).ok().map(|e| {
             let channel = e
                 .connect_timeout(std::time::Duration::from_millis(500))
                 .tcp_nodelay(true)

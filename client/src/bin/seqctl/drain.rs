@@ -11,7 +11,7 @@ use clap::Subcommand;
 use seqsvr_control::AdminClient;
 use serde_json::json;
 
-use crate::{EXIT_FAILED, EXIT_USAGE, Failure, store_seeds, timeouts};
+use crate::{EXIT_FAILED, EXIT_USAGE, Failure, dialer, store_seeds, timeouts};
 
 /// Longest a drain is followed before `seqctl` gives up (it can be run again).
 const DRAIN_WITHIN: Duration = Duration::from_secs(60);
@@ -24,7 +24,7 @@ pub enum AllocCmd {
 
 pub async fn alloc(cli: &crate::Cli, cmd: &AllocCmd) -> Result<String, Failure> {
     let AllocCmd::Drain { node } = cmd;
-    let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli)).map_err(Failure::usage)?;
+    let admin = AdminClient::with_dialer(store_seeds(cli)?, timeouts(cli), &dialer(cli)?).map_err(Failure::usage)?;
     let started = Instant::now();
     let mut last_line = started - Duration::from_secs(1);
     loop {

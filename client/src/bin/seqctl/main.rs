@@ -6,6 +6,8 @@
 //!
 //! Deliberately left out: authentication (anyone who reaches a StoreSvr may run these).
 
+mod audit;
+mod backup;
 mod drain;
 mod moves;
 
@@ -54,6 +56,9 @@ pub(crate) struct Cli {
     /// Deadline of one RPC attempt, in milliseconds.
     #[arg(long, default_value_t = 1_000, global = true)]
     attempt_timeout_ms: u64,
+    /// Mutual TLS: an `admin` certificate may do everything, a `client` one only fetch and read.
+    #[command(flatten)]
+    tls: seqsvr_auth::TlsArgs,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -92,6 +97,26 @@ enum Cmd {
         #[command(subcommand)]
         action: drain::AllocCmd,
     },
+    /// Write a consistent backup of the set's replicated state to --out, taken on its leader
+    /// (--store: the set's StoreSvrs). Restore with `storesvr restore` (docs/BACKUP.md).
+    Backup(backup::BackupArgs),
+    /// The set's audit trail of admin actions: who did what, when, and the outcome (--store: the
+    /// set's StoreSvrs; newest last).
+    Audit(audit::AuditArgs),
+    /// Make a DEVELOPMENT certificate authority and one certificate per role (client, allocsvr,
+    /// storesvr, admin) for a local cluster: DIR/ca.pem, DIR/<role>.pem, DIR/<role>.key. Not for
+    /// production: the CA key is not kept, so no more certificates can be signed later.
+    Certs {
+        /// Directory to write into (created; must not hold a ca.pem already).
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Hosts the servers are dialled at (IP addresses or DNS names), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "127.0.0.1,localhost")]
+        hosts: Vec<String>,
+        /// Days every certificate stays valid.
+        #[arg(long, default_value_t = 30)]
+        days: i64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,7 +147,7 @@ impl From<ClientError> for Failure {
         let code = match e.failure_kind() {
             None => EXIT_UNKNOWN,
             Some(FailureKind::InvalidArgument | FailureKind::BadConfig) => EXIT_USAGE,
-            Some(FailureKind::Unavailable) => EXIT_FAILED,
+            Some(FailureKind::Unavailable | FailureKind::Exhausted) => EXIT_FAILED,
         };
         Self {
             code,
@@ -212,8 +237,11 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Set { action } => moves::set(cli, action).await,
         Cmd::Move(args) => moves::moves(cli, args).await,
         Cmd::Alloc { action } => drain::alloc(cli, action).await,
+        Cmd::Backup(args) => backup::backup(cli, args).await,
+        Cmd::Audit(args) => audit::audit(cli, args).await,
+        Cmd::Certs { out, hosts, days } => certs(cli.json, out, hosts, *days),
         Cmd::Replica { action } => {
-            let admin = AdminClient::new(store_seeds(cli)?, timeouts(cli)).map_err(Failure::usage)?;
+            let admin = AdminClient::with_dialer(store_seeds(cli)?, timeouts(cli), &dialer(cli)?).map_err(Failure::usage)?;
             let reply = match action {
                 ReplicaCmd::Add { id, addr } => {
                     Seed::parse(addr).map_err(Failure::usage)?;
@@ -252,6 +280,7 @@ fn alloc_client(cli: &Cli) -> Result<Client, Failure> {
         deadline: Duration::from_millis(cli.timeout_ms),
         attempt_timeout: Duration::from_millis(cli.attempt_timeout_ms),
         connect_timeout: Duration::from_millis(cli.attempt_timeout_ms.div_ceil(2)),
+        tls: tls(cli)?,
         ..ClientConfig::new(seeds)
     };
     Ok(Client::new(cfg)?)
@@ -266,7 +295,38 @@ pub(crate) fn store_seeds(cli: &Cli) -> Result<Vec<Seed>, Failure> {
 }
 
 fn store_client(cli: &Cli, seeds: &[Seed]) -> Result<StoreClient, Failure> {
-    StoreClient::new(seeds.to_vec(), timeouts(cli)).map_err(Failure::usage)
+    StoreClient::with_dialer(seeds.to_vec(), timeouts(cli), &dialer(cli)?).map_err(Failure::usage)
+}
+
+/// `seqctl certs`: a development CA and one certificate per role.
+fn certs(json: bool, out: &std::path::Path, hosts: &[String], days: i64) -> Result<String, Failure> {
+    if !(1..=3650).contains(&days) {
+        return Err(Failure::usage("--days must be in 1..=3650"));
+    }
+    let (_, written) = seqsvr_auth::devca::write_local(out, hosts, days).map_err(|e| Failure {
+        code: EXIT_FAILED,
+        message: e,
+    })?;
+    let files: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    if json {
+        return Ok(json!({ "files": files, "hosts": hosts, "days": days }).to_string());
+    }
+    Ok(format!(
+        "wrote a development CA and certificates for {} (valid {days} days):\n  {}",
+        hosts.join(", "),
+        files.join("\n  ")
+    ))
+}
+
+/// This invocation's certificate, loaded once per use; `None` without `--tls-ca`.
+pub(crate) fn tls(cli: &Cli) -> Result<Option<std::sync::Arc<seqsvr_auth::Tls>>, Failure> {
+    let loaded = cli.tls.load(None).map_err(|e| Failure::usage(e.to_string()))?;
+    Ok(loaded.map(std::sync::Arc::new))
+}
+
+/// How this invocation reaches StoreSvrs: with its certificate when `--tls-ca` is given.
+pub(crate) fn dialer(cli: &Cli) -> Result<seqsvr_control::Dialer, Failure> {
+    Ok(seqsvr_control::Dialer::with_tls(tls(cli)?))
 }
 
 /// The set's status from the leader (when it can be reached), plus each member's own view.
@@ -308,7 +368,8 @@ async fn single_status(cli: &Cli, addr: &str) -> Result<pb::StatusReply, String>
         attempt: Duration::from_millis(cli.attempt_timeout_ms),
         overall: Duration::from_millis(cli.attempt_timeout_ms),
     };
-    let client = StoreClient::new(vec![seed], short)?;
+    let dialer = dialer(cli).map_err(|f| f.message)?;
+    let client = StoreClient::with_dialer(vec![seed], short, &dialer)?;
     client.status().await.map_err(|e| e.to_string())
 }
 

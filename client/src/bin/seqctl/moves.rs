@@ -93,7 +93,7 @@ impl From<MoveError> for Failure {
 
 fn mover(cli: &crate::Cli) -> Result<Mover, Failure> {
     let seeds = crate::store_seeds(cli)?;
-    Mover::new(seeds, timeouts(cli), rand::random::<u64>() | 1).map_err(Failure::usage)
+    Mover::with_dialer(seeds, timeouts(cli), rand::random::<u64>() | 1, crate::dialer(cli)?).map_err(Failure::usage)
 }
 
 pub async fn sets(cli: &crate::Cli) -> Result<String, Failure> {
@@ -220,7 +220,9 @@ impl SetHealth {
 async fn set_health(cli: &crate::Cli, s: &pb::SetInfo) -> SetHealth {
     let seeds: Result<Vec<seqsvr_control::Seed>, String> =
         s.stores.iter().map(|a| seqsvr_control::Seed::parse(a)).collect();
-    let status = match seeds.and_then(|seeds| seqsvr_control::StoreClient::new(seeds, timeouts(cli))) {
+    let dialer = crate::dialer(cli).map_err(|f| f.message);
+    let store = seeds.and_then(|seeds| seqsvr_control::StoreClient::with_dialer(seeds, timeouts(cli), &dialer?));
+    let status = match store {
         Ok(store) => store.status().await.map_err(|e| e.to_string()),
         Err(e) => Err(e),
     };

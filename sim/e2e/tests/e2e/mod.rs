@@ -116,18 +116,43 @@ pub struct Cluster {
     live: BTreeSet<(Role, u64)>,
     /// StoreSvr ids started at least once: only a first start passes `--new-replica`.
     stores_started: BTreeSet<u64>,
+    /// With mutual TLS: the directory of the development CA and one certificate per role.
+    pub tls_dir: Option<PathBuf>,
+    /// With mutual TLS: the CA, to sign more certificates in tests.
+    pub ca: Option<seqsvr_auth::devca::DevCa>,
+    /// The loopback address every process of this cluster listens on.
+    pub ip: String,
 }
 
 impl Cluster {
     /// Starts every process (node 1 bootstraps the group); does not wait for anything.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// [`Cluster::start`] with mutual TLS on every link: a development CA and one certificate per
+    /// role in the temp dir; every process and every client of this struct uses its role's.
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         // Fail early, with what to do, when a binary is missing.
         sibling_bin("storesvr");
         sibling_bin("allocsvr");
-        let mut addrs = free_addrs(&private_loopback_ip(), STORES.len() + 2 * ALLOCS.len()).into_iter();
+        let ip = private_loopback_ip();
+        let mut addrs = free_addrs(&ip, STORES.len() + 2 * ALLOCS.len()).into_iter();
         let dir = tempfile::tempdir().expect("temp dir");
         let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
+        let certs = dir.path().join("certs");
+        let ca = tls.then(|| {
+            let (ca, _) = seqsvr_auth::devca::write_local(&certs, &[ip.clone()], 2).expect("development certificates");
+            ca
+        });
         let mut c = Self {
+            tls_dir: tls.then_some(certs),
+            ca,
+            ip,
             dir,
             store_addrs: STORES.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
@@ -154,6 +179,11 @@ impl Cluster {
         format!("{}{id}", role.name())
     }
 
+    /// Everything process `role` `id` has logged so far.
+    pub fn log(&self, role: Role, id: u64) -> String {
+        std::fs::read_to_string(self.log_path(role, id)).unwrap_or_default()
+    }
+
     fn log_path(&self, role: Role, id: u64) -> PathBuf {
         self.dir
             .path()
@@ -161,7 +191,38 @@ impl Cluster {
             .join(format!("{}.log", Self::name(role, id)))
     }
 
-    fn spawn(&mut self, role: Role, id: u64, bin: &str, args: Vec<String>, rust_log: &str) {
+    /// The `--tls-*` flags of a process holding `role`'s certificate (none without TLS).
+    pub fn tls_flags(&self, role: seqsvr_auth::Role) -> Vec<String> {
+        let Some(dir) = &self.tls_dir else {
+            return Vec::new();
+        };
+        let (cert, key) = seqsvr_auth::devca::paths(dir, role);
+        vec![
+            format!("--tls-ca={}", dir.join("ca.pem").display()),
+            format!("--tls-cert={}", cert.display()),
+            format!("--tls-key={}", key.display()),
+        ]
+    }
+
+    /// `role`'s certificate loaded, for in-test clients; `None` without TLS.
+    pub fn tls(&self, role: seqsvr_auth::Role) -> Option<std::sync::Arc<seqsvr_auth::Tls>> {
+        let dir = self.tls_dir.as_ref()?;
+        let (cert, key) = seqsvr_auth::devca::paths(dir, role);
+        let args = seqsvr_auth::TlsArgs {
+            tls_ca: Some(dir.join("ca.pem")),
+            tls_cert: Some(cert),
+            tls_key: Some(key),
+        };
+        Some(std::sync::Arc::new(
+            args.load(Some(role)).expect("load test certificate").expect("TLS on"),
+        ))
+    }
+
+    fn spawn(&mut self, role: Role, id: u64, bin: &str, mut args: Vec<String>, rust_log: &str) {
+        args.extend(self.tls_flags(match role {
+            Role::Store => seqsvr_auth::Role::StoreSvr,
+            Role::Alloc => seqsvr_auth::Role::AllocSvr,
+        }));
         assert!(self.live.insert((role, id)), "{}{id} is already running", role.name());
         let spec = ProcSpec {
             env: vec![("NO_COLOR".into(), "1".into()), ("RUST_LOG".into(), rust_log.into())],
@@ -287,7 +348,8 @@ impl Cluster {
             attempt: Duration::from_millis(800),
             overall: Duration::from_secs(5),
         };
-        StoreClient::new(seeds, timeouts).expect("store client")
+        let dialer = seqsvr_control::Dialer::with_tls(self.tls(seqsvr_auth::Role::Admin));
+        StoreClient::with_dialer(seeds, timeouts, &dialer).expect("store client")
     }
 
     /// The Status of one replica alone (no hint following), or `None` when it does not answer.
@@ -297,12 +359,13 @@ impl Cluster {
             addr: self.store_addrs[&id].clone(),
         };
         let short = Duration::from_millis(500);
-        let client = StoreClient::new(
+        let client = StoreClient::with_dialer(
             vec![seed],
             StoreTimeouts {
                 attempt: short,
                 overall: short,
             },
+            &seqsvr_control::Dialer::with_tls(self.tls(seqsvr_auth::Role::Admin)),
         )
         .ok()?;
         client.status().await.ok()
@@ -331,7 +394,10 @@ impl Cluster {
 
     /// A client-library client seeded with both AllocSvrs.
     pub fn client_config(&self) -> ClientConfig {
-        ClientConfig::new(self.alloc_addrs.values().cloned())
+        ClientConfig {
+            tls: self.tls(seqsvr_auth::Role::Client),
+            ..ClientConfig::new(self.alloc_addrs.values().cloned())
+        }
     }
 
     /// A client that has learned the route table.
@@ -341,7 +407,8 @@ impl Cluster {
 
     /// A raw data-plane client of one AllocSvr (connects lazily).
     pub fn alloc_rpc(&self, id: u64) -> AllocServiceClient<Channel> {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.alloc_addrs[&id]))
+        let tls = self.tls(seqsvr_auth::Role::Client);
+        let endpoint = seqsvr_auth::endpoint(&self.alloc_addrs[&id], tls.as_deref())
             .expect("endpoint")
             .connect_timeout(Duration::from_millis(200))
             .timeout(Duration::from_secs(2));
