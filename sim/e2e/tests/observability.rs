@@ -33,7 +33,9 @@ use seqsvr_proto::pb::{self, alloc_service_client::AllocServiceClient};
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
-const STEP: u64 = 1_000;
+/// Half of one RPC's worth of uids, so that a batch of one hot uid always crosses its ceiling and
+/// waits for a bump (`allocsvr_ceiling_waits_total`), however fast the prefetch comes back.
+const STEP: u64 = 500;
 const WAIT: Duration = Duration::from_secs(20);
 /// Series Prometheus makes itself for every target.
 const MADE_BY_PROMETHEUS: [&str; 1] = ["up"];
@@ -135,21 +137,32 @@ impl Cluster {
         pages
     }
 
-    /// Polls `process`'s page until `line_has` finds a sample with a value that `ok` accepts.
+    /// Polls `process`'s page until the samples of `name` with every one of `labels` add up to a
+    /// value `ok` accepts.
     async fn wait_value(&self, process: &str, name: &str, labels: &[&str], ok: impl Fn(f64) -> bool) -> f64 {
-        let addr = &self.metrics[process];
-        let found = poll_until(WAIT, || async {
-            let page = http_get(addr).await?;
-            sample(&page, name, labels).filter(|v| ok(*v))
-        })
-        .await;
-        match found {
-            Some(v) => v,
-            None => {
-                let page = http_get(addr).await.unwrap_or_default();
-                panic!("{process}: no {name}{labels:?} with the wanted value within {WAIT:?}; page:\n{page}")
+        self.wait_total(&[process], name, labels, ok).await
+    }
+
+    /// [`Self::wait_value`] summed over several processes (which of a set's AllocSvrs owns a
+    /// section depends on the order they registered in).
+    async fn wait_total(&self, processes: &[&str], name: &str, labels: &[&str], ok: impl Fn(f64) -> bool) -> f64 {
+        let total = || async {
+            let mut sum = None;
+            for p in processes {
+                if let Some(v) = sample(&http_get(&self.metrics[*p]).await?, name, labels) {
+                    *sum.get_or_insert(0.0) += v;
+                }
             }
+            sum
+        };
+        if let Some(v) = poll_until(WAIT, || async { total().await.filter(|v| ok(*v)) }).await {
+            return v;
         }
+        let mut pages = String::new();
+        for p in processes {
+            pages += &format!("===== {p}\n{}\n", http_get(&self.metrics[*p]).await.unwrap_or_default());
+        }
+        panic!("{processes:?}: no {name}{labels:?} with the wanted value within {WAIT:?}; pages:\n{pages}")
     }
 }
 
@@ -318,6 +331,9 @@ async fn every_metric_the_dashboard_and_alerts_name_is_exported() {
     let moved = poll_until(WAIT, || async { client.fetch_next_seq(Uid(150_000)).await.ok() }).await;
     let owner = moved.expect("set 1 serves the moved uid").owner;
     assert_eq!(owner.map(|o| o.set_id), Some(1), "the moved uid is served by set 1");
+    // Node 1 must hold something for the drain to hand over (the arbiter balances after both
+    // registered).
+    c.wait_value("alloc1", "allocsvr_sections_held", &[], |v| v > 0.0).await;
     c.seqctl(&["alloc", "drain", "1"]).await;
 
     // What the move, the drain and the traffic must show (sampled every 500 ms by the StoreSvrs).
@@ -347,7 +363,7 @@ async fn every_metric_the_dashboard_and_alerts_name_is_exported() {
         |v| v == 1.0,
     )
     .await;
-    c.wait_value("alloc1", "allocsvr_ceiling_waits_total", &[], |v| v > 0.0)
+    c.wait_total(&["alloc1", "alloc2"], "allocsvr_ceiling_waits_total", &[], |v| v > 0.0)
         .await;
 
     let pages = c.scrape_all().await;
