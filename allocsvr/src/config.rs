@@ -39,7 +39,8 @@ pub struct Cli {
     /// Address the data-plane gRPC server binds, ip:port.
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Address put in the route table for clients, host:port (defaults to --listen).
+    /// Address put in the route table for clients, host:port (defaults to --listen; required when
+    /// --listen is a wildcard such as 0.0.0.0, which no client can dial).
     #[arg(long)]
     pub advertise: Option<HostPort>,
     /// StoreSvr replicas of the set, comma-separated `host:port` or `id=host:port`.
@@ -157,13 +158,17 @@ impl Cli {
         if self.start_timeout_ms == 0 {
             return Err("--start-timeout-ms must be > 0".into());
         }
+        check_advertised(self.listen, self.advertise.as_ref())?;
         let serve_limits = ServeLimits {
             max_in_flight: self.max_in_flight,
             max_streams_per_connection: self.max_streams_per_connection,
             rpc_timeout: Duration::from_millis(self.rpc_timeout_ms),
         };
         serve_limits.check()?;
-        let tls = self.tls.load(Some(seqsvr_auth::Role::AllocSvr)).map_err(|e| e.to_string())?;
+        let tls = self
+            .tls
+            .load(Some(seqsvr_auth::Role::AllocSvr))
+            .map_err(|e| e.to_string())?;
         Ok(BinaryConfig {
             node: NodeConfig {
                 node_id: NodeId(self.node_id),
@@ -185,6 +190,20 @@ impl Cli {
     }
 }
 
+/// The route table must carry an address clients can dial: a wildcard `--listen` needs
+/// `--advertise`, and the advertised address cannot be a wildcard itself.
+fn check_advertised(listen: SocketAddr, advertise: Option<&HostPort>) -> Result<(), String> {
+    match advertise {
+        None if listen.ip().is_unspecified() => Err(format!(
+            "--listen {listen} binds every interface: give --advertise HOST:PORT, the address clients dial"
+        )),
+        Some(a) if a.socket_addr().is_some_and(|a| a.ip().is_unspecified()) => Err(format!(
+            "--advertise {a} is a wildcard, not an address clients can dial"
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +222,24 @@ mod tests {
         let c = cli(&good).unwrap();
         assert_eq!(c.node.node_id, NodeId(1));
         assert!(!c.node.unsafe_switches.any());
-        let cases: [(&[&str], &str); 6] = [
+        let cases: [(&[&str], &str); 8] = [
+            (
+                &["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"],
+                "--advertise",
+            ),
+            (
+                &[
+                    "--node-id",
+                    "1",
+                    "--listen",
+                    "0.0.0.0:7000",
+                    "--store",
+                    "a:1",
+                    "--advertise",
+                    "[::]:7000",
+                ],
+                "--advertise",
+            ),
             (
                 &["--node-id", "0", "--listen", "127.0.0.1:0", "--store", "a:1"],
                 "--node-id",
@@ -255,6 +291,12 @@ mod tests {
             assert!(cli(&args).unwrap_err().contains(flag), "{flag}");
         }
         assert_eq!(c.node.serve_limits, serving::ALLOCSVR, "defaults from one table");
+        let wildcard = ["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"];
+        let c = cli(&[&wildcard[..], &["--advertise", "10.77.0.21:7000"]].concat()).unwrap();
+        assert_eq!(
+            c.node.advertise.map(|a| a.to_string()).as_deref(),
+            Some("10.77.0.21:7000")
+        );
         let mut unsafe_args = good.to_vec();
         unsafe_args.push("--unsafe-keep-memory");
         let c = cli(&unsafe_args).unwrap();
