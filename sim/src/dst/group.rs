@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use seqsvr_proto::pb;
+use storesvr::domain::audit;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
 use storesvr::serve::moves::{self as moves, FrozenSeen};
@@ -232,6 +233,10 @@ impl Group {
     }
 
     fn decide(&mut self, r: usize, req: &Req, skip_fence: bool, now: Instant) -> Result<Step, RpcError> {
+        // Admin writes travel as audited commands, as the gRPC service sends them (`grpc::audit`),
+        // so the moves here run through the same apply. Who and when are fixed: the trail's
+        // contents are checked by storesvr's own tests, not here.
+        let admin = |cmd| audit::wrap("sim", 0, cmd);
         Ok(match req {
             Req::Register(q) => {
                 let cmd = serve::register_command(q)?;
@@ -266,9 +271,11 @@ impl Group {
                     &store_addrs(p.set_id),
                 )?))
             }
-            Req::ChangeMap(q) => Step::Commit(moves::map_command(&serve::params_of(&self.set)?, q.clone())?),
-            Req::RangeStep(q) => Step::Commit(moves::range_command(&serve::params_of(&self.set)?, q.clone())?),
-            Req::PublishMap(q) => Step::Commit(moves::publish_command(&serve::params_of(&self.set)?, q.clone())?),
+            Req::ChangeMap(q) => Step::Commit(admin(moves::map_command(&serve::params_of(&self.set)?, q.clone())?)),
+            Req::RangeStep(q) => Step::Commit(admin(moves::range_command(&serve::params_of(&self.set)?, q.clone())?)),
+            Req::PublishMap(q) => {
+                Step::Commit(admin(moves::publish_command(&serve::params_of(&self.set)?, q.clone())?))
+            }
             Req::ExportStatus(q) => {
                 let p = serve::params_of(&self.set)?;
                 let rep = &mut self.replicas[r];
