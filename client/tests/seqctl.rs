@@ -285,3 +285,65 @@ async fn replica_commands_follow_the_leader_hint() {
     let run = seqctl(&["--store", &r2.addr, "replica", "add", "5", "not an address"], &[]).await;
     assert_eq!(run.code, 2, "{}", run.stderr);
 }
+
+#[tokio::test]
+async fn audit_prints_one_line_per_record_and_json_on_request() {
+    let (r1, r2, _dead) = store_set().await;
+    let record = |number, at_ms, what: &str, outcome: &str| pb::AuditRecord {
+        number,
+        at_ms,
+        who: "CN=ops".into(),
+        what: what.into(),
+        outcome: outcome.into(),
+    };
+    *r2.state.audit.lock().unwrap() = pb::GetAuditReply {
+        not_leader: None,
+        records: vec![
+            record(8, 1_700_000_000_123, "drain AllocSvr node 3", "draining incarnation 5"),
+            record(9, 1_700_000_001_000, "remove replica 3", "started"),
+        ],
+        dropped: 7,
+        last: 9,
+    };
+    let run = seqctl(&["--store", &r1.addr, "audit", "--limit", "2"], &[]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "#8 2023-11-14T22:13:20.123Z CN=ops: drain AllocSvr node 3 -> draining incarnation 5",
+            "#9 2023-11-14T22:13:21Z CN=ops: remove replica 3 -> started",
+            "(7 older records were dropped to keep the trail bounded)",
+        ]
+    );
+    let asked = r2
+        .state
+        .audit_asked
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the leader was asked");
+    assert_eq!((asked.after, asked.limit, asked.newest), (0, 2, true), "the newest two");
+    assert_eq!(r1.admin_calls(), 1, "the follower's hint was followed");
+
+    let run = seqctl(&["--store", &r2.addr, "--json", "audit", "--after", "8"], &[]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v: Value = serde_json::from_str(&run.stdout).expect("valid JSON");
+    assert_eq!((v["dropped"].as_u64(), v["last"].as_u64()), (Some(7), Some(9)));
+    assert_eq!(v["records"][0]["at"], "2023-11-14T22:13:20.123Z");
+    assert_eq!(v["records"][0]["at_ms"], 1_700_000_000_123u64);
+    assert_eq!(v["records"][1]["what"], "remove replica 3");
+    assert_eq!(v["records"][1]["who"], "CN=ops");
+    let asked = r2.state.audit_asked.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        (asked.after, asked.limit, asked.newest),
+        (8, 50, false),
+        "oldest above 8"
+    );
+
+    for bad in ["0", "1001"] {
+        let run = seqctl(&["--store", &r2.addr, "audit", "--limit", bad], &[]).await;
+        assert_eq!(run.code, 2, "--limit {bad}: {}", run.stderr);
+        assert!(run.stderr.contains("--limit must be in 1..=1000"), "{}", run.stderr);
+    }
+}
