@@ -316,13 +316,7 @@ async fn audit_prints_one_line_per_record_and_json_on_request() {
             "(7 older records were dropped to keep the trail bounded)",
         ]
     );
-    let asked = r2
-        .state
-        .audit_asked
-        .lock()
-        .unwrap()
-        .clone()
-        .expect("the leader was asked");
+    let asked = r2.state.audit_asked.lock().unwrap().expect("the leader was asked");
     assert_eq!((asked.after, asked.limit, asked.newest), (0, 2, true), "the newest two");
     assert_eq!(r1.admin_calls(), 1, "the follower's hint was followed");
 
@@ -334,7 +328,7 @@ async fn audit_prints_one_line_per_record_and_json_on_request() {
     assert_eq!(v["records"][0]["at_ms"], 1_700_000_000_123u64);
     assert_eq!(v["records"][1]["what"], "remove replica 3");
     assert_eq!(v["records"][1]["who"], "CN=ops");
-    let asked = r2.state.audit_asked.lock().unwrap().clone().unwrap();
+    let asked = r2.state.audit_asked.lock().unwrap().unwrap();
     assert_eq!(
         (asked.after, asked.limit, asked.newest),
         (8, 50, false),
