@@ -146,7 +146,8 @@ impl Cluster {
         let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
         let certs = dir.path().join("certs");
         let ca = tls.then(|| {
-            let (ca, _) = seqsvr_auth::devca::write_local(&certs, &[ip.clone()], 2).expect("development certificates");
+            let (ca, _) = seqsvr_auth::devca::write_local(&certs, std::slice::from_ref(&ip), 2)
+                .expect("development certificates");
             ca
         });
         let mut c = Self {
