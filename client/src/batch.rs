@@ -22,6 +22,7 @@ use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
 use crate::routing::{RouteSet, target_addr};
 use seqsvr_control::classify::{Delivery, classify};
+use seqsvr_proto::refusal::Refusal;
 
 /// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
 pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
@@ -319,6 +320,8 @@ impl Round {
             state.last = format!("{addr}: {}: {}", s.code(), s.message());
             if verdict.invalid_argument {
                 slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::InvalidArgument)));
+            } else if verdict.refusal == Some(Refusal::Exhausted) {
+                slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::Exhausted)));
             } else if !verdict.retry {
                 slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::Unavailable)));
             } else {

@@ -23,6 +23,10 @@ pub enum FailureKind {
     Unavailable,
     /// The client was built with an unusable configuration: fix the configuration.
     BadConfig,
+    /// The uid's section has used up its 64-bit sequence space: no retry, anywhere, will ever
+    /// serve this uid again. (An *overloaded* server answers the same gRPC code; that one is
+    /// retried and ends as [`FailureKind::Unavailable`] if it never passes.)
+    Exhausted,
 }
 
 impl fmt::Display for FailureKind {
@@ -31,6 +35,7 @@ impl fmt::Display for FailureKind {
             FailureKind::InvalidArgument => "invalid argument",
             FailureKind::Unavailable => "unavailable",
             FailureKind::BadConfig => "bad client config",
+            FailureKind::Exhausted => "sequence space exhausted",
         })
     }
 }

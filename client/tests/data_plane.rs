@@ -179,6 +179,44 @@ async fn invalid_argument_is_surfaced_and_not_retried() {
 }
 
 #[tokio::test]
+async fn an_overloaded_server_is_retried_after_a_backoff_without_asking_others_for_routes() {
+    let (a, client) = one_owner().await;
+    let route_reads = a.state.get_rpcs.load(Ordering::SeqCst);
+    a.state.overloaded_left.store(3, Ordering::SeqCst);
+    let started = Instant::now();
+    let got = client.fetch_next_seq(Uid(8)).await.unwrap();
+    assert_eq!(got.seq, 1);
+    assert_eq!(a.data_rpcs(), 4, "three refusals, then served");
+    assert_eq!(
+        a.state.get_rpcs.load(Ordering::SeqCst),
+        route_reads,
+        "no route reads in between"
+    );
+    // Backoffs of at least 2.5, 5 and 10 ms (base 5 ms, doubling, upper half jittered).
+    assert!(
+        started.elapsed() >= Duration::from_millis(17),
+        "{:?}",
+        started.elapsed()
+    );
+
+    a.state.overloaded_left.store(2, Ordering::SeqCst);
+    let got = client.batch_fetch(&[Uid(8), Uid(9)]).await.unwrap();
+    assert_eq!(got.iter().map(|f| f.seq).collect::<Vec<_>>(), [2, 1]);
+}
+
+#[tokio::test]
+async fn a_used_up_section_fails_at_once_and_is_not_retried() {
+    let (a, client) = one_owner().await;
+    a.state.exhausted.store(true, Ordering::SeqCst);
+    let err = client.fetch_next_seq(Uid(1)).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Exhausted), "{err}");
+    assert_eq!(a.data_rpcs(), 1, "sent once");
+    let err = client.batch_fetch(&[Uid(1), Uid(2)]).await.unwrap_err();
+    assert_eq!(err.failure_kind(), Some(FailureKind::Exhausted), "{err}");
+    assert_eq!(a.data_rpcs(), 2, "the batch was sent once");
+}
+
+#[tokio::test]
 async fn uid_outside_the_table_is_refused_before_sending() {
     let (a, client) = one_owner().await;
     let err = client.fetch_next_seq(Uid(1_000)).await.unwrap_err();

@@ -7,10 +7,15 @@
 //! be made) or a server explicitly refused it; a timeout, a reset stream or an undecodable reply may
 //! have taken effect.
 //!
+//! RESOURCE_EXHAUSTED has two meanings (`seqsvr_proto::refusal`): a server overloaded (retry
+//! after a backoff) and a section whose sequence space is used up (never retry); [`Verdict::refusal`]
+//! says which.
+//!
 //! Deliberately left out: any IO, and what to do next (the callers' loops decide).
 
 use std::error::Error as _;
 
+use seqsvr_proto::refusal::{self, Refusal};
 use tonic::{Code, Status};
 
 /// What a failed attempt tells about the request.
@@ -30,6 +35,9 @@ pub struct Verdict {
     pub retry: bool,
     /// The server said the input is wrong: surface it, never retry.
     pub invalid_argument: bool,
+    /// What a RESOURCE_EXHAUSTED refused: an overload (retried, after a backoff rather than a
+    /// search for another server) or a used-up section (`retry` is false).
+    pub refusal: Option<Refusal>,
 }
 
 /// Classifies a gRPC error from one attempt.
@@ -46,25 +54,30 @@ pub fn classify(status: &Status) -> Verdict {
             },
             retry: true,
             invalid_argument: false,
+            refusal: None,
         };
     }
+    let refusal = refusal::of(status);
     match status.code() {
         Code::InvalidArgument => Verdict {
             delivery: Delivery::NotTaken,
             retry: false,
             invalid_argument: true,
+            refusal,
         },
         // The server may have done the work before the call was cut or failed.
         Code::Unknown | Code::Internal | Code::DataLoss | Code::DeadlineExceeded | Code::Cancelled => Verdict {
             delivery: Delivery::Maybe,
             retry: true,
             invalid_argument: false,
+            refusal,
         },
         // An explicit refusal that may pass: shutting down, overloaded, conflict.
         Code::Unavailable | Code::ResourceExhausted | Code::Aborted => Verdict {
             delivery: Delivery::NotTaken,
-            retry: true,
+            retry: refusal != Some(Refusal::Exhausted),
             invalid_argument: false,
+            refusal,
         },
         // An explicit refusal that will not pass by retrying (wrong server, wrong service, no access).
         Code::Ok
@@ -78,6 +91,7 @@ pub fn classify(status: &Status) -> Verdict {
             delivery: Delivery::NotTaken,
             retry: false,
             invalid_argument: false,
+            refusal,
         },
     }
 }
@@ -118,8 +132,24 @@ mod tests {
                 delivery,
                 retry,
                 invalid_argument,
+                refusal: (code == Code::ResourceExhausted).then_some(Refusal::Overloaded),
             };
             assert_eq!(got, want, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn a_used_up_section_is_final_and_an_overload_is_retried() {
+        let exhausted = classify(&refusal::exhausted("section 7 is used up"));
+        assert_eq!(exhausted.refusal, Some(Refusal::Exhausted));
+        assert!(!exhausted.retry && exhausted.delivery == Delivery::NotTaken);
+        for overload in [
+            refusal::overloaded("busy"),
+            Status::resource_exhausted("Too many active requests for the connection"),
+        ] {
+            let v = classify(&overload);
+            assert_eq!(v.refusal, Some(Refusal::Overloaded), "{overload:?}");
+            assert!(v.retry && v.delivery == Delivery::NotTaken);
         }
     }
 

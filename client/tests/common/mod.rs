@@ -2,7 +2,8 @@
 //!
 //! A fake serves the uids its own route table assigns to its address (a per-uid counter from 1),
 //! answers NOT_OWNER (with its table when the caller's is older) for the rest, and can be told to
-//! answer NOT_READY a number of times, to never answer, to refuse every call with INVALID_ARGUMENT, or
+//! answer NOT_READY a number of times, to never answer, to refuse every call with INVALID_ARGUMENT
+//! (or as overloaded a number of times, or as a used-up section), or
 //! to delay every reply. It counts RPCs and records the uids of every batch it receives.
 
 #![allow(dead_code)]
@@ -62,6 +63,10 @@ pub struct FakeState {
     pub hang: AtomicBool,
     /// Refuse every call with INVALID_ARGUMENT.
     pub invalid: AtomicBool,
+    /// Refuse this many more calls as overloaded (RESOURCE_EXHAUSTED, retry later).
+    pub overloaded_left: AtomicU64,
+    /// Refuse every call as a used-up section (RESOURCE_EXHAUSTED, permanent).
+    pub exhausted: AtomicBool,
     /// Delay every reply by this many milliseconds, after its numbers were handed out.
     pub delay_ms: AtomicU64,
     /// The cluster map, handed to callers whose `seqsvr-map-version` header is older.
@@ -140,6 +145,15 @@ impl FakeState {
         }
         if self.invalid.load(Ordering::SeqCst) {
             return Err(Status::invalid_argument("fake refuses everything"));
+        }
+        if self.exhausted.load(Ordering::SeqCst) {
+            return Err(seqsvr_proto::refusal::exhausted("fake section is used up"));
+        }
+        let overload = self
+            .overloaded_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if overload.is_ok() {
+            return Err(seqsvr_proto::refusal::overloaded("fake is overloaded"));
         }
         Ok(())
     }
