@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use seqsvr_harness::{ProcSpec, Supervisor};
-use seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
+use seqsvr_proto::limits::{self, MAX_UIDS_PER_BATCH};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
@@ -158,7 +158,10 @@ pub async fn connect(addr: &str) -> Result<Channel, String> {
 pub async fn channels(addr: &str, n: usize) -> Result<Vec<AllocServiceClient<Channel>>, String> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(AllocServiceClient::new(connect(addr).await?));
+        let client = AllocServiceClient::new(connect(addr).await?)
+            .max_decoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES);
+        out.push(client);
     }
     Ok(out)
 }
@@ -171,6 +174,8 @@ pub fn channel_count(concurrency: usize) -> usize {
 pub async fn status(addr: &str) -> Option<pb::StatusReply> {
     let ch = connect(addr).await.ok()?;
     StoreServiceClient::new(ch)
+        .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(limits::STORE_MESSAGE_BYTES)
         .status(pb::StatusRequest {})
         .await
         .ok()
@@ -231,6 +236,8 @@ pub async fn wait_balanced(leader: &str, k: usize, limit: Duration) -> Result<pb
 pub async fn routes(leader: &str) -> Result<pb::RouteTable, String> {
     let ch = connect(leader).await?;
     StoreServiceClient::new(ch)
+        .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(limits::STORE_MESSAGE_BYTES)
         .get_routes(pb::GetRoutesRequest {})
         .await
         .map_err(|e| format!("GetRoutes: {e}"))?

@@ -122,7 +122,11 @@ pub fn serve(addr: SocketAddr, section_size: u64) -> ExitCode {
         };
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let served = tonic::transport::Server::builder()
-            .add_service(AllocServiceServer::new(Echo { section_size }))
+            .add_service(
+                AllocServiceServer::new(Echo { section_size })
+                    .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
+                    .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES),
+            )
             .serve_with_incoming(incoming)
             .await;
         match served {

@@ -318,7 +318,9 @@ fn spawn_pinned(
             addr: addr.into(),
             via: via.clone(),
         };
-        let alloc = seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(conn);
+        let alloc = seqsvr_proto::pb::alloc_service_client::AllocServiceClient::new(conn)
+            .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES);
         let pinned = WorkloadParams {
             rate_per_client: wp.rate_per_client / 2.0,
             ..wp.clone()

@@ -84,6 +84,8 @@ async fn status(addr: &str) -> Option<pb::StatusReply> {
         .await
         .ok()?;
     StoreServiceClient::new(ch)
+        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
         .status(pb::StatusRequest {})
         .await
         .ok()
@@ -364,7 +366,9 @@ async fn main() -> ExitCode {
         .connect()
         .await
         .unwrap();
-    let mut client = StoreServiceClient::new(ch);
+    let mut client = StoreServiceClient::new(ch)
+        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
     let (incarnation, epochs) = match register_owner(&mut client).await {
         Ok(r) => r,
         Err(e) => {
