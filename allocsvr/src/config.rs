@@ -54,7 +54,7 @@ pub struct Cli {
     pub start_timeout_ms: u64,
     /// Calls handled at once, over all connections; above it a call is refused at once with
     /// RESOURCE_EXHAUSTED (overloaded, retried by clients after a backoff) unless its connection
-    /// has fewer than 4 in flight (up to twice this).
+    /// has no other call in flight (up to twice this).
     #[arg(long, default_value_t = serving::ALLOCSVR.max_in_flight)]
     pub max_in_flight: usize,
     /// HTTP/2 streams one connection may have open at once; a client queues calls above it.

@@ -123,7 +123,7 @@ pub struct Config {
 
     /// Calls handled at once, over all connections (Raft peers and health checks not counted);
     /// above it a call is refused at once with RESOURCE_EXHAUSTED (overloaded, retried after a
-    /// backoff) unless its connection has fewer than 4 in flight (up to twice this).
+    /// backoff) unless its connection has no other call in flight (up to twice this).
     #[arg(long, default_value_t = serving::STORESVR.max_in_flight)]
     pub max_in_flight: usize,
 

@@ -204,7 +204,9 @@ async fn probe_peer(addr: &str, tls: Option<&Tls>) -> PeerGroup {
         Ok(Err(e)) => return PeerGroup::Unknown(e.to_string()),
         Err(_) => return PeerGroup::Unknown("connect timed out".into()),
     };
-    let mut client = pb::store_service_client::StoreServiceClient::new(channel);
+    let mut client = pb::store_service_client::StoreServiceClient::new(channel)
+        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
     let mut req = tonic::Request::new(pb::StatusRequest {});
     req.set_timeout(BOOTSTRAP_PROBE);
     match client.status(req).await {
