@@ -7,7 +7,9 @@
 //! | `storesvr` | the read-only calls, and the Raft peer service |
 //! | `admin` | the data plane, the read-only calls, every `AdminService` change (membership, map, moves, drains) and the audit trail (`GetAudit`) |
 //!
-//! An operator's `seqctl` carries `admin` and so may also fetch, to check a cluster by hand. A
+//! An operator's `seqctl` carries `admin` and so may also fetch, to check a cluster by hand, and
+//! `Load`, which changes nothing but reads every ceiling and owner of a range: a move's dry run
+//! (`seqctl move --dry-run`) shows them. A
 //! method this table does not know (a typo, a service this port does not serve) is let through to
 //! tonic, which answers UNIMPLEMENTED: refusing it would only hide that answer.
 
@@ -75,8 +77,11 @@ pub enum Kind {
     DataPlane,
     /// Reads that change nothing and reveal no sequence: routes, status, maps, health, reflection.
     ReadOnly,
-    /// An AllocSvr's dealings with its set: Register, Renew, Release, Bump, Load.
+    /// An AllocSvr's dealings with its set: Register, Renew, Release, Bump.
     Ownership,
+    /// Load: the ceilings and owners of a range, read linearizably. AllocSvrs (a gained section's
+    /// state) and admins (a move's dry run).
+    Ceilings,
     /// Raft messages between replicas of one set.
     Peer,
     /// Operator changes: membership, the cluster map, move steps, drains.
@@ -94,7 +99,8 @@ pub fn kind(path: &str) -> Kind {
         "seqsvr.v1.RaftService" => Kind::Peer,
         "seqsvr.v1.StoreService" => match method {
             "GetRoutes" | "Status" => Kind::ReadOnly,
-            "Register" | "Renew" | "Release" | "Bump" | "Load" => Kind::Ownership,
+            "Register" | "Renew" | "Release" | "Bump" => Kind::Ownership,
+            "Load" => Kind::Ceilings,
             _ => Kind::Unknown,
         },
         "seqsvr.v1.AdminService" => match method {
@@ -119,6 +125,7 @@ pub fn allowed(role: Role, path: &str) -> bool {
         Kind::ReadOnly | Kind::Unknown => true,
         Kind::DataPlane => matches!(role, Role::Client | Role::Admin),
         Kind::Ownership => role == Role::AllocSvr,
+        Kind::Ceilings => matches!(role, Role::AllocSvr | Role::Admin),
         Kind::Peer => role == Role::StoreSvr,
         Kind::Admin => role == Role::Admin,
     }

@@ -119,7 +119,8 @@ async fn start_cluster(opts: &RunOpts, dir: &Path, topo: &Topology) -> anyhow::R
     };
     let mut stores = Vec::new();
     for set in 0..opts.sets {
-        let dialer = seqsvr_control::Dialer::with_tls(crate::tls::admin());
+        // Status, routes and the final Load of every ceiling: Load is an AllocSvr's call.
+        let dialer = seqsvr_control::Dialer::with_tls(crate::tls::allocsvr());
         let store = StoreClient::with_dialer(topo.store_seeds(set), timeouts, &dialer).map_err(anyhow::Error::msg)?;
         wait_for_leader(&store).await?;
         stores.push(store);
@@ -502,7 +503,8 @@ fn replica_clients(topo: &Topology) -> Vec<(u64, ReplicaClient)> {
     topo.store_addr
         .iter()
         .filter_map(|(&i, a)| {
-            let ep = seqsvr_auth::endpoint(&a.to_string(), crate::tls::admin().as_deref()).ok()?;
+            // Status and Load; Load is an AllocSvr's call.
+            let ep = seqsvr_auth::endpoint(&a.to_string(), crate::tls::allocsvr().as_deref()).ok()?;
             let ch = ep
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_millis(500))

@@ -1,6 +1,7 @@
 //! Mutual TLS for `sim run --tls`: a development CA and one certificate per role in the run's
 //! data dir, the `--tls-*` flags for every process it starts and for `seqctl`, and the loaded
-//! certificates for its own clients (the workload: `client`; observers and moves: `admin`).
+//! certificates for its own clients (the workload: `client`; observers and moves: `admin`; the
+//! replica poller, which reads ceilings with Load: `allocsvr`).
 //!
 //! Kept process-wide, set once before the first connection: one run per process, and every
 //! place that dials (workload, observers, moves, seqctl) then finds it without threading it
@@ -18,6 +19,7 @@ struct Certs {
     dir: PathBuf,
     client: Arc<Tls>,
     admin: Arc<Tls>,
+    allocsvr: Arc<Tls>,
 }
 
 static CERTS: OnceLock<Certs> = OnceLock::new();
@@ -33,6 +35,7 @@ pub fn setup(dir: &Path) -> anyhow::Result<()> {
         dir: dir.to_owned(),
         client: load(Role::Client)?,
         admin: load(Role::Admin)?,
+        allocsvr: load(Role::AllocSvr)?,
     };
     CERTS
         .set(certs)
@@ -65,6 +68,12 @@ pub fn flags(role: Role) -> Vec<String> {
 /// The workload's certificate.
 pub fn client() -> Option<Arc<Tls>> {
     CERTS.get().map(|c| c.client.clone())
+}
+
+/// The certificate of the observer that reads every section's ceiling at the end (`Load`, which
+/// only AllocSvrs may call).
+pub fn allocsvr() -> Option<Arc<Tls>> {
+    CERTS.get().map(|c| c.allocsvr.clone())
 }
 
 /// The observers' and the move driver's certificate.

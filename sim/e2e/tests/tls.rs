@@ -67,6 +67,10 @@ fn may_call(role: Role, method: &str) -> bool {
     if read_only.contains(&method) {
         return true;
     }
+    if method == "StoreService/Load" {
+        // A read of ceilings and owners: AllocSvrs gaining sections, admins planning a move.
+        return matches!(role, Role::AllocSvr | Role::Admin);
+    }
     match method.split('/').next().unwrap() {
         "AllocService" => matches!(role, Role::Client | Role::Admin),
         "StoreService" => role == Role::AllocSvr,
