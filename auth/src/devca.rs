@@ -175,3 +175,48 @@ fn write(path: &Path, body: &str, secret: bool) -> Result<(), String> {
     f.write_all(body.as_bytes())
         .map_err(|e| format!("write {}: {e}", path.display()))
 }
+
+/// The files [`write_local`] made in one directory, and what a process or client of a test
+/// cluster (the simulator, the benchmarks, the end-to-end tests) needs from them.
+#[derive(Clone, Debug)]
+pub struct LocalCerts {
+    /// Where `ca.pem` and the `<role>.pem`/`<role>.key` pairs are.
+    pub dir: PathBuf,
+}
+
+impl LocalCerts {
+    /// A new CA and one certificate per role in `dir`, for `hosts`, valid `days`.
+    pub fn create(dir: &Path, hosts: &[String], days: i64) -> Result<(Self, DevCa), String> {
+        let (ca, _) = write_local(dir, hosts, days)?;
+        Ok((Self { dir: dir.to_owned() }, ca))
+    }
+
+    /// The options naming `role`'s files.
+    pub fn args(&self, role: Role) -> crate::TlsArgs {
+        let (cert, key) = paths(&self.dir, role);
+        crate::TlsArgs {
+            tls_ca: Some(self.dir.join("ca.pem")),
+            tls_cert: Some(cert),
+            tls_key: Some(key),
+        }
+    }
+
+    /// The `--tls-*` flags of a process holding `role`'s certificate.
+    pub fn flags(&self, role: Role) -> Vec<String> {
+        let (cert, key) = paths(&self.dir, role);
+        vec![
+            format!("--tls-ca={}", self.dir.join("ca.pem").display()),
+            format!("--tls-cert={}", cert.display()),
+            format!("--tls-key={}", key.display()),
+        ]
+    }
+
+    /// `role`'s certificate, loaded and checked.
+    pub fn load(&self, role: Role) -> Result<std::sync::Arc<crate::Tls>, String> {
+        match self.args(role).load(Some(role)) {
+            Ok(Some(tls)) => Ok(std::sync::Arc::new(tls)),
+            Ok(None) => Err("no TLS files".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}

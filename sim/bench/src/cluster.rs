@@ -17,7 +17,7 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::procfs;
 
@@ -94,6 +94,7 @@ pub async fn start_stores(
             format!("--section-size={section_size}"),
             format!("--metrics-listen={}", metrics[i]),
         ];
+        args.extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
         if id == 1 {
             args.push("--bootstrap".into());
         }
@@ -123,12 +124,13 @@ pub fn start_allocsvr(
     let addr = seqsvr_harness::free_addr();
     let metrics = seqsvr_harness::free_addr();
     let name = format!("alloc{node_id}");
-    let args = [
+    let mut args = vec![
         format!("--node-id={node_id}"),
         format!("--listen={addr}"),
         format!("--store={}", stores.peers.join(",")),
         format!("--metrics-listen={metrics}"),
     ];
+    args.extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
     let spec = ProcSpec {
         env: vec![("RUST_LOG".into(), "warn".into())],
         ..ProcSpec::new(&name, allocsvr, args)
@@ -144,8 +146,7 @@ pub fn start_allocsvr(
 
 /// A channel to `addr` with `TCP_NODELAY` and bounded connect and call times.
 pub async fn connect(addr: &str) -> Result<Channel, String> {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("bad address {addr}: {e}"))?
+    seqsvr_auth::endpoint(addr, crate::tls::client().as_deref())?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5))

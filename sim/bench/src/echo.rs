@@ -103,8 +103,25 @@ impl AllocService for Echo {
     }
 }
 
-/// Runs the echo server on `addr` until the process is killed (the benchmark kills it).
-pub fn serve(addr: SocketAddr, section_size: u64) -> ExitCode {
+/// Runs the echo server on `addr` until the process is killed (the benchmark kills it). With
+/// `tls_dir`, over mutual TLS with that directory's `allocsvr` certificate. Either way behind the
+/// same role-check layer as the AllocSvr, so the two differ only in what the service does.
+pub fn serve(addr: SocketAddr, section_size: u64, tls_dir: Option<&std::path::Path>) -> ExitCode {
+    let tls = match tls_dir.map(|dir| seqsvr_auth::devca::LocalCerts { dir: dir.to_owned() }.load(seqsvr_auth::Role::AllocSvr)) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            eprintln!("alloc-bench echo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let server = match seqsvr_auth::server(tls.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("alloc-bench echo: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -121,7 +138,8 @@ pub fn serve(addr: SocketAddr, section_size: u64) -> ExitCode {
             }
         };
         let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let served = tonic::transport::Server::builder()
+        let mut server = server;
+        let served = server
             .add_service(
                 AllocServiceServer::new(Echo { section_size })
                     .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)

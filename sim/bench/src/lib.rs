@@ -8,7 +8,8 @@
 //!   [`peers`]: Redis INCR and an etcd counter, driven by the same load loop.
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
 //!   wait for ownership, touch uids; [`costs`]: the uid sets, tables and extrapolation of the cost
-//!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots).
+//!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots); [`tls`]: `--tls`, every
+//!   link of the run over mutual TLS.
 //!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
@@ -20,3 +21,4 @@ pub mod peers;
 pub mod plot;
 pub mod procfs;
 pub mod report;
+pub mod tls;

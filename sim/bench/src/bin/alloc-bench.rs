@@ -122,9 +122,16 @@ struct Args {
     /// every run pooled) into DIR: `latency-unary.png`, `latency-batch100.png`, …
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Every link over mutual TLS with roles (a development CA in the run's temp dir): the echo,
+    /// the AllocSvr, the StoreSvrs and the client library, so each ratio compares TLS with TLS.
+    #[arg(long)]
+    tls: bool,
     /// Internal: serve the echo baseline on ADDR until killed.
     #[arg(long, hide = true)]
     serve_echo: Option<SocketAddr>,
+    /// Internal: the echo's certificates (an `allocsvr` one, as the AllocSvr has), in this dir.
+    #[arg(long, hide = true)]
+    serve_echo_tls: Option<PathBuf>,
 }
 
 impl Args {
@@ -163,7 +170,7 @@ fn harness(msg: impl Into<String>) -> Failure {
 fn main() -> ExitCode {
     let args: Args = seqsvr_proto::cli::parse("ALLOC_BENCH");
     if let Some(addr) = args.serve_echo {
-        return echo::serve(addr, SECTION_SIZE);
+        return echo::serve(addr, SECTION_SIZE, args.serve_echo_tls.as_deref());
     }
     if let Err(e) = args.validate() {
         eprintln!("alloc-bench: {e}");
@@ -435,7 +442,11 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
         "allocsvr serves every section used here (route version {route_version}), {:.1} s after all were owned",
         started.elapsed().as_secs_f64()
     );
-    let client = Client::connect(ClientConfig::new([cluster.alloc_addr.clone()]))
+    let cfg = ClientConfig {
+        tls: seqsvr_bench::tls::client(),
+        ..ClientConfig::new([cluster.alloc_addr.clone()])
+    };
+    let client = Client::connect(cfg)
         .await
         .map_err(|e| harness(format!("client library cannot connect: {e}")))?;
     let coalescer =
@@ -476,6 +487,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     }
     .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
     print_machine(args, tmp.path());
+    if args.tls {
+        seqsvr_bench::tls::setup(&tmp.path().join("certs")).map_err(harness)?;
+        println!("tls: every link over mutual TLS, certificates in {}", tmp.path().join("certs").display());
+    }
     let mut procs =
         Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
     if !cluster_needed(args) {
@@ -560,7 +575,11 @@ async fn start(
     let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
 
     let echo_addr = seqsvr_harness::free_addr();
-    let echo = ProcSpec::new("echo", exe, [format!("--serve-echo={echo_addr}")]);
+    let mut echo_args = vec![format!("--serve-echo={echo_addr}")];
+    if let Some(dir) = seqsvr_bench::tls::dir() {
+        echo_args.push(format!("--serve-echo-tls={}", dir.display()));
+    }
+    let echo = ProcSpec::new("echo", exe, echo_args);
     let echo_pid = procs.spawn(echo).map_err(|e| spawn_err("echo", e))?;
     if !seqsvr_harness::wait_listening(&echo_addr, Duration::from_secs(10)).await {
         return Err(harness("echo server did not listen within 10 s"));
@@ -578,12 +597,13 @@ async fn start(
 
     let alloc_addr = seqsvr_harness::free_addr();
     let alloc_metrics = seqsvr_harness::free_addr();
-    let args = [
+    let mut args = vec![
         "--node-id=1".to_string(),
         format!("--listen={alloc_addr}"),
         format!("--store={}", peers.join(",")),
         format!("--metrics-listen={alloc_metrics}"),
     ];
+    args.extend(seqsvr_bench::tls::flags(seqsvr_auth::Role::AllocSvr));
     let spec = ProcSpec {
         env: vec![("RUST_LOG".into(), "warn".into())],
         ..ProcSpec::new("allocsvr", allocsvr, args)

@@ -116,8 +116,8 @@ pub struct Cluster {
     live: BTreeSet<(Role, u64)>,
     /// StoreSvr ids started at least once: only a first start passes `--new-replica`.
     stores_started: BTreeSet<u64>,
-    /// With mutual TLS: the directory of the development CA and one certificate per role.
-    pub tls_dir: Option<PathBuf>,
+    /// With mutual TLS: the development CA's files, one certificate per role.
+    pub certs: Option<seqsvr_auth::devca::LocalCerts>,
     /// With mutual TLS: the CA, to sign more certificates in tests.
     pub ca: Option<seqsvr_auth::devca::DevCa>,
     /// The loopback address every process of this cluster listens on.
@@ -144,14 +144,13 @@ impl Cluster {
         let mut addrs = free_addrs(&ip, STORES.len() + 2 * ALLOCS.len()).into_iter();
         let dir = tempfile::tempdir().expect("temp dir");
         let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
-        let certs = dir.path().join("certs");
-        let ca = tls.then(|| {
-            let (ca, _) = seqsvr_auth::devca::write_local(&certs, std::slice::from_ref(&ip), 2)
-                .expect("development certificates");
-            ca
+        let certs = tls.then(|| {
+            seqsvr_auth::devca::LocalCerts::create(&dir.path().join("certs"), std::slice::from_ref(&ip), 2)
+                .expect("development certificates")
         });
+        let (certs, ca) = certs.unzip();
         let mut c = Self {
-            tls_dir: tls.then_some(certs),
+            certs,
             ca,
             ip,
             dir,
@@ -194,29 +193,12 @@ impl Cluster {
 
     /// The `--tls-*` flags of a process holding `role`'s certificate (none without TLS).
     pub fn tls_flags(&self, role: seqsvr_auth::Role) -> Vec<String> {
-        let Some(dir) = &self.tls_dir else {
-            return Vec::new();
-        };
-        let (cert, key) = seqsvr_auth::devca::paths(dir, role);
-        vec![
-            format!("--tls-ca={}", dir.join("ca.pem").display()),
-            format!("--tls-cert={}", cert.display()),
-            format!("--tls-key={}", key.display()),
-        ]
+        self.certs.as_ref().map(|c| c.flags(role)).unwrap_or_default()
     }
 
     /// `role`'s certificate loaded, for in-test clients; `None` without TLS.
     pub fn tls(&self, role: seqsvr_auth::Role) -> Option<std::sync::Arc<seqsvr_auth::Tls>> {
-        let dir = self.tls_dir.as_ref()?;
-        let (cert, key) = seqsvr_auth::devca::paths(dir, role);
-        let args = seqsvr_auth::TlsArgs {
-            tls_ca: Some(dir.join("ca.pem")),
-            tls_cert: Some(cert),
-            tls_key: Some(key),
-        };
-        Some(std::sync::Arc::new(
-            args.load(Some(role)).expect("load test certificate").expect("TLS on"),
-        ))
+        Some(self.certs.as_ref()?.load(role).expect("load test certificate"))
     }
 
     fn spawn(&mut self, role: Role, id: u64, bin: &str, mut args: Vec<String>, rust_log: &str) {
