@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use seqsvr_control::{StoreClient, StoreTimeouts};
 use seqsvr_proto::limits;
-use seqsvr_proto::serving::{self, Limited};
-use tonic_health::pb::health_server::SERVICE_NAME as HEALTH;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
+use seqsvr_proto::serving::{self, Limited};
 use seqsvr_proto::{Incarnation, reflection};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tonic_health::pb::health_server::SERVICE_NAME as HEALTH;
 use tracing::{error, info, warn};
 
 use crate::config::NodeConfig;
@@ -53,7 +53,8 @@ impl Node {
     pub async fn start(cfg: NodeConfig) -> Result<Node, StartError> {
         let seeds = cfg.store.clone();
         let dialer = seqsvr_control::Dialer::with_tls(cfg.tls.clone());
-        let store = StoreClient::with_dialer(seeds, StoreTimeouts::default(), &dialer).map_err(StartError::StoreAddrs)?;
+        let store =
+            StoreClient::with_dialer(seeds, StoreTimeouts::default(), &dialer).map_err(StartError::StoreAddrs)?;
         Self::start_with_store(cfg, Arc::new(store)).await
     }
 

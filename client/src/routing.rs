@@ -281,7 +281,11 @@ impl std::fmt::Debug for InProcess {
 }
 
 impl Channels {
-    pub(crate) fn new(connect_timeout: Duration, in_process: Option<InProcess>, tls: Option<Arc<seqsvr_auth::Tls>>) -> Self {
+    pub(crate) fn new(
+        connect_timeout: Duration,
+        in_process: Option<InProcess>,
+        tls: Option<Arc<seqsvr_auth::Tls>>,
+    ) -> Self {
         Self {
             map: Mutex::new(HashMap::new()),
             connect_timeout,

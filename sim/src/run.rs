@@ -292,9 +292,16 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     println!("sim: seed {} data dir {}", opts.seed, dir.display());
     if opts.tls {
         crate::tls::setup(&dir.join("certs"))?;
-        opts.set.store_extra.extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
-        opts.set.alloc_extra.extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
-        println!("sim: mutual TLS on every link, certificates in {}", dir.join("certs").display());
+        opts.set
+            .store_extra
+            .extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
+        opts.set
+            .alloc_extra
+            .extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
+        println!(
+            "sim: mutual TLS on every link, certificates in {}",
+            dir.join("certs").display()
+        );
     }
     println!("sim: replay with: {}", opts.replay);
     let topo = Topology::new(opts.sets).await?;

@@ -28,7 +28,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use seqsvr_auth::{Role, Tls};
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
@@ -42,6 +41,7 @@ use crate::storage::log_store::{Durability, LogStore};
 use crate::storage::segment_log::SegmentLog;
 use crate::storage::sm_store::{SharedState, StateMachineStore};
 use crate::tasks::arbiter::arbiter_loop;
+use seqsvr_auth::{Role, Tls};
 
 /// A running replica.
 pub struct StoreNode {

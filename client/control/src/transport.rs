@@ -17,8 +17,8 @@ use std::task::{Context, Poll};
 
 use tonic::body::Body;
 use tonic::codegen::{Service, http};
-use tonic::transport::channel::ResponseFuture;
 use tonic::transport::Channel;
+use tonic::transport::channel::ResponseFuture;
 
 /// Any error a transport reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -117,10 +117,7 @@ impl Dialer {
 
     /// Tonic connections with mutual TLS when `tls` is set, plaintext otherwise.
     pub fn with_tls(tls: Option<Arc<seqsvr_auth::Tls>>) -> Self {
-        Self {
-            tls,
-            ..Self::default()
-        }
+        Self { tls, ..Self::default() }
     }
 
     /// The generator of one client's random choices.

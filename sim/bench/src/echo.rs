@@ -107,7 +107,9 @@ impl AllocService for Echo {
 /// `tls_dir`, over mutual TLS with that directory's `allocsvr` certificate. Either way behind the
 /// same role-check layer as the AllocSvr, so the two differ only in what the service does.
 pub fn serve(addr: SocketAddr, section_size: u64, tls_dir: Option<&std::path::Path>) -> ExitCode {
-    let tls = match tls_dir.map(|dir| seqsvr_auth::devca::LocalCerts { dir: dir.to_owned() }.load(seqsvr_auth::Role::AllocSvr)) {
+    let tls = match tls_dir
+        .map(|dir| seqsvr_auth::devca::LocalCerts { dir: dir.to_owned() }.load(seqsvr_auth::Role::AllocSvr))
+    {
         None => None,
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => {

@@ -98,7 +98,10 @@ async fn probe(store: Channel, alloc: Channel, method: &str) -> Code {
     let result = match method {
         "AllocService/FetchNextSeq" => a.fetch_next_seq(pb::FetchNextSeqRequest::default()).await.map(drop),
         "AllocService/GetCurSeq" => a.get_cur_seq(pb::GetCurSeqRequest::default()).await.map(drop),
-        "AllocService/BatchFetchNextSeq" => a.batch_fetch_next_seq(pb::BatchFetchNextSeqRequest::default()).await.map(drop),
+        "AllocService/BatchFetchNextSeq" => a
+            .batch_fetch_next_seq(pb::BatchFetchNextSeqRequest::default())
+            .await
+            .map(drop),
         "StoreService/Register" => s.register(pb::RegisterRequest::default()).await.map(drop),
         "StoreService/Renew" => s.renew(pb::RenewRequest::default()).await.map(drop),
         "StoreService/Release" => s.release(pb::ReleaseRequest::default()).await.map(drop),
@@ -141,7 +144,10 @@ async fn every_role_against_every_method_of_a_tls_cluster() {
     c.wait_serving(Duration::from_secs(60)).await;
     // The cluster works over TLS end to end: the client library with a client certificate.
     let client = c.client().await;
-    let first = client.fetch_next_seq(seqsvr_proto::Uid(7)).await.expect("fetch over TLS");
+    let first = client
+        .fetch_next_seq(seqsvr_proto::Uid(7))
+        .await
+        .expect("fetch over TLS");
     assert!(first.seq > 0);
 
     let (store, alloc) = (c.store_addrs[&1].clone(), c.alloc_addrs[&1].clone());
@@ -164,7 +170,8 @@ async fn every_role_against_every_method_of_a_tls_cluster() {
     // The refusal names the peer in the server's log.
     let log = c.log(Proc::Store, 1);
     assert!(
-        log.lines().any(|l| l.contains("refused") && l.contains("client.seqsvr.local")),
+        log.lines()
+            .any(|l| l.contains("refused") && l.contains("client.seqsvr.local")),
         "no refusal naming the client in storesvr 1's log"
     );
     seqctl_runs_as_its_certificates_role(&c);
@@ -180,7 +187,11 @@ fn seqctl_runs_as_its_certificates_role(c: &Cluster) {
             .args(args)
             .output()
             .expect("run seqctl");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         (out.status.code(), text)
     };
     let seqctl = |role: Role, args: &[&str]| seqctl_with(c.tls_flags(role), args);
@@ -229,11 +240,17 @@ async fn expired_foreign_missing_and_plaintext_clients_are_refused() {
     let alloc = c.alloc_addrs[&1].clone();
     let fetch = |ch: Channel| async move {
         let mut a = AllocServiceClient::new(ch);
-        a.fetch_next_seq(pb::FetchNextSeqRequest { uid: 7, route_version: 0 }).await
+        a.fetch_next_seq(pb::FetchNextSeqRequest {
+            uid: 7,
+            route_version: 0,
+        })
+        .await
     };
     // Control: a valid certificate of the same CA, made the same way, is served.
     let valid = client_tls(ca, &ca.cert_pem, -1, 1);
-    fetch(channel(&alloc, Some(&valid))).await.expect("a valid certificate is served");
+    fetch(channel(&alloc, Some(&valid)))
+        .await
+        .expect("a valid certificate is served");
 
     let expired = client_tls(ca, &ca.cert_pem, -10, -1);
     let foreign_ca = DevCa::new("someone else's CA", 1).expect("CA");
@@ -259,7 +276,10 @@ async fn expired_foreign_missing_and_plaintext_clients_are_refused() {
         assert!(got.is_err(), "{what}: served {got:?}");
     }
     // The refused connections did not disturb the server.
-    fetch(channel(&alloc, Some(&Arc::unwrap_or_clone(c.tls(Role::Client).unwrap()))))
-        .await
-        .expect("still serving");
+    fetch(channel(
+        &alloc,
+        Some(&Arc::unwrap_or_clone(c.tls(Role::Client).unwrap())),
+    ))
+    .await
+    .expect("still serving");
 }

@@ -241,7 +241,8 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Audit(args) => audit::audit(cli, args).await,
         Cmd::Certs { out, hosts, days } => certs(cli.json, out, hosts, *days),
         Cmd::Replica { action } => {
-            let admin = AdminClient::with_dialer(store_seeds(cli)?, timeouts(cli), &dialer(cli)?).map_err(Failure::usage)?;
+            let admin =
+                AdminClient::with_dialer(store_seeds(cli)?, timeouts(cli), &dialer(cli)?).map_err(Failure::usage)?;
             let reply = match action {
                 ReplicaCmd::Add { id, addr } => {
                     Seed::parse(addr).map_err(Failure::usage)?;

@@ -489,7 +489,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     print_machine(args, tmp.path());
     if args.tls {
         seqsvr_bench::tls::setup(&tmp.path().join("certs")).map_err(harness)?;
-        println!("tls: every link over mutual TLS, certificates in {}", tmp.path().join("certs").display());
+        println!(
+            "tls: every link over mutual TLS, certificates in {}",
+            tmp.path().join("certs").display()
+        );
     }
     let mut procs =
         Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
