@@ -29,7 +29,6 @@ use tokio::time::{Instant, sleep};
 /// How long the cluster gets to serve every section once, and to serve every touched uid again
 /// after the last fault.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-const VERIFY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What `sim load` needs, validated by the caller.
 #[derive(Clone, Debug)]
@@ -92,7 +91,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
     let verify_from = clock.now_ns();
     let touched = touched_uids(&rec);
     println!("sim load: verifying {} touched uids are served again", touched.len());
-    verify_served(&probe, &rec, &touched).await;
+    crate::run::verify_served(&probe, &rec, &touched).await;
     info.verify_from_ns = Some(verify_from);
     history.write(&Record::Info(info))?;
     history.flush()?;
@@ -191,22 +190,6 @@ fn touched_uids(rec: &Recorder) -> Vec<u64> {
     v
 }
 
-/// Fetches every touched uid until each is served once or the deadline passes (the liveness
-/// checker then names the ones left).
-async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64]) {
-    let deadline = Instant::now() + VERIFY_TIMEOUT;
-    let mut left: Vec<u64> = touched.to_vec();
-    while !left.is_empty() && Instant::now() < deadline {
-        let mut served = HashSet::new();
-        for chunk in left.chunks(500) {
-            served.extend(rec.batch(probe, 0, chunk).await);
-        }
-        left.retain(|u| !served.contains(u));
-        if !left.is_empty() {
-            sleep(Duration::from_millis(500)).await;
-        }
-    }
-}
 
 /// Reads the events file into history records on the run's clock (`start_unix_ns` = its zero).
 pub fn read_events(path: &Path, start_unix_ns: u64) -> anyhow::Result<Vec<Record>> {

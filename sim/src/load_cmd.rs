@@ -49,18 +49,7 @@ pub struct LoadArgs {
 
 impl LoadArgs {
     fn validate(&self) -> Result<(), String> {
-        if self.clients == 0 || self.clients > 256 {
-            return Err("--clients must be in 1..=256".into());
-        }
-        if !(self.rate > 0.0 && self.rate <= 100_000.0) {
-            return Err("--rate must be in (0, 100000]".into());
-        }
-        if self.section_size == 0 || self.uid_limit < self.section_size {
-            return Err("--uid-limit must be at least --section-size (> 0)".into());
-        }
-        if self.uid_limit / self.section_size > 10_000 {
-            return Err("at most 10,000 sections".into());
-        }
+        crate::check_workload(self.clients, self.rate, self.section_size, self.uid_limit)?;
         for a in &self.alloc {
             a.parse::<seqsvr_proto::addr::HostPort>()
                 .map_err(|e| format!("--alloc: {e}"))?;

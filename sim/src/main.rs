@@ -156,21 +156,28 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The workload options `sim run` and `sim load` share: clients, rate, and the uid space they
+/// spread over (the history keeps one record per section, so it stays bounded).
+pub(crate) fn check_workload(clients: u32, rate: f64, section_size: u64, uid_limit: u64) -> Result<(), String> {
+    if clients == 0 || clients > 256 {
+        return Err("--clients must be in 1..=256".into());
+    }
+    if !(rate > 0.0 && rate <= 100_000.0) {
+        return Err("--rate must be in (0, 100000]".into());
+    }
+    if section_size == 0 || uid_limit < section_size {
+        return Err("--uid-limit must be at least --section-size (> 0)".into());
+    }
+    if uid_limit / section_size > 10_000 {
+        return Err("at most 10,000 sections in a simulation".into());
+    }
+    Ok(())
+}
+
 impl RunArgs {
     /// Semantic checks clap cannot do; a failure is exit 2.
     fn validate(&self) -> Result<(), String> {
-        if self.clients == 0 || self.clients > 256 {
-            return Err("--clients must be in 1..=256".into());
-        }
-        if !(self.rate > 0.0 && self.rate <= 100_000.0) {
-            return Err("--rate must be in (0, 100000]".into());
-        }
-        if self.section_size == 0 || self.uid_limit < self.section_size {
-            return Err("--uid-limit must be at least --section-size (> 0)".into());
-        }
-        if self.uid_limit / self.section_size > 10_000 {
-            return Err("at most 10,000 sections in a simulation".into());
-        }
+        check_workload(self.clients, self.rate, self.section_size, self.uid_limit)?;
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
         }

@@ -445,7 +445,9 @@ async fn serve_every_section(probe: &Client, rec: &Recorder, opts: &RunOpts, dea
     Ok(())
 }
 
-async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64]) {
+/// Fetches every touched uid until each is served once or [`VERIFY_TIMEOUT`] passes (the liveness
+/// checker then names the ones left). Also `sim load`'s last step.
+pub(crate) async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64]) {
     let deadline = Instant::now() + VERIFY_TIMEOUT;
     let mut left: Vec<u64> = touched.to_vec();
     while !left.is_empty() && Instant::now() < deadline {
