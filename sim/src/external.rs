@@ -190,7 +190,6 @@ fn touched_uids(rec: &Recorder) -> Vec<u64> {
     v
 }
 
-
 /// Reads the events file into history records on the run's clock (`start_unix_ns` = its zero).
 pub fn read_events(path: &Path, start_unix_ns: u64) -> anyhow::Result<Vec<Record>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read events {}", path.display()))?;

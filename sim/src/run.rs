@@ -287,21 +287,22 @@ fn print_where(opts: &RunOpts, history_path: &Path, max_path: &Path) {
     println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
 }
 
+/// `--tls`: certificates in the run's data dir, and every process started with its role's.
+fn turn_on_tls(opts: &mut RunOpts, dir: &Path) -> anyhow::Result<()> {
+    let certs = dir.join("certs");
+    crate::tls::setup(&certs)?;
+    let set = &mut opts.set;
+    set.store_extra.extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
+    set.alloc_extra.extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
+    println!("sim: mutual TLS on every link, certificates in {}", certs.display());
+    Ok(())
+}
+
 pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let dir = data_dir(opts.data_dir.as_deref(), opts.seed)?;
     println!("sim: seed {} data dir {}", opts.seed, dir.display());
     if opts.tls {
-        crate::tls::setup(&dir.join("certs"))?;
-        opts.set
-            .store_extra
-            .extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
-        opts.set
-            .alloc_extra
-            .extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
-        println!(
-            "sim: mutual TLS on every link, certificates in {}",
-            dir.join("certs").display()
-        );
+        turn_on_tls(&mut opts, &dir)?;
     }
     println!("sim: replay with: {}", opts.replay);
     let topo = Topology::new(opts.sets).await?;
@@ -361,11 +362,22 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     history.write(&Record::Info(info))?;
     history.flush()?;
     let (panics, crashes) = stop_cluster(&shared).await?;
+    judge(&opts, &history_path, &max_path, &final_max, panics, crashes)
+}
 
-    let h = History::read(&history_path)?;
-    let report = checks::check_all(&h, Some(&final_max))?;
+/// Reads the whole history back and checks every promise over it; prints the report.
+fn judge(
+    opts: &RunOpts,
+    history_path: &Path,
+    max_path: &Path,
+    final_max: &BTreeMap<u64, u64>,
+    panics: Vec<PanicLine>,
+    crashes: Vec<String>,
+) -> anyhow::Result<Verdict> {
+    let h = History::read(history_path)?;
+    let report = checks::check_all(&h, Some(final_max))?;
     print_report(&h, &report, &panics, &crashes);
-    print_where(&opts, &history_path, &max_path);
+    print_where(opts, history_path, max_path);
     Ok(Verdict {
         violations: report.total_violations(),
         crashes,
