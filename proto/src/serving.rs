@@ -338,6 +338,30 @@ mod tests {
         http::Request::builder().uri(path).body(()).unwrap()
     }
 
+    /// Yields until `done`, or fails the test after 5 s (a call refused that should have been
+    /// admitted never raises the count).
+    async fn wait_until(done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for the in-flight count"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The answer of a call that must not wait (a refusal): a call wrongly admitted would wait
+    /// for the gate forever, so the test fails instead of hanging.
+    async fn at_once<F, E>(call: F) -> http::Response<()>
+    where
+        F: Future<Output = Result<http::Response<()>, E>>,
+        E: std::fmt::Debug,
+    {
+        let answered = tokio::time::timeout(Duration::from_secs(5), call).await;
+        answered.expect("answered at once").unwrap()
+    }
+
     fn refusal_of(r: &http::Response<()>) -> Option<refusal::Refusal> {
         tonic::Status::from_header_map(r.headers()).and_then(|s| refusal::of(&s))
     }
@@ -354,14 +378,8 @@ mod tests {
         let svc = layer.layer(router(gate.clone()));
         let first = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq")));
         let second = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/GetCurSeq")));
-        while layer.in_flight() < 2 {
-            tokio::task::yield_now().await;
-        }
-        let refused = svc
-            .clone()
-            .oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq"))
-            .await
-            .unwrap();
+        wait_until(|| layer.in_flight() >= 2).await;
+        let refused = at_once(svc.clone().oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq"))).await;
         assert_eq!(refusal_of(&refused), Some(refusal::Refusal::Overloaded));
         assert_eq!(
             (shed.load(Ordering::Relaxed), layer.in_flight()),
@@ -375,9 +393,7 @@ mod tests {
         let done = tokio::select! { r = first => r, r = second => r, r = peer => r };
         assert_eq!(refusal_of(&done.unwrap().unwrap()), None);
         gate.add_permits(2);
-        while layer.in_flight() > 0 {
-            tokio::task::yield_now().await;
-        }
+        wait_until(|| layer.in_flight() <= 0).await;
         let admitted = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq")));
         gate.add_permits(1);
         assert_eq!(refusal_of(&admitted.await.unwrap().unwrap()), None);
@@ -420,28 +436,22 @@ mod tests {
         for _ in 0..4 {
             held.push(tokio::spawn(svc.clone().oneshot(on(1, path))));
         }
-        while layer.in_flight() < 4 {
-            tokio::task::yield_now().await;
-        }
-        let heavy = svc.clone().oneshot(on(1, path)).await.unwrap();
+        wait_until(|| layer.in_flight() >= 4).await;
+        let heavy = at_once(svc.clone().oneshot(on(1, path))).await;
         assert_eq!(refusal_of(&heavy), Some(refusal::Refusal::Overloaded));
         // A light connection still gets its reserve of two, then is shed too.
         for _ in 0..2 {
             held.push(tokio::spawn(svc.clone().oneshot(on(2, path))));
         }
-        while layer.in_flight() < 6 {
-            tokio::task::yield_now().await;
-        }
-        let third = svc.clone().oneshot(on(2, path)).await.unwrap();
+        wait_until(|| layer.in_flight() >= 6).await;
+        let third = at_once(svc.clone().oneshot(on(2, path))).await;
         assert_eq!(refusal_of(&third), Some(refusal::Refusal::Overloaded));
         // At twice the limit even a connection with nothing in flight is shed.
         for c in 3..5 {
             held.push(tokio::spawn(svc.clone().oneshot(on(c, path))));
         }
-        while layer.in_flight() < 8 {
-            tokio::task::yield_now().await;
-        }
-        let capped = svc.clone().oneshot(on(5, path)).await.unwrap();
+        wait_until(|| layer.in_flight() >= 8).await;
+        let capped = at_once(svc.clone().oneshot(on(5, path))).await;
         assert_eq!(refusal_of(&capped), Some(refusal::Refusal::Overloaded));
         gate.add_permits(held.len());
         for h in held {
