@@ -393,7 +393,7 @@ mod tests {
         let done = tokio::select! { r = first => r, r = second => r, r = peer => r };
         assert_eq!(refusal_of(&done.unwrap().unwrap()), None);
         gate.add_permits(2);
-        wait_until(|| layer.in_flight() <= 0).await;
+        wait_until(|| layer.in_flight() == 0).await;
         let admitted = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq")));
         gate.add_permits(1);
         assert_eq!(refusal_of(&admitted.await.unwrap().unwrap()), None);
