@@ -64,6 +64,9 @@ struct Plan {
     /// Flood (c): connections that never read a reply, and the streams each holds open.
     slow_connections: usize,
     slow_streams: usize,
+    /// The server and the probe on CPU 0, the flood on CPU 1 (a flood from other machines, as
+    /// far as one 2-core box can show it); `false`: everyone shares both cores.
+    pinned: bool,
 }
 
 const CI: Plan = Plan {
@@ -75,12 +78,25 @@ const CI: Plan = Plan {
     oversized_per_connection: 6,
     slow_connections: 16,
     slow_streams: 64,
+    pinned: false,
 };
 
 const STRICT: Plan = Plan {
     probe_calls: 2_000,
     ..CI
 };
+
+/// Runs the calling thread, and every thread it starts from now on, on `cpu` only.
+fn pin_to(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).expect("cpu index");
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("sched_setaffinity");
+}
+
+/// The CPU the server and the probe run on in a pinned plan.
+fn server_cpu(plan: Plan) -> Option<usize> {
+    plan.pinned.then_some(0)
+}
 
 /// The set's parameters: the production lease timings (3 s lease, renewed every 500 ms), not the
 /// fake store's short test ones. A flood that saturates the CPU delays renewals too; with a 600 ms
@@ -102,10 +118,14 @@ struct Server {
 }
 
 impl Server {
-    fn start(limits: ServeLimits) -> Server {
+    fn start(limits: ServeLimits, cpu: Option<usize>) -> Server {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
+            // Before the runtime: its worker threads inherit this thread's CPUs.
+            if let Some(cpu) = cpu {
+                pin_to(cpu);
+            }
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
@@ -178,8 +198,16 @@ impl Probe {
 
 /// One well-behaved caller on its own thread and connection: `calls` fetches, one at a time,
 /// `every` apart.
-fn probe(addr: std::net::SocketAddr, calls: usize, every: Duration) -> std::thread::JoinHandle<Probe> {
+fn probe(
+    addr: std::net::SocketAddr,
+    calls: usize,
+    every: Duration,
+    cpu: Option<usize>,
+) -> std::thread::JoinHandle<Probe> {
     std::thread::spawn(move || {
+        if let Some(cpu) = cpu {
+            pin_to(cpu);
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -330,7 +358,7 @@ struct Seen {
 
 /// Runs the probe alone and then under each flood.
 async fn run(plan: Plan) -> Seen {
-    let server = Server::start(LIMITS);
+    let server = Server::start(LIMITS, server_cpu(plan));
     let addr = server.addr;
     // Warm up: the probe's section and the flood's are gained and bumped once.
     let mut c = connect(endpoint(addr)).await;
@@ -351,14 +379,16 @@ async fn run(plan: Plan) -> Seen {
     let mut phases = Vec::new();
     phases.push((
         "unloaded",
-        probe(addr, plan.probe_calls, plan.probe_every).join().unwrap(),
+        probe(addr, plan.probe_calls, plan.probe_every, server_cpu(plan))
+            .join()
+            .unwrap(),
     ));
 
     let calls = Arc::new(Tally::default());
     let until = Instant::now() + window;
     let flood = tokio::spawn(many_calls(addr, plan, until, calls.clone()));
     tokio::time::sleep(Duration::from_millis(300)).await; // the flood is at full strength
-    let p = probe(addr, plan.probe_calls, plan.probe_every);
+    let p = probe(addr, plan.probe_calls, plan.probe_every, server_cpu(plan));
     phases.push((
         "many calls",
         tokio::task::spawn_blocking(|| p.join().unwrap()).await.unwrap(),
@@ -368,7 +398,7 @@ async fn run(plan: Plan) -> Seen {
     let big = Arc::new(Tally::default());
     let until = Instant::now() + window;
     let flood = tokio::spawn(oversized(addr, plan, until, big.clone()));
-    let p = probe(addr, plan.probe_calls, plan.probe_every);
+    let p = probe(addr, plan.probe_calls, plan.probe_every, server_cpu(plan));
     phases.push((
         "oversized",
         tokio::task::spawn_blocking(|| p.join().unwrap()).await.unwrap(),
@@ -378,7 +408,7 @@ async fn run(plan: Plan) -> Seen {
     let until = Instant::now() + window;
     let flood = tokio::spawn(slow_readers(addr, plan, until));
     tokio::time::sleep(Duration::from_millis(300)).await; // every slow stream is open
-    let p = probe(addr, plan.probe_calls, plan.probe_every);
+    let p = probe(addr, plan.probe_calls, plan.probe_every, server_cpu(plan));
     phases.push((
         "slow readers",
         tokio::task::spawn_blocking(|| p.join().unwrap()).await.unwrap(),
@@ -491,4 +521,28 @@ async fn strict_flood_measurement() {
     let seen = run(STRICT).await;
     report(&seen);
     check(STRICT, &seen, Duration::from_millis(1));
+}
+
+/// The strict ratio with the flood kept off the server's core: server and probe on CPU 0, the
+/// flood's runtime on CPU 1. What a flood from other machines leaves the server, as far as a 2-core
+/// box can show it. Release build, alone:
+/// `cargo test --release -p allocsvr --test flood strict_flood_on_its_own_core -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn strict_flood_on_its_own_core() {
+    assert!(
+        std::thread::available_parallelism().map_or(0, |n| n.get()) >= 2,
+        "needs two CPUs"
+    );
+    // The flood's runtime is built on this thread after the pin, so its workers run on CPU 1.
+    pin_to(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let plan = Plan { pinned: true, ..STRICT };
+    let seen = rt.block_on(run(plan));
+    report(&seen);
+    check(plan, &seen, Duration::from_millis(1));
 }

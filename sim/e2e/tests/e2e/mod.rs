@@ -468,12 +468,12 @@ impl Cluster {
             http_get(&self.alloc_metrics[&id], "/metrics")
         })
         .await;
-        let key = format!("allocsvr_fetch_total{{outcome=\"{outcome}\"}}");
+        // Other labels (the node's) may stand beside the outcome, in any order.
+        let label = format!("outcome=\"{outcome}\"");
         body.lines()
-            .find_map(|l| {
-                l.strip_prefix(&key)
-                    .map(|v| v.trim().parse::<f64>().expect("counter value") as u64)
-            })
+            .filter(|l| l.starts_with("allocsvr_fetch_total{") && l.contains(&label))
+            .find_map(|l| l.rsplit(' ').next())
+            .map(|v| v.trim().parse::<f64>().expect("counter value") as u64)
             .unwrap_or(0)
     }
 
