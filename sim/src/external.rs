@@ -19,16 +19,11 @@ use crate::history::{FaultSpan, HistoryWriter, MoveSpan, Record, RunClock, RunIn
 use crate::workload::{PINNED_CLIENT_BASE, Recorder, WorkloadParams, hot_uids, pinned_conn, run_client, run_pinned};
 use anyhow::{Context, bail};
 use seqsvr_client::{Client, ClientConfig};
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::time::{Instant, sleep};
-
-/// How long the cluster gets to serve every section once, and to serve every touched uid again
-/// after the last fault.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+use tokio::time::sleep;
 
 /// What `sim load` needs, validated by the caller.
 #[derive(Clone, Debug)]
@@ -73,7 +68,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
     let rec = Arc::new(Recorder::new(history.clone()));
     let cfg = ClientConfig::new(opts.alloc.clone());
     let probe = Client::connect(cfg.clone()).await.context("client connect")?;
-    serve_every_section(&probe, &rec, opts).await?;
+    crate::run::serve_every_section(&probe, &rec, opts.section_size, opts.uid_limit).await?;
     println!("sim load: every section served; workload for {:?}", opts.duration);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -89,7 +84,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
         }
     }
     let verify_from = clock.now_ns();
-    let touched = touched_uids(&rec);
+    let touched = crate::run::touched_uids(&rec);
     println!("sim load: verifying {} touched uids are served again", touched.len());
     crate::run::verify_served(&probe, &rec, &touched).await;
     info.verify_from_ns = Some(verify_from);
@@ -159,35 +154,6 @@ async fn start_workload(
         )));
     }
     Ok(workers)
-}
-
-/// One recorded batch of the first uid of every section, until each has been served once.
-async fn serve_every_section(probe: &Client, rec: &Recorder, opts: &LoadOpts) -> anyhow::Result<()> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let sections = opts.uid_limit.div_ceil(opts.section_size);
-    let mut left: Vec<u64> = (0..sections).map(|s| s * opts.section_size).collect();
-    while !left.is_empty() {
-        let mut served = HashSet::new();
-        for chunk in left.chunks(500) {
-            served.extend(rec.batch(probe, 0, chunk).await);
-        }
-        left.retain(|u| !served.contains(u));
-        if Instant::now() > deadline {
-            bail!("{} sections not served within {READY_TIMEOUT:?}", left.len());
-        }
-        if !left.is_empty() {
-            sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
-}
-
-/// Every uid the workload touched, sorted.
-fn touched_uids(rec: &Recorder) -> Vec<u64> {
-    let t = rec.touched.lock().unwrap_or_else(|e| e.into_inner());
-    let mut v: Vec<u64> = t.iter().copied().collect();
-    v.sort_unstable();
-    v
 }
 
 /// Reads the events file into history records on the run's clock (`start_unix_ns` = its zero).

@@ -178,8 +178,8 @@ async fn start_workload(
     Ok(workers)
 }
 
-/// Every uid the workload touched, sorted.
-fn touched_uids(rec: &Recorder) -> Vec<u64> {
+/// Every uid the workload touched, sorted. Also `sim load`'s.
+pub(crate) fn touched_uids(rec: &Recorder) -> Vec<u64> {
     let t = rec.touched.lock().unwrap_or_else(|e| e.into_inner());
     let mut v: Vec<u64> = t.iter().copied().collect();
     v.sort_unstable();
@@ -338,7 +338,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
         ..ClientConfig::new(shared.topo.client_seeds())
     };
     let probe = Client::connect(client_cfg.clone()).await.context("client connect")?;
-    serve_every_section(&probe, &rec, &opts, Instant::now() + READY_TIMEOUT).await?;
+    serve_every_section(&probe, &rec, opts.set.section_size, opts.set.uid_limit).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let workers = start_workload(&opts, &shared, &client_cfg, &rec, &stop).await?;
@@ -440,10 +440,17 @@ async fn wait_for_owners(store: &StoreClient) -> anyhow::Result<()> {
     }
 }
 
-/// One recorded fetch of the first uid of every section, until each has been served once.
-async fn serve_every_section(probe: &Client, rec: &Recorder, opts: &RunOpts, deadline: Instant) -> anyhow::Result<()> {
-    let sections = opts.set.uid_limit.div_ceil(opts.set.section_size);
-    let mut left: Vec<u64> = (0..sections).map(|s| s * opts.set.section_size).collect();
+/// One recorded fetch of the first uid of every section of `[0, uid_limit)`, until each has been
+/// served once or [`READY_TIMEOUT`] passes. Also `sim load`'s first step.
+pub(crate) async fn serve_every_section(
+    probe: &Client,
+    rec: &Recorder,
+    section_size: u64,
+    uid_limit: u64,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let sections = uid_limit.div_ceil(section_size);
+    let mut left: Vec<u64> = (0..sections).map(|s| s * section_size).collect();
     while !left.is_empty() {
         let served: HashSet<u64> = rec.batch(probe, 0, &left).await.into_iter().collect();
         left.retain(|u| !served.contains(u));

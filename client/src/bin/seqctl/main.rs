@@ -319,10 +319,16 @@ fn certs(json: bool, out: &std::path::Path, hosts: &[String], days: i64) -> Resu
     ))
 }
 
-/// This invocation's certificate, loaded once per use; `None` without `--tls-ca`.
+/// This invocation's certificate, loaded on first use; `None` without `--tls-ca`.
 pub(crate) fn tls(cli: &Cli) -> Result<Option<std::sync::Arc<seqsvr_auth::Tls>>, Failure> {
-    let loaded = cli.tls.load(None).map_err(|e| Failure::usage(e.to_string()))?;
-    Ok(loaded.map(std::sync::Arc::new))
+    // Read once per invocation: `status` dials every replica, and each dial asks for it.
+    static LOADED: std::sync::OnceLock<Result<Option<std::sync::Arc<seqsvr_auth::Tls>>, String>> =
+        std::sync::OnceLock::new();
+    let loaded = LOADED.get_or_init(|| {
+        let tls = cli.tls.load(None).map_err(|e| e.to_string())?;
+        Ok(tls.map(std::sync::Arc::new))
+    });
+    loaded.clone().map_err(Failure::usage)
 }
 
 /// How this invocation reaches StoreSvrs: with its certificate when `--tls-ca` is given.
