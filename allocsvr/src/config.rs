@@ -52,16 +52,17 @@ pub struct Cli {
     /// Give up starting when no StoreSvr accepted the registration within this many milliseconds.
     #[arg(long, default_value_t = 30_000)]
     pub start_timeout_ms: u64,
-    /// Calls handled at once, over all connections; above it a call is refused at once with
-    /// RESOURCE_EXHAUSTED (overloaded, retried by clients after a backoff) unless its connection
-    /// has no other call in flight (up to twice this).
-    #[arg(long, default_value_t = serving::ALLOCSVR.max_in_flight)]
+    /// Calls handled at once, over all connections (default: 32 per CPU); above it a call waits
+    /// for a slot, granted round-robin over connections, unless its connection has no other call
+    /// in flight (admitted up to twice this). A call that waits over 200 ms, or finds 4,096
+    /// waiting, is refused with RESOURCE_EXHAUSTED (overloaded, retried after a backoff).
+    #[arg(long, default_value_t = serving::allocsvr().max_in_flight)]
     pub max_in_flight: usize,
     /// HTTP/2 streams one connection may have open at once; a client queues calls above it.
-    #[arg(long, default_value_t = serving::ALLOCSVR.max_streams_per_connection)]
+    #[arg(long, default_value_t = serving::allocsvr().max_streams_per_connection)]
     pub max_streams_per_connection: u32,
     /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
-    #[arg(long, default_value_t = serving::ALLOCSVR.rpc_timeout.as_millis() as u64)]
+    #[arg(long, default_value_t = serving::allocsvr().rpc_timeout.as_millis() as u64)]
     pub rpc_timeout_ms: u64,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
     #[command(flatten)]
@@ -134,7 +135,7 @@ impl NodeConfig {
             start_timeout: Duration::from_secs(30),
             unsafe_switches: UnsafeSwitches::default(),
             repeat_releases_after: None,
-            serve_limits: serving::ALLOCSVR,
+            serve_limits: serving::allocsvr(),
             tls: None,
         }
     }
@@ -290,7 +291,7 @@ mod tests {
             args.extend([flag, zero]);
             assert!(cli(&args).unwrap_err().contains(flag), "{flag}");
         }
-        assert_eq!(c.node.serve_limits, serving::ALLOCSVR, "defaults from one table");
+        assert_eq!(c.node.serve_limits, serving::allocsvr(), "defaults from one table");
         let wildcard = ["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"];
         let c = cli(&[&wildcard[..], &["--advertise", "10.77.0.21:7000"]].concat()).unwrap();
         assert_eq!(

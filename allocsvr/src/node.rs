@@ -77,7 +77,7 @@ impl Node {
         let core = Core::start(&cfg, store, advertise).await?;
         info!(%local_addr, "data plane listening");
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
-        let server = serving::apply(server, &cfg.serve_limits, &[HEALTH], shed_counter());
+        let server = serving::apply(server, &cfg.serve_limits, &[HEALTH], admission_counters());
         let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone()).await;
         Ok(Node {
             core,
@@ -193,10 +193,34 @@ impl Core {
     }
 }
 
-/// Counts the calls refused as overloaded (`allocsvr_shed_total`).
-fn shed_counter() -> serving::ShedHook {
+/// How often a busy worker of [`runtime`] looks for new IO, in tasks polled (tokio's default is
+/// 61). Under a flood the run queue never empties, and a well-behaved caller's request is noticed
+/// only at the next look, then queued behind what that look found. In docs/BENCHMARKS.md's flood
+/// (b) on one core (in-flight limit 4) the caller's p99 was 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7,
+/// against 0.3–0.6 ms unloaded. The cost is one `epoll_wait` per 7 polls while busy; an idle
+/// worker waits on the IO driver either way.
+pub const EVENT_INTERVAL: u32 = 7;
+
+/// The runtime the `allocsvr` binary serves on: `workers` worker threads (`None`: one per CPU the
+/// process may run on) and [`EVENT_INTERVAL`]. Tests that measure the server build theirs here.
+pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().event_interval(EVENT_INTERVAL);
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    builder.build()
+}
+
+/// Counts the calls refused as overloaded (`allocsvr_shed_total`) and those that waited for a
+/// slot of the in-flight limit (`allocsvr_parked_total`).
+fn admission_counters() -> serving::Hooks {
     let shed = metrics::counter!("allocsvr_shed_total");
-    Arc::new(move || shed.increment(1))
+    let parked = metrics::counter!("allocsvr_parked_total");
+    serving::Hooks {
+        shed: Arc::new(move || shed.increment(1)),
+        parked: Arc::new(move || parked.increment(1)),
+    }
 }
 
 async fn spawn_server(

@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_server::AllocService;
+use seqsvr_proto::serving::InFlight;
 use seqsvr_proto::{SectionId, Uid};
 use seqsvr_proto::{map_header, pb};
 use tokio::time::Instant;
@@ -120,8 +121,10 @@ impl Service {
         step
     }
 
-    /// Fetches one uid, waiting for an in-flight bump until `deadline` at most.
-    async fn fetch(&self, uid: Uid, deadline: tokio::time::Instant) -> Step {
+    /// Fetches one uid, waiting for an in-flight bump until `deadline` at most. A call that waits
+    /// gives back its slot of the server's in-flight limit first (`in_flight`): the limit is kept
+    /// small to bound the calls competing for the CPU, and a wait for the store uses none.
+    async fn fetch(&self, uid: Uid, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
         for wakeup in 0..MAX_WAKEUPS {
             let slot = match self.fetch_once(uid) {
                 Step::Wait(slot) => slot,
@@ -138,6 +141,7 @@ impl Service {
                 Step::Wait(_) => {}
                 other => return other,
             }
+            in_flight.step_out();
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 break;
             }
@@ -154,9 +158,13 @@ impl Service {
     /// exhausted (gaps are allowed); the caller must hear that this uid can never be served.
     fn serve_by_section(&self, uids: &[u64], batch: &mut Batch) -> Result<(), Status> {
         let size = self.shared.params().section_size;
-        let mut order: Vec<usize> = (0..uids.len()).collect();
-        // Stable: within a section, request order.
-        order.sort_by_key(|&i| uids[i] / size);
+        // By (section, position): within a section, request order. Sorting the pairs with their
+        // keys computed once, unstably (the position makes every pair distinct), spares the
+        // stable sort's buffer and a division per comparison: the stable sort by key was 7 % of
+        // the AllocSvr's samples under batch100 at 64 callers.
+        let mut keyed: Vec<(u64, usize)> = uids.iter().enumerate().map(|(i, u)| (u / size, i)).collect();
+        keyed.sort_unstable();
+        let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
         let owned = self.shared.owned();
         let mut to_bump = Vec::new();
         {
@@ -241,9 +249,12 @@ impl AllocService for Service {
         request: Request<pb::FetchNextSeqRequest>,
     ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let step = self.fetch(uid, tokio::time::Instant::now() + BUMP_WAIT).await;
+        let step = self
+            .fetch(uid, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
+            .await;
         self.count(&step);
         let (outcome, seq, owner) = match step {
             Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
@@ -303,6 +314,7 @@ impl AllocService for Service {
         request: Request<pb::BatchFetchNextSeqRequest>,
     ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
         let req = request.into_inner();
         if req.uids.is_empty() || req.uids.len() > MAX_BATCH {
             return Err(
@@ -321,7 +333,7 @@ impl AllocService for Service {
         // ceiling), and the waiting ones are served here in request order.
         for i in std::mem::take(&mut batch.waiting) {
             let uid = req.uids[i];
-            let step = self.fetch(Uid(uid), deadline).await;
+            let step = self.fetch(Uid(uid), deadline, &in_flight).await;
             if let Step::Exhausted(section, max_seq) = step {
                 return Err(Step::exhausted(Uid(uid), section, max_seq).into());
             }

@@ -185,12 +185,12 @@ impl Client {
         addr: &str,
         uids: &[Uid],
         chunk: &[usize],
-        reply: pb::BatchFetchNextSeqReply,
+        mut reply: pb::BatchFetchNextSeqReply,
         slots: &mut [Slot],
         round: &mut Round,
     ) {
         round.rerouted |= self.inner.routes.offer_map(reply.map.as_ref());
-        round.rerouted |= self.inner.routes.offer(reply.routes.clone());
+        round.rerouted |= self.inner.routes.offer(reply.routes.take());
         if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
             let why = format!(
                 "{addr}: malformed batch reply ({} outcomes, {} seqs for {} uids)",
@@ -201,14 +201,15 @@ impl Client {
             round.retry_maybe_taken(chunk, &why, slots);
             return;
         }
-        let owners = OwnerIndex::new(&reply.owners, self.routes().section_size());
+        let routes = self.routes();
+        let owners = OwnerIndex::new(&reply.owners, routes.section_size());
         for (k, &i) in chunk.iter().enumerate() {
             let (uid, seq) = (uids[i], reply.seqs[k]);
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
                 pb::Outcome::Ok if seq != 0 => {
                     let (owner, raw) = owners.find(uid);
-                    let Some(why) = self.refused_answer(uid, raw) else {
+                    let Some(why) = Self::refused_answer(&routes, uid, raw) else {
                         slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
                         continue;
                     };

@@ -243,8 +243,9 @@ impl Client {
     /// Why an OK reply for `uid` from `owner`'s set is not accepted, if it is not: the client's
     /// map (already updated from the reply) neither gives the uid's section to that set nor has
     /// a move of it in flight from or to it. Without a map or an owner there is nothing to check.
-    pub(crate) fn refused_answer(&self, uid: Uid, owner: Option<&pb::Owner>) -> Option<String> {
-        let routes = self.routes();
+    /// `routes` is the client's view after the reply was learnt from (read once per reply, not
+    /// once per uid of a batch).
+    pub(crate) fn refused_answer(routes: &RouteSet, uid: Uid, owner: Option<&pb::Owner>) -> Option<String> {
         let (map, owner) = (routes.map()?, owner?);
         let section = uid.section(map.section_size());
         if map.may_answer(section, owner.set_id) {
@@ -316,7 +317,7 @@ impl Client {
             let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
                 pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
-                    let Some(why) = self.refused_answer(uid, reply.owner.as_ref()) else {
+                    let Some(why) = Self::refused_answer(&self.routes(), uid, reply.owner.as_ref()) else {
                         return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
                     };
                     state.maybe_taken |= op.consumes();

@@ -1,25 +1,31 @@
 //! [`Coalescer`]: many concurrent `fetch_next_seq` callers share `BatchFetchNextSeq` RPCs.
 //!
-//! Per owner address, callers join a bounded queue; a drain task takes up to `max_batch` waiting
-//! callers at a time and runs one batch fetch for them, with at most `max_in_flight` batches per owner.
-//! Under light load a caller's request goes out alone and at once (no timer, no added latency); under
-//! heavy load requests pile up while the batches in flight run, and a further batch starts only
-//! once `busy_batch` callers wait, so batches grow with the load (see `drain`).
+//! Per owner address, callers join a bounded list of waiters; a drain task takes up to `max_batch`
+//! of them at a time and runs one batch fetch for them, with at most `max_in_flight` batches per
+//! owner. Under light load a caller's request goes out alone and at once (no timer, no added
+//! latency); under heavy load requests pile up while the batches in flight run, and a further batch
+//! starts only once `busy_batch` callers wait, so batches grow with the load (see `drain`).
 //! A uid asked twice in one batch is fine: the server serves each occurrence in order.
+//!
+//! What a caller costs is what limits this under load (the server spends about a microsecond per
+//! seq), so the path is kept short: one lock for the owner's list (the same lock finds the owner's
+//! queue and joins it), one oneshot for the answer, the drain woken only when its next batch may
+//! be ready, and a batch taken off the list whole instead of one receive per caller.
 //!
 //! Keeps the client's promise: each caller gets its own seq from an OK reply or an error; a caller
 //! whose request was handed to a batch that did not answer in time gets [`ClientError::Unknown`].
+//! Every caller is answered by its batch, which ends at the earliest deadline of its callers (the
+//! rounds of [`Client::batch_fetch_each`] are bounded by it), so a caller arms no timer of its own.
 //!
 //! Deliberately left out: a linger timer to grow batches at low load (it would add latency to every
 //! call to save RPCs that are cheap at that load).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use seqsvr_proto::Uid;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::batch::MAX_UIDS_PER_RPC;
@@ -60,12 +66,40 @@ struct Waiter {
     reply: oneshot::Sender<Result<Fetched, ClientError>>,
 }
 
-/// Most distinct owner queues kept; past it, queues of addresses no longer routed are closed.
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter").field("uid", &self.uid).finish()
+    }
+}
+
+/// Most distinct owner queues kept; past it, idle queues of addresses no longer routed are closed.
 const MAX_QUEUES: usize = 256;
 
-/// Extra time a caller waits past its deadline for the batch's answer: the batch itself stops at the
-/// deadline, this only covers the reply's way back.
-const ANSWER_GRACE: Duration = Duration::from_millis(200);
+/// One owner's callers, waiting for a batch.
+#[derive(Debug)]
+struct Queue {
+    waiting: Vec<Waiter>,
+    /// Shared with the owner's drain task.
+    drain: Arc<DrainState>,
+}
+
+/// What a drain task and the callers of its owner share outside the lock.
+#[derive(Debug, Default)]
+struct DrainState {
+    /// Woken when the drain's next batch may be ready: the first caller, the `busy_batch`-th
+    /// caller, a finished batch, or the queue closed. A permit is stored when the drain is busy,
+    /// so no wake-up is lost.
+    wake: Notify,
+    in_flight: AtomicUsize,
+}
+
+/// Every owner's queue, by owner address, behind one lock: a caller finds its owner's queue and
+/// joins it in one short critical section.
+type Queues = Arc<Mutex<HashMap<String, Queue>>>;
+
+fn lock(queues: &Queues) -> MutexGuard<'_, HashMap<String, Queue>> {
+    queues.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Shares batch RPCs among concurrent callers of [`Coalescer::fetch_next_seq`]. Must be used inside a
 /// tokio runtime (drain tasks are spawned on first use of an owner); they end when it is dropped.
@@ -73,13 +107,7 @@ const ANSWER_GRACE: Duration = Duration::from_millis(200);
 pub struct Coalescer {
     client: Client,
     cfg: CoalescerConfig,
-    queues: Mutex<HashMap<String, mpsc::Sender<Waiter>>>,
-}
-
-impl std::fmt::Debug for Waiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waiter").field("uid", &self.uid).finish()
-    }
+    queues: Queues,
 }
 
 impl Coalescer {
@@ -98,7 +126,7 @@ impl Coalescer {
         Ok(Self {
             client,
             cfg,
-            queues: Mutex::new(HashMap::new()),
+            queues: Arc::new(Mutex::new(HashMap::new())),
         })
     }
 
@@ -112,99 +140,117 @@ impl Coalescer {
         let deadline = Instant::now() + self.client.config().deadline;
         let routes = self.client.routes();
         let target = target_addr(&routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
-        let queue = self.queue_for(target.addr);
         let (tx, rx) = oneshot::channel();
-        queue
-            .try_send(Waiter {
+        self.join(
+            target.addr,
+            Waiter {
                 uid,
                 deadline,
                 reply: tx,
-            })
-            .map_err(|e| {
-                let why = match e {
-                    mpsc::error::TrySendError::Full(_) => "coalescer queue is full",
-                    mpsc::error::TrySendError::Closed(_) => "coalescer queue is closed",
-                };
-                ClientError::failed(FailureKind::Unavailable, why)
-            })?;
-        match tokio::time::timeout_at(deadline + ANSWER_GRACE, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ClientError::unknown(
+            },
+        )?;
+        drop(routes);
+        rx.await.unwrap_or_else(|_| {
+            Err(ClientError::unknown(
                 "the batch carrying this request ended without an answer",
-            )),
-            Err(_) => Err(ClientError::unknown(
-                "no answer from the batch carrying this request before the deadline",
-            )),
-        }
+            ))
+        })
     }
 
-    fn queue_for(&self, addr: &str) -> mpsc::Sender<Waiter> {
-        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(q) = queues.get(addr) {
-            return q.clone();
+    /// Adds `waiter` to the queue of `addr` (made on first use, with its drain task), waking the
+    /// drain when its next batch may now be ready.
+    fn join(&self, addr: &str, waiter: Waiter) -> Result<(), ClientError> {
+        let mut queues = lock(&self.queues);
+        if !queues.contains_key(addr) {
+            if queues.len() >= MAX_QUEUES {
+                self.close_unrouted(&mut queues);
+            }
+            let drain_state = Arc::new(DrainState::default());
+            let (owner, state, cfg) = (addr.to_owned(), drain_state.clone(), self.cfg.clone());
+            tokio::spawn(drain(self.client.clone(), self.queues.clone(), owner, state, cfg));
+            queues.insert(
+                addr.to_owned(),
+                Queue {
+                    waiting: Vec::new(),
+                    drain: drain_state,
+                },
+            );
         }
-        if queues.len() >= MAX_QUEUES {
-            // Dropping a sender closes that queue once its drain task has answered what is in it.
-            let routes = self.client.routes();
-            queues.retain(|a, _| routes.routes_to(a));
+        let queue = queues.get_mut(addr).expect("inserted above");
+        if queue.waiting.len() >= self.cfg.queue_capacity {
+            return Err(ClientError::failed(FailureKind::Unavailable, "coalescer queue is full"));
         }
-        let (tx, rx) = mpsc::channel(self.cfg.queue_capacity);
-        tokio::spawn(drain(self.client.clone(), rx, self.cfg.clone()));
-        queues.insert(addr.to_owned(), tx.clone());
-        tx
+        queue.waiting.push(waiter);
+        let n = queue.waiting.len();
+        if n == 1 || n == self.cfg.busy_batch.min(self.cfg.max_batch) {
+            queue.drain.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Closes the idle queues of addresses the route table no longer sends to: their drains end.
+    fn close_unrouted(&self, queues: &mut HashMap<String, Queue>) {
+        let routes = self.client.routes();
+        queues.retain(|addr, q| {
+            let keep = !q.waiting.is_empty() || routes.routes_to(addr);
+            if !keep {
+                q.drain.wake.notify_one();
+            }
+            keep
+        });
     }
 }
 
-/// Takes waiting callers off one owner's queue in batches.
+impl Drop for Coalescer {
+    /// Ends every drain task: each finds its queue gone. Callers still waiting hold a borrow of
+    /// the coalescer, so there are none; a waiter left by a cancelled caller is dropped unanswered.
+    fn drop(&mut self) {
+        for (_, q) in lock(&self.queues).drain() {
+            q.drain.wake.notify_one();
+        }
+    }
+}
+
+/// Takes waiting callers off one owner's queue in batches, until the queue is closed.
 ///
 /// A batch goes out at once when no other batch of this owner is in flight (a lone caller waits
 /// for nothing), and while others are in flight only once `busy_batch` callers are waiting (or
 /// `max_batch`). Otherwise the callers wait for the next batch to finish: every RPC costs both
 /// sides a few tens of microseconds of syscalls and HTTP/2 framing, whatever its size, so under
 /// load fewer, larger batches carry more seqs per core than many small ones.
-async fn drain(client: Client, mut rx: mpsc::Receiver<Waiter>, cfg: CoalescerConfig) {
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let finished = Arc::new(Notify::new());
-    let mut batch: Vec<Waiter> = Vec::new();
-    let mut open = true;
+async fn drain(client: Client, queues: Queues, owner: String, state: Arc<DrainState>, cfg: CoalescerConfig) {
+    let busy = cfg.busy_batch.min(cfg.max_batch);
     loop {
-        if batch.is_empty() {
-            match rx.recv().await {
-                Some(w) => batch.push(w),
-                None => return,
-            }
-        }
-        while open && batch.len() < cfg.max_batch {
-            match rx.try_recv() {
-                Ok(w) => batch.push(w),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-            }
-        }
-        let running = in_flight.load(Ordering::Acquire);
-        let worth_it = batch.len() >= cfg.busy_batch.min(cfg.max_batch) || !open;
-        if running == 0 || (running < cfg.max_in_flight && worth_it) {
-            in_flight.fetch_add(1, Ordering::AcqRel);
-            let (client, in_flight, finished) = (client.clone(), in_flight.clone(), finished.clone());
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(cfg.max_batch.min(64)));
-            tokio::spawn(async move {
-                serve(&client, full).await;
-                in_flight.fetch_sub(1, Ordering::AcqRel);
-                // A stored permit when the drain is not waiting yet: no finish is missed.
-                finished.notify_one();
-            });
+        let batch = {
+            let mut queues = lock(&queues);
+            let Some(queue) = queues.get_mut(&owner).filter(|q| Arc::ptr_eq(&q.drain, &state)) else {
+                return; // closed: the coalescer is gone, or the address is no longer routed to
+            };
+            let (waiting, running) = (queue.waiting.len(), state.in_flight.load(Ordering::Acquire));
+            let ready = waiting > 0 && (running == 0 || (running < cfg.max_in_flight && waiting >= busy));
+            ready.then(|| take_batch(&mut queue.waiting, cfg.max_batch))
+        };
+        let Some(batch) = batch else {
+            state.wake.notified().await;
             continue;
-        }
-        // Wait for a batch to finish, or for another caller while there is room.
-        let room = open && batch.len() < cfg.max_batch;
-        tokio::select! {
-            () = finished.notified() => {}
-            w = rx.recv(), if room => match w {
-                Some(w) => batch.push(w),
-                None => open = false,
-            },
-        }
+        };
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        let (client, state) = (client.clone(), state.clone());
+        tokio::spawn(async move {
+            serve(&client, batch).await;
+            state.in_flight.fetch_sub(1, Ordering::AcqRel);
+            state.wake.notify_one();
+        });
     }
+}
+
+/// The first `max` waiters, in arrival order, leaving the rest.
+fn take_batch(waiting: &mut Vec<Waiter>, max: usize) -> Vec<Waiter> {
+    if waiting.len() <= max {
+        return std::mem::take(waiting);
+    }
+    let rest = waiting.split_off(max);
+    std::mem::replace(waiting, rest)
 }
 
 /// Runs one batch and answers each caller with its own result.

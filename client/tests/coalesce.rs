@@ -142,3 +142,33 @@ async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
     batches.iter_mut().for_each(|b| b.sort_unstable());
     assert_eq!(batches, vec![vec![1], vec![2], vec![3, 4, 5]], "RPCs sent");
 }
+
+/// Callers that give up while their request waits (their future dropped) leave the queue working:
+/// the batch still goes out, the callers still waiting are served, and later callers too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    a.state.delay_ms.store(200, Ordering::SeqCst);
+    let spawn = |uid: u64| {
+        let c = coalescer.clone();
+        tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
+    };
+    let held = spawn(2); // goes out alone and is held by the fake
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let quitters: Vec<_> = (3..8).map(spawn).collect();
+    let stayers: Vec<_> = (8..10).map(spawn).collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    quitters.iter().for_each(|q| q.abort());
+    held.await.unwrap().expect("the held caller is served");
+    for s in stayers {
+        s.await.unwrap().expect("a caller that waited is served");
+    }
+    a.state.delay_ms.store(0, Ordering::SeqCst);
+    coalescer
+        .fetch_next_seq(Uid(1))
+        .await
+        .expect("a later caller is served");
+}

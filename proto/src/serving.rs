@@ -4,44 +4,51 @@
 //! What a server is held to, and why each bound is where it is:
 //!
 //! - **Calls in flight, whole server** ([`ServeLimits::max_in_flight`]): counted from the moment a
-//!   call reaches the router to the moment its reply headers are ready. A call above the limit is
-//!   refused at once with RESOURCE_EXHAUSTED marked overloaded ([`crate::refusal`]), which the
-//!   client library retries after a backoff: an early, cheap refusal instead of a queue that grows
-//!   until every caller's latency collapses. Some services are exempt (the StoreSvr's Raft peers and
-//!   health checks): shedding a heartbeat under a flood of client calls would start an election and
-//!   make the overload worse.
+//!   call reaches the router to the moment its reply headers are ready, or until its handler
+//!   steps out to wait for something other than the CPU ([`InFlight::step_out`]). A call above
+//!   the limit **waits** for a slot (parked: no CPU) rather than being refused at once: a refusal
+//!   costs about what a cheap call does, and a client that retries at once turns refusals into a
+//!   churn that keeps the server saturated. A parked call holds one of its connection's HTTP/2
+//!   streams, so a connection whose streams all wait cannot send more, and a flood slows to the
+//!   rate the server completes calls. Slots are granted **round-robin over connections**
+//!   ([`admission`]): a call waits behind at most one grant per other connection, not behind a
+//!   flood's backlog. The limit is small (the AllocSvr's is 32 per CPU): granted calls are runnable
+//!   tasks, and every new call waits behind them in the runtime's queue.
+//! - **Shedding**: a call that finds [`MAX_PARKED`] calls waiting, or waits [`MAX_PARK_WAIT`]
+//!   without a slot, is refused with RESOURCE_EXHAUSTED marked overloaded ([`crate::refusal`]),
+//!   which the client library retries after a backoff. A caller that gives up (deadline, reset
+//!   stream) leaves the queue. Some services are exempt and never wait (the StoreSvr's Raft peers,
+//!   health checks): a heartbeat held up by a flood of client calls would start an election.
 //! - **A reserve for light connections** ([`CONNECTION_RESERVE`]): over the limit, a call is
-//!   still admitted when its connection has no other call in flight, up to twice the limit in
-//!   all. Shedding hits the connections that send many calls at once — a flood, or a busy
-//!   multiplexed channel, whose client backs off — and a caller that waits for each reply before
-//!   the next keeps being served. Connections are told apart by their peer address.
+//!   still admitted at once when its connection has no other call in flight or waiting, up to
+//!   twice the limit in all: a caller that waits for each reply before the next never waits for a
+//!   slot. Connections are told apart by their peer address.
 //! - **Streams per connection** ([`ServeLimits::max_streams_per_connection`]): HTTP/2's
 //!   `SETTINGS_MAX_CONCURRENT_STREAMS`. A well-behaved client queues calls above it on its own side
-//!   (tonic does), so one busy connection cannot take the whole in-flight budget, and a client that
-//!   ignores it gets its extra streams refused by the HTTP/2 layer. It is also what bounds a slow
-//!   reader: a stream whose reply is not read stays open (its reply buffered, at most one message)
-//!   but no longer counts as in flight. This is the per-connection limit; tonic's separate
-//!   per-connection handler limit would only repeat it.
-//! - **Deadlines** ([`ServeLimits::rpc_timeout`]): every handler is cut at the shorter of the
-//!   caller's `grpc-timeout` and this bound (tonic's server does both), answering CANCELLED; the
-//!   handler's future is dropped, so a caller that gave up costs no more work. The bound catches
-//!   callers that send no deadline.
+//!   (tonic does), so one connection can park at most this many calls, and a client that ignores it
+//!   gets its extra streams refused by the HTTP/2 layer. It also bounds a slow reader: a stream
+//!   whose reply is not read stays open (its reply buffered, at most one message) but no longer
+//!   counts as in flight.
+//! - **Deadlines** ([`ServeLimits::rpc_timeout`]): every call, waiting or running, is cut at the
+//!   shorter of the caller's `grpc-timeout` and this bound (tonic's server does both), answering
+//!   CANCELLED; the call's future is dropped, so a caller that gave up costs no more work. The
+//!   bound catches callers that send no deadline.
 //! - **Dead peers**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`]; a peer that does not
 //!   answer within [`KEEPALIVE_TIMEOUT`] loses its connection and the streams it held.
 //! - **Message sizes**: not here; each service sets them from [`crate::limits`].
 //!
 //! Deliberately left out: a limit on the number of connections (the process's file descriptor
 //! limit is that bound; each connection costs a few kilobytes and at most its stream limit in
-//! replies), rate limits per caller (no caller identity on a plaintext server), and priorities
-//! between well-behaved and flooding callers: under a flood that is cheap to serve, the server's
-//! CPU is shared by everyone who reaches it (docs/BENCHMARKS.md has what that costs).
+//! replies), rate limits per caller (no caller identity on a plaintext server), priorities between
+//! connections beyond the round-robin, and any control over the HTTP/2 work a flooding connection
+//! costs before its calls reach the limit (reading and answering its frames): under a flood the
+//! server's CPU is still shared by every connection that sends (docs/BENCHMARKS.md, "Overload").
 
-use std::collections::HashMap;
+mod admission;
+
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -51,6 +58,8 @@ use tower::layer::util::Stack;
 use tower::{Layer, Service};
 
 use crate::refusal;
+pub use admission::Bounds;
+use admission::{Admission, Connection, Entry, Slot};
 
 /// Interval of HTTP/2 keepalive pings to every peer: a dead peer's connection is dropped within
 /// this plus [`KEEPALIVE_TIMEOUT`], instead of holding its streams until TCP gives up (minutes).
@@ -60,11 +69,23 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Calls a connection may have in flight and still be admitted over the server's limit (up to
-/// twice the limit): one, so that a caller that waits for each reply before the next is never
-/// shed, while a connection with many calls at once is. A larger reserve lets every flooding
-/// connection past the limit too: the 40 flooding connections of allocsvr/tests/flood.rs would
-/// get up to 160 calls over the limit with a reserve of 4.
+/// twice the limit): one, so that a caller that waits for each reply before the next never waits
+/// for a slot, while a connection with many calls at once does. A larger reserve lets every
+/// flooding connection past the limit too: the 40 flooding connections of allocsvr/tests/flood.rs
+/// would get up to 160 calls over the limit with a reserve of 4.
 pub const CONNECTION_RESERVE: usize = 1;
+
+/// Calls that may wait for a slot at once, whole server; more are refused at once. A waiting call
+/// costs no CPU, only its stream's memory (a task, the headers, at most one stream window of
+/// body): a few thousand are a few megabytes. Each connection can hold at most its stream limit of
+/// them, so this bounds what many connections together can pin.
+pub const MAX_PARKED: usize = 4_096;
+
+/// Longest a call waits for a slot before it is refused as overloaded. Well under the client
+/// library's 1 s attempt timeout, so the caller hears "overloaded" (and backs off) with time left
+/// to retry inside its deadline, instead of its attempt timing out; long enough to ride out a
+/// burst, which a server turning calls around in microseconds drains in a few milliseconds.
+pub const MAX_PARK_WAIT: Duration = Duration::from_millis(200);
 
 /// The limits one server runs with (flags of each binary; defaults below).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +98,31 @@ pub struct ServeLimits {
     pub rpc_timeout: Duration,
 }
 
-/// AllocSvr defaults. A fetch takes microseconds of CPU and at most 500 ms waiting for a bump, so
-/// a few thousand in flight is already far more than two cores can turn around quickly; 256
-/// streams per connection is twice what the benchmark's busiest channel uses (128 callers); 10 s
-/// is twenty times the longest a fetch waits.
-pub const ALLOCSVR: ServeLimits = ServeLimits {
-    max_in_flight: 4_096,
-    max_streams_per_connection: 256,
-    rpc_timeout: Duration::from_secs(10),
-};
+/// Calls in flight per CPU, the AllocSvr's default limit ([`allocsvr`]). A fetch takes
+/// microseconds of CPU, and a fetch that waits for a bump gives its slot back while it waits
+/// ([`InFlight::step_out`]), so the calls holding slots are calls using the CPU: a few per core
+/// keep every worker busy, and more only lengthen the run queue every new call waits in. Under
+/// flood (b) of docs/BENCHMARKS.md ("Overload"), one core: a well-behaved caller's p99 was 0.4–0.9
+/// ms at 4 in flight, 0.9 ms at 8, 1.3 ms at 16, 2.3 ms at 32 and 2.8 ms at 256, against 0.3–0.5
+/// ms unloaded. But each call above the limit waits and is woken, and with 4 per CPU that cost the
+/// data plane a quarter of its batch100 throughput at 256 callers (alloc-bench, 0.74 of the echo
+/// against 0.96 with no effective limit, 2026-11-23); at 32 per CPU it was 0.91, within noise of no
+/// limit. A sequence service is first a throughput service, so the default is 32; an operator who
+/// expects floods from callers they do not control sets `--max-in-flight` to 4 per CPU for the
+/// tighter tail (docs/OPERATIONS.md).
+pub const ALLOCSVR_IN_FLIGHT_PER_CPU: usize = 32;
+
+/// AllocSvr defaults: [`ALLOCSVR_IN_FLIGHT_PER_CPU`] calls in flight for each CPU the process may
+/// run on; 256 streams per connection, twice what the benchmark's busiest channel uses (128
+/// callers); 10 s, twenty times the longest a fetch waits.
+pub fn allocsvr() -> ServeLimits {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    ServeLimits {
+        max_in_flight: ALLOCSVR_IN_FLIGHT_PER_CPU * cpus,
+        max_streams_per_connection: 256,
+        rpc_timeout: Duration::from_secs(10),
+    }
+}
 
 /// StoreSvr defaults. Its callers are a set's AllocSvrs (a few renewals, bumps and loads each),
 /// operators and peers (exempt); a thousand calls in flight means something is wrong. Handlers
@@ -97,6 +134,17 @@ pub const STORESVR: ServeLimits = ServeLimits {
 };
 
 impl ServeLimits {
+    /// The admission bounds these limits give: the in-flight limit, with the reserve and the
+    /// waiting bounds every server shares.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            limit: self.max_in_flight,
+            reserve: CONNECTION_RESERVE,
+            max_parked: MAX_PARKED,
+            max_wait: MAX_PARK_WAIT,
+        }
+    }
+
     /// Checks that every limit allows some work; the error names the flag.
     pub fn check(&self) -> Result<(), String> {
         if self.max_in_flight == 0 {
@@ -112,8 +160,24 @@ impl ServeLimits {
     }
 }
 
-/// Called once for every call refused as overloaded (each server counts them in its metrics).
-pub type ShedHook = Arc<dyn Fn() + Send + Sync>;
+/// What a server counts of its admission (each server counts them in its metrics).
+#[derive(Clone)]
+pub struct Hooks {
+    /// Called once for every call refused as overloaded.
+    pub shed: Arc<dyn Fn() + Send + Sync>,
+    /// Called once for every call that had to wait for a slot.
+    pub parked: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Hooks {
+    /// Hooks that count nothing.
+    pub fn none() -> Self {
+        Self {
+            shed: Arc::new(|| {}),
+            parked: Arc::new(|| {}),
+        }
+    }
+}
 
 /// The layers of a `Server<L>` after [`apply`]: name it as `Server<Limited<L>>`.
 pub type Limited<L> = Stack<ShedLayer, L>;
@@ -126,57 +190,50 @@ pub fn apply<L>(
     server: Server<L>,
     limits: &ServeLimits,
     exempt: &'static [&'static str],
-    on_shed: ShedHook,
+    hooks: Hooks,
 ) -> Server<Limited<L>> {
     server
         .max_concurrent_streams(limits.max_streams_per_connection)
         .timeout(limits.rpc_timeout)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .layer(ShedLayer::new(
-            limits.max_in_flight,
-            CONNECTION_RESERVE,
-            exempt,
-            on_shed,
-        ))
+        .layer(ShedLayer::new(limits.bounds(), exempt, hooks))
 }
 
-/// The tower layer that refuses calls above the in-flight limit. Its clones (one per connection
-/// and per call, as tonic makes them) share one count.
+/// The tower layer that admits, parks or refuses calls against the in-flight limit
+/// ([`admission`]). Its clones (one per connection and per call, as tonic makes them) share one
+/// count.
 #[derive(Clone)]
 pub struct ShedLayer {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    in_flight: AtomicUsize,
-    /// Calls in flight per connection (by peer address); a connection with none has no entry.
-    per_connection: Mutex<HashMap<Option<SocketAddr>, usize>>,
-    limit: usize,
-    reserve: usize,
+    admission: Arc<Admission>,
     exempt: &'static [&'static str],
-    on_shed: ShedHook,
+    hooks: Hooks,
 }
 
 impl ShedLayer {
-    /// A limit of `limit` calls in flight, over which a connection with fewer than `reserve` in
-    /// flight is still admitted (up to `2 × limit`); the services in `exempt` are never refused.
-    pub fn new(limit: usize, reserve: usize, exempt: &'static [&'static str], on_shed: ShedHook) -> Self {
+    /// Admission within `bounds`; the services in `exempt` are never parked or refused.
+    pub fn new(bounds: Bounds, exempt: &'static [&'static str], hooks: Hooks) -> Self {
         Self {
             shared: Arc::new(Shared {
-                in_flight: AtomicUsize::new(0),
-                per_connection: Mutex::new(HashMap::new()),
-                limit,
-                reserve,
+                admission: Arc::new(Admission::new(bounds)),
                 exempt,
-                on_shed,
+                hooks,
             }),
         }
     }
 
-    /// Calls counted in flight now (exempt services are not counted).
+    /// Calls holding a slot now (exempt services are not counted).
     pub fn in_flight(&self) -> usize {
-        self.shared.in_flight.load(Ordering::Acquire)
+        self.shared.admission.in_flight()
+    }
+
+    /// Calls waiting for a slot now.
+    pub fn parked(&self) -> usize {
+        self.shared.admission.parked()
     }
 }
 
@@ -198,28 +255,8 @@ pub struct Shed<S> {
     shared: Arc<Shared>,
 }
 
-/// A slot of the in-flight counts, given back when the call's future ends or is dropped (a
-/// deadline, a reset stream).
-struct Slot {
-    shared: Arc<Shared>,
-    connection: Option<SocketAddr>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let mut per = self.shared.per_connection();
-        if let Some(n) = per.get_mut(&self.connection) {
-            *n -= 1;
-            if *n == 0 {
-                per.remove(&self.connection);
-            }
-        }
-    }
-}
-
 /// The peer address of the connection `req` came on (tonic puts it in the extensions), if any.
-fn connection_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
+fn connection_of<B>(req: &http::Request<B>) -> Connection {
     let ext = req.extensions();
     if let Some(tcp) = ext.get::<TcpConnectInfo>() {
         return tcp.remote_addr();
@@ -238,27 +275,38 @@ impl Shared {
             .any(|svc| path.strip_prefix(svc).is_some_and(|rest| rest.starts_with('/')))
     }
 
-    fn per_connection(&self) -> std::sync::MutexGuard<'_, HashMap<Option<SocketAddr>, usize>> {
-        // The map holds plain counts: a panic elsewhere cannot leave it half-updated.
-        self.per_connection.lock().unwrap_or_else(|e| e.into_inner())
+    /// Counts a refusal and builds its answer.
+    fn shed<RB: Default>(&self) -> http::Response<RB> {
+        (self.hooks.shed)();
+        let status = refusal::overloaded(format!(
+            "server overloaded: {} calls in flight and more waiting; retry after a backoff",
+            self.admission.bounds().limit
+        ));
+        status.into_http()
+    }
+}
+
+/// The slot a call holds, put in its request's extensions (tonic hands them to the handler). A
+/// handler about to wait for something other than the CPU (an AllocSvr fetch waiting for its
+/// section's bump, up to 500 ms) gives its slot back with [`InFlight::step_out`], so that a wait
+/// elsewhere does not keep every other call parked: the in-flight limit bounds calls that are
+/// using the CPU, and can then be small. The call runs on without a slot; what is left of it is
+/// the reply.
+#[derive(Clone, Default)]
+pub struct InFlight(Option<Arc<std::sync::Mutex<Option<Slot>>>>);
+
+impl InFlight {
+    /// Gives the call's slot back now (nothing if it holds none, or gave it back already).
+    pub fn step_out(&self) {
+        if let Some(held) = &self.0 {
+            drop(held.lock().unwrap_or_else(|e| e.into_inner()).take());
+        }
     }
 
-    /// A slot for a call on `connection`, or `None` when it must be shed: `limit` calls are in
-    /// flight and this connection has its reserve's worth, or twice `limit` are.
-    fn try_enter(self: &Arc<Self>, connection: Option<SocketAddr>) -> Option<Slot> {
-        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let mine = {
-            let mut per = self.per_connection();
-            let n = per.entry(connection).or_insert(0);
-            *n += 1;
-            *n - 1
-        };
-        let slot = Slot {
-            shared: self.clone(),
-            connection,
-        };
-        let admit = before < self.limit || (mine < self.reserve && before < 2 * self.limit);
-        admit.then_some(slot)
+    /// The slot of `req`'s call, or one that holds nothing when no [`ShedLayer`] admitted it
+    /// (an exempt service, a handler called directly in a test).
+    pub fn of<T>(req: &tonic::Request<T>) -> InFlight {
+        req.extensions().get::<InFlight>().cloned().unwrap_or_default()
     }
 }
 
@@ -266,9 +314,10 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, B, RB> Service<http::Request<B>> for Shed<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<RB>> + Clone,
+    S: Service<http::Request<B>, Response = http::Response<RB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<tower::BoxError>,
+    B: Send + 'static,
     RB: Default + Send + 'static,
 {
     type Response = http::Response<RB>;
@@ -280,29 +329,36 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let slot = if self.shared.is_exempt(req.uri().path()) {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let entry = if self.shared.is_exempt(req.uri().path()) {
             None
         } else {
-            match self.shared.try_enter(connection_of(&req)) {
-                Some(slot) => Some(slot),
-                None => {
-                    (self.shared.on_shed)();
-                    let status = refusal::overloaded(format!(
-                        "server overloaded: {} calls in flight; retry after a backoff",
-                        self.shared.limit
-                    ));
-                    return Box::pin(std::future::ready(Ok(status.into_http())));
-                }
-            }
+            Some(self.shared.admission.enter(connection_of(&req)))
         };
+        match entry {
+            Some(Entry::Refused) => return Box::pin(std::future::ready(Ok(self.shared.shed()))),
+            Some(Entry::Parked(_)) => (self.shared.hooks.parked)(),
+            Some(Entry::Admitted(_)) | None => {}
+        }
         // The instance that was polled ready serves; a fresh clone waits for the next call.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        let served = ready.call(req);
+        let shared = self.shared.clone();
         Box::pin(async move {
-            let reply = served.await.map_err(Into::into);
-            drop(slot);
+            let slot = match entry {
+                Some(Entry::Parked(ticket)) => match ticket.wait().await {
+                    Some(slot) => Some(slot),
+                    None => return Ok(shared.shed()),
+                },
+                Some(Entry::Admitted(slot)) => Some(slot),
+                Some(Entry::Refused) | None => None,
+            };
+            // The handler starts only once the call holds its slot: a parked call has done no
+            // work but reading its headers.
+            let held = InFlight(slot.map(|s| Arc::new(std::sync::Mutex::new(Some(s)))));
+            req.extensions_mut().insert(held.clone());
+            let reply = ready.call(req).await.map_err(Into::into);
+            held.step_out();
             reply
         })
     }
@@ -312,7 +368,8 @@ where
 mod tests {
     use super::*;
     use std::convert::Infallible;
-    use std::sync::atomic::AtomicU64;
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use tokio::sync::Semaphore;
     use tower::ServiceExt;
 
@@ -368,13 +425,31 @@ mod tests {
 
     const EXEMPT: &[&str] = &["seqsvr.v1.RaftService"];
 
+    /// Bounds for a test: no call waits longer than the test runs unless it says so.
+    fn bounds(limit: usize, reserve: usize, max_parked: usize) -> Bounds {
+        Bounds {
+            limit,
+            reserve,
+            max_parked,
+            max_wait: Duration::from_secs(3_600),
+        }
+    }
+
+    /// Hooks that count refusals and waits into `counts`.
+    fn counting(counts: &Arc<[AtomicU64; 2]>) -> Hooks {
+        let (shed, parked) = (counts.clone(), counts.clone());
+        Hooks {
+            shed: Arc::new(move || _ = shed[0].fetch_add(1, Ordering::Relaxed)),
+            parked: Arc::new(move || _ = parked[1].fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
     #[tokio::test]
-    async fn calls_above_the_limit_are_refused_as_overloaded_until_one_ends() {
+    async fn with_no_room_to_wait_calls_above_the_limit_are_refused_as_overloaded() {
         let gate = Arc::new(Semaphore::new(0));
-        let shed = Arc::new(AtomicU64::new(0));
-        let counted = shed.clone();
-        let hook: ShedHook = Arc::new(move || _ = counted.fetch_add(1, Ordering::Relaxed));
-        let layer = ShedLayer::new(2, 0, EXEMPT, hook);
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let shed = &counts[0];
+        let layer = ShedLayer::new(bounds(2, 0, 0), EXEMPT, counting(&counts));
         let svc = layer.layer(router(gate.clone()));
         let first = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/FetchNextSeq")));
         let second = tokio::spawn(svc.clone().oneshot(call("/seqsvr.v1.AllocService/GetCurSeq")));
@@ -403,7 +478,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_call_gives_its_slot_back() {
         let gate = Arc::new(Semaphore::new(0));
-        let layer = ShedLayer::new(1, 0, EXEMPT, Arc::new(|| {}));
+        let layer = ShedLayer::new(bounds(1, 0, 0), EXEMPT, Hooks::none());
         let mut svc = layer.layer(router(gate.clone()));
         let pending = svc.ready().await.unwrap().call(call("/a.B/C"));
         assert_eq!(layer.in_flight(), 1);
@@ -428,7 +503,7 @@ mod tests {
     #[tokio::test]
     async fn over_the_limit_a_light_connection_is_served_and_a_heavy_one_shed() {
         let gate = Arc::new(Semaphore::new(0));
-        let layer = ShedLayer::new(4, 2, EXEMPT, Arc::new(|| {}));
+        let layer = ShedLayer::new(bounds(4, 2, 0), EXEMPT, Hooks::none());
         let svc = layer.layer(router(gate.clone()));
         let path = "/seqsvr.v1.AllocService/FetchNextSeq";
         // The heavy connection fills the limit on its own.
@@ -458,16 +533,98 @@ mod tests {
             assert_eq!(refusal_of(&h.await.unwrap().unwrap()), None);
         }
         assert_eq!(layer.in_flight(), 0);
-        assert!(layer.shared.per_connection().is_empty(), "no entry outlives its calls");
+        assert_eq!(layer.shared.admission.connections(), 0, "no entry outlives its calls");
+    }
+
+    #[tokio::test]
+    async fn a_call_over_the_limit_waits_for_a_slot_and_is_served() {
+        let gate = Arc::new(Semaphore::new(0));
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let layer = ShedLayer::new(bounds(1, 0, 10), EXEMPT, counting(&counts));
+        let svc = layer.layer(router(gate.clone()));
+        let path = "/seqsvr.v1.AllocService/FetchNextSeq";
+        let first = tokio::spawn(svc.clone().oneshot(on(1, path)));
+        wait_until(|| layer.in_flight() == 1).await;
+        let second = tokio::spawn(svc.clone().oneshot(on(2, path)));
+        wait_until(|| layer.parked() == 1).await;
+        // Peers neither wait nor take a slot: the peer's call reaches the router's gate.
+        let peer = tokio::spawn(svc.clone().oneshot(on(3, "/seqsvr.v1.RaftService/Vote")));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!((layer.in_flight(), layer.parked()), (1, 1));
+        gate.add_permits(3);
+        for call in [first, second, peer] {
+            assert_eq!(refusal_of(&call.await.unwrap().unwrap()), None);
+        }
+        assert_eq!((layer.in_flight(), layer.parked()), (0, 0));
+        let [shed, parked] = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+        assert_eq!((shed, parked), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_waits_longer_than_the_bound_is_refused_as_overloaded() {
+        let gate = Arc::new(Semaphore::new(0));
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let b = Bounds {
+            max_wait: Duration::from_millis(200),
+            ..bounds(1, 0, 10)
+        };
+        let layer = ShedLayer::new(b, EXEMPT, counting(&counts));
+        let svc = layer.layer(router(gate.clone()));
+        let held = tokio::spawn(svc.clone().oneshot(on(1, "/a.B/C")));
+        wait_until(|| layer.in_flight() == 1).await;
+        let started = tokio::time::Instant::now();
+        let refused = svc.clone().oneshot(on(2, "/a.B/C")).await.unwrap();
+        assert_eq!(refusal_of(&refused), Some(refusal::Refusal::Overloaded));
+        assert_eq!(started.elapsed(), Duration::from_millis(200));
+        let [shed, parked] = counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+        assert_eq!((shed, parked, layer.parked()), (1, 1, 0));
+        gate.add_permits(1);
+        assert_eq!(refusal_of(&held.await.unwrap().unwrap()), None);
+        assert_eq!(layer.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_steps_out_gives_its_slot_to_a_waiting_call() {
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = ShedLayer::new(bounds(1, 0, 10), EXEMPT, Hooks::none());
+        // A handler that waits for something else than the CPU: it steps out first.
+        let waits_elsewhere = {
+            let gate = gate.clone();
+            tower::service_fn(move |req: http::Request<()>| {
+                let gate = gate.clone();
+                async move {
+                    if req.uri().path() == "/a.B/Wait" {
+                        req.extensions()
+                            .get::<InFlight>()
+                            .expect("in the extensions")
+                            .step_out();
+                    }
+                    gate.acquire().await.unwrap().forget();
+                    Ok::<_, Infallible>(http::Response::new(()))
+                }
+            })
+        };
+        let svc = layer.layer(waits_elsewhere);
+        let waiting = tokio::spawn(svc.clone().oneshot(on(1, "/a.B/Wait")));
+        wait_until(|| layer.in_flight() == 0).await;
+        let next = tokio::spawn(svc.clone().oneshot(on(1, "/a.B/C")));
+        wait_until(|| layer.in_flight() == 1).await;
+        assert_eq!(layer.parked(), 0, "admitted at once");
+        gate.add_permits(2);
+        for call in [waiting, next] {
+            assert_eq!(refusal_of(&call.await.unwrap().unwrap()), None);
+        }
+        assert_eq!(layer.in_flight(), 0, "a slot given back early is not given back twice");
     }
 
     #[test]
     fn only_whole_service_names_are_exempt() {
         let layer = ShedLayer::new(
-            1,
-            0,
+            bounds(1, 0, 0),
             &["seqsvr.v1.RaftService", "grpc.health.v1.Health"],
-            Arc::new(|| {}),
+            Hooks::none(),
         );
         let cases = [
             ("/seqsvr.v1.RaftService/AppendEntries", true),
@@ -485,27 +642,27 @@ mod tests {
 
     #[test]
     fn defaults_pass_their_own_check_and_zeros_name_the_flag() {
-        ALLOCSVR.check().unwrap();
+        allocsvr().check().unwrap();
         STORESVR.check().unwrap();
         let zeros = [
             (
                 ServeLimits {
                     max_in_flight: 0,
-                    ..ALLOCSVR
+                    ..allocsvr()
                 },
                 "--max-in-flight",
             ),
             (
                 ServeLimits {
                     max_streams_per_connection: 0,
-                    ..ALLOCSVR
+                    ..allocsvr()
                 },
                 "--max-streams-per-connection",
             ),
             (
                 ServeLimits {
                     rpc_timeout: Duration::ZERO,
-                    ..ALLOCSVR
+                    ..allocsvr()
                 },
                 "--rpc-timeout-ms",
             ),

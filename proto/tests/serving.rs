@@ -6,7 +6,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -49,7 +48,7 @@ impl Service<http::Request<tonic::body::Body>> for Slow {
 async fn serve(limits: ServeLimits, handler: Duration) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = serving::apply(Server::builder(), &limits, &[], Arc::new(|| {})).add_service(Slow(handler));
+    let router = serving::apply(Server::builder(), &limits, &[], serving::Hooks::none()).add_service(Slow(handler));
     tokio::spawn(router.serve_with_incoming(TcpIncoming::from(listener)));
     addr
 }
@@ -85,8 +84,9 @@ async fn call(send: &mut SendRequest<Full<Bytes>>, grpc_timeout: Option<&str>) -
 }
 
 const LONG: ServeLimits = ServeLimits {
+    max_in_flight: 1_024,
+    max_streams_per_connection: 256,
     rpc_timeout: Duration::from_secs(10),
-    ..serving::ALLOCSVR
 };
 
 #[tokio::test]

@@ -122,8 +122,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
 
     /// Calls handled at once, over all connections (Raft peers and health checks not counted);
-    /// above it a call is refused at once with RESOURCE_EXHAUSTED (overloaded, retried after a
-    /// backoff) unless its connection has no other call in flight (up to twice this).
+    /// above it a call waits for a slot, granted round-robin over connections, unless its
+    /// connection has no other call in flight (admitted up to twice this). A call that waits over
+    /// 200 ms, or finds 4,096 waiting, is refused with RESOURCE_EXHAUSTED (overloaded, retried
+    /// after a backoff).
     #[arg(long, default_value_t = serving::STORESVR.max_in_flight)]
     pub max_in_flight: usize,
 

@@ -147,10 +147,15 @@ const EXEMPT: &[&str] = &[
     tonic_health::pb::health_server::SERVICE_NAME,
 ];
 
-/// Counts the calls refused as overloaded (`storesvr_shed_total`).
-fn shed_counter() -> serving::ShedHook {
+/// Counts the calls refused as overloaded (`storesvr_shed_total`) and those that waited for a
+/// slot of the in-flight limit (`storesvr_parked_total`).
+fn admission_counters() -> serving::Hooks {
     let shed = metrics::counter!("storesvr_shed_total");
-    Arc::new(move || shed.increment(1))
+    let parked = metrics::counter!("storesvr_parked_total");
+    serving::Hooks {
+        shed: Arc::new(move || shed.increment(1)),
+        parked: Arc::new(move || parked.increment(1)),
+    }
 }
 
 /// Serves every service of the replica on `listener` until `stopped` fires.
@@ -183,7 +188,7 @@ async fn serve(
     // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = seqsvr_auth::server(tls).map_err(StartError::Tls)?;
-    let mut server = serving::apply(server, &limits, EXEMPT, shed_counter());
+    let mut server = serving::apply(server, &limits, EXEMPT, admission_counters());
     Ok(tokio::spawn(
         server
             .add_service(health)
@@ -224,6 +229,7 @@ impl StoreNode {
             view: Mutex::new(Default::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),
+            arbiter_wake: Default::default(),
             durability: opened.durability,
             replay_to: opened.replay_to,
             restored: AtomicBool::new(false),

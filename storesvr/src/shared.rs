@@ -57,6 +57,9 @@ pub struct Shared {
     pub(crate) restored: AtomicBool,
     /// When this leader first saw each frozen range (the start of its lease wait).
     pub(crate) frozen_seen: Mutex<FrozenSeen>,
+    /// Wakes the arbiter before its next tick: a Release committed, so the released sections can
+    /// be granted now rather than up to [`ARBITER_TICK`] later (they serve nobody meanwhile).
+    pub(crate) arbiter_wake: tokio::sync::Notify,
 }
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a

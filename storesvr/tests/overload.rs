@@ -1,6 +1,7 @@
-//! StoreSvrs under a flood of client calls, started with `--max-in-flight 1`: the flood is shed
-//! (RESOURCE_EXHAUSTED marked overloaded) while the Raft group keeps its leader and its term,
-//! because the peers' calls are exempt from the limit, and health checks are still answered.
+//! StoreSvrs under a flood of client calls, started with `--max-in-flight 1`: the flood's calls
+//! wait for the one slot (and would be refused as overloaded past 200 ms or 4,096 waiting, which
+//! this flood does not reach) while the Raft group keeps its leader and its term, because the
+//! peers' calls are exempt from the limit and never wait, and health checks are still answered.
 
 mod common;
 
@@ -48,14 +49,16 @@ async fn flood(c: &Cluster, connections: usize, callers: usize, until: Instant) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_client_calls_is_shed_and_raft_keeps_its_leader_and_term() {
+async fn under_a_flood_of_client_calls_raft_keeps_its_leader_and_term() {
     let c = Cluster::start_with(3, &["--max-in-flight", "1"]);
     let leader = c.wait_leader(Duration::from_secs(20)).await;
     let before = c.status_of(leader).await.expect("status");
 
     let seen = flood(&c, 4, 32, Instant::now() + Duration::from_secs(3)).await;
-    let [answered, shed, other] = seen;
-    assert!(answered > 0 && shed > 0, "the flood was served and shed: {seen:?}");
+    // Calls above the limit wait rather than being refused at once, so refusals are allowed but
+    // not required; every call is answered or refused as overloaded, nothing else.
+    let [answered, _overloaded, other] = seen;
+    assert!(answered > 0, "the flood was served: {seen:?}");
     assert_eq!(other, 0, "{seen:?}");
 
     let after = c.status_of(leader).await.expect("status after the flood");

@@ -130,13 +130,14 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Parses the undamaged files by the documented record layout (16-byte header, then payload).
+/// Parses the undamaged files by the documented record layout (16-byte header, then payload),
+/// up to the zeros the log writes ahead of its last record.
 fn layout(files: &[PathBuf]) -> BTreeMap<u64, Place> {
     let mut places = BTreeMap::new();
     for (seg, path) in files.iter().enumerate() {
         let bytes = std::fs::read(path).unwrap();
         let mut at = 0usize;
-        while at < bytes.len() {
+        while at < bytes.len() && bytes[at..].iter().any(|b| *b != 0) {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
             let index = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap());
             let end = at + 16 + len;

@@ -73,6 +73,18 @@ pub async fn start_stores(
     step: u64,
     section_size: u64,
 ) -> Result<Stores, String> {
+    start_stores_with(procs, storesvr, dir, step, section_size, &[]).await
+}
+
+/// [`start_stores`] with `extra` flags for every replica (e.g. `--uid-limit`).
+pub async fn start_stores_with(
+    procs: &mut Supervisor,
+    storesvr: &Path,
+    dir: &Path,
+    step: u64,
+    section_size: u64,
+    extra: &[String],
+) -> Result<Stores, String> {
     let addrs: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
     let metrics: Vec<String> = (0..3).map(|_| seqsvr_harness::free_addr()).collect();
     let peers: Vec<String> = addrs
@@ -95,6 +107,7 @@ pub async fn start_stores(
             format!("--metrics-listen={}", metrics[i]),
         ];
         args.extend(crate::tls::flags(seqsvr_auth::Role::StoreSvr));
+        args.extend(extra.iter().cloned());
         if id == 1 {
             args.push("--bootstrap".into());
         }

@@ -9,13 +9,15 @@
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
 //!   wait for ownership, touch uids; [`costs`]: the uid sets, tables and extrapolation of the cost
 //!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots); [`tls`]: `--tls`, every
-//!   link of the run over mutual TLS.
+//!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes.
+//! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
 //!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
 pub mod cluster;
 pub mod costs;
 pub mod echo;
+pub mod exit;
 pub mod load;
 pub mod peers;
 pub mod plot;

@@ -189,6 +189,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
             })),
             Led::Here(result) => {
                 let reply = serve::released(&req, result)?;
+                if reply.released > 0 {
+                    self.ctx.arbiter_wake.notify_one();
+                }
                 tracing::info!(
                     incarnation = req.incarnation,
                     count = reply.released,

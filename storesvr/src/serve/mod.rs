@@ -40,13 +40,30 @@ const MAX_ADDR_LEN: usize = 256;
 /// started it; short enough that a steady set renews once per interval.
 pub const CHANGE_WINDOW: Duration = Duration::from_secs(1);
 
-/// What only the current leader knows, in memory: whom it heard from, its arbiter's last plan and
-/// when the versions renewals see last changed. A new leadership starts it over.
+/// What only the current leader knows, in memory: whom it heard from, its arbiter's last plan,
+/// since when that plan has asked for handovers, and when the versions renewals see last changed.
+/// A new leadership starts it over.
 #[derive(Debug, Default)]
 pub struct LeaderView {
     pub liveness: Liveness,
     pub plan: Plan,
+    /// Since when the arbiter's plans have asked for at least one handover (`None`: none asked).
+    pub handover_since: Option<Instant>,
     pub last_change: LastChange,
+}
+
+impl LeaderView {
+    /// Whether renewals may already ask owners to hand sections over: once the plan has asked for
+    /// handovers for one renew interval. A planned handover makes every renewal answer
+    /// `renew_soon`, and by then every live AllocSvr has renewed once since and polls every
+    /// `RENEW_SOON`, so the one that will gain a section learns of its grant within that, instead
+    /// of up to a whole renew interval after the previous owner stopped serving it (measured by
+    /// `takeover-bench`: that wait was most of a takeover's no-serve window). The handover itself
+    /// starts up to one renew interval later; what callers see is the shorter gap.
+    fn may_ask_handover(&self, now: Instant, renew_interval: Duration) -> bool {
+        self.handover_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= renew_interval)
+    }
 }
 
 /// The route and map versions renewals were last answered with, and when that pair last changed
@@ -143,9 +160,16 @@ pub fn renew_reply(
     let (grants, moving) = grants_of(set, incarnation);
     let (map_version, map) = map;
     view.liveness.record(incarnation, now);
-    let handover = handover_of(&view.plan, incarnation);
-    // ...or just changed (a move's switch and its map copies follow its install and freeze).
-    let renew_soon = moving || view.last_change.recent((route_version, map_version), now);
+    let renew_interval = Duration::from_millis(set.params.as_ref().map_or(0, |p| p.renew_interval_ms));
+    let handover = if view.may_ask_handover(now, renew_interval) {
+        handover_of(&view.plan, incarnation)
+    } else {
+        Vec::new()
+    };
+    // ...or is planned (see `may_ask_handover`), or just changed (a move's switch and its map
+    // copies follow its install and freeze).
+    let renew_soon =
+        moving || view.handover_since.is_some() || view.last_change.recent((route_version, map_version), now);
     let routes = if req.route_version < route_version {
         Some(routes()?)
     } else {
@@ -388,6 +412,10 @@ pub fn arbiter_tick(
     if !plan.moves.is_empty() {
         tracing::info!(moves = ?plan.moves, "moving sections");
     }
+    view.handover_since = match (plan.handover.is_empty(), view.handover_since) {
+        (true, _) => None,
+        (false, since) => since.or(Some(now)),
+    };
     view.plan = plan;
     (became_leader, Tick::Plan(cmd))
 }
@@ -495,6 +523,59 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains("section 3 is named twice"), "{status:?}");
         assert!(bump_command(&set, &req(vec![item(3, 41), item(4, 5)]), false).is_ok());
+    }
+
+    /// A planned handover makes every renewal ask for the next one soon at once, but is asked of
+    /// its owner only after a renew interval: by then the node that will gain the section polls
+    /// every `RENEW_SOON` and learns of its grant quickly.
+    #[test]
+    fn a_planned_handover_is_asked_for_one_renew_interval_after_everyone_renews_soon() {
+        use crate::domain::testing::{register, set_with, small_params};
+        let (mut set, incs) = set_with(&[1]);
+        let mut view = LeaderView::default();
+        let t0 = Instant::now();
+        let detect = Duration::from_secs(2);
+        let renew = |set: &SetState, view: &mut LeaderView, inc: Incarnation, now| {
+            let req = pb::RenewRequest {
+                incarnation: inc.0,
+                ..Default::default()
+            };
+            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now).expect("renew")
+        };
+        let tick = |set: &mut SetState, view: &mut LeaderView, now| {
+            if let (_, Tick::Plan(Some(cmd))) = arbiter_tick(set, view, (true, 1), now, detect, &small_params()) {
+                set.apply(&cmd, false);
+            }
+        };
+        // Leadership first: a new leader trusts no renewal heard before it.
+        tick(&mut set, &mut view, t0);
+        renew(&set, &mut view, incs[0], t0);
+        tick(&mut set, &mut view, t0);
+        assert!(
+            view.handover_since.is_none(),
+            "one node owns everything: nothing to hand over"
+        );
+        let two = register(&mut set, 2);
+        let t1 = t0 + Duration::from_millis(100);
+        renew(&set, &mut view, two, t1);
+        tick(&mut set, &mut view, t1);
+        assert!(
+            !view.plan.handover.is_empty(),
+            "node 2 is live: node 1 should hand half over"
+        );
+
+        let early = renew(&set, &mut view, incs[0], t1 + Duration::from_millis(499));
+        assert!(
+            early.handover.is_empty(),
+            "asked before everyone renews soon: {early:?}"
+        );
+        assert!(early.renew_soon);
+        assert!(renew(&set, &mut view, two, t1 + Duration::from_millis(499)).renew_soon);
+        let due = renew(&set, &mut view, incs[0], t1 + Duration::from_millis(500));
+        assert!(
+            !due.handover.is_empty(),
+            "a renew interval later the owner is asked: {due:?}"
+        );
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! Every method that openraft relies on for durability (`save_vote`, `append`,
 //! `truncate`, `purge`) writes and then syncs before it returns or calls the
 //! flush callback: an acknowledged append is on disk. Each call completes before
-//! openraft issues the next, so vote and log IO are never reordered. Blocking
-//! syncs run on the flusher thread or tokio's blocking pool, not on a runtime worker.
+//! openraft issues the next, so vote and log IO are never reordered. The log's sync
+//! runs in `append` itself, on the runtime worker that runs openraft's core, unless the
+//! flusher thread is syncing already (see [`Durability`]); the other blocking IO runs on
+//! tokio's blocking pool.
 //!
 //! The committed index lives in memory and is written to the key-value store only by
 //! the flusher, right after a sync of the log that covers it: it can never be on
@@ -54,11 +56,12 @@ struct Watermarks {
 
 /// The log's flusher thread and what it knows about the committed index on disk.
 ///
-/// `append` inserts the entries (so they are readable for replication at once) and hands the
-/// callback to the flusher; openraft goes on replicating while the leader's own sync runs.
-/// Requests that queue up while a sync runs share the next one (group commit of the local log).
-/// A sync is a barrier over every write before it, so a callback is only ever fired by a sync that
-/// began after its entries were inserted.
+/// `append` inserts the entries and syncs them itself when no sync is running; otherwise it hands
+/// the callback to the flusher, and requests that queue up while a sync runs share the next one.
+/// openraft 0.9 does not replicate while the leader's own sync runs: its core awaits the callback
+/// before it hands the entries to the replication tasks. A sync is a barrier over every write
+/// before it, so a callback is only ever fired by a sync that began after its entries were
+/// inserted.
 ///
 /// The committed index is not synced on every commit (that would put a second sync on every
 /// commit's path). Instead, before a replica exposes applied state through a local read it
@@ -317,13 +320,27 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let items: Vec<_> = entries.into_iter().map(|e| (e.log_id.index, encode(&e))).collect();
-        // A write into the page cache: cheap enough for the async worker. Durability is the
-        // flusher's job; the callback fires only after its sync.
+        // A write into the page cache: cheap enough for the async worker.
         self.log.append(&items).map_err(write_err)?;
-        self.durability
-            .tx
-            .send(FlushRequest::Append(callback))
-            .map_err(|_| write_err(io::Error::other("log flusher stopped")))?;
+        // openraft 0.9's RaftCore awaits this callback before it does anything else (it neither
+        // replicates nor answers the leader or a peer meanwhile), so the sync is on every commit's
+        // path either way. Run here, it saves the two thread wake-ups of the flusher hand-off
+        // (≈ 40 µs each way on the benchmark machine, docs/BENCHMARKS.md); the worker thread is
+        // blocked for one `fdatasync` and its other tasks can be stolen by the other workers. When
+        // the flusher is syncing already (a local read's barrier), the entries wait for it instead.
+        match self.log.try_sync() {
+            Some(synced) => {
+                if let Err(e) = &synced {
+                    tracing::error!(error = %e, "syncing the raft log failed; the node stops");
+                }
+                callback.log_io_completed(synced);
+            }
+            None => self
+                .durability
+                .tx
+                .send(FlushRequest::Append(callback))
+                .map_err(|_| write_err(io::Error::other("log flusher stopped")))?,
+        }
         Ok(())
     }
 

@@ -1,6 +1,7 @@
-//! The arbiter loop, on the leader only: every tick it keeps the leadership bookkeeping of the
-//! liveness view, writes the set's parameters once, and turns one arbiter decision (pure, in
-//! `domain::arbiter`) into a Raft write.
+//! The arbiter loop, on the leader only: every tick — and at once after a Release committed, so
+//! that released sections get their next owner without waiting for the tick — it keeps the
+//! leadership bookkeeping of the liveness view, writes the set's parameters once, and turns one
+//! arbiter decision (pure, in `domain::arbiter`) into a Raft write.
 //!
 //! Deliberately left out: the decision itself (`serve::arbiter_tick`, pure); a failed write is simply retried at the next tick.
 
@@ -18,7 +19,10 @@ pub async fn arbiter_loop(ctx: Arc<Shared>) {
     let mut tick = tokio::time::interval(ARBITER_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = ctx.arbiter_wake.notified() => {}
+        }
         let (is_leader, term) = {
             let metrics = ctx.raft.metrics();
             let m = metrics.borrow();

@@ -44,6 +44,7 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use tonic::transport::Channel;
 
+use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::load::{Pids, Sample, Shape, Uids, Window};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::report::{Case, median, verdict};
@@ -122,6 +123,13 @@ struct Args {
     /// every run pooled) into DIR: `latency-unary.png`, `latency-batch100.png`, …
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// The Coalescer's batches in flight per owner (its `max_in_flight`; default: the library's).
+    #[arg(long)]
+    coalescer_in_flight: Option<usize>,
+    /// The Coalescer's `busy_batch`: callers a further batch waits for while one is in flight
+    /// (default: the library's).
+    #[arg(long)]
+    coalescer_busy_batch: Option<usize>,
     /// Every link over mutual TLS with roles (a development CA in the run's temp dir): the echo,
     /// the AllocSvr, the StoreSvrs and the client library, so each ratio compares TLS with TLS.
     #[arg(long)]
@@ -155,18 +163,6 @@ impl Args {
     }
 }
 
-/// Why the benchmark could not finish.
-enum Failure {
-    /// Bad options or missing binaries: exit 2.
-    Usage(String),
-    /// The harness or the cluster failed: exit 3.
-    Harness(String),
-}
-
-fn harness(msg: impl Into<String>) -> Failure {
-    Failure::Harness(msg.into())
-}
-
 fn main() -> ExitCode {
     let args: Args = seqsvr_proto::cli::parse("ALLOC_BENCH");
     if let Some(addr) = args.serve_echo {
@@ -176,25 +172,7 @@ fn main() -> ExitCode {
         eprintln!("alloc-bench: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("alloc-bench: cannot start the runtime: {e}");
-            return ExitCode::from(3);
-        }
-    };
-    match runtime.block_on(bench(&args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(Failure::Usage(e)) => {
-            eprintln!("alloc-bench: {e}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Harness(e)) => {
-            eprintln!("alloc-bench: {e}");
-            ExitCode::from(3)
-        }
-    }
+    seqsvr_bench::exit::run("alloc-bench", bench(&args))
 }
 
 /// Addresses and pids of the running cluster and baseline.
@@ -449,8 +427,9 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
     let client = Client::connect(cfg)
         .await
         .map_err(|e| harness(format!("client library cannot connect: {e}")))?;
-    let coalescer =
-        Arc::new(Coalescer::new(client, CoalescerConfig::default()).map_err(|e| harness(format!("coalescer: {e}")))?);
+    let coalescer = Arc::new(
+        Coalescer::new(client, coalescer_config(args)).map_err(|e| Failure::Usage(format!("coalescer: {e}")))?,
+    );
     let mut ours = vec![cluster.echo_pid, cluster.alloc_pid];
     ours.extend(&cluster.store_pids);
     let peers = PeerBench::start(args, procs, dir, ours).await;
@@ -535,6 +514,14 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         files.iter().for_each(|f| println!("plot: {}", f.display()));
     }
     Ok(all_met)
+}
+
+/// The library's Coalescer defaults with the overrides of `--coalescer-*`.
+fn coalescer_config(args: &Args) -> CoalescerConfig {
+    let mut cfg = CoalescerConfig::default();
+    cfg.max_in_flight = args.coalescer_in_flight.unwrap_or(cfg.max_in_flight);
+    cfg.busy_batch = args.coalescer_busy_batch.unwrap_or(cfg.busy_batch);
+    cfg
 }
 
 fn new_case(name: &str, concurrency: usize) -> Case {
@@ -976,7 +963,12 @@ fn print_peers(cases: &[Case], coalesced: &[(usize, Vec<Sample>)], peer_cases: &
 
 /// Prints the medians and the verdict per target; true when every target is met.
 fn summarize(cases: &[Case], r: &Results, before: StoreReading, after: StoreReading, full: bool) -> bool {
-    println!("\n== summary: medians of {} run(s) ==", cases[0].runs.len());
+    // `--only coalesced` measures no raw case: the run count then comes from the Coalescer's.
+    let runs = cases
+        .first()
+        .map(|c| c.runs.len())
+        .or_else(|| r.coalesced.first().map(|(_, s)| s.len()));
+    println!("\n== summary: medians of {} run(s) ==", runs.unwrap_or(0));
     println!("{}", report::summary_header());
     let summaries: Vec<_> = cases.iter().map(|c| (c, c.summary())).collect();
     for (c, s) in &summaries {

@@ -37,6 +37,7 @@ use tonic::transport::Channel;
 
 use seqsvr_bench::cluster::{self, AllocNode, Stores};
 use seqsvr_bench::costs::{self, Inputs, thousands};
+use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::load::{self, Pids, Sample, Shape, Uids, Window};
 use seqsvr_bench::plot::{self, Chart, Corner, Scale, Series};
 use seqsvr_bench::procfs;
@@ -184,38 +185,13 @@ impl Args {
     }
 }
 
-/// Why the benchmark could not finish.
-enum Failure {
-    /// Bad options or missing binaries: exit 2.
-    Usage(String),
-    /// The harness or the cluster failed: exit 3.
-    Harness(String),
-}
-
 fn main() -> ExitCode {
     let args: Args = seqsvr_proto::cli::parse("COST_CURVES");
     if let Err(e) = args.validate() {
         eprintln!("cost-curves: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cost-curves: cannot start the runtime: {e}");
-            return ExitCode::from(3);
-        }
-    };
-    match runtime.block_on(run(&args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage(e)) => {
-            eprintln!("cost-curves: {e}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Harness(e)) => {
-            eprintln!("cost-curves: {e}");
-            ExitCode::from(3)
-        }
-    }
+    seqsvr_bench::exit::run("cost-curves", async { run(&args).await.map(|()| true) })
 }
 
 /// One point of the touched-uids curve.
@@ -289,10 +265,6 @@ async fn run(args: &Args) -> Result<(), Failure> {
         }
     }
     Ok(())
-}
-
-fn harness(e: String) -> Failure {
-    Failure::Harness(e)
 }
 
 /// The cluster of steps 1 and 2 and its clients.
@@ -390,7 +362,7 @@ async fn one_allocsvr(args: &Args, bins: &cluster::Binaries, dir: &Path, r: &mut
 
 /// Step 1: touch 10^3 … 10^max uids (growing one range), RSS and batch100 throughput at each.
 async fn touched_uids(args: &Args, node: &OneNode, procs: &mut Supervisor, r: &mut Results) -> Result<(), Failure> {
-    let rss = || procfs::rss_bytes(node.alloc.pid).ok_or_else(|| harness("cannot read the allocsvr's RSS".into()));
+    let rss = || procfs::rss_bytes(node.alloc.pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"));
     let base = rss()?;
     r.base_rss = Some(base);
     println!(

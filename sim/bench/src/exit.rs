@@ -1,0 +1,48 @@
+//! How every benchmark binary ends: one error type for "bad options" against "the harness failed",
+//! and one `main` body that runs the benchmark on a runtime and maps its outcome to an exit code
+//! (0 done, 1 done but a target not met, 2 bad options or missing binaries, 3 harness failure).
+//!
+//! Left out: parsing and validating each binary's own options (they differ per binary).
+
+use std::future::Future;
+use std::process::ExitCode;
+
+/// Why a benchmark could not finish.
+pub enum Failure {
+    /// Bad options or missing binaries: exit 2.
+    Usage(String),
+    /// The harness or the cluster failed: exit 3.
+    Harness(String),
+}
+
+/// A harness failure with this message.
+pub fn harness(msg: impl Into<String>) -> Failure {
+    Failure::Harness(msg.into())
+}
+
+/// Runs `bench` on a new multi-thread runtime. `Ok(true)` exits 0, `Ok(false)` (a target not met)
+/// 1; a failure is printed after `name: ` and exits 2 or 3.
+pub fn run<F>(name: &str, bench: F) -> ExitCode
+where
+    F: Future<Output = Result<bool, Failure>>,
+{
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: cannot start the runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(bench) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(Failure::Usage(e)) => {
+            eprintln!("{name}: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Harness(e)) => {
+            eprintln!("{name}: {e}");
+            ExitCode::from(3)
+        }
+    }
+}
