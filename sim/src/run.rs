@@ -763,16 +763,18 @@ async fn owner_in(shared: &Shared, set: u64, section: u64) -> Option<(u64, Strin
 /// Puts every AllocSvr→StoreSvr link of AllocSvr `a` through `steps` (mode, how long), in order,
 /// then lets them pass again.
 async fn store_links_through(topo: &Topology, a: u64, steps: &[(LinkMode, Duration)]) {
-    let set = |mode: LinkMode| {
-        for j in members(set_of(a)) {
-            topo.alloc_store[&(a, j)].set(mode);
-        }
-    };
     for &(mode, how_long) in steps {
-        set(mode);
+        set_store_links(topo, a, mode);
         sleep(how_long).await;
     }
-    set(LinkMode::PASS);
+    set_store_links(topo, a, LinkMode::PASS);
+}
+
+/// Puts every AllocSvr→StoreSvr link of AllocSvr `a` in `mode`.
+fn set_store_links(topo: &Topology, a: u64, mode: LinkMode) {
+    for j in members(set_of(a)) {
+        topo.alloc_store[&(a, j)].set(mode);
+    }
 }
 
 /// Injects one fault and holds it for its duration; a description of its target.

@@ -161,7 +161,9 @@ fn skipping_the_epoch_fence_lets_a_late_bump_through_and_is_caught() {
 /// lease still running and its stale clients' requests queued) has not let go. The target serves
 /// the range; the woken owner answers from memory after it: two sets serve one section (OneSet),
 /// and a uid served by both goes back (P1). Every move of seed 3 trips: the fault queues stale
-/// callers for every moved section, so the control does not hang on which uid one call asks for.
+/// callers for every moved section, so the control does not hang on which uid one call asks for,
+/// and holds the owner's links to its store until they are answered, so its overdue renewal cannot
+/// tell it to let go first (that race let the control pass once in CI).
 #[test]
 fn a_target_serving_before_the_source_owner_is_gone_is_caught() {
     expect_violation(

@@ -10,8 +10,9 @@
 //! Deliberately left out: moves that run at the same time (the map allows disjoint ones; one at a
 //! time keeps a failing run explainable) and `seqctl alloc drain` (the end-to-end tests cover it).
 
-use super::{Shared, inject, owner_in};
+use super::{Shared, inject, owner_in, set_store_links};
 use crate::history::{MoveSpan, Record};
+use crate::proxy::LinkMode;
 use crate::schedule::{FaultKind, PlannedFault};
 use crate::topology::{Topology, alloc_name};
 use crate::workload::{STALE_CLIENT_BASE, pinned_call, pinned_conn};
@@ -181,11 +182,16 @@ fn shared_lease(shared: &Shared) -> Duration {
 ///
 /// Stale callers queue requests for the moved range's hot uids at the paused owner, as clients
 /// with an old route would: once the move has returned, or a quarter of the pause before the wake
-/// if it is still waiting. The woken owner reads them before its first renewal's reply, so it
-/// answers them under its lease: harmless while the target waits that lease out (the protocol),
-/// two sets serving one section when it does not (`--unsafe-skip-move-wait`). Without them the
-/// control would hang on the pinned client's one in-flight call happening to ask for a moved
-/// section that the target had served already.
+/// if it is still waiting. The woken owner answers them under its lease: harmless while the target
+/// waits that lease out (the protocol), two sets serving one section when it does not
+/// (`--unsafe-skip-move-wait`). Without them the control would hang on the pinned client's one
+/// in-flight call happening to ask for a moved section that the target had served already.
+///
+/// The owner's links to its store are held (bytes buffered, not lost) from just before the wake
+/// until the stale calls are answered, or [`STALE_HOLD_LIMIT`]: a paused process whose network is
+/// slow too. Without the hold, the woken owner's overdue renewal raced the queued calls, and when
+/// its reply came first the owner had let go of the range before reading them; the negative
+/// control then passed (seen in a CI run). With it the calls are read first on every run.
 async fn paused_owner_move(
     shared: &Shared,
     f: &PlannedFault,
@@ -209,21 +215,36 @@ async fn paused_owner_move(
     };
     let stale = stale_callers(shared, node, pick, pause + STALE_CALL_GRACE);
     tokio::time::sleep_until(wake).await;
+    set_store_links(&shared.topo, node, LinkMode::HOLD);
     shared.cluster.lock().await.resume(&name)?;
+    let queued = stale.len();
+    let answered = async {
+        for call in stale {
+            call.await.context("a stale caller")?;
+        }
+        anyhow::Ok(())
+    };
+    let mut answered = std::pin::pin!(answered);
+    let early = tokio::time::timeout(STALE_HOLD_LIMIT, &mut answered).await;
+    set_store_links(&shared.topo, node, LinkMode::PASS);
+    match early {
+        Ok(r) => r?,
+        Err(_) => answered.await?,
+    }
     let op = match moved {
         Some(r) => r,
         None => moving.await,
     };
-    let queued = stale.len();
-    for call in stale {
-        call.await.context("a stale caller")?;
-    }
     Ok((
         op?,
         format!("; {name} paused for {pause:?}, {queued} stale calls queued"),
     ))
 }
 
+/// The longest the woken owner's links to its store stay held while its stale calls are answered.
+/// Answers from memory take milliseconds; a call that needs the store waits until the links pass
+/// again.
+const STALE_HOLD_LIMIT: Duration = Duration::from_secs(1);
 /// How long a stale caller waits past the pause for its answer.
 const STALE_CALL_GRACE: Duration = Duration::from_secs(2);
 /// Hot uids per moved section that stale callers ask for.
