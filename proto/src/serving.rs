@@ -112,6 +112,13 @@ pub struct ServeLimits {
 /// tighter tail (docs/OPERATIONS.md).
 pub const ALLOCSVR_IN_FLIGHT_PER_CPU: usize = 32;
 
+/// Calls in flight per CPU for an AllocSvr that expects floods from callers it does not control
+/// (`--max-in-flight` set to this times the CPUs). Fewer calls holding slots means fewer runnable
+/// tasks a light caller's request queues behind: under flood (b) with the flood off the server's
+/// core, a well-behaved caller's p99 was 1.2–1.6× unloaded at 4 per CPU and about 4× at 32
+/// (docs/BENCHMARKS.md, "Overload"), for a quarter of batch100's throughput at 256 callers.
+pub const ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU: usize = 4;
+
 /// AllocSvr defaults: [`ALLOCSVR_IN_FLIGHT_PER_CPU`] calls in flight for each CPU the process may
 /// run on; 256 streams per connection, twice what the benchmark's busiest channel uses (128
 /// callers); 10 s, twenty times the longest a fetch waits.
