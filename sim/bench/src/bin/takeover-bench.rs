@@ -117,7 +117,7 @@ struct Takeover {
     started: Instant,
     settled: Instant,
     /// The gaining node's grant-to-servable time for this one section (sum delta of the summary).
-    grant_to_ready: Option<Duration>,
+    grant_to_ready: Duration,
 }
 
 async fn run(args: &Args) -> Result<(), Failure> {
@@ -250,7 +250,7 @@ async fn rounds(
             gainer: gainer.node_id,
             started,
             settled,
-            grant_to_ready: Some(Duration::from_secs_f64(gain_sum(gainer)?.0 - before.0)),
+            grant_to_ready: Duration::from_secs_f64(gain_sum(gainer)?.0 - before.0),
         });
         tokio::time::sleep(BREATHE).await;
         let name = format!("alloc{}", victim.node_id);
@@ -267,7 +267,7 @@ async fn rounds(
             gainer: victim.node_id,
             started,
             settled,
-            grant_to_ready: Some(Duration::from_secs_f64(gain_sum(victim)?.0)),
+            grant_to_ready: Duration::from_secs_f64(gain_sum(victim)?.0),
         });
         cluster::wait_balanced(&stores.leader, 2, SETTLE_LIMIT)
             .await
@@ -356,7 +356,7 @@ fn report(takeovers: &[Takeover], calls: &[Call]) {
             .map(|c| c.done)
             .min();
         let served_after = first.map_or(f64::NAN, |f| ms(f - t.settled));
-        let ready_ms = t.grant_to_ready.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        let ready_ms = t.grant_to_ready.as_secs_f64() * 1e3;
         let row = [
             ready_ms,
             ms(t.settled - t.started),
