@@ -5,10 +5,11 @@
 //!
 //! What keeps the term here is admission's fairness as much as the peers' exemption: with the
 //! exemption taken out of `storesvr::node` this test still passes (checked 2026-11-24, also with 64
-//! one-caller connections per replica added to the flood), because a peer's connection waits at
-//! most one grant per other connection, milliseconds against the 300 ms election timeout. The exemption
-//! is for what this flood cannot make: slots held by handlers that themselves wait for a Raft
-//! commit (Bump, Register), whose commit would then queue behind them.
+//! one-caller connections per replica added to the flood), most likely because a peer's connection
+//! waits at most one grant per other connection, which should be milliseconds against the 300 ms
+//! election timeout (not measured). The exemption is for what this flood cannot make: slots held
+//! by handlers that themselves wait for a Raft commit (Bump, Register), whose commit would then
+//! queue behind them.
 
 mod common;
 
