@@ -51,11 +51,10 @@ const PROBE_UID: u64 = 7;
 /// (docs/BENCHMARKS.md, "Overload"); 32 streams per connection, so that the flood's 64 callers per
 /// connection cross it.
 fn limits(per_cpu: usize) -> ServeLimits {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let max_in_flight = std::env::var("FLOOD_MAX_IN_FLIGHT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(per_cpu * cpus);
+        .unwrap_or_else(|| serving::in_flight_for_cpus(per_cpu));
     ServeLimits {
         max_in_flight,
         max_streams_per_connection: 32,

@@ -118,15 +118,7 @@ async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
         let c = coalescer.clone();
         tokio::spawn(async move { c.fetch_next_seq(Uid(2)).await })
     };
-    // The fake records a batch on arrival, before it holds the reply.
-    let in_flight = tokio::time::Instant::now() + Duration::from_secs(5);
-    while a.batches().len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < in_flight,
-            "the lone caller's batch never arrived"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_batches(&a, 2).await;
     let mut later = Vec::new();
     // Apart from each other, so that none finds another already queued.
     for uid in 3..6u64 {
@@ -157,9 +149,11 @@ async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
         tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
     };
     let held = spawn(2); // goes out alone and is held by the fake
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_batches(&a, 2).await;
     let quitters: Vec<_> = (3..8).map(spawn).collect();
     let stayers: Vec<_> = (8..10).map(spawn).collect();
+    // Nothing outside the Coalescer shows its queue: a moment for the spawned callers to join it
+    // while the held batch is in flight (a shorter moment would only test less, not fail).
     tokio::time::sleep(Duration::from_millis(20)).await;
     quitters.iter().for_each(|q| q.abort());
     held.await.unwrap().expect("the held caller is served");
@@ -171,4 +165,14 @@ async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
         .fetch_next_seq(Uid(1))
         .await
         .expect("a later caller is served");
+}
+
+/// Waits (at most 5 s) until the fake has received `n` batches; it records a batch on arrival,
+/// before it holds the reply, so the last of them is then in flight.
+async fn wait_for_batches(a: &FakeAlloc, n: usize) {
+    let limit = tokio::time::Instant::now() + Duration::from_secs(5);
+    while a.batches().len() < n {
+        assert!(tokio::time::Instant::now() < limit, "batch {n} never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

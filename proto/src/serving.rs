@@ -123,12 +123,16 @@ pub const ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU: usize = 4;
 /// run on; 256 streams per connection, twice what the benchmark's busiest channel uses (128
 /// callers); 10 s, twenty times the longest a fetch waits.
 pub fn allocsvr() -> ServeLimits {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     ServeLimits {
-        max_in_flight: ALLOCSVR_IN_FLIGHT_PER_CPU * cpus,
+        max_in_flight: in_flight_for_cpus(ALLOCSVR_IN_FLIGHT_PER_CPU),
         max_streams_per_connection: 256,
         rpc_timeout: Duration::from_secs(10),
     }
+}
+
+/// `per_cpu` calls in flight for each CPU the calling thread may run on.
+pub fn in_flight_for_cpus(per_cpu: usize) -> usize {
+    per_cpu * std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// StoreSvr defaults. Its callers are a set's AllocSvrs (a few renewals, bumps and loads each),
