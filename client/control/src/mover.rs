@@ -15,7 +15,13 @@
 //! 5. seal: the ceilings go into the record; from here on the move cannot be cancelled, because
 //!    the target may serve after the next step;
 //! 6. target installs `max(own, source's)` and owns the range;
-//! 7. the map switches (clients go to the target); 8. the source tombstones; done.
+//! 7. the map switches (clients go to the target); 8. the source tombstones; 9. the record
+//!    ends (done), which raises the map version so that published copies drop the move.
+//!
+//! A cancel (before the seal) takes the same shape: the record says `cancelling` first, then the
+//! source gives the range back and the target forgets its import, then the record ends
+//! (cancelled). A cancel cut off anywhere is still a running move: a repeated `cancel` or a
+//! `resume` finishes it.
 //!
 //! After every change of the map it makes (add a set, record, switch, done, cancel) the driver
 //! publishes the map to every set it lists ([`Mover::publish`]), with each set's AllocSvr
@@ -273,29 +279,51 @@ impl Mover {
             ceilings,
         });
         check_change(self.meta.change_map(advance).await?)?;
-        if matches!(
-            phase,
-            pb::MovePhase::Switched | pb::MovePhase::Done | pb::MovePhase::Cancelled
-        ) {
+        if matches!(phase, pb::MovePhase::Switched | pb::MovePhase::Cancelling) {
             self.publish().await;
         }
         Ok(())
     }
 
-    /// Drives move `op` from its recorded phase to done, reporting each step.
+    /// Ends move `op` (done or cancelled) once the sets applied its last range steps.
+    async fn finish(&self, op: u64) -> Result<(), MoveError> {
+        let finish = Change::FinishMove(pb::FinishMove {
+            op,
+            driver: self.driver,
+        });
+        check_change(self.meta.change_map(finish).await?)?;
+        self.publish().await;
+        Ok(())
+    }
+
+    /// Drives move `op` from its recorded phase to done, reporting each step; a move being
+    /// cancelled is driven to cancelled instead. Returns its final record.
     pub async fn drive(&self, op: u64, mut progress: impl FnMut(Progress)) -> Result<pb::MoveInfo, MoveError> {
         loop {
             let map = self.map().await?;
             let m = find_move(&map, op)?;
             let phase = pb::MovePhase::try_from(m.phase).unwrap_or(pb::MovePhase::Unspecified);
+            if phase == pb::MovePhase::Cancelling {
+                self.give_back(&map, &m).await?;
+                self.finish(op).await?;
+                progress(Progress::Step {
+                    op,
+                    phase: pb::MovePhase::Cancelled,
+                });
+                continue;
+            }
             let Some(next) = next_phase(phase) else {
                 return match phase {
-                    pb::MovePhase::Done => Ok(m),
+                    pb::MovePhase::Done | pb::MovePhase::Cancelled => Ok(m),
                     _ => Err(MoveError::Refused(format!("move {op} is {}", phase.as_str_name()))),
                 };
             };
             let ceilings = self.apply_step(&map, &m, next, &mut progress).await?;
-            self.advance(op, next, ceilings).await?;
+            if next == pb::MovePhase::Done {
+                self.finish(op).await?;
+            } else {
+                self.advance(op, next, ceilings).await?;
+            }
             progress(Progress::Step { op, phase: next });
         }
     }
@@ -381,23 +409,37 @@ impl Mover {
         }
     }
 
-    /// Cancels move `op` before its seal: the record first (so no driver can seal it any more),
-    /// then the source gives the range back and the target forgets its import.
+    /// Cancels move `op` before its seal: the record first (`cancelling`: no driver can seal it
+    /// any more), then the source gives the range back and the target forgets its import, then
+    /// the record ends (`cancelled`). Every part repeats harmlessly, so a cancel cut off anywhere
+    /// is finished by running it again. A move that is cancelled already gets its range steps
+    /// sent again: an older `seqctl` recorded the end first, and its steps may never have arrived.
     pub async fn cancel(&self, op: u64) -> Result<(), MoveError> {
-        self.claim(op).await?;
-        self.advance(op, pb::MovePhase::Cancelled, Vec::new()).await?;
         let map = self.map().await?;
         let m = find_move(&map, op)?;
+        if m.phase == pb::MovePhase::Cancelled as i32 {
+            return self.give_back(&map, &m).await;
+        }
+        self.claim(op).await?;
+        self.advance(op, pb::MovePhase::Cancelling, Vec::new()).await?;
+        let map = self.map().await?;
+        self.give_back(&map, &find_move(&map, op)?).await?;
+        self.finish(op).await
+    }
+
+    /// The set-level cancel, to the source (which owns the range again under a new epoch) and
+    /// then the target (which forgets its import). Both repeat harmlessly.
+    async fn give_back(&self, map: &pb::ClusterMap, m: &pb::MoveInfo) -> Result<(), MoveError> {
         let cancel = pb::RangeStepRequest {
-            op,
+            op: m.op,
             step: pb::MovePhase::Cancelled as i32,
             sections: m.sections,
             other_set: 0,
             ceilings: Vec::new(),
             map_version: 0,
         };
-        self.set_admin(&map, m.from_set)?.range_step(cancel.clone()).await?;
-        self.set_admin(&map, m.to_set)?.range_step(cancel).await?;
+        self.set_admin(map, m.from_set)?.range_step(cancel.clone()).await?;
+        self.set_admin(map, m.to_set)?.range_step(cancel).await?;
         Ok(())
     }
 }
@@ -454,7 +496,9 @@ fn refuse_move(map: &pb::ClusterMap, from: u64, to: u64, begin: u64, end: u64) -
         }
     }
     if from == to {
-        return Err(MoveError::Refused(format!("set {to} already serves the range")));
+        return Err(MoveError::Refused(format!(
+            "the source and target are the same set ({from}): a move goes between two sets"
+        )));
     }
     let mut at = begin;
     for r in map

@@ -189,6 +189,7 @@ fn describe_map(m: &MapCommand) -> String {
         MapCommand::Advance { op, driver, phase: p } => {
             format!("advance move {op} to {} (driver {driver})", phase(p))
         }
+        MapCommand::Finish { op, driver } => format!("finish move {op} (driver {driver})"),
     }
 }
 

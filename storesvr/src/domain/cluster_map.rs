@@ -13,8 +13,17 @@
 //!
 //! ```text
 //! Recorded ─▶ Importing ─▶ Frozen ─▶ Sealed(ceilings) ─▶ Installed ─▶ Switched ─▶ Done
-//!     └──────────┴────────────┴─▶ Cancelled        (never from Sealed on: the point of no return)
+//!     └──────────┴────────────┴─▶ Cancelling ─▶ Cancelled   (never from Sealed on: the point
+//!                                                              of no return)
 //! ```
+//!
+//! A move ends (`Done`, `Cancelled`) only by [`MapCommand::Finish`], which the driver sends once
+//! the sets have applied their last range step: the tombstone for `Done`, both sets' cancel for
+//! `Cancelled`. Until then the move is still work to do — `Cancelling` holds its range like any
+//! running move, `resume` and a repeated `cancel` finish it, and the stuck-move alert sees it. The
+//! finish raises the map version, so every published copy stops treating the range as in flight.
+//! (`Advance` to `Done` or `Cancelled`, which older drivers sent and older logs hold, still
+//! applies as it always did, without that raise: a replayed log must give the same map.)
 //!
 //! Sealed stores the source's final ceilings; after it the target may install and serve, so a
 //! cancel could leave numbers served by the target that the source does not know about. That is
@@ -52,6 +61,10 @@ pub enum Phase {
     },
     Done,
     Cancelled,
+    /// Cancelled in the map (no driver can seal it any more); the sets' range steps that give
+    /// the range back may not all be applied yet. Appended last: the log stores a variant by
+    /// position.
+    Cancelling,
 }
 
 impl Phase {
@@ -65,6 +78,7 @@ impl Phase {
             Phase::Switched { .. } => 5,
             Phase::Done => 6,
             Phase::Cancelled => 7,
+            Phase::Cancelling => 8,
         }
     }
 
@@ -78,6 +92,7 @@ impl Phase {
             Phase::Switched { .. } => "switched",
             Phase::Done => "done",
             Phase::Cancelled => "cancelled",
+            Phase::Cancelling => "cancelling",
         }
     }
 
@@ -123,8 +138,11 @@ pub enum MapCommand {
     },
     /// A new driver takes the move over (`resume`); the previous one's next step is refused.
     Claim { op: OpId, driver: u64 },
-    /// The driver reached `phase` (the next one in order, or `Cancelled` before the seal).
+    /// The driver reached `phase` (the next one in order, or `Cancelling` before the seal).
     Advance { op: OpId, driver: u64, phase: Phase },
+    /// The sets applied the move's last range steps: `Switched` becomes `Done`, `Cancelling`
+    /// becomes `Cancelled`, and the map's version rises.
+    Finish { op: OpId, driver: u64 },
 }
 
 /// What a map command did.
@@ -188,6 +206,7 @@ impl ClusterMap {
             } => self.begin(*expect_version, *op, *from, *to, *span, *driver),
             MapCommand::Claim { op, driver } => self.claim(*op, *driver),
             MapCommand::Advance { op, driver, phase } => self.advance(*op, *driver, phase),
+            MapCommand::Finish { op, driver } => self.finish(*op, *driver),
         }
     }
 
@@ -268,7 +287,9 @@ impl ClusterMap {
             }
         }
         if from == to {
-            return Some(format!("set {to} already serves the range"));
+            return Some(format!(
+                "the source and target are the same set ({from}): a move goes between two sets"
+            ));
         }
         if !self.serves_all(from, span) {
             return Some(format!(
@@ -314,7 +335,7 @@ impl ClusterMap {
             return MapResult::Refused(format!("move {op} is driven by another seqctl now (it was resumed)"));
         }
         let allowed = match phase {
-            Phase::Cancelled => m.phase.rank() < Phase::Sealed(Vec::new()).rank(),
+            Phase::Cancelled | Phase::Cancelling => m.phase.rank() < Phase::Sealed(Vec::new()).rank(),
             next => next.rank() == m.phase.rank() + 1,
         };
         if !allowed {
@@ -347,6 +368,29 @@ impl ClusterMap {
             self.ranges.set(span.begin, span.end, Some(to));
             self.version += 1;
         }
+        self.ok(false)
+    }
+
+    fn finish(&mut self, op: OpId, driver: u64) -> MapResult {
+        let Some(m) = self.ops.get_mut(&op) else {
+            return MapResult::Refused(format!("no move {op}"));
+        };
+        let end = match m.phase {
+            Phase::Done | Phase::Cancelled => return self.ok(true),
+            Phase::Switched { .. } => Phase::Done,
+            Phase::Cancelling => Phase::Cancelled,
+            ref p => {
+                return MapResult::Refused(format!(
+                    "move {op} is {}: only a switched or cancelling move can finish",
+                    p.name()
+                ));
+            }
+        };
+        if m.driver != driver {
+            return MapResult::Refused(format!("move {op} is driven by another seqctl now (it was resumed)"));
+        }
+        m.phase = end;
+        self.version += 1;
         self.ok(false)
     }
 }
@@ -486,7 +530,7 @@ mod tests {
             span: span(0, 2),
             driver: 1,
         };
-        assert!(matches!(map.apply(&to_self), MapResult::Refused(m) if m.contains("already serves")));
+        assert!(matches!(map.apply(&to_self), MapResult::Refused(m) if m.contains("same set")));
         let unknown = MapCommand::Begin {
             expect_version: v,
             op: 1,
@@ -535,5 +579,89 @@ mod tests {
             matches!(advance(&mut map, 4, 12, Phase::Sealed(vec![1])), MapResult::Refused(_)),
             "sealed once"
         );
+    }
+
+    /// A cancel is `Cancelling` until the driver says the sets gave the range back; only then
+    /// does the move end, and the map's version rises so that published copies drop it. A
+    /// finished move ends the same way.
+    #[test]
+    fn a_move_ends_only_when_finished_and_its_end_raises_the_map_version() {
+        let mut map = two_sets();
+        begin(&mut map, 3, span(0, 2), 10);
+        advance(&mut map, 3, 10, Phase::Importing);
+        assert!(matches!(
+            advance(&mut map, 3, 10, Phase::Cancelling),
+            MapResult::Ok { already: false, .. }
+        ));
+        assert!(matches!(
+            advance(&mut map, 3, 10, Phase::Cancelling),
+            MapResult::Ok { already: true, .. }
+        ));
+        assert!(map.ops[&3].phase.running(), "cancelling still holds the range");
+        assert!(matches!(begin(&mut map, 9, span(1, 3), 1), MapResult::Refused(m) if m.contains("cancelling")));
+        assert!(
+            matches!(advance(&mut map, 3, 10, Phase::Frozen), MapResult::Refused(_)),
+            "no way back"
+        );
+        assert!(
+            matches!(advance(&mut map, 3, 10, Phase::Cancelled), MapResult::Refused(_)),
+            "only Finish ends it"
+        );
+        assert!(
+            matches!(
+                map.apply(&MapCommand::Claim { op: 3, driver: 11 }),
+                MapResult::Ok { .. }
+            ),
+            "a repeated cancel takes it over"
+        );
+        let v = map.version;
+        let finish = |driver| MapCommand::Finish { op: 3, driver };
+        assert!(matches!(map.apply(&finish(10)), MapResult::Refused(m) if m.contains("another")));
+        assert_eq!(
+            map.apply(&finish(11)),
+            MapResult::Ok {
+                version: v + 1,
+                already: false
+            }
+        );
+        assert_eq!((map.ops[&3].phase.clone(), map.version), (Phase::Cancelled, v + 1));
+        assert_eq!(
+            map.apply(&finish(11)),
+            MapResult::Ok {
+                version: v + 1,
+                already: true
+            }
+        );
+        assert!(matches!(
+            map.apply(&MapCommand::Claim { op: 3, driver: 12 }),
+            MapResult::Refused(_)
+        ));
+
+        begin(&mut map, 4, span(0, 2), 12);
+        assert!(
+            matches!(map.apply(&MapCommand::Finish { op: 4, driver: 12 }), MapResult::Refused(m) if m.contains("recorded"))
+        );
+        for phase in [
+            Phase::Importing,
+            Phase::Frozen,
+            Phase::Sealed(vec![1, 2]),
+            Phase::Installed,
+        ] {
+            advance(&mut map, 4, 12, phase);
+        }
+        assert!(matches!(
+            advance(&mut map, 4, 12, Phase::Cancelling),
+            MapResult::Refused(_)
+        ));
+        advance(&mut map, 4, 12, Phase::Switched { map_version: 0 });
+        let v = map.version;
+        assert_eq!(
+            map.apply(&MapCommand::Finish { op: 4, driver: 12 }),
+            MapResult::Ok {
+                version: v + 1,
+                already: false
+            }
+        );
+        assert_eq!(map.ops[&4].phase, Phase::Done);
     }
 }

@@ -150,6 +150,7 @@ fn map_phase() -> impl Strategy<Value = MapPhase> {
         small_or_any(6).prop_map(|map_version| MapPhase::Switched { map_version }),
         Just(MapPhase::Done),
         Just(MapPhase::Cancelled),
+        Just(MapPhase::Cancelling),
     ]
 }
 
@@ -179,6 +180,7 @@ fn map_command() -> impl Strategy<Value = MapCommand> {
         }),
         (op(), driver()).prop_map(|(op, driver)| MapCommand::Claim { op, driver }),
         (op(), driver(), map_phase()).prop_map(|(op, driver, phase)| MapCommand::Advance { op, driver, phase }),
+        (op(), driver()).prop_map(|(op, driver)| MapCommand::Finish { op, driver }),
     ]
 }
 

@@ -45,6 +45,7 @@ fn phase_pb(p: &Phase) -> pb::MovePhase {
         Phase::Switched { .. } => pb::MovePhase::Switched,
         Phase::Done => pb::MovePhase::Done,
         Phase::Cancelled => pb::MovePhase::Cancelled,
+        Phase::Cancelling => pb::MovePhase::Cancelling,
     }
 }
 
@@ -59,6 +60,7 @@ fn phase_from_pb(phase: i32, ceilings: &[u64]) -> Result<Phase, RpcError> {
         Ok(pb::MovePhase::Switched) => Phase::Switched { map_version: 0 },
         Ok(pb::MovePhase::Done) => Phase::Done,
         Ok(pb::MovePhase::Cancelled) => Phase::Cancelled,
+        Ok(pb::MovePhase::Cancelling) => Phase::Cancelling,
         _ => return Err(RpcError::InvalidArgument(format!("unknown move phase {phase}"))),
     })
 }
@@ -269,6 +271,10 @@ pub fn map_command(p: &SetParams, req: pb::ChangeMapRequest) -> Result<Command, 
             op: a.op,
             driver: a.driver,
             phase: phase_from_pb(a.phase, &a.ceilings)?,
+        },
+        Some(Change::FinishMove(f)) => MapCommand::Finish {
+            op: f.op,
+            driver: f.driver,
         },
         None => return Err(RpcError::InvalidArgument("no change given".into())),
     }))

@@ -23,7 +23,12 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use openraft::{RaftMetrics, ServerState};
 
-use crate::domain::ranges::RangeState;
+use std::collections::BTreeSet;
+
+use prost::Message as _;
+use seqsvr_proto::pb;
+
+use crate::domain::ranges::{OpId, RangeState};
 use crate::domain::state::{NOBODY, SetState};
 use crate::raft::types::{Node, NodeId};
 use crate::shared::Shared;
@@ -35,7 +40,7 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 const RANGE_STATES: [&str; 4] = ["owned", "importing", "migrating", "tombstoned"];
 
 /// The move phases, as the `phase` label of `storesvr_moves` (cluster_map::Phase::name).
-const PHASES: [&str; 8] = [
+const PHASES: [&str; 9] = [
     "recorded",
     "importing",
     "frozen",
@@ -44,6 +49,7 @@ const PHASES: [&str; 8] = [
     "switched",
     "done",
     "cancelled",
+    "cancelling",
 ];
 
 /// What one look at the Raft node shows.
@@ -130,12 +136,17 @@ pub struct StateSample {
     /// The newest cluster map this set holds (its own on set 0, else the published copy).
     pub map_version: u64,
     /// Moves per phase, in [`PHASES`] order; only on set 0, the map's home.
-    pub moves: Option<[u64; 8]>,
+    pub moves: Option<[u64; 9]>,
+    /// Sections held importing or migrating here for a move that the newest map this set knows
+    /// calls done or cancelled: nobody serves them, and no running move will give them back
+    /// (a cancel whose range step never arrived; `seqctl move cancel OP` finishes it).
+    pub stranded: u64,
 }
 
 /// Reads a [`StateSample`] off the set's state.
 pub fn state_sample(set: &SetState) -> StateSample {
     let mut s = StateSample::default();
+    let mut in_flight = Vec::new();
     for run in set.ranges.runs() {
         let n = run.end.0.saturating_sub(run.begin.0);
         let i = match run.state {
@@ -145,6 +156,9 @@ pub fn state_sample(set: &SetState) -> StateSample {
             RangeState::Tombstoned { .. } => 3,
         };
         s.sections[i] += n;
+        if let RangeState::Importing { op } | RangeState::Migrating { op, .. } = run.state {
+            in_flight.push((op, n));
+        }
         if run.state == RangeState::Owned {
             s.unowned += set
                 .sections_in(run.begin, run.end)
@@ -158,8 +172,16 @@ pub fn state_sample(set: &SetState) -> StateSample {
     s.route_version = set.route_version;
     let own = set.map.as_ref().map_or(0, |m| m.version);
     s.map_version = own.max(set.cached_map.as_ref().map_or(0, |c| c.version));
+    if !in_flight.is_empty() {
+        let ended = ended_moves(set);
+        s.stranded = in_flight
+            .iter()
+            .filter(|(op, _)| ended.contains(op))
+            .map(|(_, n)| n)
+            .sum();
+    }
     s.moves = set.map.as_ref().map(|map| {
-        let mut by_phase = [0u64; 8];
+        let mut by_phase = [0u64; 9];
         for op in map.ops.values() {
             if let Some(i) = PHASES.iter().position(|p| *p == op.phase.name()) {
                 by_phase[i] += 1;
@@ -168,6 +190,27 @@ pub fn state_sample(set: &SetState) -> StateSample {
         by_phase
     });
     s
+}
+
+/// The moves that the newest map this set holds calls done or cancelled: its own on set 0, the
+/// published copy elsewhere (decoded only when a range is in flight here, which is rare).
+fn ended_moves(set: &SetState) -> BTreeSet<OpId> {
+    if let Some(map) = &set.map {
+        return map.ops.values().filter(|m| !m.phase.running()).map(|m| m.op).collect();
+    }
+    let Some(copy) = set.cached_map.as_ref() else {
+        return BTreeSet::new();
+    };
+    let Ok(map) = pb::ClusterMap::decode(copy.encoded.as_slice()) else {
+        return BTreeSet::new();
+    };
+    let ended = |m: &&pb::MoveInfo| {
+        matches!(
+            pb::MovePhase::try_from(m.phase),
+            Ok(pb::MovePhase::Done | pb::MovePhase::Cancelled)
+        )
+    };
+    map.moves.iter().filter(ended).map(|m| m.op).collect()
 }
 
 fn flag(b: bool) -> f64 {
@@ -197,6 +240,7 @@ fn publish_state(s: &StateSample) {
     gauge!("storesvr_allocsvrs", "state" => "draining").set(s.allocsvrs_draining as f64);
     gauge!("storesvr_route_version").set(s.route_version as f64);
     gauge!("storesvr_map_version").set(s.map_version as f64);
+    gauge!("storesvr_sections_stranded").set(s.stranded as f64);
     if let Some(moves) = s.moves {
         for (phase, n) in PHASES.iter().zip(moves) {
             gauge!("storesvr_moves", "phase" => *phase).set(n as f64);
@@ -278,6 +322,53 @@ mod tests {
         assert_eq!(s.unowned, 9);
         assert_eq!(s.max_seq_highest, 42);
         assert_eq!((s.allocsvrs_live, s.allocsvrs_draining), (1, 1));
-        assert_eq!(s.moves, Some([0; 8]), "set 0 holds the map, with no move yet");
+        assert_eq!(s.moves, Some([0; 9]), "set 0 holds the map, with no move yet");
+    }
+
+    /// Issue 25: a range left migrating by a cancel whose range step never arrived shows, from the
+    /// map's home and from a set that only holds a published copy; a running move's does not.
+    #[test]
+    fn sections_in_flight_for_an_ended_move_are_stranded() {
+        use crate::domain::cluster_map::{MoveOp, Phase};
+        use crate::domain::state::{CachedMap, Span};
+        use seqsvr_proto::SectionId;
+        let (mut st, _) = crate::domain::testing::set_with(&[1]);
+        let span = Span {
+            begin: SectionId(2),
+            end: SectionId(5),
+        };
+        st.ranges
+            .set(span.begin, span.end, Some(RangeState::Migrating { op: 5, to_set: 1 }));
+        let record = |phase| MoveOp {
+            op: 5,
+            from: 0,
+            to: 1,
+            span,
+            phase,
+            driver: 1,
+            recorded_at: 1,
+            switched_at: 0,
+        };
+        let map = st.map.as_mut().unwrap();
+        map.ops.insert(5, record(Phase::Cancelling));
+        assert_eq!(state_sample(&st).stranded, 0, "a cancel in progress is not stranded");
+        st.map.as_mut().unwrap().ops.insert(5, record(Phase::Cancelled));
+        assert_eq!(state_sample(&st).stranded, 3);
+
+        st.map = None;
+        let copy = pb::ClusterMap {
+            version: 9,
+            moves: vec![pb::MoveInfo {
+                op: 5,
+                phase: pb::MovePhase::Cancelled as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        st.cached_map = Some(CachedMap {
+            version: 9,
+            encoded: copy.encode_to_vec(),
+        });
+        assert_eq!(state_sample(&st).stranded, 3, "seen through the published copy too");
     }
 }

@@ -59,9 +59,11 @@ pub enum MoveCmd {
     Status { op: u64 },
     /// Every move the map records.
     List,
-    /// Take a move over (from a driver that died) and finish it.
+    /// Take a move over (from a driver that died) and finish it (a move being cancelled: finish
+    /// the cancel).
     Resume { op: u64 },
-    /// Cancel a move before its seal (after it, move the range back instead).
+    /// Cancel a move before its seal (after it, move the range back instead). Repeat it to finish
+    /// a cancel that was cut off.
     Cancel { op: u64 },
 }
 
@@ -425,6 +427,14 @@ async fn drive_with(m: &Mover, op: u64, as_json: bool, mut reporter: Reporter) -
         f
     })?;
     let took = started.elapsed().as_millis();
+    if done.phase == pb::MovePhase::Cancelled as i32 {
+        // `resume` of a cancel that was cut off: it finished the cancel.
+        return Ok(if as_json {
+            json!({"op": op, "phase": "cancelled", "millis": took}).to_string()
+        } else {
+            format!("move {op} was being cancelled; the cancel is finished and the source serves the range again")
+        });
+    }
     Ok(if as_json {
         json!({"op": op, "phase": "done", "millis": took, "switched_at": done.switched_at}).to_string()
     } else {
