@@ -71,6 +71,7 @@ async fn map_actions(a: &mut AdminServiceClient<Channel>) -> Vec<(String, String
         other_set: 1,
         ceilings: vec![],
         map_version: 3,
+        ..Default::default()
     };
     let refused = a
         .range_step(step)

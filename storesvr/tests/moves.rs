@@ -55,6 +55,9 @@ fn step(phase: pb::MovePhase, other_set: u64) -> pb::RangeStepRequest {
         other_set,
         ceilings: vec![],
         map_version: 0,
+        // As common::set_args starts every replica.
+        section_size: 100_000,
+        uid_limit: 1_000_000,
     }
 }
 

@@ -133,9 +133,25 @@ impl Mover {
         AdminClient::with_dialer(seeds_of(map, set_id)?, self.timeouts, &self.dialer).map_err(MoveError::Refused)
     }
 
-    /// Adds set `set_id` (its StoreSvr group already running) to the map.
+    /// Adds set `set_id` (its StoreSvr group already running) to the map, once the group at
+    /// `stores` has shown that it is that set, with the cluster's section size and uid limit.
     pub async fn add_set(&self, set_id: u64, stores: Vec<String>) -> Result<pb::ChangeMapReply, MoveError> {
         let map = self.map().await?;
+        if !map.sets.iter().any(|s| s.set_id == set_id && s.stores == stores) {
+            let seeds = stores.iter().map(|a| Seed::parse(a)).collect::<Result<Vec<_>, _>>();
+            let store = StoreClient::with_dialer(seeds.map_err(MoveError::Refused)?, self.timeouts, &self.dialer)
+                .map_err(MoveError::Refused)?;
+            // A group started a moment ago may still be electing its first leader, whose first
+            // entry writes the set's parameters.
+            let started = Instant::now();
+            let mut status = store.status().await?;
+            let ready = |s: &pb::StatusReply| s.leader_id != 0 && s.params.is_some_and(|p| p.section_size != 0);
+            while !ready(&status) && started.elapsed() < self.timeouts.overall {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                status = store.status().await?;
+            }
+            refuse_set(&map, set_id, &stores, &status)?;
+        }
         let add = Change::AddSet(pb::AddSet {
             expect_version: map.version,
             set_id,
@@ -344,6 +360,8 @@ impl Mover {
             other_set,
             ceilings: Vec::new(),
             map_version: 0,
+            section_size: map.section_size,
+            uid_limit: map.uid_limit,
         };
         match next {
             Importing => self
@@ -437,6 +455,8 @@ impl Mover {
             other_set: 0,
             ceilings: Vec::new(),
             map_version: 0,
+            section_size: map.section_size,
+            uid_limit: map.uid_limit,
         };
         self.set_admin(map, m.from_set)?.range_step(cancel.clone()).await?;
         self.set_admin(map, m.to_set)?.range_step(cancel).await?;
@@ -483,6 +503,34 @@ fn check_change(r: pb::ChangeMapReply) -> Result<pb::ChangeMapReply, MoveError> 
         return Err(MoveError::VersionChanged(r.version));
     }
     Ok(r)
+}
+
+/// Why the group at `stores` (answering `status`) cannot join the map as set `set_id`: it is
+/// another set (a group started as set 0 would own every uid a second time), or its sections are
+/// cut differently (a move between sets of different section sizes or uid limits would leave
+/// uids unserved or served twice).
+fn refuse_set(map: &pb::ClusterMap, set_id: u64, stores: &[String], status: &pb::StatusReply) -> Result<(), MoveError> {
+    let p = status.params.unwrap_or_default();
+    let at = stores.join(",");
+    if status.leader_id == 0 || p.section_size == 0 {
+        return Err(MoveError::Refused(format!(
+            "the StoreSvrs at {at} have no leader with set parameters yet (no quorum, or not bootstrapped); retry"
+        )));
+    }
+    if p.set_id != set_id {
+        return Err(MoveError::Refused(format!(
+            "the StoreSvrs at {at} serve set {}, not set {set_id} (a group must be started with --set-id {set_id})",
+            p.set_id
+        )));
+    }
+    if p.section_size != map.section_size || p.uid_limit != map.uid_limit {
+        return Err(MoveError::Refused(format!(
+            "set {set_id} has section size {} and uid limit {}, the cluster section size {} and uid limit {}: \
+             every set must cut the uid space the same way",
+            p.section_size, p.uid_limit, map.section_size, map.uid_limit
+        )));
+    }
+    Ok(())
 }
 
 /// The same refusals as the map's own check, made before anything is sent, with clear words.

@@ -391,6 +391,74 @@ async fn a_move_killed_after_any_step_is_resumed_or_cancelled_to_one_owner() {
     );
 }
 
+/// Starts one more single-replica StoreSvr group with `extra` options; its address.
+fn spawn_store(c: &mut TwoSets, name: &str, extra: &[String]) -> String {
+    let addr = free_addr();
+    let mut args = vec![
+        "--node-id=1".to_string(),
+        format!("--listen={addr}"),
+        format!("--data-dir={}", c._dir.path().join(name).display()),
+        format!("--peers=1={addr}"),
+        "--bootstrap".into(),
+        "--new-replica".into(),
+        "--step=1000".into(),
+    ];
+    args.extend(extra.iter().cloned());
+    c.procs.spawn(ProcSpec::new(name, bin("storesvr"), args)).unwrap();
+    addr
+}
+
+/// Issue 25, items 3 and 4: `seqctl set add` looks at the set it is given before the map lists
+/// it. A group that was started without `--set-id` (so it says it is set 0 and owns every uid),
+/// or one with another section size or uid limit than the cluster's, is refused with exit 2 and
+/// both values named; the map does not change. Before the fix all of these were added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_add_refuses_a_set_with_another_id_section_size_or_uid_limit() {
+    let mut c = TwoSets::start();
+    c.add_set_1().await;
+    let size = format!("--section-size={SECTION_SIZE}");
+    let limit = format!("--uid-limit={UID_LIMIT}");
+    let cases: [(&str, Vec<String>, &str); 4] = [
+        // What a group started without --set-id was before it became required: a second set 0.
+        (
+            "setzero",
+            vec!["--set-id=0".into(), size.clone(), limit.clone()],
+            "set 0",
+        ),
+        (
+            "wrongsize",
+            vec!["--set-id=2".into(), "--section-size=50000".into(), limit.clone()],
+            "section size 50000",
+        ),
+        (
+            "wronglimit",
+            vec!["--set-id=2".into(), size.clone(), "--uid-limit=2000000".into()],
+            "uid limit 2000000",
+        ),
+        (
+            "wrongid",
+            vec!["--set-id=3".into(), size.clone(), limit.clone()],
+            "set 3",
+        ),
+    ];
+    for (name, extra, says) in cases {
+        let addr = spawn_store(&mut c, name, &extra);
+        let stores = format!("1={addr}");
+        let before = c.seqctl(&["--json", "sets"]).await;
+        let add = poll_until(WAIT, || async {
+            let out = c.seqctl(&["set", "add", "2", "--stores", &stores]).await;
+            // Exit 1/3 while the new group elects its leader; a refusal or a success is final.
+            matches!(out.status.code(), Some(0) | Some(2)).then_some(out)
+        })
+        .await
+        .expect("set add never answered");
+        assert_refused(&add, says);
+        let after = c.seqctl(&["--json", "sets"]).await;
+        assert_eq!(before.stdout, after.stdout, "{name}: the map changed");
+        c.procs.kill(name).unwrap();
+    }
+}
+
 /// The phase `seqctl move status OP --json` reports.
 async fn phase_of(c: &TwoSets, op: u64) -> String {
     let status = c.seqctl(&["--json", "move", "status", &op.to_string()]).await;

@@ -430,6 +430,8 @@ pub(crate) mod tests {
             other_set,
             ceilings,
             map_version: 0,
+            section_size: params(0).section_size,
+            uid_limit: params(0).uid_limit,
         })
     }
 

@@ -303,6 +303,17 @@ pub fn map_changed(result: CommandResult) -> Result<pb::ChangeMapReply, RpcError
 pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command, RpcError> {
     let span = span_of(p, req.sections.as_ref())?;
     let op = req.op;
+    let takes_sections = matches!(
+        pb::MovePhase::try_from(req.step),
+        Ok(pb::MovePhase::Importing | pb::MovePhase::Installed)
+    );
+    if takes_sections && (req.section_size, req.uid_limit) != (p.section_size, p.uid_limit) {
+        return Err(RpcError::FailedPrecondition(format!(
+            "set {} has section size {} and uid limit {}; the move's cluster has {} and {}: \
+             sections cut differently cannot move between sets",
+            p.set_id, p.section_size, p.uid_limit, req.section_size, req.uid_limit
+        )));
+    }
     Ok(Command::Range(match pb::MovePhase::try_from(req.step) {
         Ok(pb::MovePhase::Importing) => RangeCommand::Import {
             op,
@@ -534,6 +545,38 @@ mod tests {
             drain_command(&st, &liveness, now, detect, 1).unwrap(),
             Command::Drain { node_id: NodeId(1) }
         );
+    }
+
+    /// Issue 25, item 4: a set takes in sections (import, install) only from a cluster that cuts
+    /// the uid space as it does; steps that take nothing in do not carry the shape.
+    #[test]
+    fn import_and_install_are_refused_unless_the_cluster_cuts_sections_like_this_set() {
+        let p = small_params();
+        let req = |step: pb::MovePhase, section_size, uid_limit| pb::RangeStepRequest {
+            op: OP,
+            step: step as i32,
+            sections: Some(pb::SectionRange { begin: 2, end: 4 }),
+            other_set: 1,
+            ceilings: vec![0, 0],
+            section_size,
+            uid_limit,
+            ..Default::default()
+        };
+        for step in [pb::MovePhase::Importing, pb::MovePhase::Installed] {
+            assert!(range_command(&p, req(step, p.section_size, p.uid_limit)).is_ok());
+            for (size, limit) in [
+                (p.section_size * 2, p.uid_limit),
+                (p.section_size, p.uid_limit + 1),
+                (0, 0),
+            ] {
+                let refused = range_command(&p, req(step, size, limit));
+                assert!(
+                    matches!(&refused, Err(RpcError::FailedPrecondition(m)) if m.contains(&format!("{size} and {limit}"))),
+                    "{step:?} with {size}/{limit}: {refused:?}"
+                );
+            }
+        }
+        assert!(range_command(&p, req(pb::MovePhase::Frozen, 0, 0)).is_ok());
     }
 
     #[test]

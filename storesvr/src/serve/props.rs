@@ -214,18 +214,22 @@ fn request() -> impl Strategy<Value = Request> {
             prop::option::of(section_range()),
             num(),
             ceilings(),
-            num()
+            num(),
+            // 0: the set's own section size and uid limit (filled in when the step is sent).
+            prop_oneof![3 => Just(0), 1 => num()],
         )
-            .prop_map(
-                |(op, step, sections, other_set, ceilings, map_version)| Request::RangeStep(pb::RangeStepRequest {
+            .prop_map(|(op, step, sections, other_set, ceilings, map_version, section_size)| {
+                Request::RangeStep(pb::RangeStepRequest {
                     op,
                     step,
                     sections,
                     other_set,
                     ceilings,
                     map_version,
+                    section_size,
+                    uid_limit: section_size,
                 })
-            ),
+            }),
         change_map().prop_map(Request::ChangeMap),
         prop::option::of(published_map()).prop_map(|map| Request::PublishMap(pb::PublishMapRequest { map })),
         num().prop_map(Request::Drain),
@@ -252,7 +256,12 @@ fn handle(st: &mut SetState, req: Request) -> Result<(), TestCaseError> {
             }
             Err(e) => client_error(e),
         },
-        Request::RangeStep(r) => write(st, range_command(&p, r), |_, res| stepped(res)),
+        Request::RangeStep(mut r) => {
+            if r.section_size == 0 {
+                (r.section_size, r.uid_limit) = (p.section_size, p.uid_limit);
+            }
+            write(st, range_command(&p, r), |_, res| stepped(res))
+        }
         Request::ChangeMap(r) => write(st, map_command(&p, r), |_, res| map_changed(res)),
         Request::PublishMap(r) => write(st, publish_command(&p, r), |_, res| published(res)),
         Request::Drain(node) => {
