@@ -31,9 +31,11 @@ pub struct Config {
     #[arg(long)]
     pub node_id: u64,
 
-    /// Id of the set this replica's Raft group stores. Set 0 starts owning the whole uid space and
-    /// keeps the cluster map; any other set starts empty and gets its ranges by moves.
-    #[arg(long, default_value_t = 0)]
+    /// Id of the set this replica's Raft group stores; required, with no default, on every start
+    /// (a forgotten flag must not make a second set 0). Set 0 starts owning the whole uid space
+    /// and keeps the cluster map; any other set starts empty and gets its ranges by moves. A data
+    /// dir that holds another set's replica is refused.
+    #[arg(long)]
     pub set_id: u64,
 
     /// Address to listen on for gRPC (StoreService, Raft peers, Admin, health, reflection).
@@ -149,6 +151,11 @@ pub struct Config {
     /// TEST ONLY (negative control): a Release ignores the epoch it names. Breaks P1 and P4.
     #[arg(long, hide = true)]
     pub unsafe_unfenced_release: bool,
+
+    /// TEST ONLY (negative control): Raft messages of another set or group, or meant for another
+    /// node, are handed to openraft like this group's own. Breaks P3 under a crossed `--peers`.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_group_check: bool,
 
     /// TEST ONLY (negative control): a frozen range's final ceilings are handed out at once, before
     /// its owners are provably gone, so the target set may serve while they still do. Breaks P1.

@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
+use crate::raft::identity::Identity;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft::types::{Node, Raft};
 use crate::raft::writer::Writer;
@@ -96,6 +97,7 @@ async fn open_storage(config: &Config) -> Result<Opened, StartError> {
 async fn start_raft(
     config: &Config,
     tls: Option<Arc<Tls>>,
+    identity: Arc<Identity>,
     log_store: LogStore,
     sm: StateMachineStore,
 ) -> Result<Raft, StartError> {
@@ -114,14 +116,44 @@ async fn start_raft(
     let network = Network {
         dial: Arc::new(config.dial_map()),
         tls,
+        identity: identity.clone(),
     };
-    Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
+    let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
         .await
-        .map_err(raft_error)
+        .map_err(raft_error)?;
+    if !raft.is_initialized().await.map_err(raft_error)? {
+        // No Raft state: a new replica, which learns its group from the leader that reaches it.
+        identity.allow_adoption();
+    }
+    Ok(raft)
+}
+
+/// Refuses a data dir that holds another set's replica (its stored parameters say so).
+fn check_set_id(config: &Config, state: &SharedState) -> Result<(), StartError> {
+    let stored = state
+        .read()
+        .expect("state lock poisoned")
+        .set
+        .params
+        .as_ref()
+        .map(|p| p.set_id);
+    match stored {
+        Some(s) if s != config.set_id => Err(StartError::Config(format!(
+            "--set-id {} given, but data dir {} holds a replica of set {s}",
+            config.set_id,
+            config.data_dir.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// With `--bootstrap`, initializes the group from `--peers` unless this replica has Raft state.
-async fn maybe_bootstrap(config: &Config, tls: Option<&Tls>, raft: &Raft) -> Result<(), StartError> {
+async fn maybe_bootstrap(
+    config: &Config,
+    tls: Option<&Tls>,
+    raft: &Raft,
+    identity: &Identity,
+) -> Result<(), StartError> {
     if !config.bootstrap {
         return Ok(());
     }
@@ -130,6 +162,11 @@ async fn maybe_bootstrap(config: &Config, tls: Option<&Tls>, raft: &Raft) -> Res
         return Ok(());
     }
     refuse_bootstrap_over_a_group(config, tls).await?;
+    // Before the first message goes out: every one carries the group id.
+    identity.mint().map_err(|source| StartError::DataDir {
+        dir: config.data_dir.display().to_string(),
+        source,
+    })?;
     let members: BTreeMap<u64, Node> = config
         .peer_map()
         .into_iter()
@@ -179,6 +216,7 @@ async fn serve(
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
     let peers = RaftServiceServer::new(RaftPeerService {
         raft: shared.raft.clone(),
+        identity: shared.identity.clone(),
     })
     .max_decoding_message_size(MAX_PEER_MESSAGE)
     .max_encoding_message_size(MAX_PEER_MESSAGE);
@@ -210,8 +248,20 @@ impl StoreNode {
         let tls = config.tls.load(Some(Role::StoreSvr))?.map(Arc::new);
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
-        let raft = start_raft(&config, tls.clone(), opened.log_store, opened.sm).await?;
-        maybe_bootstrap(&config, tls.as_deref(), &raft).await?;
+        check_set_id(&config, &state)?;
+        let identity =
+            Identity::load(&config.data_dir, config.node_id, config.set_id).map_err(|source| StartError::DataDir {
+                dir: config.data_dir.display().to_string(),
+                source,
+            })?;
+        let identity = Arc::new(if config.unsafe_skip_group_check {
+            tracing::warn!("UNSAFE: --unsafe-skip-group-check is on; Raft messages of other groups are admitted");
+            identity.without_check()
+        } else {
+            identity
+        });
+        let raft = start_raft(&config, tls.clone(), identity.clone(), opened.log_store, opened.sm).await?;
+        maybe_bootstrap(&config, tls.as_deref(), &raft, &identity).await?;
         let listen_error = |source| StartError::Listen {
             addr: config.listen,
             source,
@@ -226,6 +276,7 @@ impl StoreNode {
             raft,
             state,
             config,
+            identity,
             view: Mutex::new(Default::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),

@@ -202,6 +202,9 @@ async fn write_data_dir(args: &RestoreArgs, data: SmData) -> Result<(), RestoreF
         std::fs::remove_dir_all(&building).map_err(io_err(&building))?;
     }
     claim_data_dir(&building, args.node_id, true).map_err(|e| RestoreFailure::DataDir(shown.clone(), e.to_string()))?;
+    // A new group id: a replica of the old group restarted onto the same address later is a
+    // stranger to this group, and its older ceilings never take part in its elections.
+    crate::raft::identity::write_new_group(&building).map_err(io_err(&building))?;
     let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&building.join("meta")).map_err(io_err(&building))?);
     let mut sm = StateMachineStore::open(kv, Default::default())
         .map_err(|e| RestoreFailure::DataDir(shown.clone(), e.to_string()))?;

@@ -40,6 +40,8 @@ pub(crate) enum Led<T> {
 pub struct Shared {
     pub(crate) node_id: u64,
     pub(crate) config: Config,
+    /// This replica's set, group and node, as every Raft message carries them.
+    pub(crate) identity: std::sync::Arc<crate::raft::identity::Identity>,
     pub(crate) raft: Raft,
     pub(crate) state: SharedState,
     pub(crate) writer: Writer,

@@ -153,6 +153,7 @@ async fn admin_actions_are_read_back_in_order_with_who_when_and_outcome() {
     for version in 1..=PUBLISHED {
         a.publish_map(pb::PublishMapRequest {
             map: Some(map(version)),
+            for_set: None,
         })
         .await
         .unwrap();

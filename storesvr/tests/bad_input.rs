@@ -26,16 +26,23 @@ fn bad_configuration_is_refused_with_exit_2_and_the_option_named() {
     let dir = tempfile::tempdir().unwrap();
     let d = format!("--data-dir={}", dir.path().display());
     let cases: &[(&[&str], &str)] = &[
-        (&["--node-id=1", "--listen=127.0.0.1:1"], "--data-dir"),
-        (&["--node-id=1", "--listen=nowhere", &d], "--listen"),
-        (&["--node-id=0", "--listen=127.0.0.1:1", &d], "--node-id"),
+        (&["--node-id=1", "--set-id=0", "--listen=127.0.0.1:1"], "--data-dir"),
+        (&["--node-id=1", "--set-id=0", "--listen=nowhere", &d], "--listen"),
+        (&["--node-id=0", "--set-id=0", "--listen=127.0.0.1:1", &d], "--node-id"),
         (
-            &["--node-id=1", "--listen=127.0.0.1:1", &d, "--lease-ms=900"],
+            &[
+                "--node-id=1",
+                "--set-id=0",
+                "--listen=127.0.0.1:1",
+                &d,
+                "--lease-ms=900",
+            ],
             "--renew-interval-ms",
         ),
         (
             &[
                 "--node-id=1",
+                "--set-id=0",
                 "--listen=127.0.0.1:1",
                 &d,
                 "--lease-ms=1000",
@@ -46,6 +53,7 @@ fn bad_configuration_is_refused_with_exit_2_and_the_option_named() {
         (
             &[
                 "--node-id=1",
+                "--set-id=0",
                 "--listen=127.0.0.1:1",
                 &d,
                 "--bootstrap",
@@ -54,10 +62,30 @@ fn bad_configuration_is_refused_with_exit_2_and_the_option_named() {
             "--bootstrap",
         ),
         (
-            &["--node-id=1", "--listen=127.0.0.1:1", &d, "--section-size=0"],
+            &[
+                "--node-id=1",
+                "--set-id=0",
+                "--listen=127.0.0.1:1",
+                &d,
+                "--section-size=0",
+            ],
             "--section-size",
         ),
-        (&["--node-id=1", "--listen=127.0.0.1:1", &d, "--step=abc"], "--step"),
+        (
+            &["--node-id=1", "--set-id=0", "--listen=127.0.0.1:1", &d, "--step=abc"],
+            "--step",
+        ),
+        // Issue 25: no default set id, so a forgotten flag cannot make a second set 0.
+        (
+            &[
+                "--node-id=1",
+                "--listen=127.0.0.1:1",
+                &d,
+                "--bootstrap",
+                "--peers=1=127.0.0.1:1",
+            ],
+            "--set-id",
+        ),
     ];
     for (args, needle) in cases {
         let (code, err) = run(args);
@@ -76,7 +104,7 @@ fn config_file_is_read_and_flags_override_it() {
     let file = dir.path().join("store.conf");
     std::fs::write(
         &file,
-        "node_id = 1\nlisten = \"127.0.0.1:1\"\nlease_ms = 900 # too short for the renew interval\n",
+        "node_id = 1\nset_id = 0\nlisten = \"127.0.0.1:1\"\nlease_ms = 900 # too short for the renew interval\n",
     )
     .unwrap();
     let d = format!("--data-dir={}", dir.path().display());
@@ -95,6 +123,7 @@ fn help_documents_every_option() {
     assert_eq!(code, 0);
     for opt in [
         "--node-id",
+        "--set-id",
         "--listen",
         "--data-dir",
         "--peers",

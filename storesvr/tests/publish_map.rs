@@ -39,9 +39,12 @@ fn map(version: u64, alloc: &str) -> pb::ClusterMap {
 }
 
 async fn publish(a: &mut AdminServiceClient<Channel>, m: pb::ClusterMap) -> Result<pb::PublishMapReply, tonic::Status> {
-    a.publish_map(pb::PublishMapRequest { map: Some(m) })
-        .await
-        .map(|r| r.into_inner())
+    a.publish_map(pb::PublishMapRequest {
+        map: Some(m),
+        for_set: Some(0),
+    })
+    .await
+    .map(|r| r.into_inner())
 }
 
 async fn renew(c: &seqsvr_control::StoreClient, incarnation: u64, map_version: u64) -> pb::RenewReply {
@@ -105,7 +108,26 @@ async fn a_set_keeps_the_newest_published_map_and_hands_it_only_to_renewals_that
     other.uid_limit = 7;
     let refused = publish(&mut a, other).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
-    let empty = a.publish_map(pb::PublishMapRequest { map: None }).await.unwrap_err();
+    let empty = a
+        .publish_map(pb::PublishMapRequest {
+            map: None,
+            for_set: None,
+        })
+        .await
+        .unwrap_err();
+    // Issue 25: a map published to this group as another set (a crossed address) is refused.
+    let crossed = a
+        .publish_map(pb::PublishMapRequest {
+            map: Some(map(9, "127.0.0.1:1")),
+            for_set: Some(4),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(crossed.code(), tonic::Code::FailedPrecondition, "{crossed:?}");
+    assert!(
+        crossed.message().contains("this is set 0") && crossed.message().contains("as set 4"),
+        "{crossed:?}"
+    );
     assert_eq!(empty.code(), tonic::Code::InvalidArgument, "{empty:?}");
 }
 

@@ -61,8 +61,14 @@ impl AdminClient {
     }
 
     /// Keeps `map` as the set's cached copy unless the set has that version or a newer one.
-    pub async fn publish_map(&self, map: pb::ClusterMap) -> Result<pb::PublishMapReply, ControlError> {
-        self.leader.call(pb::PublishMapRequest { map: Some(map) }).await
+    /// Publishes `map` to this set, which the publisher knows as set `for_set`: a group that is
+    /// another set refuses it.
+    pub async fn publish_map(&self, map: pb::ClusterMap, for_set: u64) -> Result<pb::PublishMapReply, ControlError> {
+        let req = pb::PublishMapRequest {
+            map: Some(map),
+            for_set: Some(for_set),
+        };
+        self.leader.call(req).await
     }
 
     /// Applies one range step of a move on this group's set.

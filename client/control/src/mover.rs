@@ -197,7 +197,7 @@ impl Mover {
         }
         let mut took = Vec::new();
         for (set_id, admin) in admins {
-            match admin.publish_map(map.clone()).await {
+            match admin.publish_map(map.clone(), set_id).await {
                 Ok(_) => took.push(set_id),
                 Err(e) => tracing::warn!(set = set_id, version = map.version, error = %e, "map not published"),
             }

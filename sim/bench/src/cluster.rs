@@ -100,6 +100,7 @@ pub async fn start_stores_with(
             format!("--node-id={id}"),
             format!("--listen={addr}"),
             format!("--data-dir={}", dir.join(&name).display()),
+            "--set-id=0".to_string(),
             format!("--peers={}", peers.join(",")),
             "--new-replica".into(), // a fresh temp dir, started once
             format!("--step={step}"),

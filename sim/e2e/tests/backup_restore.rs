@@ -68,6 +68,7 @@ impl Procs {
             format!("--node-id={id}"),
             format!("--listen={addr}"),
             format!("--data-dir={}", self.path(&format!("store{id}")).display()),
+            "--set-id=0".to_string(),
             format!("--section-size={SECTION_SIZE}"),
             format!("--uid-limit={UID_LIMIT}"),
             format!("--step={STEP}"),

@@ -68,6 +68,7 @@ impl Cluster {
                 format!("--node-id={id}"),
                 format!("--listen={}", c.stores[&id]),
                 format!("--data-dir={}", c.dir.path().join(format!("store{id}")).display()),
+                "--set-id=0".to_string(),
                 format!("--peers={}", peers.join(",")),
                 // Every replica starts once, on an empty dir: each is a new replica.
                 "--new-replica".into(),

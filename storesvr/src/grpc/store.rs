@@ -287,6 +287,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             pb::StatusReply {
                 node_id: self.ctx.node_id,
                 set_id: self.ctx.config.set_id,
+                group_id: self.ctx.identity.group(),
                 leader_id,
                 leader_addr,
                 term: m.current_term,

@@ -11,8 +11,13 @@
 //! address unless `--dial ID=ADDR` says otherwise, which is how the simulator
 //! puts a proxy on each directed link.
 //!
-//! Left out: TLS and authentication of peers.
+//! Every request and reply is stamped with its sender's set, group and node, and checked on
+//! arrival before openraft sees it (see `identity`): traffic of another group is refused as if
+//! the peer were unreachable.
+//!
+//! Left out: authentication of peers (mTLS's role check does that, see `seqsvr_auth`).
 
+use crate::raft::identity::{Carries, Identity};
 use crate::raft::types::{Node, NodeId, Raft, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
@@ -39,18 +44,21 @@ pub const MAX_PEER_MESSAGE: usize = seqsvr_proto::limits::PEER_MESSAGE_BYTES;
 const PAYLOAD_FRAMING: usize = 16;
 
 /// Creates one client per peer.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
     /// Address overrides by node id (`--dial`).
     pub dial: Arc<BTreeMap<NodeId, String>>,
     /// Mutual TLS with this replica's `storesvr` certificate; plaintext when unset.
     pub tls: Option<Arc<seqsvr_auth::Tls>>,
+    /// What every message is stamped with and checked against.
+    pub identity: Arc<Identity>,
 }
 
 pub struct PeerClient {
     target: NodeId,
     client: Option<RaftServiceClient<Channel>>,
     addr: String,
+    identity: Arc<Identity>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -67,7 +75,12 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 .max_decoding_message_size(MAX_PEER_MESSAGE)
                 .max_encoding_message_size(MAX_PEER_MESSAGE)
         });
-        PeerClient { target, client, addr }
+        PeerClient {
+            target,
+            client,
+            addr,
+            identity: self.identity.clone(),
+        }
     }
 }
 
@@ -105,16 +118,29 @@ impl PeerClient {
                 )))),
             });
         }
-        let mut request = Request::new(RaftPayload { data });
+        let payload = self.identity.stamp(
+            RaftPayload {
+                data,
+                ..Default::default()
+            },
+            self.target,
+        );
+        let mut request = Request::new(payload);
         request.set_timeout(option.hard_ttl());
         let reply = match kind {
             Kind::Append(_) => client.append_entries(request).await,
             Kind::Vote => client.vote(request).await,
             Kind::Snapshot => client.install_snapshot(request).await,
         };
-        let reply = reply.map_err(|s| RPCError::Unreachable(Unreachable::new(&TransportError(s.to_string()))))?;
+        let reply = reply
+            .map_err(|s| RPCError::Unreachable(Unreachable::new(&TransportError(s.to_string()))))?
+            .into_inner();
+        // A reply of another group is no reply: openraft backs off as from an unreachable peer.
+        self.identity
+            .check_reply(&reply, self.target)
+            .map_err(|why| RPCError::Unreachable(Unreachable::new(&TransportError(why))))?;
         let result: Result<Resp, RaftError<NodeId, E>> =
-            postcard::from_bytes(&reply.into_inner().data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            postcard::from_bytes(&reply.data).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -153,35 +179,50 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// Server side of the peer service: hands each RPC to the local Raft node.
+/// Server side of the peer service: checks each RPC's stamp, then hands it to the local Raft node.
 pub struct RaftPeerService {
     pub raft: Raft,
+    pub identity: Arc<Identity>,
 }
 
-fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
-    postcard::from_bytes(&req.into_inner().data)
-        .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
-}
+impl RaftPeerService {
+    /// The request's openraft payload, once its stamp is this group's.
+    fn admit<T: DeserializeOwned>(&self, req: Request<RaftPayload>, carries: Carries) -> Result<T, Status> {
+        let payload = req.into_inner();
+        self.identity
+            .admit(&payload, carries)
+            .map_err(Status::failed_precondition)?;
+        postcard::from_bytes(&payload.data)
+            .map_err(|e| Status::invalid_argument(format!("malformed raft payload: {e}")))
+    }
 
-fn encode<T: Serialize>(v: &T) -> Result<tonic::Response<RaftPayload>, Status> {
-    let data = postcard::to_stdvec(v).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
-    Ok(tonic::Response::new(RaftPayload { data }))
+    fn encode<T: Serialize>(&self, v: &T) -> Result<tonic::Response<RaftPayload>, Status> {
+        let data = postcard::to_stdvec(v).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))?;
+        let reply = self.identity.stamp(
+            RaftPayload {
+                data,
+                ..Default::default()
+            },
+            0,
+        );
+        Ok(tonic::Response::new(reply))
+    }
 }
 
 #[tonic::async_trait]
 impl RaftService for RaftPeerService {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
-        encode(&self.raft.append_entries(rpc).await)
+        let rpc: AppendEntriesRequest<TypeConfig> = self.admit(req, Carries::Entries)?;
+        self.encode(&self.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
-        let rpc: VoteRequest<NodeId> = decode(req)?;
-        encode(&self.raft.vote(rpc).await)
+        let rpc: VoteRequest<NodeId> = self.admit(req, Carries::Vote)?;
+        self.encode(&self.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
-        encode(&self.raft.install_snapshot(rpc).await)
+        let rpc: InstallSnapshotRequest<TypeConfig> = self.admit(req, Carries::Entries)?;
+        self.encode(&self.raft.install_snapshot(rpc).await)
     }
 }

@@ -225,6 +225,15 @@ fn check_published(p: &SetParams, map: Option<pb::ClusterMap>) -> Result<CachedM
 /// The write of a PublishMap: keep the map as the set's cached copy unless it has that version or
 /// a newer one.
 pub fn publish_command(p: &SetParams, req: pb::PublishMapRequest) -> Result<Command, RpcError> {
+    if let Some(meant) = req.for_set
+        && meant != p.set_id
+    {
+        return Err(RpcError::FailedPrecondition(format!(
+            "this is set {}, but the map was published to it as set {meant}: the map lists this \
+             group's address under another set",
+            p.set_id
+        )));
+    }
     Ok(Command::CacheMap(check_published(p, req.map)?))
 }
 
@@ -613,6 +622,7 @@ mod tests {
             &p,
             pb::PublishMapRequest {
                 map: Some(pb::ClusterMap::default()),
+                for_set: None,
             },
         );
         assert!(matches!(zero, Err(RpcError::InvalidArgument(_))), "{zero:?}");

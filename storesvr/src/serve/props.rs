@@ -231,7 +231,8 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             }),
         change_map().prop_map(Request::ChangeMap),
-        prop::option::of(published_map()).prop_map(|map| Request::PublishMap(pb::PublishMapRequest { map })),
+        (prop::option::of(published_map()), prop::option::of(0..3u64))
+            .prop_map(|(map, for_set)| Request::PublishMap(pb::PublishMapRequest { map, for_set })),
         num().prop_map(Request::Drain),
     ]
 }

@@ -23,6 +23,8 @@ fn name(id: u64) -> String {
 /// Flags every replica of the test group gets.
 pub fn set_args() -> Vec<String> {
     [
+        // Tests of set 1 add `--set-id=1` after these (a later flag wins).
+        "--set-id=0",
         "--section-size=100000",
         "--uid-limit=1000000",
         "--step=1000",
@@ -54,20 +56,25 @@ impl Cluster {
 
     /// Starts `n` replicas with `extra` flags after the common ones; node 1 bootstraps the group.
     pub fn start_with(n: u64, extra: &[&str]) -> Self {
+        let mut c = Self::unstarted(n, extra);
+        for id in 1..=n {
+            c.spawn(id, id == 1);
+        }
+        c
+    }
+
+    /// The same group with no process started yet (a test may change `addrs` first).
+    pub fn unstarted(n: u64, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, free_addr())).collect();
         let procs = Supervisor::new(&dir.path().join("logs")).unwrap();
-        let mut c = Self {
+        Self {
             dir,
             addrs,
             procs,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             started: Default::default(),
-        };
-        for id in 1..=n {
-            c.spawn(id, id == 1);
         }
-        c
     }
 
     pub fn data_dir(&self, id: u64) -> PathBuf {

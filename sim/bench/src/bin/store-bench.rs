@@ -179,6 +179,7 @@ fn start_group(sup: &mut Supervisor, storesvr: &Path, dir: &Path) -> std::io::Re
             format!("--node-id={id}"),
             format!("--listen={addr}"),
             format!("--data-dir={}", dir.join(format!("store{id}")).display()),
+            "--set-id=0".to_string(),
             format!("--peers={}", peers.join(",")),
             "--new-replica".into(), // fresh data dirs, started once
             format!("--uid-limit={}", SECTIONS * 100_000),

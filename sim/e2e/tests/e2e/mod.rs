@@ -228,6 +228,7 @@ impl Cluster {
             format!("--node-id={id}"),
             format!("--listen={}", self.store_addrs[&id]),
             format!("--data-dir={}", self.dir.path().join(format!("store{id}")).display()),
+            "--set-id=0".to_string(),
             format!("--peers={}", peers.join(",")),
             format!("--section-size={SECTION_SIZE}"),
             format!("--uid-limit={UID_LIMIT}"),
