@@ -273,13 +273,28 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         .unwrap()
         .connect_lazy();
     let mut peer = pb::raft_service_client::RaftServiceClient::new(ch);
+    let group_id = c.status_of(leader).await.unwrap().group_id;
+    assert_ne!(group_id, 0, "a group bootstrapped now has a group id");
     let s = peer
         .append_entries(pb::RaftPayload {
             data: b"not json".to_vec(),
+            stamped: true,
+            set_id: 0,
+            group_id,
+            node_id: leader,
         })
         .await
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::InvalidArgument);
+    // One that does not say it is of this group is refused before it is even decoded.
+    let s = peer
+        .append_entries(pb::RaftPayload {
+            data: b"not json".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
 
     assert_eq!(
         c.status_of(leader).await.unwrap().max_seq_sum,
