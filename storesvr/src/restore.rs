@@ -31,10 +31,15 @@ use seqsvr_proto::backup::Header;
 use seqsvr_proto::limits::MAX_BACKUP_BYTES;
 
 use crate::backup;
-use crate::domain::restore::{Margin, MarginArgs, Raised, choose_margin, restore};
+use crate::domain::restore::{
+    LiveMap, LiveMove, Margin, MarginArgs, Raised, check_against_map, choose_margin, restore,
+};
 use crate::startup::claim_data_dir;
 use crate::storage::kv::{FileKv, KvStore};
 use crate::storage::sm_store::{SmData, StateMachineStore};
+use seqsvr_control::transport::Dialer;
+use seqsvr_control::{AdminClient, Seed, StoreTimeouts};
+use seqsvr_proto::pb;
 
 /// `storesvr restore`: a new set's first replica from a backup, every ceiling raised by a margin.
 #[derive(Parser, Debug, Clone)]
@@ -65,9 +70,21 @@ pub struct RestoreArgs {
     /// section since the backup (each bump at most 4 steps). With --margin-steps too, the larger wins.
     #[arg(long)]
     pub max_bumps_per_sec: Option<u64>,
+    /// StoreSvrs (ID=ADDR or ADDR, comma-separated) of a live set that holds the cluster map: set
+    /// 0, or any other set (its published copy). The backup is checked against it: a range whose
+    /// owner changed since the backup is refused, naming the move.
+    #[arg(long, value_delimiter = ',', value_name = "ADDRS")]
+    pub map_from: Vec<String>,
+    /// Restore without checking the backup against a live cluster map: only for a cluster with no
+    /// other set left to ask (a single-set cluster), after checking `seqctl move list` by hand.
+    #[arg(long)]
+    pub skip_map_check: bool,
     /// Print what would be raised and write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Mutual TLS for `--map-from` (an `admin` certificate).
+    #[command(flatten)]
+    pub tls: seqsvr_auth::TlsArgs,
 }
 
 /// Why a restore stopped before writing a data dir.
@@ -128,6 +145,10 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
         path: args.backup.display().to_string(),
         source,
     })?;
+    match live_map(args).await? {
+        Some(live) => check_against_map(&set, &live)?,
+        None => tracing::warn!("--skip-map-check: the backup is not checked against the cluster map"),
+    }
     let step = set.params.as_ref().map_or(0, |p| p.step);
     let margin_args = MarginArgs {
         steps: args.margin_steps,
@@ -142,6 +163,61 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
     let data = initial_data(restored, args);
     write_data_dir(args, data).await?;
     Ok(report)
+}
+
+/// The live cluster map from `--map-from`, or `None` with `--skip-map-check`.
+async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure> {
+    let refuse = |m: String| RestoreFailure::DataDir(args.data_dir.display().to_string(), m);
+    if args.map_from.is_empty() {
+        return if args.skip_map_check {
+            Ok(None)
+        } else {
+            Err(refuse(
+                "give --map-from with the StoreSvrs of set 0 (or of any live set) so that the backup is checked \
+                 against the cluster map, or --skip-map-check when no set is left to ask"
+                    .into(),
+            ))
+        };
+    }
+    let seeds = args
+        .map_from
+        .iter()
+        .map(|a| Seed::parse(a))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(refuse)?;
+    let tls = args.tls.load(None).map_err(|e| refuse(e.to_string()))?.map(Arc::new);
+    let timeouts = StoreTimeouts {
+        attempt: Duration::from_secs(2),
+        overall: Duration::from_secs(10),
+    };
+    let admin = AdminClient::with_dialer(seeds, timeouts, &Dialer::with_tls(tls)).map_err(refuse)?;
+    let map = admin
+        .cluster_map()
+        .await
+        .map_err(|e| refuse(format!("cannot read the cluster map from --map-from: {e}")))?;
+    Ok(Some(LiveMap {
+        ranges: map
+            .ranges
+            .iter()
+            .map(|r| (r.section_begin, r.section_end, r.set_id))
+            .collect(),
+        moves: map
+            .moves
+            .iter()
+            .filter_map(|m| {
+                let s = m.sections?;
+                let phase = pb::MovePhase::try_from(m.phase).map_or("unknown", |p| p.as_str_name());
+                Some(LiveMove {
+                    op: m.op,
+                    from: m.from_set,
+                    to: m.to_set,
+                    begin: s.begin,
+                    end: s.end,
+                    phase: phase.trim_start_matches("MOVE_PHASE_").to_lowercase(),
+                })
+            })
+            .collect(),
+    }))
 }
 
 /// The whole file, refusing one above the limit before reading it.

@@ -49,6 +49,8 @@ fn restore(dir: &Path, file: &[u8], extra: &[&str]) -> Output {
         format!("--data-dir={}", dir.join("data").display()),
         "--node-id=7".into(),
         "--addr=127.0.0.1:7007".into(),
+        // These tests are about the file: no live map to ask (tests/restore_map.rs in sim/e2e is).
+        "--skip-map-check".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     Command::new(env!("CARGO_BIN_EXE_storesvr"))
@@ -98,6 +100,36 @@ fn a_damaged_truncated_or_foreign_backup_file_is_refused_with_what_is_wrong() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/x"));
+}
+
+/// Issue 25, item 2: a restore checks the backup against a live cluster map unless told, in so
+/// many words, that there is none to ask.
+#[test]
+fn a_restore_without_a_map_to_check_against_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("set.backup");
+    std::fs::write(&path, backup_file(|_| {}, now_ms())).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_storesvr"))
+        .arg("restore")
+        .arg(format!("--backup={}", path.display()))
+        .arg(format!("--data-dir={}", tmp.path().join("data").display()))
+        .args(["--node-id=7", "--addr=127.0.0.1:7007", "--margin-steps=1"])
+        .output()
+        .unwrap();
+    assert_refused(tmp.path(), &out, "give --map-from");
+    let unreachable = Command::new(env!("CARGO_BIN_EXE_storesvr"))
+        .arg("restore")
+        .arg(format!("--backup={}", path.display()))
+        .arg(format!("--data-dir={}", tmp.path().join("data").display()))
+        .args([
+            "--node-id=7",
+            "--addr=127.0.0.1:7007",
+            "--margin-steps=1",
+            "--map-from=127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert_refused(tmp.path(), &unreachable, "cannot read the cluster map");
 }
 
 #[test]

@@ -25,10 +25,16 @@
 //!   they hold, and they may hold one the old set issued after the backup.
 //! - A backup taken while a move had a range importing or frozen is refused: the move went on (or
 //!   was cancelled) after it, and the restored set cannot know which side the range ended on.
+//! - A backup is checked against the live cluster map ([`check_against_map`]): a range the backup
+//!   owns that a later move gave away would be served by two sets (duplicates); a range a later
+//!   move brought in would be served by none, for good. Either is refused, naming the move. On set
+//!   0, the map inside the backup must also still place every section where the live map does.
+//! - On set 0 the map's version jumps by [`VERSION_GAP`] too: every holder of a copy takes only
+//!   newer maps, and it may hold one issued after the backup.
 //!
-//! Left out: the cluster map's own version and contents (set 0) and the move records are restored
-//! as they were: a map change or move after the backup is not recoverable from this set's backup
-//! alone, which is why docs/BACKUP.md asks for a backup after every one.
+//! Left out: the move records are restored as they were (the ranges are checked, the history of
+//! moves between other sets is not needed to serve), and the map's check needs a live copy of the
+//! map; without one the operator must say so (`--unsafe-skip-map-check`).
 
 use std::time::Duration;
 
@@ -98,6 +104,130 @@ pub enum RestoreError {
     NodeIdUsed(u64),
     #[error("the {0} cannot jump by 2^32 without passing 2^64-1")]
     VersionOverflow(&'static str),
+    #[error(
+        "sections {begin}..{end} {what} after the backup ({by}): restoring this backup would {harm}; \
+         take a new backup of a set that holds the range now, or move the range back first"
+    )]
+    OwnerChanged {
+        begin: u64,
+        end: u64,
+        what: String,
+        by: String,
+        harm: &'static str,
+    },
+}
+
+/// The live cluster map, as much of it as the check needs (from set 0 or a set's published copy).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveMap {
+    /// `(begin, end, set)` section runs.
+    pub ranges: Vec<(u64, u64, u64)>,
+    pub moves: Vec<LiveMove>,
+}
+
+/// One move of the live map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveMove {
+    pub op: u64,
+    pub from: u64,
+    pub to: u64,
+    pub begin: u64,
+    pub end: u64,
+    /// Its phase's name (`done`, `cancelled`, `frozen`, ...).
+    pub phase: String,
+}
+
+impl LiveMap {
+    fn set_of(&self, section: u64) -> Option<u64> {
+        self.ranges
+            .iter()
+            .find(|(b, e, _)| (*b..*e).contains(&section))
+            .map(|r| r.2)
+    }
+
+    /// The latest move of `section` from `from` to `to` (op ids grow with time), for the message.
+    fn move_of(&self, section: u64, from: Option<u64>, to: Option<u64>) -> String {
+        self.moves
+            .iter()
+            .filter(|m| (m.begin..m.end).contains(&section))
+            .filter(|m| from.is_none_or(|f| m.from == f) && to.is_none_or(|t| m.to == t))
+            .max_by_key(|m| m.op)
+            .map_or("no move in the map says how".to_string(), |m| {
+                format!("move {} from set {} to set {}, {}", m.op, m.from, m.to, m.phase)
+            })
+    }
+}
+
+/// Refuses a backup of set `set` whose ownership differs from the live map: for each section, the
+/// backup's owned ranges must be exactly the ones the live map gives `set`, no move may be running
+/// over them, and on set 0 the map inside the backup must place every section as the live one does.
+pub fn check_against_map(backup: &SetState, live: &LiveMap) -> Result<(), RestoreError> {
+    let p = backup.params.as_ref().ok_or(RestoreError::NotInitialized)?;
+    let set = p.set_id;
+    let mut bad: Option<(u64, u64, String, String, &'static str)> = None;
+    for section in 0..p.total_sections() {
+        let owned = backup.ranges.is_owned(seqsvr_proto::SectionId(section));
+        let now = live.set_of(section);
+        let running = live.moves.iter().find(|m| {
+            (m.begin..m.end).contains(&section)
+                && !matches!(m.phase.as_str(), "done" | "cancelled")
+                && (m.from == set || m.to == set)
+        });
+        let backed_up_map = backup.map.as_ref().map(|m| m.set_of(seqsvr_proto::SectionId(section)));
+        let verdict = if let Some(m) = running {
+            Some((
+                format!("are in move {} ({})", m.op, m.phase),
+                format!("move {} from set {} to set {}", m.op, m.from, m.to),
+                "race a running move",
+            ))
+        } else if owned && now != Some(set) {
+            Some((
+                format!(
+                    "were moved from set {set} to set {}",
+                    now.map_or("none".into(), |s| s.to_string())
+                ),
+                live.move_of(section, Some(set), None),
+                "let two sets serve them (duplicates)",
+            ))
+        } else if !owned && now == Some(set) {
+            Some((
+                format!("were moved into set {set}"),
+                live.move_of(section, None, Some(set)),
+                "leave them served by no set, for good",
+            ))
+        } else if let Some(was) = backed_up_map.filter(|was| *was != now) {
+            Some((
+                format!(
+                    "were placed in set {} by the backed-up map and in set {} now",
+                    was.map_or("none".into(), |s| s.to_string()),
+                    now.map_or("none".into(), |s| s.to_string())
+                ),
+                live.move_of(section, was, now),
+                "send clients to the wrong set",
+            ))
+        } else {
+            None
+        };
+        match (&mut bad, verdict) {
+            (Some((_, end, what, ..)), Some((w, ..))) if *end == section && *what == w => *end = section + 1,
+            (Some(_), _) => break,
+            (None, Some((what, by, harm))) => bad = Some((section, section + 1, what, by, harm)),
+            (None, None) => {}
+        }
+    }
+    match bad {
+        Some((begin, end, what, by, harm)) => {
+            let uids = |s: u64| s.saturating_mul(p.section_size).min(p.uid_limit);
+            Err(RestoreError::OwnerChanged {
+                begin: uids(begin),
+                end: uids(end),
+                what,
+                by,
+                harm,
+            })
+        }
+        None => Ok(()),
+    }
 }
 
 /// The margin `args` ask for: the larger of `steps × step` and what `max_bumps_per_sec` can
@@ -207,6 +337,9 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState
     }
     r.sections = st.sections.len() as u64;
     st.allocsvrs.clear();
+    if let Some(map) = st.map.as_mut() {
+        map.version = jump(map.version, "cluster map version")?;
+    }
     st.route_version = r.route_version.1;
     st.last_incarnation = Incarnation(r.last_incarnation.1);
     st.replica_ids_ever.insert(node);
@@ -247,6 +380,90 @@ mod tests {
         };
         assert!(matches!(st.apply(&bump, false), CommandResult::Bumped(_)));
         st
+    }
+
+    fn live(ranges: &[(u64, u64, u64)], moves: &[(u64, u64, u64, u64, u64, &str)]) -> LiveMap {
+        LiveMap {
+            ranges: ranges.to_vec(),
+            moves: moves
+                .iter()
+                .map(|&(op, from, to, begin, end, phase)| LiveMove {
+                    op,
+                    from,
+                    to,
+                    begin,
+                    end,
+                    phase: phase.into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn refusal(backup: &SetState, map: &LiveMap) -> String {
+        check_against_map(backup, map).unwrap_err().to_string()
+    }
+
+    /// Issue 25, item 2: a backup older than a move is refused, naming the move, whichever way the
+    /// range went; one that matches the live map passes.
+    #[test]
+    fn a_backup_whose_ranges_moved_since_is_refused_naming_the_move() {
+        let set0 = served();
+        let size = set0.params.as_ref().unwrap().section_size;
+        assert_eq!(
+            check_against_map(&set0, &live(&[(0, 10, 0)], &[(3, 0, 1, 2, 4, "cancelled")])),
+            Ok(())
+        );
+
+        let away = live(&[(0, 2, 0), (2, 4, 1), (4, 10, 0)], &[(7, 0, 1, 2, 4, "done")]);
+        let why = refusal(&set0, &away);
+        assert!(why.contains(&format!("sections {}..{}", 2 * size, 4 * size)), "{why}");
+        assert!(
+            why.contains("move 7 from set 0 to set 1, done") && why.contains("two sets"),
+            "{why}"
+        );
+
+        let running = live(&[(0, 10, 0)], &[(8, 0, 1, 5, 6, "frozen")]);
+        assert!(refusal(&set0, &running).contains("are in move 8 (frozen)"));
+
+        // Set 1's backup owns nothing; a move brought sections 2..4 in after it.
+        let mut p = small_params();
+        (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
+        let mut set1 = SetState::default();
+        set1.apply(&Command::Init(p), false);
+        let into = live(&[(0, 2, 0), (2, 4, 1), (4, 10, 0)], &[(9, 0, 1, 2, 4, "done")]);
+        let why = refusal(&set1, &into);
+        assert!(
+            why.contains("moved into set 1") && why.contains("move 9") && why.contains("no set"),
+            "{why}"
+        );
+        assert_eq!(check_against_map(&set1, &live(&[(0, 10, 0)], &[])), Ok(()));
+
+        // Set 0's backed-up map places 8..10 in set 1; a later move took them on to set 2.
+        let mut old_map = served();
+        old_map.ranges.set(SectionId(8), SectionId(10), None);
+        old_map
+            .map
+            .as_mut()
+            .unwrap()
+            .ranges
+            .set(SectionId(8), SectionId(10), Some(1));
+        let onward = live(
+            &[(0, 8, 0), (8, 10, 2)],
+            &[(4, 0, 1, 8, 10, "done"), (11, 1, 2, 8, 10, "done")],
+        );
+        let why = refusal(&old_map, &onward);
+        assert!(
+            why.contains("set 1 by the backed-up map and in set 2 now") && why.contains("move 11"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_restored_set_0_jumps_its_map_version() {
+        let before = served();
+        let (after, _) = restore(&before, 10, NodeId(9)).unwrap();
+        let v = |st: &SetState| st.map.as_ref().unwrap().version;
+        assert_eq!(v(&after), v(&before) + VERSION_GAP);
     }
 
     #[test]
