@@ -48,15 +48,17 @@ use std::time::{Duration, Instant};
 /// Key of the committed log id in the key-value store (postcard `Option<LogId>`).
 pub(crate) const COMMITTED: &[u8] = b"committed";
 
-/// The flusher writes the committed index once it is this many entries ahead of the one on disk.
-/// It bounds what bit rot in the last segment can drop silently, in entries. At 20 000 entries/s
-/// (well above the benchmarks' commit rates, docs/BENCHMARKS.md) that is about 20 writes per
-/// second, each two syncs of about 0.1–0.2 ms: under 1 % of the disk's time.
+/// The flusher writes the committed index once it is this many entries ahead of the one on disk:
+/// the bound, in entries, on what bit rot in the last segment can drop silently. The benchmarks'
+/// busiest set commits about 1 400 entries/s (docs/BENCHMARKS.md, `store-bench`), where the time
+/// rule below writes first (about 140 entries apart); this rule bounds a faster set. A write is
+/// two syncs, about 0.4 ms ("Raft metadata writes" there): at 20 000 entries/s, 20 writes a
+/// second take under 1 % of the disk's time.
 pub const COMMITTED_WRITE_EVERY_ENTRIES: u64 = 1024;
 
 /// The flusher writes a committed index that moved at all once this long has passed since its
-/// last write: the same bound in time, for a set that commits slowly. At most 10 writes per
-/// second.
+/// last write: the bound in time, for a set that commits at an ordinary rate. At most 10 writes a
+/// second, about 4 ms of the disk's time per second.
 pub const COMMITTED_WRITE_EVERY: Duration = Duration::from_millis(100);
 
 /// When the flusher writes the committed index unasked; tests change it to isolate one rule.
@@ -292,7 +294,7 @@ impl Flusher {
         let wanted = work.need.is_some_and(|i| durable <= i)
             || self.policy.due(next_of(committed), durable, self.last_write.elapsed());
         if work.appends.is_empty() && !wanted {
-            // Every barrier here is covered by a write that ran after it was sent.
+            // Every barrier here is covered by the index on disk (a write since it was sent).
             for tx in work.barriers {
                 let _ = tx.send(Ok(()));
             }
