@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use storesvr::domain::state::{Command, SetParams};
 use storesvr::storage::kv::{FileKv, KvStore};
 use storesvr::storage::log_store::LogStore;
-use storesvr::storage::segment_log::SegmentLog;
 use storesvr::storage::sm_store::StateMachineStore;
 
 const RUNS: usize = 5;
@@ -35,7 +34,7 @@ async fn main() {
         None => tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap(),
     };
     let kv = open_kv(tmp.path());
-    let mut log = LogStore::new(kv.clone(), SegmentLog::open(&tmp.path().join("log")).unwrap()).unwrap();
+    let mut log = LogStore::open(kv.clone(), &tmp.path().join("log")).unwrap();
     let mut sm = StateMachineStore::open(kv, Default::default()).unwrap();
     {
         let shared = sm.shared();

@@ -37,9 +37,9 @@ use crate::raft::writer::Writer;
 use crate::shared::FrozenSeen;
 use crate::shared::Shared;
 use crate::startup::{StartError, claim_data_dir, refuse_bootstrap_over_a_group, refuse_sled_era};
+use crate::storage::durability::Durability;
 use crate::storage::kv::{FileKv, KvStore};
-use crate::storage::log_store::{Durability, LogStore};
-use crate::storage::segment_log::SegmentLog;
+use crate::storage::log_store::LogStore;
 use crate::storage::sm_store::{SharedState, StateMachineStore};
 use crate::tasks::arbiter::arbiter_loop;
 use seqsvr_auth::{Role, Tls};
@@ -79,8 +79,7 @@ async fn open_storage(config: &Config) -> Result<Opened, StartError> {
         source,
     };
     let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&config.data_dir.join("meta")).map_err(dir_error)?);
-    let log = SegmentLog::open(&config.data_dir.join("log")).map_err(dir_error)?;
-    let mut log_store = LogStore::new(kv.clone(), log).map_err(storage_error)?;
+    let mut log_store = LogStore::open(kv.clone(), &config.data_dir.join("log")).map_err(storage_error)?;
     let durability = log_store.durability();
     let committed = log_store.read_committed().await.map_err(storage_error)?;
     log_store.demote_vote_for_startup().await.map_err(storage_error)?;

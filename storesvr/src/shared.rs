@@ -20,7 +20,7 @@ use crate::raft::types::Raft;
 use crate::raft::writer::WriteError;
 use crate::raft::writer::Writer;
 use crate::serve::LeaderView;
-use crate::storage::log_store::Durability;
+use crate::storage::durability::Durability;
 use crate::storage::sm_store::{SharedState, SmData};
 use openraft::error::{CheckIsLeaderError, RaftError};
 

@@ -18,6 +18,7 @@ use std::time::Duration;
 use seqsvr_proto::pb;
 
 use crate::config::Config;
+use crate::storage::dirs::create_dir_synced;
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +131,8 @@ pub fn claim_data_dir(dir: &Path, node_id: u64, new_replica: bool) -> Result<(),
             if !new_replica {
                 return Err(StartError::EmptyDataDir { dir: shown, node_id });
             }
-            std::fs::create_dir_all(dir).map_err(io)?;
+            // Its name must survive a power loss, like the files in it.
+            create_dir_synced(dir).map_err(io)?;
             let leftovers: Vec<String> = std::fs::read_dir(dir)
                 .map_err(io)?
                 .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))

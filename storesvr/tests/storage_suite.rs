@@ -6,7 +6,6 @@ use std::sync::Arc;
 use storesvr::raft::types::{StorageError, TypeConfig};
 use storesvr::storage::kv::{FileKv, KvStore};
 use storesvr::storage::log_store::LogStore;
-use storesvr::storage::segment_log::SegmentLog;
 use storesvr::storage::sm_store::StateMachineStore;
 
 struct Builder;
@@ -15,9 +14,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
         let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("meta")).expect("open the key files"));
-        let log = SegmentLog::open(&dir.path().join("log")).expect("open the segment log");
         let sm = StateMachineStore::open(kv.clone(), Default::default())?;
-        let log_store = LogStore::new(kv, log).expect("open the log store");
+        let log_store = LogStore::open(kv, &dir.path().join("log")).expect("open the log store");
         Ok((dir, log_store, sm))
     }
 }

@@ -24,6 +24,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::storage::dirs::create_dir_synced;
+
 /// The storage operations the Raft stores need: vote, committed and purged log ids, snapshot.
 pub trait KvStore: Send + Sync + 'static {
     /// The value of `key`; `None` only when it was never written. A damaged value is an error.
@@ -50,12 +52,7 @@ pub struct FileKv {
 impl FileKv {
     /// Opens (creating if needed) the store in `dir` and removes temporary files a crash left.
     pub fn open(dir: &Path) -> io::Result<Self> {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir)?;
-            if let Some(parent) = dir.parent() {
-                File::open(parent)?.sync_all()?;
-            }
-        }
+        create_dir_synced(dir)?;
         let mut removed = false;
         for e in std::fs::read_dir(dir)? {
             let e = e?;

@@ -9,25 +9,26 @@
 //! flusher thread is syncing already (see [`Durability`]); the other blocking IO runs on
 //! tokio's blocking pool.
 //!
-//! The committed index lives in memory and is written to the key-value store only by
-//! the flusher, right after a sync of the log that covers it: it can never be on
-//! disk ahead of the entries it names (they are in another file).
+//! The committed index lives in memory and is written to the key-value store by the flusher
+//! (`durability.rs`) after a sync of the log that covers it, every so many entries or
+//! milliseconds and when a local read needs it. At start it tells the segment log how far the
+//! log was synced, so that damage there refuses to start instead of reading as a torn tail.
 //!
 //! Left out: caching entries in memory (reads are `pread`s from the page cache).
 
 use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::storage::durability::{COMMITTED, Durability, WritePolicy};
 use crate::storage::kv::KvStore;
-use crate::storage::segment_log::SegmentLog;
+use crate::storage::segment_log::{SEGMENT_BYTES, SegmentLog};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 const VOTE: &[u8] = b"vote";
-const COMMITTED: &[u8] = b"committed";
 const PURGED: &[u8] = b"last_purged";
 
 /// Log store handle; cheap to clone (clones share the same storage and flusher).
@@ -36,108 +37,6 @@ pub struct LogStore {
     kv: Arc<dyn KvStore>,
     log: Arc<SegmentLog>,
     durability: Durability,
-}
-
-enum FlushRequest {
-    /// Entries were inserted; call back once they are synced.
-    Append(LogFlushed<TypeConfig>),
-    /// Sync the log, then write and sync the committed index, and answer.
-    Barrier(tokio::sync::oneshot::Sender<io::Result<()>>),
-}
-
-/// What the flusher knows about the committed index.
-#[derive(Default)]
-struct Watermarks {
-    /// The latest committed log id openraft reported (`save_committed`), in memory only.
-    latest: Mutex<Option<LogId>>,
-    /// Index + 1 (0 = none) of the committed index the flusher last wrote and synced.
-    durable: AtomicU64,
-}
-
-/// The log's flusher thread and what it knows about the committed index on disk.
-///
-/// `append` inserts the entries and syncs them itself when no sync is running; otherwise it hands
-/// the callback to the flusher, and requests that queue up while a sync runs share the next one.
-/// openraft 0.9 does not replicate while the leader's own sync runs: its core awaits the callback
-/// before it hands the entries to the replication tasks. A sync is a barrier over every write
-/// before it, so a callback is only ever fired by a sync that began after its entries were
-/// inserted.
-///
-/// The committed index is not synced on every commit (that would put a second sync on every
-/// commit's path). Instead, before a replica exposes applied state through a local read it
-/// calls [`Durability::make_durable`], so that after a crash it replays at least that far and
-/// never shows an older state than it showed before (P3 on every replica).
-#[derive(Clone)]
-pub struct Durability {
-    tx: std::sync::mpsc::Sender<FlushRequest>,
-    marks: Arc<Watermarks>,
-}
-
-impl Durability {
-    /// `on_disk`: the committed log id found on disk at start. It seeds `latest`, so the flusher
-    /// never writes a lower one over it before openraft reports a commit.
-    fn start(kv: Arc<dyn KvStore>, log: Arc<SegmentLog>, on_disk: Option<LogId>) -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<FlushRequest>();
-        let marks = Arc::new(Watermarks {
-            latest: Mutex::new(on_disk),
-            durable: AtomicU64::new(on_disk.map_or(0, |c| c.index + 1)),
-        });
-        let m = marks.clone();
-        std::thread::Builder::new()
-            .name("log-flusher".into())
-            .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(rx.try_iter());
-                    let barrier = batch.iter().any(|r| matches!(r, FlushRequest::Barrier(_)));
-                    // Read before the log sync: every entry it names was appended before it was
-                    // saved, so that sync covers them.
-                    let committed = *m.latest.lock().expect("watermark lock poisoned");
-                    let mut res = log.sync();
-                    if res.is_ok() && barrier {
-                        res = kv.put(COMMITTED, &encode(&committed));
-                        if res.is_ok() {
-                            m.durable
-                                .fetch_max(committed.map_or(0, |c| c.index + 1), Ordering::AcqRel);
-                        }
-                    }
-                    if let Err(e) = &res {
-                        tracing::error!(error = %e, "syncing the raft log failed; the node stops");
-                    }
-                    for req in batch {
-                        let r = res
-                            .as_ref()
-                            .map(|_| ())
-                            .map_err(|e| io::Error::new(e.kind(), e.to_string()));
-                        match req {
-                            FlushRequest::Append(cb) => cb.log_io_completed(r),
-                            FlushRequest::Barrier(tx) => {
-                                let _ = tx.send(r);
-                            }
-                        }
-                    }
-                }
-            })
-            .expect("spawning the log flusher thread");
-        Self { tx, marks }
-    }
-
-    /// Makes sure a committed index of at least `index` is on disk (syncing if needed).
-    pub async fn make_durable(&self, index: u64) -> io::Result<()> {
-        if self.marks.durable.load(Ordering::Acquire) > index {
-            return Ok(());
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.tx
-            .send(FlushRequest::Barrier(tx))
-            .map_err(|_| io::Error::other("log flusher stopped"))?;
-        rx.await.map_err(|_| io::Error::other("log flusher stopped"))??;
-        if self.marks.durable.load(Ordering::Acquire) > index {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!("committed index {index} is not saved yet")))
-        }
-    }
 }
 
 fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -153,25 +52,35 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 }
 
 impl LogStore {
-    /// `kv` keeps the vote and log metadata, `log` the entries.
-    /// Fails when the recorded purge point cannot be applied to the log.
-    pub fn new(kv: Arc<dyn KvStore>, log: SegmentLog) -> io::Result<Self> {
+    /// Opens the log in `dir` with its vote and metadata in `kv`. Fails when the log lost entries
+    /// that were committed and synced here before (damage at or below the committed index on
+    /// disk, a missing last segment), or when the recorded purge point cannot be applied.
+    pub fn open(kv: Arc<dyn KvStore>, dir: &Path) -> io::Result<Self> {
+        Self::open_with(kv, dir, WritePolicy::default())
+    }
+
+    /// [`open`](Self::open) with the flusher's write policy given (tests isolate one rule).
+    pub(crate) fn open_with(kv: Arc<dyn KvStore>, dir: &Path, policy: WritePolicy) -> io::Result<Self> {
+        // A damaged key file is an error (kv.rs); a missing one is a data dir that never wrote it.
         let on_disk = kv
-            .get(COMMITTED)
-            .ok()
-            .flatten()
-            .and_then(|b| postcard::from_bytes::<Option<LogId>>(&b).ok())
+            .get(COMMITTED)?
+            .map(|b| postcard::from_bytes::<Option<LogId>>(&b).map_err(io::Error::other))
+            .transpose()?
             .flatten();
         let purged = kv
             .get(PURGED)?
             .map(|b| postcard::from_bytes::<LogId>(&b).map_err(io::Error::other))
             .transpose()?;
+        // Entries up to the committed index on disk were synced; those at or below the purge
+        // point may be gone on purpose.
+        let synced_to = on_disk.map(|c| c.index).filter(|c| purged.is_none_or(|p| p.index < *c));
+        let log = SegmentLog::open_keeping(dir, SEGMENT_BYTES, synced_to)?;
         if let Some(p) = purged {
             log.purge_upto(p.index)?;
         }
         check_covers_committed(&log, purged, on_disk)?;
         let log = Arc::new(log);
-        let durability = Durability::start(kv.clone(), log.clone(), on_disk);
+        let durability = Durability::start(kv.clone(), log.clone(), on_disk, policy)?;
         Ok(Self { kv, log, durability })
     }
 
@@ -303,10 +212,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Kept in memory; the flusher writes it after a log sync that covers it, when a local
-        // read needs it durable (`Durability::make_durable`).
-        let mut latest = self.durability.marks.latest.lock().expect("watermark lock poisoned");
-        *latest = (*latest).max(committed);
+        // Kept in memory; the flusher writes it after a log sync that covers it, every so many
+        // entries or milliseconds, or when a local read needs it (`durability.rs`).
+        self.durability.save_committed(committed);
         Ok(())
     }
 
@@ -335,11 +243,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 }
                 callback.log_io_completed(synced);
             }
-            None => self
-                .durability
-                .tx
-                .send(FlushRequest::Append(callback))
-                .map_err(|_| write_err(io::Error::other("log flusher stopped")))?,
+            None => self.durability.hand_over(callback).map_err(write_err)?,
         }
         Ok(())
     }
@@ -369,11 +273,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::durability::COMMITTED_WRITE_EVERY_ENTRIES;
+    use crate::storage::durability::testing::{CountingKv, committed_on_disk, wait_for};
     use crate::storage::kv::FileKv;
-    use openraft::CommittedLeaderId;
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use std::time::Duration;
 
     fn log_id(index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    /// Writes entries straight into the segment log in `dir` and syncs them.
+    fn write_log(dir: &Path, entries: &[u64]) {
+        let log = SegmentLog::open(dir).unwrap();
+        let items: Vec<(u64, Vec<u8>)> = entries.iter().map(|&i| (i, vec![i as u8])).collect();
+        log.append(&items).unwrap();
+        log.sync().unwrap();
     }
 
     #[test]
@@ -381,20 +296,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("kv")).unwrap());
         kv.put(COMMITTED, &encode(&Some(log_id(3)))).unwrap();
-        let open_with = |entries: &[u64]| {
-            let log = SegmentLog::open(&dir.path().join("log")).unwrap();
-            let items: Vec<(u64, Vec<u8>)> = entries.iter().map(|&i| (i, vec![i as u8])).collect();
-            log.append(&items).unwrap();
-            log.sync().unwrap();
-            LogStore::new(kv.clone(), log)
-        };
-        let err = open_with(&[1, 2])
+        let log_dir = dir.path().join("log");
+        write_log(&log_dir, &[1, 2]);
+        let err = LogStore::open(kv.clone(), &log_dir)
             .err()
             .expect("a log ending below the committed index is refused");
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         let msg = err.to_string();
         assert!(msg.contains("ends at index 2") && msg.contains("up to 3"), "{msg}");
-        assert!(open_with(&[3]).is_ok(), "entries 1..=3 cover the committed index");
+        write_log(&log_dir, &[3]);
+        assert!(
+            LogStore::open(kv, &log_dir).is_ok(),
+            "entries 1..=3 cover the committed index"
+        );
     }
 
     #[test]
@@ -403,10 +317,117 @@ mod tests {
         let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&dir.path().join("kv")).unwrap());
         kv.put(COMMITTED, &encode(&Some(log_id(5)))).unwrap();
         kv.put(PURGED, &encode(&log_id(5))).unwrap();
-        let log = SegmentLog::open(&dir.path().join("log")).unwrap();
         assert!(
-            LogStore::new(kv, log).is_ok(),
+            LogStore::open(kv, &dir.path().join("log")).is_ok(),
             "an empty log purged up to the committed index"
         );
+    }
+
+    /// Entries committed in the load below: five times the write interval and a bit, so that the
+    /// index on disk has to move several times.
+    const LOAD: u64 = 5 * COMMITTED_WRITE_EVERY_ENTRIES + 100;
+
+    /// Appends and commits `LOAD` blank entries as openraft does (insert, sync, report the commit),
+    /// eight per sync, with no local read asking for the committed index. Only the entry rule
+    /// writes it: the time rule is an hour away.
+    async fn store_after_a_load(dir: &Path) -> (Arc<CountingKv>, LogStore) {
+        let (kv, gate) = CountingKv::open(&dir.join("meta"));
+        gate.release();
+        let policy = WritePolicy {
+            every_entries: COMMITTED_WRITE_EVERY_ENTRIES,
+            every: Duration::from_secs(3600),
+        };
+        let mut store = LogStore::open_with(kv.clone(), &dir.join("log"), policy).unwrap();
+        for first in (1..=LOAD).step_by(8) {
+            let items: Vec<(u64, Vec<u8>)> = (first..(first + 8).min(LOAD + 1))
+                .map(|i| {
+                    (
+                        i,
+                        encode(&Entry {
+                            log_id: log_id(i),
+                            payload: EntryPayload::Blank,
+                        }),
+                    )
+                })
+                .collect();
+            store.log.append(&items).unwrap();
+            store.log.sync().unwrap();
+            let last = items.last().unwrap().0;
+            store.save_committed(Some(log_id(last))).await.unwrap();
+        }
+        (kv, store)
+    }
+
+    #[tokio::test]
+    async fn commits_without_any_local_read_keep_the_committed_index_on_disk_near_the_log_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (kv, store) = store_after_a_load(dir.path()).await;
+        let near = wait_for(|| committed_on_disk(kv.as_ref()).filter(|c| LOAD - c < COMMITTED_WRITE_EVERY_ENTRIES));
+        assert!(
+            near.is_some(),
+            "after {LOAD} commits and no local read the committed index on disk is {:?}, not within \
+             {COMMITTED_WRITE_EVERY_ENTRIES} of the log's end",
+            committed_on_disk(kv.as_ref())
+        );
+        let writes = kv.writes();
+        assert!(
+            writes <= LOAD / COMMITTED_WRITE_EVERY_ENTRIES + 1,
+            "{writes} writes of the committed index for {LOAD} commits"
+        );
+        drop(store);
+    }
+
+    /// Byte offset of the payload of the record of `index` in a segment file (layout in
+    /// `segment_log.rs`: 16-byte header with the length first and the index last).
+    fn payload_at(bytes: &[u8], index: u64) -> usize {
+        let mut at = 0;
+        loop {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            if u64::from_le_bytes(bytes[at + 8..at + 16].try_into().unwrap()) == index {
+                return at + 16;
+            }
+            at += 16 + len;
+        }
+    }
+
+    #[tokio::test]
+    async fn damage_below_the_committed_index_on_disk_refuses_to_start_and_cuts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (kv, store) = store_after_a_load(dir.path()).await;
+        let on_disk = wait_for(|| committed_on_disk(kv.as_ref()).filter(|c| LOAD - c < COMMITTED_WRITE_EVERY_ENTRIES))
+            .expect("the committed index reaches the disk without a local read");
+        drop(store);
+        let seg = std::fs::read_dir(dir.path().join("log"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let whole = std::fs::read(&seg).unwrap();
+        let mut damaged = whole.clone();
+        damaged[payload_at(&whole, on_disk / 2)] ^= 1;
+        std::fs::write(&seg, &damaged).unwrap();
+        let err = LogStore::open(kv.clone(), &dir.path().join("log"))
+            .err()
+            .expect("a damaged committed entry is refused, not cut as a torn tail");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let msg = err.to_string();
+        let name = seg.file_name().unwrap().to_str().unwrap();
+        assert!(msg.contains(name) && msg.contains(&format!("up to {on_disk}")), "{msg}");
+        assert!(
+            msg.contains("not a torn tail") && msg.contains("--new-replica"),
+            "{msg}"
+        );
+        assert!(
+            std::fs::read(&seg).unwrap() == damaged,
+            "a refused start cut the segment"
+        );
+
+        // Above the index on disk is the window the flusher's interval leaves: a torn tail.
+        let mut above = whole.clone();
+        above[payload_at(&whole, LOAD)] ^= 1;
+        std::fs::write(&seg, &above).unwrap();
+        let store = LogStore::open(kv, &dir.path().join("log")).expect("damage above the index on disk");
+        assert_eq!(store.log.last().unwrap().map(|e| e.0), Some(LOAD - 1));
     }
 }

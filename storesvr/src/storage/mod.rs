@@ -4,6 +4,8 @@
 //!
 //! Deliberately left out: what the entries mean (`domain::state`).
 
+pub mod dirs;
+pub mod durability;
 pub mod kv;
 pub mod log_store;
 pub mod segment_log;

@@ -18,8 +18,12 @@
 //! a segment is synced before the next one is created, and a new file's
 //! directory entry is synced with it. Opening cuts the last segment back to its
 //! last whole record; a bad record anywhere else is corruption and refuses to
-//! open. Truncation and purge are synced before they return, so removed entries
-//! never come back after a crash.
+//! open. The log cannot tell bit rot in the synced part of the last segment from a
+//! torn tail by itself (it does not record how far it was synced); its owner can:
+//! [`SegmentLog::open_keeping`] is told the index up to which entries were synced
+//! (the durable committed index, `log_store.rs`) and refuses, cutting nothing, when
+//! a bad record lies at or below it. Truncation and purge are synced before they
+//! return, so removed entries never come back after a crash.
 //!
 //! Zeros ahead: the last segment keeps up to [`ZERO_AHEAD_BYTES`] of zeros written
 //! after its last record, and records are written over them. A sync then only
@@ -38,7 +42,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::storage::dirs::{create_dir_synced, sync_dir};
 
 /// A segment is closed and a new one started beyond this size.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
@@ -98,12 +105,30 @@ pub struct SegmentLog {
     /// syncing (the flusher, and a caller that found it idle) a clean flag alone could be read
     /// while the other thread's `fdatasync` is still running.
     syncing: Mutex<()>,
+    /// `fdatasync`s of the last segment run by [`sync`](Self::sync) so far: lets tests see
+    /// what a caller costs (a sync of a clean log runs none).
+    syncs: AtomicU64,
 }
 
 fn corrupt(path: &Path, offset: u64, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!("raft log segment {} at byte {offset}: {what}", path.display()),
+    )
+}
+
+/// The refusal of a bad record at or below the index the owner knows was synced.
+fn damaged_synced(path: &Path, offset: u64, kept: Option<u64>, synced: u64) -> io::Error {
+    let kept = kept.map_or_else(|| "no entry".to_string(), |k| format!("entry {k}"));
+    corrupt(
+        path,
+        offset,
+        &format!(
+            "bad record after {kept}, but entries up to {synced} were committed and synced here: this is \
+             damage to synced data, not a torn tail, and nothing was cut. This replica cannot start on this \
+             data: move its data dir away and bring it back as a new replica (--new-replica under a new \
+             node id, then `seqctl replica add`); it catches up from its peers"
+        ),
     )
 }
 
@@ -116,10 +141,6 @@ fn checksum(index: u64, payload: &[u8]) -> u32 {
     h.update(&index.to_le_bytes());
     h.update(payload);
     h.finalize()
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Writes zeros over `[from, to)` of `file`.
@@ -211,7 +232,15 @@ impl SegmentLog {
     /// [`SEGMENT_BYTES`]: lets tests (storesvr/tests/segment_log_fuzz.rs) spread a few
     /// kilobytes over many segments. The size is not stored; any value reads any log.
     pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        Self::open_keeping(dir, segment_bytes, None)
+    }
+
+    /// [`open_with_segment_bytes`](Self::open_with_segment_bytes), told that every entry up to
+    /// `synced_to` was synced here before (the owner's durable committed index). A bad record at
+    /// or below it in the last segment is damage, not a torn tail: open refuses, naming the file,
+    /// and cuts nothing, so the bytes stay for whoever looks into it.
+    pub fn open_keeping(dir: &Path, segment_bytes: u64, synced_to: Option<u64>) -> io::Result<Self> {
+        create_dir_synced(dir)?;
         let mut firsts: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().to_str()?.strip_suffix(".seg")?.parse().ok())
@@ -228,7 +257,14 @@ impl SegmentLog {
                 if !last {
                     return Err(corrupt(&path, end, "bad record in a closed segment"));
                 }
+                // Only zeros after the records are the zeros written ahead (or a tail that never
+                // reached the disk): nothing to cut but zeros. A log that ends too early that way
+                // is the owner's to refuse (it knows the committed index and the purge point).
                 if !zeros_from(&file, end)? {
+                    let kept = records.last().map(|r| r.0).or(after);
+                    if let Some(synced) = synced_to.filter(|s| kept.is_none_or(|k| k < *s)) {
+                        return Err(damaged_synced(&path, end, kept, synced));
+                    }
                     tracing::warn!(segment = %path.display(), at = end, "cutting a torn tail off the raft log");
                 }
                 file.set_len(end)?;
@@ -254,6 +290,7 @@ impl SegmentLog {
                 floor: 0,
             }),
             syncing: Mutex::new(()),
+            syncs: AtomicU64::new(0),
         })
     }
 
@@ -392,9 +429,17 @@ impl SegmentLog {
         // Outside the `inner` lock, so appends and reads go on while the disk works. Writes that land meanwhile
         // mark the log dirty again and are covered by the next sync.
         match file {
-            Some(f) => f.sync_data().inspect_err(|_| self.lock().dirty = true),
+            Some(f) => {
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                f.sync_data().inspect_err(|_| self.lock().dirty = true)
+            }
             None => Ok(()),
         }
+    }
+
+    /// How many `fdatasync`s [`sync`](Self::sync) and [`try_sync`](Self::try_sync) have run.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Payloads of the entries in `[from, to)` that exist, in order.
