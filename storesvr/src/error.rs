@@ -15,9 +15,15 @@ pub enum RpcError {
     /// reused node id, set not initialized yet).
     #[error("{0}")]
     FailedPrecondition(String),
-    /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed.
+    /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed; nothing was
+    /// written.
     #[error("{0}")]
     Unavailable(String),
+    /// A write was proposed and its outcome is unknown (timed out, quorum lost, Raft stopped
+    /// after proposing): it may have been committed. UNKNOWN on the wire, which callers treat as
+    /// "may have happened" (retry the same write; never "did not happen").
+    #[error("the write may have been committed: {0}")]
+    MaybeCommitted(String),
     /// A bug in this server (a result the command cannot produce): retrying will not help.
     #[error("{0}")]
     Internal(String),
@@ -32,8 +38,25 @@ impl From<RpcError> for Status {
             RpcError::InvalidArgument(m) => Status::invalid_argument(m),
             RpcError::FailedPrecondition(m) => Status::failed_precondition(m),
             RpcError::Unavailable(m) => Status::unavailable(m),
+            RpcError::MaybeCommitted(m) => Status::unknown(format!("the write may have been committed: {m}")),
             RpcError::Internal(m) => Status::internal(m),
             RpcError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use seqsvr_control::classify::{Delivery, classify};
+
+    /// Issue 25, item 8: a write whose outcome is unknown must reach the caller as "may have
+    /// happened". It went out as UNAVAILABLE, which callers read as "not taken".
+    #[test]
+    fn a_write_that_may_have_committed_is_never_classified_as_not_taken() {
+        let maybe: Status = RpcError::MaybeCommitted("timed out".into()).into();
+        assert_eq!(classify(&maybe).delivery, Delivery::Maybe, "{maybe:?}");
+        let refused: Status = RpcError::Unavailable("no quorum".into()).into();
+        assert_eq!(classify(&refused).delivery, Delivery::NotTaken);
     }
 }

@@ -85,7 +85,7 @@ impl Shared {
         match self.writer.write(cmd, WRITE_TIMEOUT).await {
             Ok(r) => Ok(Led::Here(r)),
             Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.leader_hint(id))),
-            Err(WriteError::Unavailable(m)) => Err(RpcError::Unavailable(m)),
+            Err(WriteError::Unavailable(m)) => Err(RpcError::MaybeCommitted(m)),
             Err(WriteError::TooLarge(m)) => Err(RpcError::InvalidArgument(m)),
         }
     }

@@ -4,9 +4,14 @@
 //! as an operator's `seqctl move` and `seqctl move resume` would. Every move is written to the
 //! history ([`MoveSpan`]) for the one-set-at-a-time checker.
 //!
-//! The moves are drawn from the seed with their own generator, so a one-set seed's faults are the
-//! same with or without this mode. Deliberately left out: moves that overlap in time (one at a
-//! time keeps a failing seed explainable) and cancels.
+//! Some moves are cancelled while they run, as `seqctl move cancel` would: the cancel itself is
+//! sometimes cut off mid-way (its driver dropped) and then repeated until the map says the move
+//! ended, so a cancel interrupted between its map record and the sets' range steps is exercised
+//! (a cancel that comes after the seal is refused, and the move is resumed to its end instead).
+//!
+//! The moves are drawn from the seed with their own generator (the cancels with one more), so a
+//! one-set seed's faults are the same with or without this mode. Deliberately left out: moves that
+//! overlap in time (one at a time keeps a failing seed explainable).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,12 +45,16 @@ pub struct PlannedMove {
     pub pick: u64,
     /// The driver is killed this long after it started (and resumed by a new one later).
     pub kill_after_ms: Option<u64>,
+    /// A cancel starts this long after the move began; when the second value is set, that cancel
+    /// is cut off after so many ms (and repeated later).
+    pub cancel: Option<(u64, Option<u64>)>,
 }
 
 /// One or two moves over the first `load_ms`, from `seed` alone.
 pub fn schedule(seed: u64, load_ms: u64) -> Vec<PlannedMove> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x3007_e000_0000_0000);
     let n = rng.random_range(1..=2);
+    let mut cancels = StdRng::seed_from_u64(seed ^ 0xca9c_e100_0000_0000);
     let mut at = 0;
     (0..n)
         .map(|_| {
@@ -55,6 +64,10 @@ pub fn schedule(seed: u64, load_ms: u64) -> Vec<PlannedMove> {
                 at_ms: at,
                 pick: rng.random(),
                 kill_after_ms: rng.random_bool(0.4).then(|| rng.random_range(5..2_000)),
+                cancel: cancels.random_bool(0.35).then(|| {
+                    let after = cancels.random_range(0..1_500);
+                    (after, cancels.random_bool(0.5).then(|| cancels.random_range(1..400)))
+                }),
             }
         })
         .collect()
@@ -117,13 +130,27 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
     };
     // Its reply may be lost, or it may not have committed: the map says which, below.
     let _ = m.begin(op, &p).await;
-    // The first driver; a planned kill drops it mid-way, wherever it is.
-    match plan.kill_after_ms {
-        Some(ms) => drop(tokio::time::timeout(Duration::from_millis(ms), m.drive(op, |_| {})).await),
-        None => drop(m.drive(op, |_| {}).await),
-    }
-    // Whatever the first driver's fate, resume the move until the map says it is done or
-    // cancelled, as an operator would with `seqctl move resume`.
+    // The first driver; a planned kill drops it mid-way, wherever it is. A planned cancel runs
+    // beside it (it takes the move over), and may itself be cut off.
+    let drive = async {
+        match plan.kill_after_ms {
+            Some(ms) => drop(tokio::time::timeout(Duration::from_millis(ms), m.drive(op, |_| {})).await),
+            None => drop(m.drive(op, |_| {}).await),
+        }
+    };
+    let cancel = async {
+        let Some((after, cut)) = plan.cancel else { return };
+        tokio::time::sleep(Duration::from_millis(after)).await;
+        let c = mover(world);
+        match cut {
+            Some(ms) => drop(tokio::time::timeout(Duration::from_millis(ms), c.cancel(op)).await),
+            None => drop(c.cancel(op).await),
+        }
+    };
+    tokio::join!(drive, cancel);
+    // Whatever the drivers' fate, repeat until the map says the move is done or cancelled, as an
+    // operator would: the cancel again when one was asked for (a refusal after the seal leaves
+    // the move to a resume), else `seqctl move resume`.
     let mut done = None;
     for _ in 0..RESUMES {
         match phase(world, op).await {
@@ -132,7 +159,8 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
             Ok(Some(pb::MovePhase::Cancelled)) => done = Some(false),
             Ok(Some(_)) => {
                 let again = mover(world);
-                if again.claim(op).await.is_ok() {
+                let cancelled = plan.cancel.is_some() && again.cancel(op).await.is_ok();
+                if !cancelled && again.claim(op).await.is_ok() {
                     let _ = again.drive(op, |_| {}).await;
                 }
                 continue;

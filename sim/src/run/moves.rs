@@ -153,7 +153,10 @@ async fn seqctl_move(shared: &Shared, pick: &Pick, kill_after: Option<Duration>)
 }
 
 /// A move whose `seqctl` is SIGKILLed mid-way; after the hold, for odd picks, a cancel (refused
-/// past the seal), then the caller resumes whatever is left.
+/// past the seal), then the caller resumes whatever is left. For one pick in four the cancel's
+/// own `seqctl` is SIGKILLed too, a few ms in: often between the map's `cancelling` and the sets'
+/// range steps, which the resume must then finish (a cancel is still work to do until both sets
+/// gave the range back).
 async fn kill_cli_move(shared: &Shared, f: &PlannedFault, pick: &Pick) -> anyhow::Result<(Option<u64>, String)> {
     let op = seqctl_move(shared, pick, Some(f.delay)).await?;
     sleep(f.hold.saturating_sub(f.delay + shared_lease(shared))).await;
@@ -161,12 +164,14 @@ async fn kill_cli_move(shared: &Shared, f: &PlannedFault, pick: &Pick) -> anyhow
     if let Some(op) = op
         && f.pick % 2 == 1
     {
-        let out = seqctl(shared, &["move", "cancel", &op.to_string()], None).await?;
-        extra.push_str(if out.contains("cancelled") {
-            "; cancelled"
-        } else {
-            "; cancel refused"
-        });
+        let cut = (f.pick % 4 == 3).then(|| Duration::from_millis(5 + (f.pick >> 8) % 60));
+        let out = seqctl(shared, &["move", "cancel", &op.to_string()], cut).await?;
+        let said = match cut {
+            _ if out.contains("cancelled") => "; cancelled".to_string(),
+            Some(after) if !out.contains("error") => format!("; cancel cut off after {after:?}"),
+            _ => "; cancel refused".to_string(),
+        };
+        extra.push_str(&said);
     }
     Ok((op, extra))
 }

@@ -38,9 +38,7 @@
 
 use std::time::Duration;
 
-#[cfg(test)]
-use seqsvr_proto::SectionId;
-use seqsvr_proto::{Epoch, Incarnation, NodeId};
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 use thiserror::Error;
 
 use super::ranges::RangeState;
@@ -158,76 +156,76 @@ impl LiveMap {
     }
 }
 
+/// Why one section of the backup cannot be restored now: what happened, the move that did it, and
+/// what restoring would do.
+type Verdict = (String, String, &'static str);
+
 /// Refuses a backup of set `set` whose ownership differs from the live map: for each section, the
 /// backup's owned ranges must be exactly the ones the live map gives `set`, no move may be running
 /// over them, and on set 0 the map inside the backup must place every section as the live one does.
+/// The first run of sections with the same verdict is named, in uids.
 pub fn check_against_map(backup: &SetState, live: &LiveMap) -> Result<(), RestoreError> {
     let p = backup.params.as_ref().ok_or(RestoreError::NotInitialized)?;
-    let set = p.set_id;
-    let mut bad: Option<(u64, u64, String, String, &'static str)> = None;
+    let mut bad: Option<(u64, u64, Verdict)> = None;
     for section in 0..p.total_sections() {
-        let owned = backup.ranges.is_owned(seqsvr_proto::SectionId(section));
-        let now = live.set_of(section);
-        let running = live.moves.iter().find(|m| {
-            (m.begin..m.end).contains(&section)
-                && !matches!(m.phase.as_str(), "done" | "cancelled")
-                && (m.from == set || m.to == set)
-        });
-        let backed_up_map = backup.map.as_ref().map(|m| m.set_of(seqsvr_proto::SectionId(section)));
-        let verdict = if let Some(m) = running {
-            Some((
-                format!("are in move {} ({})", m.op, m.phase),
-                format!("move {} from set {} to set {}", m.op, m.from, m.to),
-                "race a running move",
-            ))
-        } else if owned && now != Some(set) {
-            Some((
-                format!(
-                    "were moved from set {set} to set {}",
-                    now.map_or("none".into(), |s| s.to_string())
-                ),
-                live.move_of(section, Some(set), None),
-                "let two sets serve them (duplicates)",
-            ))
-        } else if !owned && now == Some(set) {
-            Some((
-                format!("were moved into set {set}"),
-                live.move_of(section, None, Some(set)),
-                "leave them served by no set, for good",
-            ))
-        } else if let Some(was) = backed_up_map.filter(|was| *was != now) {
-            Some((
-                format!(
-                    "were placed in set {} by the backed-up map and in set {} now",
-                    was.map_or("none".into(), |s| s.to_string()),
-                    now.map_or("none".into(), |s| s.to_string())
-                ),
-                live.move_of(section, was, now),
-                "send clients to the wrong set",
-            ))
-        } else {
-            None
-        };
-        match (&mut bad, verdict) {
-            (Some((_, end, what, ..)), Some((w, ..))) if *end == section && *what == w => *end = section + 1,
+        match (&mut bad, verdict(backup, p.set_id, live, section)) {
+            (Some((_, end, (what, ..))), Some((w, ..))) if *end == section && *what == w => *end = section + 1,
             (Some(_), _) => break,
-            (None, Some((what, by, harm))) => bad = Some((section, section + 1, what, by, harm)),
+            (None, Some(v)) => bad = Some((section, section + 1, v)),
             (None, None) => {}
         }
     }
-    match bad {
-        Some((begin, end, what, by, harm)) => {
-            let uids = |s: u64| s.saturating_mul(p.section_size).min(p.uid_limit);
-            Err(RestoreError::OwnerChanged {
-                begin: uids(begin),
-                end: uids(end),
-                what,
-                by,
-                harm,
-            })
-        }
-        None => Ok(()),
+    let Some((begin, end, (what, by, harm))) = bad else {
+        return Ok(());
+    };
+    let uids = |s: u64| s.saturating_mul(p.section_size).min(p.uid_limit);
+    Err(RestoreError::OwnerChanged {
+        begin: uids(begin),
+        end: uids(end),
+        what,
+        by,
+        harm,
+    })
+}
+
+fn verdict(backup: &SetState, set: u64, live: &LiveMap, section: u64) -> Option<Verdict> {
+    let name = |s: Option<u64>| s.map_or("none".to_string(), |s| s.to_string());
+    let owned = backup.ranges.is_owned(SectionId(section));
+    let now = live.set_of(section);
+    let running = live.moves.iter().find(|m| {
+        (m.begin..m.end).contains(&section)
+            && !matches!(m.phase.as_str(), "done" | "cancelled")
+            && (m.from == set || m.to == set)
+    });
+    if let Some(m) = running {
+        let by = format!("move {} from set {} to set {}", m.op, m.from, m.to);
+        return Some((format!("are in move {} ({})", m.op, m.phase), by, "race a running move"));
     }
+    if owned && now != Some(set) {
+        let what = format!("were moved from set {set} to set {}", name(now));
+        return Some((
+            what,
+            live.move_of(section, Some(set), None),
+            "let two sets serve them (duplicates)",
+        ));
+    }
+    if !owned && now == Some(set) {
+        let what = format!("were moved into set {set}");
+        return Some((
+            what,
+            live.move_of(section, None, Some(set)),
+            "leave them served by no set, for good",
+        ));
+    }
+    let was = backup.map.as_ref()?.set_of(SectionId(section));
+    (was != now).then(|| {
+        let what = format!(
+            "were placed in set {} by the backed-up map and in set {} now",
+            name(was),
+            name(now)
+        );
+        (what, live.move_of(section, was, now), "send clients to the wrong set")
+    })
 }
 
 /// The margin `args` ask for: the larger of `steps × step` and what `max_bumps_per_sec` can
