@@ -161,11 +161,15 @@ pub fn renew_reply(
     let (map_version, map) = map;
     view.liveness.record(incarnation, now);
     let renew_interval = Duration::from_millis(set.params.as_ref().map_or(0, |p| p.renew_interval_ms));
-    let handover = if view.may_ask_handover(now, renew_interval) {
+    let mut handover = if view.may_ask_handover(now, renew_interval) {
         handover_of(&view.plan, incarnation)
     } else {
         Vec::new()
     };
+    // A frozen section is asked back at once, whatever the plan says: it is granted under its
+    // new epoch only so that its owner can release it under that epoch, and an owner not asked
+    // to hand it over would take it as a gain and try to Load it, refused every RENEW_SOON.
+    handover.extend(frozen_of(set, incarnation));
     // ...or is planned (see `may_ask_handover`), or just changed (a move's switch and its map
     // copies follow its install and freeze).
     let renew_soon =
@@ -209,6 +213,18 @@ fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool)
         })
         .collect();
     (grants, renew_soon)
+}
+
+/// The sections `incarnation` owns that a move has frozen.
+fn frozen_of(set: &SetState, incarnation: Incarnation) -> Vec<pb::SectionRange> {
+    set.runs()
+        .into_iter()
+        .filter(|run| run.state.owner == incarnation && matches!(run.range, RangeState::Migrating { .. }))
+        .map(|run| pb::SectionRange {
+            begin: run.begin.0,
+            end: run.end.0,
+        })
+        .collect()
 }
 
 /// The sections the arbiter's latest plan asks `incarnation` to hand over.
@@ -575,6 +591,55 @@ mod tests {
         assert!(
             !due.handover.is_empty(),
             "a renew interval later the owner is asked: {due:?}"
+        );
+    }
+
+    /// Issue 25, item 8: a frozen section's owner is asked to hand it over in the first renewal
+    /// after the freeze, not when the arbiter's next plan says so (until then it was granted under
+    /// its new epoch and nothing more, which the owner took for a gain, its Load refused).
+    #[test]
+    fn a_frozen_section_is_asked_back_in_the_first_renewal() {
+        use crate::domain::moves::RangeCommand;
+        use crate::domain::state::{Move, NOBODY};
+        use crate::domain::testing::set_with;
+        let (mut set, incs) = set_with(&[1]);
+        let moves = vec![Move {
+            begin: SectionId(0),
+            end: SectionId(10),
+            from: NOBODY,
+            to: incs[0],
+        }];
+        set.apply(&Command::Assign { expire: vec![], moves }, false);
+        let freeze = RangeCommand::Freeze {
+            op: 5,
+            span: crate::domain::state::Span {
+                begin: SectionId(2),
+                end: SectionId(4),
+            },
+            to_set: 1,
+        };
+        set.apply(&Command::Range(freeze), false);
+        let req = pb::RenewRequest {
+            incarnation: incs[0].0,
+            ..Default::default()
+        };
+        let mut view = LeaderView::default();
+        let reply = renew_reply(
+            &set,
+            &mut view,
+            &req,
+            (0, None),
+            || Ok(pb::RouteTable::default()),
+            Instant::now(),
+        )
+        .expect("renew");
+        assert_eq!(reply.handover, vec![pb::SectionRange { begin: 2, end: 4 }], "{reply:?}");
+        assert!(
+            reply
+                .grants
+                .iter()
+                .any(|g| (g.section_begin, g.section_end, g.epoch) == (2, 4, 2)),
+            "still granted under the new epoch, so that the owner can release it: {reply:?}"
         );
     }
 
