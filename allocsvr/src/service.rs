@@ -154,8 +154,8 @@ impl Service {
     /// the CPU for every `cur` slot of the batch at once. Uids whose ceiling is reached are left
     /// in `batch.waiting` (in request order) for [`Self::fetch`], which waits for the bump.
     ///
-    /// Numbers already taken by other uids of the batch are lost when one uid's section is
-    /// exhausted (gaps are allowed); the caller must hear that this uid can never be served.
+    /// A uid whose section is exhausted is answered `EXHAUSTED` on its own; the batch's other uids
+    /// (some of which already consumed numbers) are answered as usual.
     fn serve_by_section(&self, uids: &[u64], batch: &mut Batch) -> Result<(), Status> {
         let size = self.shared.params().section_size;
         // By (section, position): within a section, request order. Sorting the pairs with their
@@ -197,9 +197,7 @@ impl Service {
                             batch.waiting.push(i);
                         }
                         Next::NotReady | Next::LeaseExpired => batch.settle(i, Step::NotReady),
-                        Next::Exhausted => {
-                            return Err(Step::exhausted(Uid(uids[i]), section, s.max_seq()).into());
-                        }
+                        Next::Exhausted => batch.settle(i, Step::Exhausted(section, s.max_seq())),
                     }
                 }
                 // Groups are distinct sections, so their owners are distinct: no scan.
@@ -334,9 +332,6 @@ impl AllocService for Service {
         for i in std::mem::take(&mut batch.waiting) {
             let uid = req.uids[i];
             let step = self.fetch(Uid(uid), deadline, &in_flight).await;
-            if let Step::Exhausted(section, max_seq) = step {
-                return Err(Step::exhausted(Uid(uid), section, max_seq).into());
-            }
             batch.settle(i, step);
         }
         self.count_batch(&batch);
@@ -386,7 +381,7 @@ impl Batch {
         self.seqs[i] = seq;
     }
 
-    /// Records the answer for index `i` (an exhausted section is the caller's error).
+    /// Records the answer for index `i`.
     fn settle(&mut self, i: usize, step: Step) {
         match step {
             Step::Served { seq, owner } => {
@@ -397,7 +392,8 @@ impl Batch {
                 self.any_not_owner = true;
                 self.put(i, pb::Outcome::NotOwner, 0);
             }
-            Step::NotReady | Step::Wait(_) | Step::Exhausted(..) => self.put(i, pb::Outcome::NotReady, 0),
+            Step::Exhausted(..) => self.put(i, pb::Outcome::Exhausted, 0),
+            Step::NotReady | Step::Wait(_) => self.put(i, pb::Outcome::NotReady, 0),
         }
     }
 }

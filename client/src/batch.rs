@@ -218,6 +218,12 @@ impl Client {
                     state.last = format!("{addr}: {why}");
                     round.wait = true;
                 }
+                pb::Outcome::Exhausted => {
+                    // Final for this uid alone: its section can never serve it again.
+                    let why = format!("{addr}: uid {uid}'s section has used up its sequence space");
+                    slots[i].done = Some(Err(ClientError::failed(FailureKind::Exhausted, why)));
+                    continue;
+                }
                 pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {uid}"),
                 pb::Outcome::NotReady => {
                     state.last = format!("{addr}: owner of uid {uid} is not ready");

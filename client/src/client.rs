@@ -333,7 +333,9 @@ impl Client {
                     }
                 }
                 pb::Outcome::NotReady => state.last = format!("{addr}: owner of uid {uid} is not ready"),
-                pb::Outcome::Ok | pb::Outcome::Unspecified => {
+                // Only batch replies say EXHAUSTED (a single fetch is refused with a status);
+                // from a single call it breaks the contract like the outcomes below.
+                pb::Outcome::Ok | pb::Outcome::Unspecified | pb::Outcome::Exhausted => {
                     // A reply that breaks the contract: the server did something, we cannot tell what.
                     state.maybe_taken |= op.consumes();
                     state.last = format!("{addr}: malformed reply (outcome {:?}, value 0)", reply.outcome);
