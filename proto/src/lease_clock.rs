@@ -226,7 +226,12 @@ mod tests {
         assert_eq!(t1 - t0, MS(2_500));
         // This test machine is not suspended in between (if it were, lease time would run ahead).
         let drift = (l1 - l0).abs_diff(t1 - t0);
-        assert!(drift < MS(1), "lease time moved {:?} against tokio's {:?}", l1 - l0, t1 - t0);
+        assert!(
+            drift < MS(1),
+            "lease time moved {:?} against tokio's {:?}",
+            l1 - l0,
+            t1 - t0
+        );
         assert!(l0 >= t0, "never behind tokio's clock");
     }
 

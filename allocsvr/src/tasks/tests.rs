@@ -286,7 +286,11 @@ async fn an_owner_resumed_from_a_suspend_longer_than_the_lease_refuses_to_serve(
     script.jump_at(monotonic, Duration::from_secs(4));
     assert_eq!(Instant::now(), monotonic, "no monotonic time passed");
     for uid in [0, 10] {
-        assert_eq!(node.fetch(uid).await.0, pb::Outcome::NotReady, "uid {uid}: the lease ran out while suspended");
+        assert_eq!(
+            node.fetch(uid).await.0,
+            pb::Outcome::NotReady,
+            "uid {uid}: the lease ran out while suspended"
+        );
     }
     let batch = tonic::Request::new(pb::BatchFetchNextSeqRequest {
         uids: vec![1, 11, 21],

@@ -8,7 +8,6 @@
 //! Left out: driving a move (seqctl does) and checking the caller's role (the server's auth
 //! layer does, before a handler runs).
 
-
 use seqsvr_auth::Caller;
 use seqsvr_proto::pb;
 

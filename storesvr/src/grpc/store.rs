@@ -147,7 +147,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }
             Led::Here(result) => result,
         };
-        let (incarnation, reply) = serve::registered(result, &params, &mut self.ctx.view().liveness, Shared::lease_now())?;
+        let (incarnation, reply) =
+            serve::registered(result, &params, &mut self.ctx.view().liveness, Shared::lease_now())?;
         tracing::info!(node_id = req.node_id, %incarnation, addr = %req.addr, "AllocSvr registered");
         Ok(Response::new(reply))
     }
