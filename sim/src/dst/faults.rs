@@ -49,7 +49,9 @@ pub enum Kind {
     SuspendAlloc(usize, u64),
     /// An AllocSvr's lease clock runs this many ppm fast (> 0) or slow (< 0) for the fault, within
     /// the set's drift bound (unless [`ClockControl::drift_ppm`] says otherwise), while the
-    /// others keep the simulated time.
+    /// others keep the simulated time. Its links to the store are cut for the fault's second
+    /// half: a drift matters only to an owner that cannot renew, whose lease then runs out on its
+    /// own clock while the store's detection and the next owner's wait run on theirs.
     DriftAlloc(usize, i64),
 }
 
@@ -211,6 +213,15 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
     }
 }
 
+/// Cuts AllocSvr `i` from the store `after` from now on, until the fault heals.
+fn cut_store_after(world: &std::sync::Arc<World>, i: usize, after: Duration) {
+    let world = world.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        cut_store(&world, i, true, true);
+    });
+}
+
 /// Pauses AllocSvr `i` for `d` and scripts its lease clock over the same span: frozen, then on
 /// resume forward by `d` (unless the monotonic control is on). The whole span is scripted now,
 /// so that the jump is there whichever task runs first at the resume.
@@ -234,6 +245,7 @@ fn drift(world: &std::sync::Arc<World>, i: usize, ppm: i64, d: Duration) -> Stri
     let (now, clock) = (tokio::time::Instant::now(), world.lease_clock(i));
     clock.set_rate_from(now, rate);
     clock.set_rate_from(now + d, SAME_RATE_PPM);
+    cut_store_after(world, i, d / 2);
     format!("allocsvr-{i} (lease clock {ppm:+} ppm)")
 }
 
@@ -256,7 +268,11 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::KillAlloc(i) => world.start_alloc(i),
         Kind::TermAllocTwice(i) => world.restart_alloc(i),
         Kind::PauseAlloc(_) => {}
-        Kind::CutAllocStore(i) | Kind::CutAllocStoreOneWay(i, _) | Kind::SuspendAlloc(i, _) => {
+        // A drift's cut begins half-way (`cut_store_after`), before this heal at its end.
+        Kind::CutAllocStore(i)
+        | Kind::CutAllocStoreOneWay(i, _)
+        | Kind::SuspendAlloc(i, _)
+        | Kind::DriftAlloc(i, _) => {
             world
                 .lock()
                 .net
@@ -278,8 +294,6 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::Lossy(_) => world.lock().net.drop = 0.0,
         Kind::Duplicate(_) => world.lock().net.dup = 0.0,
         Kind::Slow(_) => world.lock().net.jitter = Duration::ZERO,
-        // Scripted to its end when injected.
-        Kind::DriftAlloc(..) => {}
     }
 }
 
