@@ -16,6 +16,7 @@ use clap::Parser;
 use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
+use seqsvr_proto::lease_clock::LeaseClock;
 use seqsvr_proto::serving::{self, ServeLimits};
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
@@ -122,6 +123,9 @@ pub struct NodeConfig {
     pub serve_limits: ServeLimits,
     /// Mutual TLS (an `allocsvr` certificate) on the data plane and to the store; plaintext when unset.
     pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
+    /// The clock every lease deadline is read on: the host's, counting suspended time; tests and
+    /// the simulator script one to suspend or skew a node.
+    pub lease_clock: LeaseClock,
 }
 
 impl NodeConfig {
@@ -137,6 +141,7 @@ impl NodeConfig {
             repeat_releases_after: None,
             serve_limits: serving::allocsvr(),
             tls: None,
+            lease_clock: LeaseClock::host(),
         }
     }
 }
@@ -185,6 +190,7 @@ impl Cli {
                 repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
                 serve_limits,
                 tls: tls.map(std::sync::Arc::new),
+                lease_clock: LeaseClock::host(),
             },
             metrics_listen: self.metrics_listen,
         })

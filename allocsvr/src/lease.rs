@@ -1,7 +1,7 @@
 //! Lease arithmetic (docs/DESIGN.md, Ownership), pure: every function is handed `now` or the
 //! instants it needs and reads no clock.
 //!
-//! - A renewal is timed from `t_send`, noted on the monotonic clock *before* the request left; a
+//! - A renewal is timed from `t_send`, noted on the lease clock *before* the request left; a
 //!   confirming reply makes the lease valid until `t_send + lease·(1−drift) − margin`. The store
 //!   measures its side from when it received the request, which is later, so the owner always
 //!   believes in a shorter lease than the store grants (P4).
@@ -11,7 +11,9 @@
 //!
 //! Deliberately left out: wall-clock time of any kind (a jump of the wall clock changes nothing)
 //! and the renewal loop itself (see `tasks::renew`). Instants are tokio's, so that the tasks that
-//! use this can be tested on a paused clock; with a running clock they are the monotonic clock.
+//! use this can be tested on a paused clock; they are read on `seqsvr_proto::lease_clock` (via
+//! `Shared::lease_now`), which adds the time the host was suspended to tokio's monotonic clock: a
+//! suspend longer than the lease ends the lease on resume.
 
 use std::time::Duration;
 

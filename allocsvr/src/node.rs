@@ -181,7 +181,7 @@ impl Core {
         info!(sections = dropped.len(), "shutting down: stopped serving every section");
         // Always tell the store we are leaving, even with nothing held: it then forgets this
         // incarnation and reassigns at once instead of waiting to detect our death.
-        let now = Instant::now();
+        let now = self.shared.lease_now();
         let ranges = released(
             dropped
                 .iter()

@@ -3,7 +3,7 @@
 //! The map is a `RwLock<Vec<Option<Arc<Slot>>>>` indexed by `section - first section of the
 //! set`: a fetch takes the read lock, indexes, and locks one section's short `std::sync::Mutex`;
 //! the renewal task takes the write lock only when ownership actually changes. The lease end is
-//! an atomic (nanoseconds since a base `Instant`), read inside the section lock so that the check
+//! an atomic (nanoseconds since a base instant of the lease clock), read inside the section lock so that the check
 //! and the increment are one critical section (docs/DESIGN.md, Ownership).
 //!
 //! Deliberately left out: deciding what to own (see `grants`, `tasks::renew`) and how to serve
@@ -79,12 +79,13 @@ pub struct Owned {
 }
 
 impl Owned {
-    /// An empty map for the sections `[first_section, first_section + count)`.
-    pub fn new(first_section: u64, count: usize) -> Self {
+    /// An empty map for the sections `[first_section, first_section + count)`; `now` is on the
+    /// lease clock, which every lease end published here is read on.
+    pub fn new(first_section: u64, count: usize, now: Instant) -> Self {
         Self {
             first_section,
             slots: RwLock::new(vec![None; count]),
-            clock_base: Instant::now(),
+            clock_base: now,
             lease_until_nanos: AtomicU64::new(0),
             generation: AtomicU64::new(0),
         }

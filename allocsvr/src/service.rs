@@ -25,7 +25,6 @@ use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::serving::InFlight;
 use seqsvr_proto::{SectionId, Uid};
 use seqsvr_proto::{map_header, pb};
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
@@ -101,8 +100,7 @@ impl Service {
                 return (Step::NotOwner, None);
             };
             let mut s = slot.section.lock().unwrap();
-            let now = Instant::now();
-            let next = s.try_next(offset, now, self.shared.owned().lease_until());
+            let next = s.try_next(offset, self.shared.lease_now(), self.shared.owned().lease_until());
             let step = match next {
                 Next::Served(seq) => Step::Served {
                     seq,
@@ -184,7 +182,7 @@ impl Service {
                     continue;
                 };
                 let mut s = slot.section.lock().unwrap();
-                let (now, lease_until) = (Instant::now(), owned.lease_until());
+                let (now, lease_until) = (self.shared.lease_now(), owned.lease_until());
                 let (mut served, mut waits) = (false, false);
                 for &i in group {
                     match s.try_next(offset(i), now, lease_until) {
@@ -288,7 +286,7 @@ impl AllocService for Service {
                 return (pb::Outcome::NotOwner, 0, None);
             };
             let s = slot.section.lock().unwrap();
-            match s.cur_seq(offset, Instant::now(), self.shared.owned().lease_until()) {
+            match s.cur_seq(offset, self.shared.lease_now(), self.shared.owned().lease_until()) {
                 Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
                 Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
             }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use seqsvr_proto::lease_clock::LeaseClock;
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb;
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
@@ -44,6 +45,8 @@ pub struct Shared {
     node_id: NodeId,
     params: SetParams,
     timings: LeaseTimings,
+    /// Every lease deadline's clock (see [`Shared::lease_now`]).
+    clock: LeaseClock,
     unsafe_switches: UnsafeSwitches,
     /// Test only: every Release is sent once more, 1–2× this later.
     repeat_releases_after: Option<Duration>,
@@ -79,7 +82,8 @@ impl Shared {
         let shared = Shared {
             node_id: cfg.node_id,
             // Slots for the whole uid space: a range moved into the set is granted like any other.
-            owned: Owned::new(0, params.total_sections() as usize),
+            owned: Owned::new(0, params.total_sections() as usize, cfg.lease_clock.now()),
+            clock: cfg.lease_clock.clone(),
             timings: LeaseTimings::of(&params),
             params,
             unsafe_switches: cfg.unsafe_switches,
@@ -109,6 +113,13 @@ impl Shared {
 
     pub fn timings(&self) -> &LeaseTimings {
         &self.timings
+    }
+
+    /// Now, for lease arithmetic: the lease end, the gain wait, a renewal's send time. It counts
+    /// the time the host was suspended, which tokio's `Instant::now()` does not; plain timeouts
+    /// (RPC waits, backoffs, the renewal schedule) stay on tokio's clock.
+    pub fn lease_now(&self) -> Instant {
+        self.clock.now()
     }
 
     pub fn unsafe_switches(&self) -> UnsafeSwitches {

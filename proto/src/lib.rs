@@ -17,15 +17,18 @@
 //! - [`observe`]: the latency histogram buckets both servers' metrics use.
 //! - [`serving`]: the limits every server runs with (calls in flight, streams per connection,
 //!   deadlines), set by one function on a tonic `Server` builder.
+//! - [`lease_clock`]: the clock lease deadlines are read on, counting the host's suspended time.
 //! - [`refusal`]: how RESOURCE_EXHAUSTED says "overloaded, retry" apart from "sequence space
 //!   used up, give up".
 //!
-//! Deliberately left out: any network IO (the only IO here is [`cli`] reading a config file). Clients, servers and retries live in the
+//! Deliberately left out: any network IO (the only IO here is [`cli`] reading a config file;
+//! [`lease_clock`] reads the host's clocks). Clients, servers and retries live in the
 //! crates that need them.
 
 pub mod addr;
 pub mod backup;
 pub mod cli;
+pub mod lease_clock;
 pub mod limits;
 pub mod map_header;
 pub mod observe;

@@ -53,6 +53,14 @@ pub struct DstArgs {
     /// lease wait, so the target may serve while the source's owner still does.
     #[arg(long)]
     unsafe_skip_move_wait: bool,
+    /// Negative control: a suspended AllocSvr's lease clock does not count the suspension (what
+    /// leases on CLOCK_MONOTONIC did): on resume it serves on a lease the store gave away.
+    #[arg(long)]
+    unsafe_monotonic_lease_clock: bool,
+    /// Negative control: every `drift-alloc` fault runs its lease clock this many ppm fast (> 0)
+    /// or slow (< 0) instead of the drawn rate within the set's bound (10,000 ppm).
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1_000_000..=1_000_000))]
+    unsafe_clock_drift_ppm: Option<i64>,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -75,6 +83,8 @@ impl DstArgs {
         o.store.unfenced_release = self.unsafe_unfenced_release;
         o.two_sets = self.sets == 2;
         o.skip_move_wait = self.unsafe_skip_move_wait;
+        o.clock.monotonic = self.unsafe_monotonic_lease_clock;
+        o.clock.drift_ppm = self.unsafe_clock_drift_ppm;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }

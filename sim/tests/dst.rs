@@ -161,6 +161,32 @@ fn an_unfenced_release_fails_its_known_seed() {
     );
 }
 
+/// A suspended host whose lease clock does not count the suspension (leases on CLOCK_MONOTONIC,
+/// as before the lease clock): seed 304's `suspend-alloc` (fault 2; alone it fails too) resumes
+/// an owner whose sections were granted elsewhere while it slept, its store links still down,
+/// and it serves on its old lease next to the new owner. Found by `sim dst --seeds 0..400
+/// --stop-at-first --unsafe-monotonic-lease-clock` (the first of 305 seeds; about 2 minutes in a
+/// debug build), replayed here rather than searched for.
+#[test]
+fn a_lease_clock_that_misses_a_suspend_fails_its_known_seed() {
+    const SEED: u64 = 304;
+    let mut unsafe_opts = Options::default();
+    unsafe_opts.clock.monotonic = true;
+    let o = dst::run_seed(SEED, &unsafe_opts);
+    println!("monotonic-lease-clock: seed {SEED}: {:?}", o.report.counts);
+    let broken = |p: &str| o.report.counts.get(p).copied().unwrap_or(0) > 0;
+    assert!(
+        broken("P1") || broken("P4"),
+        "seed {SEED} no longer breaks P1 or P4 with a lease clock that misses the suspension: {:?}; \
+         search again with `sim dst --seeds 0..2000 --stop-at-first --unsafe-monotonic-lease-clock`",
+        o.report.counts
+    );
+    assert!(
+        dst::run_seed(SEED, &Options::default()).passed(),
+        "seed {SEED} fails with the suspension counted too"
+    );
+}
+
 fn two_sets() -> Options {
     Options {
         two_sets: true,

@@ -109,7 +109,7 @@ pub async fn run_bump(shared: &Shared, slots: &[Arc<Slot>], wait: Duration) {
 /// incarnation the kept ones are held under.
 fn keep_bumpable(shared: &Shared, pending: &mut Vec<(Arc<Slot>, u64)>) -> Incarnation {
     let incarnation = shared.incarnation();
-    let allowed = !shared.is_stopping() && shared.owned().lease_valid(Instant::now());
+    let allowed = !shared.is_stopping() && shared.owned().lease_valid(shared.lease_now());
     pending.retain(|(slot, _)| {
         let keep = allowed && slot.incarnation == incarnation && shared.owned().is_held(slot);
         if !keep {
@@ -126,7 +126,7 @@ fn note_ready(shared: &Shared, slot: &Slot, serve_after: Instant) {
     if slot.ready_noted.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    let ready = Instant::now().max(serve_after);
+    let ready = shared.lease_now().max(serve_after);
     let took = ready.saturating_duration_since(slot.gained_at).as_secs_f64();
     let m = shared.metrics();
     if serve_after > slot.gained_at {

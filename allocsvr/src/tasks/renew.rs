@@ -130,13 +130,13 @@ pub async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Flow::RenewSoon => next = next.min(Instant::now() + RENEW_SOON),
             Flow::Stop => return,
         }
-        r.expire_if_due(Instant::now());
+        r.expire_if_due(r.shared.lease_now());
     }
 }
 
 impl Renewer {
     async fn renew_once(&mut self, stop: &mut watch::Receiver<bool>) -> Flow {
-        let t_send = Instant::now();
+        let t_send = self.shared.lease_now();
         // The grants answered are this incarnation's: a Release built from them names it (not
         // whatever this process is registered as when the Release is finally sent).
         let incarnation = self.shared.incarnation();
@@ -182,7 +182,7 @@ impl Renewer {
             let diff = grants::diff(p.all_sections(), &held, &reply.grants, &reply.handover, &self.handed);
             // Whether each handed-over section's wait had passed, read before its slot is dropped
             // (or remembered from the first handover, when the slot is long gone).
-            let now = Instant::now();
+            let now = shared.lease_now();
             let release: Vec<_> = diff
                 .release
                 .iter()

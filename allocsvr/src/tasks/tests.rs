@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use seqsvr_proto::lease_clock::{self, LeaseClock};
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
@@ -194,9 +195,17 @@ struct Harness {
     _stop: watch::Sender<bool>,
 }
 
+/// A node whose lease clock is tokio's (a script with no change): the host's own suspensions
+/// cannot reach these tests.
 async fn start(store: Arc<FakeStore>) -> Harness {
+    start_on(store, lease_clock::Script::new().into()).await
+}
+
+/// [`start`] with its leases read on `clock`.
+async fn start_on(store: Arc<FakeStore>, clock: LeaseClock) -> Harness {
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let cfg = NodeConfig::new(NodeId(1), listen, vec![]);
+    let mut cfg = NodeConfig::new(NodeId(1), listen, vec![]);
+    cfg.lease_clock = clock;
     let (incarnation, params) = renew::register(&*store, cfg.node_id, "a:1", None).await.unwrap();
     let (shared, queue) = Shared::new(&cfg, params, "a:1".into(), store, incarnation);
     let (stop, stop_rx) = watch::channel(false);
@@ -260,6 +269,41 @@ async fn the_lease_runs_out_during_a_slow_renewal_at_send_time_plus_validity() {
         "everything dropped once the lease ran out"
     );
     assert_eq!(node.shared.owned().lease_until(), None);
+}
+
+/// A host suspended for longer than the lease (CLOCK_MONOTONIC, and so tokio's clock, stands still
+/// meanwhile): on resume the owner's lease is over, although no monotonic time passed. The store
+/// may have granted its sections to another owner in between; serving on would make two owners.
+#[tokio::test(start_paused = true)]
+async fn an_owner_resumed_from_a_suspend_longer_than_the_lease_refuses_to_serve() {
+    let store = FakeStore::granting_all(1);
+    let script = lease_clock::Script::new();
+    let node = start_on(store.clone(), script.clone().into()).await;
+    node.served(0, Duration::from_secs(5)).await;
+    node.served(10, Duration::from_secs(5)).await;
+    let monotonic = Instant::now();
+    // Suspended for a lease and a second: what BOOTTIME − MONOTONIC grew by, seen on resume.
+    script.jump_at(monotonic, Duration::from_secs(4));
+    assert_eq!(Instant::now(), monotonic, "no monotonic time passed");
+    for uid in [0, 10] {
+        assert_eq!(
+            node.fetch(uid).await.0,
+            pb::Outcome::NotReady,
+            "uid {uid}: the lease ran out while suspended"
+        );
+    }
+    let batch = tonic::Request::new(pb::BatchFetchNextSeqRequest {
+        uids: vec![1, 11, 21],
+        route_version: 0,
+    });
+    let reply = node.service.batch_fetch_next_seq(batch).await.unwrap().into_inner();
+    assert!(
+        reply.outcomes.iter().all(|&o| o == pb::Outcome::NotReady as i32),
+        "a batch checks the same lease: {:?}",
+        reply.outcomes
+    );
+    // The next renewal, sent after the resume, is what gives a lease back.
+    node.served(0, Duration::from_secs(1)).await;
 }
 
 /// While the store says ownership is about to change, renewals come every [`renew::RENEW_SOON`]

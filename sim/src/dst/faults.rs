@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use seqsvr_proto::lease_clock::SAME_RATE_PPM;
 use serde::Serialize;
 
 use super::group::REPLICAS;
@@ -39,7 +40,33 @@ pub enum Kind {
     Duplicate(f64),
     /// Delay every message by up to this many ms more (messages overtake each other).
     Slow(u64),
+    /// Suspend an AllocSvr's host for `.1` ms: its process is paused as by [`Kind::PauseAlloc`]
+    /// and its lease clock stands still, then jumps forward by the whole suspension on resume, as
+    /// `CLOCK_BOOTTIME` does (under [`ClockControl::monotonic`] it never catches up). Its links to
+    /// the store are cut from the start to the fault's end, some time after the resume (a resumed
+    /// host's network is often not up at once): clients reach it before its renewals do, so what
+    /// it serves then rests on its lease clock alone.
+    SuspendAlloc(usize, u64),
+    /// An AllocSvr's lease clock runs this many ppm fast (> 0) or slow (< 0) for the fault, within
+    /// the set's drift bound (unless [`ClockControl::drift_ppm`] says otherwise), while the
+    /// others keep the simulated time. Its links to the store are cut for the fault's second
+    /// half: a drift matters only to an owner that cannot renew, whose lease then runs out on its
+    /// own clock while the store's detection and the next owner's wait run on theirs.
+    DriftAlloc(usize, i64),
 }
+
+/// Negative controls of the clock faults (test only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockControl {
+    /// A suspended host's lease clock does not count the suspension: on resume it is behind by
+    /// it, as `CLOCK_MONOTONIC` (the clock leases were read on before) is.
+    pub monotonic: bool,
+    /// Every drift fault runs at this rate instead of the drawn one (beyond the bound, say).
+    pub drift_ppm: Option<i64>,
+}
+
+/// Share of seeds that draw one clock fault, on top of the others.
+const CLOCK_FAULT_SHARE: f64 = 0.3;
 
 /// One fault: what, when (ms after the start) and for how long.
 #[derive(Clone, Debug, Serialize)]
@@ -61,8 +88,39 @@ impl Fault {
 }
 
 /// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone, each lasting up to
-/// two and a half leases (long enough to outlive a lease or not).
+/// two and a half leases (long enough to outlive a lease or not); then, in a share of the seeds,
+/// one clock fault (see [`clock_fault`]).
 pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
+    let mut all = process_and_network(seed, load_ms, allocs, lease_ms);
+    all.extend(clock_fault(seed, load_ms, allocs, lease_ms));
+    all
+}
+
+/// A clock fault in [`CLOCK_FAULT_SHARE`] of the seeds, drawn with a generator of its own so that
+/// every seed keeps the other faults it drew before clock faults existed (the seeds quoted in
+/// tests and docs replay their schedules). It ends within the load, where everything is healed.
+/// A drift stays within the set's bound, `drift_ppm` (the same for every seed).
+pub fn clock_fault(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Option<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc10c_5eed_0000_0000);
+    if !rng.random_bool(CLOCK_FAULT_SHARE) {
+        return None;
+    }
+    let a = rng.random_range(0..allocs);
+    let bound = i64::try_from(super::params(seed).drift_ppm).unwrap_or(0);
+    let at_ms = rng.random_range(300..load_ms.saturating_sub(300).max(301));
+    let longest = (lease_ms * 5 / 2).min(load_ms.saturating_sub(at_ms)).max(101);
+    let for_ms = rng.random_range(100..longest);
+    let kind = if rng.random_bool(0.5) {
+        // The store comes back up to a lease after the resume, within the fault.
+        let offline_ms = rng.random_range(0..=lease_ms.min(for_ms / 2));
+        Kind::SuspendAlloc(a, for_ms - offline_ms)
+    } else {
+        Kind::DriftAlloc(a, rng.random_range(-bound..=bound))
+    };
+    Some(Fault { kind, at_ms, for_ms })
+}
+
+fn process_and_network(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17_5eed_0000_0000);
     let n = rng.random_range(2..=6);
     (0..n)
@@ -147,7 +205,48 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             world.lock().net.jitter = Duration::from_millis(ms);
             "network".into()
         }
+        Kind::SuspendAlloc(i, ms) => {
+            cut_store(world, i, true, true);
+            suspend(world, i, Duration::from_millis(ms))
+        }
+        Kind::DriftAlloc(i, ppm) => drift(world, i, ppm, Duration::from_millis(f.for_ms)),
     }
+}
+
+/// Cuts AllocSvr `i` from the store `after` from now on, until the fault heals.
+fn cut_store_after(world: &std::sync::Arc<World>, i: usize, after: Duration) {
+    let world = world.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        cut_store(&world, i, true, true);
+    });
+}
+
+/// Pauses AllocSvr `i` for `d` and scripts its lease clock over the same span: frozen, then on
+/// resume forward by `d` (unless the monotonic control is on). The whole span is scripted now,
+/// so that the jump is there whichever task runs first at the resume.
+fn suspend(world: &std::sync::Arc<World>, i: usize, d: Duration) -> String {
+    let (now, clock) = (tokio::time::Instant::now(), world.lease_clock(i));
+    world.pause_alloc(i, now + d);
+    clock.set_rate_from(now, 0);
+    clock.set_rate_from(now + d, SAME_RATE_PPM);
+    let ms = d.as_millis();
+    if world.clock_control().monotonic {
+        return format!("allocsvr-{i} (suspended {ms} ms, its lease clock not told)");
+    }
+    clock.jump_at(now + d, d);
+    format!("allocsvr-{i} (suspended {ms} ms)")
+}
+
+/// AllocSvr `i`'s lease clock runs `ppm` fast or slow for `d` (the control's rate when it sets one).
+fn drift(world: &std::sync::Arc<World>, i: usize, ppm: i64, d: Duration) -> String {
+    let ppm = world.clock_control().drift_ppm.unwrap_or(ppm);
+    let rate = (SAME_RATE_PPM as i64).saturating_add(ppm).max(0) as u64;
+    let (now, clock) = (tokio::time::Instant::now(), world.lease_clock(i));
+    clock.set_rate_from(now, rate);
+    clock.set_rate_from(now + d, SAME_RATE_PPM);
+    cut_store_after(world, i, d / 2);
+    format!("allocsvr-{i} (lease clock {ppm:+} ppm)")
 }
 
 fn cut_store(world: &World, i: usize, requests: bool, replies: bool) -> String {
@@ -169,7 +268,11 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::KillAlloc(i) => world.start_alloc(i),
         Kind::TermAllocTwice(i) => world.restart_alloc(i),
         Kind::PauseAlloc(_) => {}
-        Kind::CutAllocStore(i) | Kind::CutAllocStoreOneWay(i, _) => {
+        // A drift's cut begins half-way (`cut_store_after`), before this heal at its end.
+        Kind::CutAllocStore(i)
+        | Kind::CutAllocStoreOneWay(i, _)
+        | Kind::SuspendAlloc(i, _)
+        | Kind::DriftAlloc(i, _) => {
             world
                 .lock()
                 .net

@@ -17,8 +17,8 @@
 //! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes).
 //!
 //! Deliberately left out: faults on set 1 (they hit set 0's AllocSvrs and leader), data-plane
-//! duplicates (a copy of a fetch only wastes a number) and clock drift between
-//! processes (every process reads the one simulated clock).
+//! duplicates (a copy of a fetch only wastes a number) and clock faults on the StoreSvrs (they
+//! read the one simulated clock; an AllocSvr's lease clock can be suspended or drift, [`faults`]).
 
 pub mod faults;
 pub mod group;
@@ -66,6 +66,8 @@ pub struct Options {
     pub two_sets: bool,
     /// Negative control: a move's source hands out its ceilings without the lease wait.
     pub skip_move_wait: bool,
+    /// Negative controls of the clock faults.
+    pub clock: faults::ClockControl,
 }
 
 impl Options {
@@ -84,6 +86,10 @@ impl Options {
         add(self.store.skip_epoch_fence, "unsafe-skip-epoch-fence");
         add(self.store.unfenced_release, "unsafe-unfenced-release");
         add(self.skip_move_wait, "unsafe-skip-move-wait");
+        add(self.clock.monotonic, "unsafe-monotonic-lease-clock");
+        if let Some(ppm) = self.clock.drift_ppm {
+            out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
+        }
         if self.two_sets {
             out.push_str(" --sets 2");
         }
@@ -161,6 +167,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     let p = params(seed);
     let all = seed_faults(seed, &p, opts);
     let world = World::new(initial_state(seed, &p, opts), opts.alloc);
+    world.set_clock_control(opts.clock);
     let info = RunInfo {
         seed,
         section_size: p.section_size,

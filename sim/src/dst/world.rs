@@ -11,6 +11,8 @@
 //! - A killed process stops at once (its loops are aborted, whatever it still sends is never
 //!   answered); a paused one holds every message it sends or receives until it resumes, while
 //!   time goes on, as SIGSTOP does.
+//! - Each AllocSvr slot has its host's lease clock ([`World::lease_clock`]), tokio's time until a
+//!   clock fault scripts it (a suspension, a drift); the StoreSvrs read tokio's time.
 //!
 //! One lock guards everything; no task holds it across an `.await`, and every random draw comes
 //! from the one seeded generator, in the order the single-threaded runtime runs the tasks.
@@ -26,12 +28,14 @@ use allocsvr::{Core, NodeConfig, UnsafeSwitches};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_client::transport::{BoxError, CallFuture, Connect};
+use seqsvr_proto::lease_clock::Script;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
 use storesvr::error::RpcError;
 use tokio::time::Instant;
 use tonic::codegen::Service as _;
 
+use super::faults::ClockControl;
 use super::group::{Group, REPLICAS, Rep, Req, Step};
 
 /// One end of a link.
@@ -131,6 +135,9 @@ pub struct World {
     state: Mutex<State>,
     pub start: Instant,
     pub switches: UnsafeSwitches,
+    /// Each AllocSvr slot's lease clock (its host's: a restarted process keeps it) and the
+    /// clock faults' negative controls.
+    clocks: Mutex<(Vec<Script>, ClockControl)>,
 }
 
 /// The real store client's default attempt and overall limits, for the calls that give none
@@ -147,7 +154,26 @@ impl World {
             state: Mutex::new(state),
             start: Instant::now(),
             switches,
+            clocks: Mutex::new((Vec::new(), ClockControl::default())),
         })
+    }
+
+    /// The lease clock of AllocSvr slot `i`: the simulated time until a clock fault scripts it.
+    pub fn lease_clock(&self, i: usize) -> Script {
+        let mut clocks = self.clocks.lock().unwrap_or_else(|e| e.into_inner());
+        while clocks.0.len() <= i {
+            clocks.0.push(Script::new());
+        }
+        clocks.0[i].clone()
+    }
+
+    pub fn clock_control(&self) -> ClockControl {
+        self.clocks.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+
+    /// Turns the clock faults' negative controls on (before the first fault).
+    pub fn set_clock_control(&self, control: ClockControl) {
+        self.clocks.lock().unwrap_or_else(|e| e.into_inner()).1 = control;
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -281,6 +307,7 @@ impl World {
                 vec![],
             );
             cfg.unsafe_switches = world.switches;
+            cfg.lease_clock = world.lease_clock(i).into();
             cfg.start_timeout = Duration::from_secs(3_600);
             let Ok(core) = Core::start(&cfg, store, addr).await else {
                 return;

@@ -8,8 +8,6 @@
 //! Left out: driving a move (seqctl does) and checking the caller's role (the server's auth
 //! layer does, before a handler runs).
 
-use std::time::Instant;
-
 use seqsvr_auth::Caller;
 use seqsvr_proto::pb;
 
@@ -94,7 +92,7 @@ pub async fn drain(ctx: &Shared, who: &Caller, node_id: u64) -> Result<pb::Drain
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(not_leader(hint));
     }
-    let now = Instant::now();
+    let now = Shared::lease_now();
     let cmd = ctx.data(|d| serve::drain_command(&d.set, &ctx.view().liveness, now, ctx.detect(), node_id))?;
     match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(not_leader(hint)),
@@ -114,6 +112,6 @@ pub async fn export_status(ctx: &Shared, req: pb::ExportStatusRequest) -> Result
     let skip_wait = ctx.config.unsafe_skip_move_wait;
     ctx.data(|d| {
         let mut seen = ctx.frozen_seen.lock().expect("frozen_seen lock poisoned");
-        serve::export_reply(&d.set, &p, req.op, Instant::now(), &mut seen, term, skip_wait)
+        serve::export_reply(&d.set, &p, req.op, Shared::lease_now(), &mut seen, term, skip_wait)
     })
 }

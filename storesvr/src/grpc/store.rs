@@ -147,7 +147,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }
             Led::Here(result) => result,
         };
-        let (incarnation, reply) = serve::registered(result, &params, &mut self.ctx.view().liveness, Instant::now())?;
+        let (incarnation, reply) =
+            serve::registered(result, &params, &mut self.ctx.view().liveness, Shared::lease_now())?;
         tracing::info!(node_id = req.node_id, %incarnation, addr = %req.addr, "AllocSvr registered");
         Ok(Response::new(reply))
     }
@@ -173,7 +174,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 &req,
                 map,
                 || self.route_table_of(&d.set),
-                Instant::now(),
+                Shared::lease_now(),
             )
         })?;
         Ok(Response::new(reply))
@@ -263,7 +264,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .get_node(&leader_id)
             .map(|n| n.addr.clone())
             .unwrap_or_default();
-        let now = Instant::now();
+        let now = Shared::lease_now();
         let detect = self.ctx.detect();
         let reply = self.ctx.data(|d| {
             let view = self.ctx.view();

@@ -6,7 +6,6 @@
 //! Deliberately left out: the decision itself (`serve::arbiter_tick`, pure); a failed write is simply retried at the next tick.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use openraft::ServerState;
 
@@ -38,7 +37,7 @@ pub async fn arbiter_loop(ctx: Arc<Shared>) {
                 &st.set,
                 &mut view,
                 (is_leader, term),
-                Instant::now(),
+                Shared::lease_now(),
                 ctx.detect(),
                 &ctx.config.set_params(),
             )
