@@ -35,6 +35,21 @@ async fn a_used_up_section_is_refused_as_exhausted_and_the_client_gives_up_at_on
     })
     .await;
     assert_eq!(refusal::of(&refused), Some(Refusal::Exhausted), "{refused:?}");
+    let req = pb::BatchFetchNextSeqRequest {
+        uids: vec![15, 3],
+        route_version: 0,
+    };
+    let reply = c
+        .batch_fetch_next_seq(req)
+        .await
+        .expect("a batch is answered per uid")
+        .into_inner();
+    assert_eq!(
+        reply.outcomes,
+        vec![pb::Outcome::Ok as i32, pb::Outcome::Exhausted as i32],
+        "{reply:?}"
+    );
+    assert!(reply.seqs[0] > 0 && reply.seqs[1] == 0, "{reply:?}");
 
     let cfg = ClientConfig {
         deadline: Duration::from_secs(5),
@@ -44,8 +59,19 @@ async fn a_used_up_section_is_refused_as_exhausted_and_the_client_gives_up_at_on
     let started = Instant::now();
     let err = client.fetch_next_seq(Uid(3)).await.unwrap_err();
     assert_eq!(err.failure_kind(), Some(FailureKind::Exhausted), "{err}");
-    let err = client.batch_fetch(&[Uid(15), Uid(3)]).await.unwrap_err();
+    let err = client.batch_fetch(&[Uid(3)]).await.unwrap_err();
     assert_eq!(err.failure_kind(), Some(FailureKind::Exhausted), "{err}");
+    // Issue 25, item 8: with another uid beside it, that uid is served and says so; the
+    // exhausted one fails on its own. (The whole call used to be refused RESOURCE_EXHAUSTED after
+    // uid 15 had consumed a number, and read as "did not happen" for both.)
+    let each = client.batch_fetch_each(&[Uid(15), Uid(3)]).await.expect("sent");
+    assert!(each[0].is_ok(), "{each:?}");
+    assert_eq!(
+        each[1].as_ref().unwrap_err().failure_kind(),
+        Some(FailureKind::Exhausted)
+    );
+    let err = client.batch_fetch(&[Uid(15), Uid(3)]).await.unwrap_err();
+    assert!(err.is_unknown(), "part of the call was served: {err}");
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "given up at once: {:?}",
