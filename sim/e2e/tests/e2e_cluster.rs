@@ -607,3 +607,40 @@ async fn seqctl_status_json_shows_members_leader_and_every_section_owned() {
         "both AllocSvrs own sections: {last}"
     );
 }
+
+/// Issue 25, item 8: `seqctl sets` shows a set's AllocSvrs as the leader sees them. A follower
+/// has no liveness data and called every AllocSvr dead; `sets` asked whichever replica the map
+/// lists first, which after a leader change is a follower, while `seqctl status` (which prefers
+/// the leader's view) showed the same AllocSvrs alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seqctl_sets_shows_allocsvrs_alive_after_the_leader_moved() {
+    let _quiet = QUIET.read().await;
+    let mut c = started_cluster().await;
+    // The first replica the map lists (node 1) must be a follower.
+    let leader = c.wait_store_leader(START_WITHIN).await;
+    if leader == 1 {
+        c.kill(Role::Store, 1);
+        assert_ne!(c.wait_store_leader(START_WITHIN).await, 1);
+        c.start_store(1);
+    }
+    let store = c.store_seeds_flag();
+    let alive = poll(
+        "both AllocSvrs shown alive by seqctl sets",
+        Duration::from_secs(15),
+        || {
+            let store = store.clone();
+            async move {
+                let out = tokio::process::Command::new(sibling_bin("seqctl"))
+                    .args(["--store", &store, "--json", "sets"])
+                    .output()
+                    .await
+                    .ok()?;
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                let allocs = v["sets"][0]["health"]["allocsvrs"].as_array()?.clone();
+                (allocs.len() == 2 && allocs.iter().all(|a| a["alive"] == true)).then_some(allocs)
+            }
+        },
+    )
+    .await;
+    eprintln!("seqctl sets: {alive:?}");
+}

@@ -215,16 +215,29 @@ fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool)
     (grants, renew_soon)
 }
 
-/// The sections `incarnation` owns that a move has frozen.
+/// The sections `incarnation` owns that a move has frozen. Only the frozen ranges are walked
+/// (none, almost always): a renewal must not scan every section of a big set.
 fn frozen_of(set: &SetState, incarnation: Incarnation) -> Vec<pb::SectionRange> {
-    set.runs()
-        .into_iter()
-        .filter(|run| run.state.owner == incarnation && matches!(run.range, RangeState::Migrating { .. }))
-        .map(|run| pb::SectionRange {
-            begin: run.begin.0,
-            end: run.end.0,
-        })
-        .collect()
+    let mut out: Vec<pb::SectionRange> = Vec::new();
+    for frozen in set
+        .ranges
+        .runs()
+        .filter(|r| matches!(r.state, RangeState::Migrating { .. }))
+    {
+        for (section, s) in set.sections_in(frozen.begin, frozen.end) {
+            if s.owner != incarnation {
+                continue;
+            }
+            match out.last_mut() {
+                Some(last) if last.end == section.0 => last.end += 1,
+                _ => out.push(pb::SectionRange {
+                    begin: section.0,
+                    end: section.0 + 1,
+                }),
+            }
+        }
+    }
+    out
 }
 
 /// The sections the arbiter's latest plan asks `incarnation` to hand over.

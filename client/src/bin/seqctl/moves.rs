@@ -224,10 +224,26 @@ async fn set_health(cli: &crate::Cli, s: &pb::SetInfo) -> SetHealth {
         s.stores.iter().map(|a| seqsvr_control::Seed::parse(a)).collect();
     let dialer = crate::dialer(cli).map_err(|f| f.message);
     let store = seeds.and_then(|seeds| seqsvr_control::StoreClient::with_dialer(seeds, timeouts(cli), &dialer?));
-    let status = match store {
+    let mut status = match store {
         Ok(store) => store.status().await.map_err(|e| e.to_string()),
         Err(e) => Err(e),
     };
+    // Liveness of AllocSvrs is known only on the leader (a follower calls every one dead): take
+    // the leader's view, as `seqctl status` does.
+    if let Ok(view) = &status
+        && view.leader_id != 0
+        && view.leader_id != view.node_id
+        && !view.leader_addr.is_empty()
+        && let Ok(seeds) = s
+            .stores
+            .iter()
+            .map(|a| seqsvr_control::Seed::parse(a))
+            .collect::<Result<Vec<_>, _>>()
+        && let Ok(leader_view) =
+            crate::single_status(cli, &crate::configured_addr(&seeds, view.leader_id, &view.leader_addr)).await
+    {
+        status = Ok(leader_view);
+    }
     SetHealth {
         stores: s.stores.clone(),
         status,
