@@ -508,20 +508,26 @@ async fn a_restore_from_a_backup_older_than_a_move_is_refused_naming_the_move() 
     c.procs.kill("store1").unwrap();
 
     let map_from = format!("--map-from={}", c.stores[0]);
-    let away = restore_set_1(&c, &backup("owns1.backup"), "r1", &[&map_from]);
-    let said = String::from_utf8_lossy(&away.stderr).to_string();
-    assert_eq!(away.status.code(), Some(1), "{}", text(&away));
-    assert!(
-        said.contains(&format!("move {back} from set 1 to set 0")) && said.contains("two sets"),
-        "{said}"
-    );
-    let came = restore_set_1(&c, &backup("empty.backup"), "r2", &[&map_from]);
-    let said = String::from_utf8_lossy(&came.stderr).to_string();
-    assert_eq!(came.status.code(), Some(1), "{}", text(&came));
-    assert!(
-        said.contains(&format!("move {into} from set 0 to set 1")) && said.contains("no set"),
-        "{said}"
-    );
+    let refused = [
+        (
+            "owns1.backup",
+            "r1",
+            format!("move {back} from set 1 to set 0"),
+            "two sets",
+        ),
+        (
+            "empty.backup",
+            "r2",
+            format!("move {into} from set 0 to set 1"),
+            "no set",
+        ),
+    ];
+    for (file, dir, names, harm) in refused {
+        let out = restore_set_1(&c, &backup(file), dir, &[&map_from]);
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(said.contains(&names) && said.contains(harm), "{said}");
+    }
     assert!(!c._dir.path().join("r1").exists() && !c._dir.path().join("r2").exists());
 
     let unchecked = restore_set_1(&c, &backup("owns1.backup"), "r3", &["--skip-map-check"]);
