@@ -177,6 +177,7 @@ mod tests {
             new_max: u64::MAX,
         };
         let req = pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: 0,
             items: vec![item],
         };

@@ -147,6 +147,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let cases: Vec<(pb::BumpRequest, tonic::Code, &str)> = vec![
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(SECTIONS)],
             },
@@ -155,6 +156,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1), item(u64::MAX)],
             },
@@ -163,6 +165,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![],
             },
@@ -171,6 +174,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1); 65_537],
             },
@@ -179,6 +183,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: 999_999,
                 items: vec![item(1)],
             },
@@ -206,6 +211,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
+                secret: Vec::new(),
                 node_id: 0,
                 addr: "127.0.0.1:1".into(),
                 nonce: 1,
@@ -216,6 +222,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
+                secret: Vec::new(),
                 node_id: 5,
                 addr: "no port".into(),
                 nonce: 1,
@@ -226,6 +233,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .release(pb::ReleaseRequest {
+                secret: Vec::new(),
                 incarnation: 424_242,
                 sections: vec![pb::ReleasedRange {
                     begin: 0,

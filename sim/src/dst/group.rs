@@ -461,6 +461,7 @@ pub(crate) mod tests {
         let (mut dst, d) = group(1, t0);
         // An AllocSvr of set 0 registers and renews; the arbiter gives it every section.
         let reg = pb::RegisterRequest {
+            secret: Vec::new(),
             node_id: 1,
             addr: "allocsvr-0:7000".into(),
             nonce: 5,
@@ -473,6 +474,7 @@ pub(crate) mod tests {
             }
         });
         let renew = Req::Renew(pb::RenewRequest {
+            secret: Vec::new(),
             incarnation,
             ..Default::default()
         });

@@ -515,6 +515,7 @@ mod tests {
             new_max,
         };
         let req = |items| pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: incs[0].0,
             items,
         };
@@ -537,6 +538,7 @@ mod tests {
         let detect = Duration::from_secs(2);
         let renew = |set: &SetState, view: &mut LeaderView, inc: Incarnation, now| {
             let req = pb::RenewRequest {
+                secret: Vec::new(),
                 incarnation: inc.0,
                 ..Default::default()
             };

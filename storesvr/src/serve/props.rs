@@ -192,6 +192,7 @@ fn request() -> impl Strategy<Value = Request> {
     });
     prop_oneof![
         (num(), text(), num()).prop_map(|(node_id, addr, nonce)| Request::Register(pb::RegisterRequest {
+            secret: Vec::new(),
             node_id,
             addr,
             nonce
@@ -199,6 +200,7 @@ fn request() -> impl Strategy<Value = Request> {
         (num(), any::<bool>(), prop::collection::vec(released_range(), 0..6)).prop_map(
             |(incarnation, leaving, sections)| {
                 Request::Release(pb::ReleaseRequest {
+                    secret: Vec::new(),
                     incarnation,
                     leaving,
                     sections,
@@ -206,7 +208,7 @@ fn request() -> impl Strategy<Value = Request> {
             }
         ),
         (num(), prop::collection::vec(bump_item, 0..300))
-            .prop_map(|(incarnation, items)| Request::Bump(pb::BumpRequest { incarnation, items })),
+            .prop_map(|(incarnation, items)| Request::Bump(pb::BumpRequest { incarnation, items, secret: Vec::new() })),
         prop::collection::vec(section_range(), 0..6).prop_map(|sections| Request::Load(pb::LoadRequest { sections })),
         (
             num(),
@@ -302,6 +304,7 @@ fn requests_at_and_past_the_size_limits_answer_cleanly() {
     };
     for n in [0, MAX_BUMP_ITEMS, MAX_BUMP_ITEMS + 1] {
         let r = pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: inc.0,
             items: items(n),
         };
