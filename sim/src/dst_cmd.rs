@@ -123,6 +123,10 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         "seeds where the Release epoch fence refused a section: {}",
         r.stale_release_seeds
     );
+    println!(
+        "forged Releases, Renews and Bumps: {} sent in {} seeds, {} refused",
+        r.forged.sent, r.forger_seeds, r.forged.refused
+    );
     match r.failures.first() {
         Some(o) => {
             println!(
@@ -166,6 +170,10 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     print!("{}", o.report.render(history));
     println!("history hash: {:016x}", o.hash);
     println!("sections refused by the Release epoch fence: {}", o.stale_releases);
+    println!(
+        "forged Releases, Renews and Bumps: {} sent, {} refused",
+        o.forged.sent, o.forged.refused
+    );
     if let Some(path) = &args.history
         && let Err(e) = write_history(path, history)
     {

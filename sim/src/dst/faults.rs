@@ -39,6 +39,9 @@ pub enum Kind {
     Duplicate(f64),
     /// Delay every message by up to this many ms more (messages overtake each other).
     Slow(u64),
+    /// A forger sends Releases, Renews and Bumps in other incarnations' names (`forger`), drawn
+    /// from this seed of its own.
+    Forge(u64),
 }
 
 /// One fault: what, when (ms after the start) and for how long.
@@ -61,8 +64,31 @@ impl Fault {
 }
 
 /// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone, each lasting up to
-/// two and a half leases (long enough to outlive a lease or not).
+/// two and a half leases (long enough to outlive a lease or not); in half the seeds, a forger
+/// after them (see [`forger_of`]).
 pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
+    let mut faults = process_and_network(seed, load_ms, allocs, lease_ms);
+    faults.extend(forger_of(seed, load_ms));
+    faults
+}
+
+/// The forger of a seed, if it has one: from the second quarter of the load on, for the rest of
+/// it or less. Drawn from a generator of its own and listed last, so that adding it left every
+/// other fault of every seed (and its index for `--faults`) where it was.
+fn forger_of(seed: u64, load_ms: u64) -> Option<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xf0e6_e500_0000_0000);
+    if !rng.random_bool(0.5) {
+        return None;
+    }
+    let at_ms = rng.random_range(load_ms / 8..load_ms / 2);
+    Some(Fault {
+        kind: Kind::Forge(rng.random()),
+        at_ms,
+        for_ms: rng.random_range(load_ms / 4..=load_ms - at_ms),
+    })
+}
+
+fn process_and_network(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17_5eed_0000_0000);
     let n = rng.random_range(2..=6);
     (0..n)
@@ -147,6 +173,11 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             world.lock().net.jitter = Duration::from_millis(ms);
             "network".into()
         }
+        Kind::Forge(seed) => {
+            let forger = tokio::spawn(super::forger::forge(world.clone(), seed));
+            world.lock().forger = Some(forger.abort_handle());
+            "storesvr leader".into()
+        }
     }
 }
 
@@ -191,11 +222,19 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::Lossy(_) => world.lock().net.drop = 0.0,
         Kind::Duplicate(_) => world.lock().net.dup = 0.0,
         Kind::Slow(_) => world.lock().net.jitter = Duration::ZERO,
+        Kind::Forge(_) => stop_forger(world),
+    }
+}
+
+fn stop_forger(world: &World) {
+    if let Some(f) = world.lock().forger.take() {
+        f.abort();
     }
 }
 
 /// Heals everything at the end of the load: every link, every process, every replica.
 pub fn heal_all(world: &std::sync::Arc<World>) {
+    stop_forger(world);
     let dead: Vec<usize> = {
         let mut st = world.lock();
         st.net = Default::default();

@@ -21,6 +21,7 @@
 //! processes (every process reads the one simulated clock).
 
 pub mod faults;
+pub mod forger;
 pub mod group;
 pub mod moves;
 pub mod services;
@@ -106,6 +107,8 @@ pub struct Outcome {
     pub changes: Vec<group::OwnerChange>,
     /// Sections named by a Release the epoch fence refused (see `Group::stale_releases`).
     pub stale_releases: u64,
+    /// What the seed's forger sent and the store refused (zeros without one).
+    pub forged: forger::Forged,
 }
 
 impl Outcome {
@@ -254,6 +257,8 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
             })
             .collect(),
         skip_fence: opts.store.skip_epoch_fence,
+        forger: None,
+        forged: Default::default(),
     }
 }
 
@@ -473,7 +478,7 @@ fn finish(
     }
     let mut history = History::from_records(records);
     history.info = info;
-    let (final_max, changes, stale_releases) = {
+    let (final_max, changes, stale_releases, forged) = {
         let mut st = world.lock();
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
@@ -490,7 +495,7 @@ fn finish(
             stale += g.stale_releases;
         }
         changes.sort_by_key(|c| c.at_ns);
-        (m, changes, stale)
+        (m, changes, stale, st.forged)
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {
@@ -501,6 +506,7 @@ fn finish(
         history: opts.keep_history.then_some(history),
         changes,
         stale_releases,
+        forged,
     }
 }
 
@@ -513,6 +519,9 @@ pub struct RangeResult {
     pub elapsed: Duration,
     /// Seeds in which the Release's epoch fence refused at least one section.
     pub stale_release_seeds: u64,
+    /// Seeds with a forger, and the forged calls sent and refused over all of them.
+    pub forger_seeds: u64,
+    pub forged: forger::Forged,
 }
 
 impl RangeResult {
@@ -532,6 +541,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let first_failure = AtomicU64::new(u64::MAX);
     let ran = AtomicU64::new(0);
     let stale = AtomicU64::new(0);
+    let (forger_seeds, sent, refused) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -544,6 +554,9 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     let o = run_seed(seed, opts);
                     ran.fetch_add(1, Ordering::Relaxed);
                     stale.fetch_add(u64::from(o.stale_releases > 0), Ordering::Relaxed);
+                    forger_seeds.fetch_add(u64::from(o.forged.sent > 0), Ordering::Relaxed);
+                    sent.fetch_add(o.forged.sent, Ordering::Relaxed);
+                    refused.fetch_add(o.forged.refused, Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -562,6 +575,11 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         failures,
         elapsed: started.elapsed(),
         stale_release_seeds: stale.into_inner(),
+        forger_seeds: forger_seeds.into_inner(),
+        forged: forger::Forged {
+            sent: sent.into_inner(),
+            refused: refused.into_inner(),
+        },
     }
 }
 
