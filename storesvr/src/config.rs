@@ -150,6 +150,12 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub unsafe_unfenced_release: bool,
 
+    /// TEST ONLY (negative control): Renews, Releases and Bumps are not checked against the
+    /// secret their incarnation registered with, so anyone may act in its name. Breaks P1 and P4
+    /// under a forger.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_binding: bool,
+
     /// TEST ONLY (negative control): a frozen range's final ceilings are handed out at once, before
     /// its owners are provably gone, so the target set may serve while they still do. Breaks P1.
     #[arg(long, hide = true)]
@@ -162,6 +168,7 @@ impl Config {
         crate::domain::state::UnsafeRules {
             skip_epoch_fence: self.unsafe_skip_epoch_fence,
             unfenced_release: self.unsafe_unfenced_release,
+            skip_binding: self.unsafe_skip_binding,
         }
     }
 }

@@ -152,6 +152,21 @@ async fn a_forged_release_renew_bump_or_leaving_is_refused_and_the_owner_keeps_i
         "a forged leaving Release deregistered the owner: {status:?}"
     );
 
+    // Each refusal left a warning naming the incarnation in the leader's log.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let log = std::fs::read_to_string(c.log_path(1)).unwrap_or_default();
+        let warned = log
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("does not carry the secret") && l.contains(&format!("incarnation={inc}")))
+            .count();
+        if warned >= 8 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{warned} warnings of 8 in the store's log");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     // The owner itself, with its secret, still renews, bumps and releases.
     let mine = client.renew(renew_req(inc, &owner.secret)).await.expect("own renew");
     assert_eq!(mine.status, pb::RenewStatus::Ok as i32);

@@ -207,6 +207,7 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState
     }
     r.sections = st.sections.len() as u64;
     st.allocsvrs.clear();
+    st.bindings = Default::default();
     st.route_version = r.route_version.1;
     st.last_incarnation = Incarnation(r.last_incarnation.1);
     st.replica_ids_ever.insert(node);
