@@ -46,6 +46,10 @@ pub struct DstArgs {
     /// Negative control: a Release ignores the epoch it names (rule 9's fence off).
     #[arg(long)]
     unsafe_unfenced_release: bool,
+    /// Negative control: the store does not check that a Renew, Release or Bump carries its
+    /// incarnation's secret, so the forger's calls go through.
+    #[arg(long)]
+    unsafe_skip_binding: bool,
     /// Sets: 1 (default), or 2 with operator moves between them by the production move driver.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=2))]
     sets: u64,
@@ -73,6 +77,7 @@ impl DstArgs {
         o.alloc.keep_memory = self.unsafe_keep_memory;
         o.store.skip_epoch_fence = self.unsafe_skip_epoch_fence;
         o.store.unfenced_release = self.unsafe_unfenced_release;
+        o.store.skip_binding = self.unsafe_skip_binding;
         o.two_sets = self.sets == 2;
         o.skip_move_wait = self.unsafe_skip_move_wait;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());

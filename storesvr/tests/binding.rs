@@ -158,7 +158,11 @@ async fn a_forged_release_renew_bump_or_leaving_is_refused_and_the_owner_keeps_i
         let log = std::fs::read_to_string(c.log_path(1)).unwrap_or_default();
         let warned = log
             .lines()
-            .filter(|l| l.contains("WARN") && l.contains("does not carry the secret") && l.contains(&format!("incarnation={inc}")))
+            .filter(|l| {
+                l.contains("WARN")
+                    && l.contains("does not carry the secret")
+                    && l.contains(&format!("incarnation={inc}"))
+            })
             .count();
         if warned >= 8 {
             break;

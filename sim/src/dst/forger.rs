@@ -11,8 +11,8 @@
 //! hold; with `--unsafe-skip-binding` the checkers catch it.
 //!
 //! The forger talks to the leader directly and draws from a generator of its own, never from the
-//! world's: a forgery the store refuses takes no simulated transit and no draw, so it leaves the
-//! rest of the seed's history as it would have been without it.
+//! world's: a forgery the store refuses takes no simulated transit, commits nothing and draws
+//! nothing from the seed's generator, so it does not reshuffle the rest of the seed.
 //!
 //! Deliberately left out: forging Register (a new registration is a new incarnation, not someone
 //! else's: that is the identity question TLS answers), data-plane calls, and the moves' admin
@@ -40,11 +40,18 @@ pub async fn forge(world: Arc<World>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     loop {
         tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
-        let (leader, sections, step) = {
+        // What Status shows anyone: the leader, the set's parameters, the live incarnations.
+        let (leader, sections, step, live) = {
             let st = world.lock();
             let g = &st.groups[0];
             let p = g.set.params.as_ref();
-            (g.leader(), p.map_or(0, |p| p.total_sections()), p.map_or(0, |p| p.step))
+            let live: Vec<u64> = g.set.allocsvrs.keys().map(|i| i.0).collect();
+            (
+                g.leader(),
+                p.map_or(0, |p| p.total_sections()),
+                p.map_or(0, |p| p.step),
+                live,
+            )
         };
         let Some(leader) = leader.filter(|_| sections > 0) else {
             continue;
@@ -58,7 +65,7 @@ pub async fn forge(world: Arc<World>, seed: u64) {
         let Some(Rep::Load(seen)) = world.deliver(0, leader, &load).await else {
             continue;
         };
-        let Some(req) = forged(&mut rng, &seen.sections, step) else {
+        let Some(req) = forged(&mut rng, &seen.sections, &live, step) else {
             continue;
         };
         let refused = matches!(world.deliver(0, leader, &req).await, Some(Rep::Error(_)));
@@ -68,10 +75,15 @@ pub async fn forge(world: Arc<World>, seed: u64) {
     }
 }
 
-/// One forged call about a section Load showed owned: its owner's incarnation and epoch, with a
-/// made-up secret (sometimes none). `None` when nothing is owned.
-fn forged(rng: &mut StdRng, seen: &[pb::SectionState], step: u64) -> Option<Req> {
-    let owned: Vec<&pb::SectionState> = seen.iter().filter(|s| s.owner_incarnation != 0).collect();
+/// One forged call about a section Load showed owned by a live incarnation: that incarnation and
+/// the section's epoch, with a made-up secret (sometimes none). `None` when no live incarnation
+/// owns anything. (A dead owner is left alone: the store answers a call of a gone incarnation as
+/// it always did, and such a Release would commit an entry that changes nothing.)
+fn forged(rng: &mut StdRng, seen: &[pb::SectionState], live: &[u64], step: u64) -> Option<Req> {
+    let owned: Vec<&pb::SectionState> = seen
+        .iter()
+        .filter(|s| s.owner_incarnation != 0 && live.contains(&s.owner_incarnation))
+        .collect();
     if owned.is_empty() {
         return None;
     }
@@ -98,7 +110,8 @@ fn forged(rng: &mut StdRng, seen: &[pb::SectionState], step: u64) -> Option<Req>
     Some(match rng.random_range(0..6) {
         0..=2 => release(false, secret),
         3 => release(true, secret),
-        // Incarnations near the owner's: live ones, and dead ones kept alive by a forged renewal.
+        // The owner's, or an earlier one's: a dead incarnation kept alive by forged renewals
+        // would keep its sections from being reassigned.
         4 => Req::Renew(pb::RenewRequest {
             incarnation: incarnation.saturating_sub(rng.random_range(0..3)).max(1),
             route_version: 0,

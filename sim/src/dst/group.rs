@@ -244,12 +244,7 @@ impl Group {
                 Step::Commit(cmd)
             }
             Req::Release(q) => Step::Commit(serve::release_command(&self.set, q, self.rules.skip_binding)?),
-            Req::Bump(q) => Step::Commit(serve::bump_command(
-                &self.set,
-                q,
-                skip_fence,
-                self.rules.skip_binding,
-            )?),
+            Req::Bump(q) => Step::Commit(serve::bump_command(&self.set, q, skip_fence, self.rules.skip_binding)?),
             Req::Renew(q) => {
                 let skip_binding = self.rules.skip_binding;
                 let (set, view) = (&self.set, &mut self.replicas[r].view);

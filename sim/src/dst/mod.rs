@@ -84,6 +84,7 @@ impl Options {
         add(self.alloc.keep_memory, "unsafe-keep-memory");
         add(self.store.skip_epoch_fence, "unsafe-skip-epoch-fence");
         add(self.store.unfenced_release, "unsafe-unfenced-release");
+        add(self.store.skip_binding, "unsafe-skip-binding");
         add(self.skip_move_wait, "unsafe-skip-move-wait");
         if self.two_sets {
             out.push_str(" --sets 2");

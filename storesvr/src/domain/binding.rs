@@ -48,7 +48,11 @@ impl SecretHash {
 /// whole of it help the reader.
 impl std::fmt::Debug for SecretHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "sha256:{:02x}{:02x}{:02x}{:02x}…", self.0[0], self.0[1], self.0[2], self.0[3])
+        write!(
+            f,
+            "sha256:{:02x}{:02x}{:02x}{:02x}…",
+            self.0[0], self.0[1], self.0[2], self.0[3]
+        )
     }
 }
 
@@ -118,10 +122,18 @@ mod tests {
             (5, Some(&other), Verdict::Unbound),
         ];
         for (inc, presented, want) in cases {
-            assert_eq!(b.check(Incarnation(inc), presented), want, "incarnation {inc} {presented:?}");
+            assert_eq!(
+                b.check(Incarnation(inc), presented),
+                want,
+                "incarnation {inc} {presented:?}"
+            );
         }
         b.bind(Incarnation(4), other);
-        assert_eq!(b.check(Incarnation(4), Some(&mine)), Verdict::Proven, "a binding never changes");
+        assert_eq!(
+            b.check(Incarnation(4), Some(&mine)),
+            Verdict::Proven,
+            "a binding never changes"
+        );
     }
 
     #[test]

@@ -331,7 +331,10 @@ impl SetState {
             Command::Bound { secret_hash, cmd } => (&**cmd, Some(secret_hash)),
             cmd => (cmd, None),
         };
-        let bindable = matches!(cmd, Command::Register { .. } | Command::Bump { .. } | Command::Release { .. });
+        let bindable = matches!(
+            cmd,
+            Command::Register { .. } | Command::Bump { .. } | Command::Release { .. }
+        );
         if presented.is_some() && !bindable {
             return CommandResult::Invalid("only a Register, Bump or Release can be bound to a secret".into());
         }
@@ -347,7 +350,10 @@ impl SetState {
             }
             _ => self.apply_unbound(cmd, rules),
         };
-        if matches!(cmd, Command::Register { .. } | Command::Release { .. } | Command::Assign { .. }) {
+        if matches!(
+            cmd,
+            Command::Register { .. } | Command::Release { .. } | Command::Assign { .. }
+        ) {
             self.bindings.keep_only(&self.allocsvrs);
         }
         result
@@ -1207,8 +1213,14 @@ mod tests {
             skip_binding: true,
             ..UnsafeRules::default()
         };
-        assert_eq!(open.apply_with(&release(true), rules), CommandResult::Released { count: 1 });
-        assert!(open.allocsvrs.is_empty(), "--unsafe-skip-binding lets a forged leaving through");
+        assert_eq!(
+            open.apply_with(&release(true), rules),
+            CommandResult::Released { count: 1 }
+        );
+        assert!(
+            open.allocsvrs.is_empty(),
+            "--unsafe-skip-binding lets a forged leaving through"
+        );
         assert!(open.bindings.is_empty(), "the hash of a gone incarnation is forgotten");
     }
 

@@ -209,7 +209,9 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let req = req.into_inner();
         let c = &self.ctx.config;
         let (skip_fence, skip_binding) = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
-        let cmd = self.ctx.data(|d| serve::bump_command(&d.set, &req, skip_fence, skip_binding))?;
+        let cmd = self
+            .ctx
+            .data(|d| serve::bump_command(&d.set, &req, skip_fence, skip_binding))?;
         let started = Instant::now();
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {

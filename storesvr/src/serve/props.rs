@@ -210,16 +210,20 @@ fn request() -> impl Strategy<Value = Request> {
                 secret,
             }
         )),
-        (num(), any::<bool>(), prop::collection::vec(released_range(), 0..6), secret()).prop_map(
-            |(incarnation, leaving, sections, secret)| {
+        (
+            num(),
+            any::<bool>(),
+            prop::collection::vec(released_range(), 0..6),
+            secret()
+        )
+            .prop_map(|(incarnation, leaving, sections, secret)| {
                 Request::Release(pb::ReleaseRequest {
                     incarnation,
                     leaving,
                     sections,
                     secret,
                 })
-            }
-        ),
+            }),
         (num(), prop::collection::vec(bump_item, 0..300), secret()).prop_map(|(incarnation, items, secret)| {
             Request::Bump(pb::BumpRequest {
                 incarnation,

@@ -344,7 +344,9 @@ mod tests {
             what: "drain AllocSvr node 2".into(),
         };
         data.set.audit.push(AuditRecord::new(&note, "done"));
-        data.set.bindings.bind(Incarnation(3), SecretHash::of(b"sixteen bytes ok"));
+        data.set
+            .bindings
+            .bind(Incarnation(3), SecretHash::of(b"sixteen bytes ok"));
         let bytes = postcard::to_stdvec(&data).unwrap();
         assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
 
@@ -358,7 +360,10 @@ mod tests {
             }
             let mut old = postcard::to_stdvec(&data).unwrap();
             let tail = old.split_off(old.len() - missing);
-            assert!(tail.iter().all(|b| *b == 0), "{what}: the cut fields are not empty: {tail:?}");
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "{what}: the cut fields are not empty: {tail:?}"
+            );
             let read = decode_sm_data(&old).unwrap();
             assert_eq!((read.last_applied, &read.set), (data.last_applied, &data.set), "{what}");
         }

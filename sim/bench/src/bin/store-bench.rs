@@ -131,7 +131,13 @@ async fn run_case(
                     })
                     .collect();
                 let t0 = Instant::now();
-                let r = client.bump(pb::BumpRequest { incarnation, items, secret: Vec::new() }).await;
+                let r = client
+                    .bump(pb::BumpRequest {
+                        incarnation,
+                        items,
+                        secret: Vec::new(),
+                    })
+                    .await;
                 match r {
                     Ok(r) if r.get_ref().not_leader.is_none() => {
                         h.record(t0.elapsed().as_nanos() as u64).unwrap();
