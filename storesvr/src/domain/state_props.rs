@@ -240,7 +240,10 @@ pub(crate) fn command() -> impl Strategy<Value = Command> {
         })
     };
     // Boxed: the nested strategy types otherwise overflow a test thread's stack in debug builds.
-    let bound = (prop_oneof![Just(&b"one"[..]), Just(&b"two"[..])], plain_command().boxed())
+    let bound = (
+        prop_oneof![Just(&b"one"[..]), Just(&b"two"[..])],
+        plain_command().boxed(),
+    )
         .prop_map(|(secret, cmd)| Command::Bound {
             secret_hash: SecretHash::of(secret),
             cmd: Box::new(cmd),
