@@ -148,7 +148,7 @@ pub fn params(seed: u64) -> SetParams {
 /// Failure detection on the store leader.
 const DETECT: Duration = Duration::from_millis(1_000);
 /// Load with faults, then healed; then the verify phase.
-const LOAD_MS: u64 = 8_000;
+pub const LOAD_MS: u64 = 8_000;
 const POLL_EVERY: Duration = Duration::from_millis(250);
 
 /// After the heal: long enough for a lost owner to be detected, its sections' lease wait to pass
