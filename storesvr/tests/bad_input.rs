@@ -176,7 +176,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let cases: Vec<(pb::BumpRequest, tonic::Code, &str)> = vec![
         (
             pb::BumpRequest {
-                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(SECTIONS)],
             },
@@ -185,7 +184,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
-                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1), item(u64::MAX)],
             },
@@ -194,7 +192,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
-                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![],
             },
@@ -203,7 +200,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
-                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1); 65_537],
             },
@@ -212,7 +208,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
-                secret: Vec::new(),
                 incarnation: 999_999,
                 items: vec![item(1)],
             },
@@ -240,7 +235,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
-                secret: Vec::new(),
                 node_id: 0,
                 addr: "127.0.0.1:1".into(),
                 nonce: 1,
@@ -251,7 +245,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
-                secret: Vec::new(),
                 node_id: 5,
                 addr: "no port".into(),
                 nonce: 1,
@@ -262,7 +255,6 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .release(pb::ReleaseRequest {
-                secret: Vec::new(),
                 incarnation: 424_242,
                 sections: vec![pb::ReleasedRange {
                     begin: 0,
