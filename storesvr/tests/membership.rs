@@ -97,6 +97,7 @@ async fn data_dir_of_another_node_is_refused() {
     c.wait_leader(WAIT).await;
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_storesvr"))
         .arg("--node-id=9")
+        .arg("--set-id=0")
         .arg(format!("--listen={}", free_addr()))
         .arg(format!("--data-dir={}", c.data_dir(1).display()))
         .output()

@@ -25,6 +25,7 @@ fn a_sled_era_data_dir_is_refused_with_what_to_do() {
     let node_id = std::fs::read_to_string(tmp.path().join("NODE_ID")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_storesvr"))
         .arg(format!("--node-id={}", node_id.trim()))
+        .arg("--set-id=0")
         .arg(format!("--listen={}", free_addr()))
         .arg(format!("--data-dir={}", tmp.path().display()))
         .env("RUST_LOG", "info,openraft=warn")
