@@ -126,7 +126,7 @@ async fn a_set_keeps_the_newest_published_map_and_hands_it_only_to_renewals_that
         .unwrap_err();
     assert_eq!(crossed.code(), tonic::Code::FailedPrecondition, "{crossed:?}");
     assert!(
-        crossed.message().contains("this is set 0") && crossed.message().contains("as set 4"),
+        crossed.message().contains("this is set 1") && crossed.message().contains("as set 4"),
         "{crossed:?}"
     );
     assert_eq!(empty.code(), tonic::Code::InvalidArgument, "{empty:?}");
