@@ -664,4 +664,16 @@ mod tests {
         );
         assert_eq!(map.ops[&4].phase, Phase::Done);
     }
+
+    /// The log stores variants by position: the ones added for issue 25 come after every older
+    /// one, so an entry or snapshot written by the previous release decodes as it did.
+    #[test]
+    fn new_variants_are_appended_and_old_ones_keep_their_positions() {
+        let tag = |v: &MapCommand| postcard::to_stdvec(v).unwrap()[0];
+        assert_eq!(tag(&MapCommand::Claim { op: 1, driver: 2 }), 2);
+        assert_eq!(tag(&MapCommand::Finish { op: 1, driver: 2 }), 4);
+        let phase = |p: &Phase| postcard::to_stdvec(p).unwrap()[0];
+        assert_eq!((phase(&Phase::Done), phase(&Phase::Cancelled)), (6, 7));
+        assert_eq!(phase(&Phase::Cancelling), 8);
+    }
 }
