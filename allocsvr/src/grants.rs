@@ -182,6 +182,7 @@ pub fn release_requests(incarnation: u64, ranges: Vec<pb::ReleasedRange>, leavin
     let mut out: Vec<pb::ReleaseRequest> = ranges
         .chunks(RELEASE_CHUNK_RANGES)
         .map(|c| pb::ReleaseRequest {
+            secret: Vec::new(),
             incarnation,
             sections: c.to_vec(),
             leaving: false,
@@ -191,6 +192,7 @@ pub fn release_requests(incarnation: u64, ranges: Vec<pb::ReleasedRange>, leavin
         match out.last_mut() {
             Some(last) => last.leaving = true,
             None => out.push(pb::ReleaseRequest {
+                secret: Vec::new(),
                 incarnation,
                 sections: vec![],
                 leaving: true,
@@ -338,6 +340,7 @@ mod tests {
         let all: Vec<pb::ReleasedRange> = reqs.iter().flat_map(|r| r.sections.clone()).collect();
         assert_eq!(all, many);
         let worst = pb::ReleaseRequest {
+            secret: Vec::new(),
             incarnation: u64::MAX,
             sections: vec![
                 pb::ReleasedRange {

@@ -119,6 +119,8 @@ impl Core {
                 "!!! UNSAFE TEST SWITCHES ON: this AllocSvr deliberately breaks the ownership protocol !!!"
             );
         }
+        // Every call after the Register carries the secret it registered with (memory only).
+        let store: Arc<dyn Store> = Arc::new(crate::store::Bound::new(store));
         let deadline = Instant::now() + cfg.start_timeout;
         let (incarnation, params) = renew::register(&*store, cfg.node_id, &advertise, Some(deadline)).await?;
         info!(

@@ -97,6 +97,16 @@ pub const MAX_AUDIT_PAGE: usize = 1_000;
 /// length.
 pub const AUDIT_RECORD_MAX_BYTES: usize = 2 * 11 + 3 * (MAX_AUDIT_FIELD_BYTES + 3) + 4;
 
+// ---- the binding of an incarnation to its registration ----------------------------------------
+
+/// Fewest bytes of a registration's secret (`RegisterRequest.secret`): 128 random bits, so that
+/// guessing one at any rate a store answers is hopeless. The AllocSvr draws exactly this many.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// Most bytes of a secret the store accepts: what it hashes for every Renew, Release and Bump
+/// stays small, and a request cannot make it hash megabytes.
+pub const MAX_SECRET_BYTES: usize = 64;
+
 // ---- backups ---------------------------------------------------------------------------------
 
 /// Bytes of backup file in one `BackupChunk` of the `Backup` stream: a 16th of
@@ -136,6 +146,7 @@ pub const ENTRY_FRAMING_BYTES: usize = 1 << 10;
 pub const MAX_LOG_RECORD_BYTES: usize = 256 << 20;
 
 const _: () = {
+    assert!(MIN_SECRET_BYTES <= MAX_SECRET_BYTES);
     assert!(MAX_LOAD_SECTIONS as usize * SECTION_STATE_MAX_BYTES + 64 < STORE_MESSAGE_BYTES);
     assert!(LOAD_CHUNK_SECTIONS <= MAX_LOAD_SECTIONS);
     assert!(LOAD_CHUNK_SECTIONS as usize * SECTION_STATE_MAX_BYTES < 4 << 20);
@@ -177,6 +188,7 @@ mod tests {
             new_max: u64::MAX,
         };
         let req = pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: 0,
             items: vec![item],
         };

@@ -46,6 +46,10 @@ pub struct DstArgs {
     /// Negative control: a Release ignores the epoch it names (rule 9's fence off).
     #[arg(long)]
     unsafe_unfenced_release: bool,
+    /// Negative control: the store does not check that a Renew, Release or Bump carries its
+    /// incarnation's secret, so the forger's calls go through.
+    #[arg(long)]
+    unsafe_skip_binding: bool,
     /// Sets: 1 (default), or 2 with operator moves between them by the production move driver.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=2))]
     sets: u64,
@@ -81,6 +85,7 @@ impl DstArgs {
         o.alloc.keep_memory = self.unsafe_keep_memory;
         o.store.skip_epoch_fence = self.unsafe_skip_epoch_fence;
         o.store.unfenced_release = self.unsafe_unfenced_release;
+        o.store.skip_binding = self.unsafe_skip_binding;
         o.two_sets = self.sets == 2;
         o.skip_move_wait = self.unsafe_skip_move_wait;
         o.clock.monotonic = self.unsafe_monotonic_lease_clock;
@@ -133,6 +138,10 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         "seeds where the Release epoch fence refused a section: {}",
         r.stale_release_seeds
     );
+    println!(
+        "forged Releases, Renews and Bumps: {} sent in {} seeds, {} refused",
+        r.forged.sent, r.forger_seeds, r.forged.refused
+    );
     match r.failures.first() {
         Some(o) => {
             println!(
@@ -176,6 +185,10 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     print!("{}", o.report.render(history));
     println!("history hash: {:016x}", o.hash);
     println!("sections refused by the Release epoch fence: {}", o.stale_releases);
+    println!(
+        "forged Releases, Renews and Bumps: {} sent, {} refused",
+        o.forged.sent, o.forged.refused
+    );
     if let Some(path) = &args.history
         && let Err(e) = write_history(path, history)
     {

@@ -187,6 +187,55 @@ fn a_lease_clock_that_misses_a_suspend_fails_its_known_seed() {
     );
 }
 
+/// The forger (issue 25 item 5) sends Releases, Renews and Bumps in live incarnations' names with
+/// the epochs Load shows and made-up secrets. Without the binding it breaks P1 and P4 (a forged
+/// `Release{waited}` lets the next owner serve while the owner still does).
+#[test]
+fn forged_calls_are_found_without_the_binding() {
+    let mut o = Options::default();
+    o.store.skip_binding = true;
+    found_within("skip-binding", o, 100, &["P1", "P4"]);
+}
+
+/// With the binding the store refuses every forged call before proposing anything, so the forger
+/// changes nothing: seed 13 (which breaks P1 and P4 without the binding) records the same calls
+/// and polls with and without its forger.
+#[test]
+fn a_refused_forger_changes_nothing_else() {
+    const SEED: u64 = 13;
+    let kept = Options {
+        keep_history: true,
+        ..Options::default()
+    };
+    let with = dst::run_seed(SEED, &kept);
+    assert!(
+        with.passed(),
+        "seed {SEED} fails with the binding on: {:?}",
+        with.report.counts
+    );
+    let forger = with.faults.iter().position(|f| f.name() == "forge");
+    let forger = forger.unwrap_or_else(|| panic!("seed {SEED} has no forger: {:?}", with.faults));
+    println!("seed {SEED}: forged {:?}", with.forged);
+    assert!(with.forged.refused > 10, "the forger hardly ran: {:?}", with.forged);
+    let without = dst::run_seed(
+        SEED,
+        &Options {
+            only_faults: Some((0..with.faults.len()).filter(|&i| i != forger).collect()),
+            ..kept
+        },
+    );
+    let (a, b) = (with.history.expect("kept"), without.history.expect("kept"));
+    let same = |x: &dyn Fn(&sim::history::History) -> String| x(&a) == x(&b);
+    assert!(
+        same(&|h| serde_json::to_string(&h.calls).unwrap_or_default()),
+        "the refused forger changed the calls"
+    );
+    assert!(
+        same(&|h| serde_json::to_string(&h.polls).unwrap_or_default()),
+        "the refused forger changed the ceilings"
+    );
+}
+
 fn two_sets() -> Options {
     Options {
         two_sets: true,

@@ -156,6 +156,11 @@ pub struct Config {
     /// node, are handed to openraft like this group's own. Breaks P3 under a crossed `--peers`.
     #[arg(long, hide = true)]
     pub unsafe_skip_group_check: bool,
+    /// TEST ONLY (negative control): Renews, Releases and Bumps are not checked against the
+    /// secret their incarnation registered with, so anyone may act in its name. Breaks P1 and P4
+    /// under a forger.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_binding: bool,
 
     /// TEST ONLY (negative control): a frozen range's final ceilings are handed out at once, before
     /// its owners are provably gone, so the target set may serve while they still do. Breaks P1.
@@ -169,6 +174,7 @@ impl Config {
         crate::domain::state::UnsafeRules {
             skip_epoch_fence: self.unsafe_skip_epoch_fence,
             unfenced_release: self.unsafe_unfenced_release,
+            skip_binding: self.unsafe_skip_binding,
         }
     }
 }

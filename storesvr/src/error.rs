@@ -15,6 +15,11 @@ pub enum RpcError {
     /// reused node id, set not initialized yet).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The call names an incarnation it cannot prove to be (no secret, or not the one that
+    /// incarnation registered with): only the process that registered may act in its name.
+    /// Resending will not help; a process that lost its secret registers again.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed; nothing was
     /// written.
     #[error("{0}")]
@@ -37,6 +42,7 @@ impl From<RpcError> for Status {
         match e {
             RpcError::InvalidArgument(m) => Status::invalid_argument(m),
             RpcError::FailedPrecondition(m) => Status::failed_precondition(m),
+            RpcError::Unauthenticated(m) => Status::unauthenticated(m),
             RpcError::Unavailable(m) => Status::unavailable(m),
             RpcError::MaybeCommitted(m) => Status::unknown(format!("the write may have been committed: {m}")),
             RpcError::Internal(m) => Status::internal(m),

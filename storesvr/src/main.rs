@@ -40,6 +40,11 @@ async fn run(config: Config) -> ExitCode {
     if config.unsafe_skip_epoch_fence {
         tracing::warn!("UNSAFE: --unsafe-skip-epoch-fence is on; bumps are not fenced (negative control only)");
     }
+    if config.unsafe_skip_binding {
+        tracing::warn!(
+            "UNSAFE: --unsafe-skip-binding is on; anyone may renew, release or bump in an AllocSvr's name (negative control only)"
+        );
+    }
     if config.unsafe_unfenced_release {
         tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");
     }

@@ -176,6 +176,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let cases: Vec<(pb::BumpRequest, tonic::Code, &str)> = vec![
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(SECTIONS)],
             },
@@ -184,6 +185,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1), item(u64::MAX)],
             },
@@ -192,6 +194,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![],
             },
@@ -200,6 +203,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: owner.incarnation,
                 items: vec![item(1); 65_537],
             },
@@ -208,6 +212,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         ),
         (
             pb::BumpRequest {
+                secret: Vec::new(),
                 incarnation: 999_999,
                 items: vec![item(1)],
             },
@@ -235,6 +240,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
+                secret: Vec::new(),
                 node_id: 0,
                 addr: "127.0.0.1:1".into(),
                 nonce: 1,
@@ -245,6 +251,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .register(pb::RegisterRequest {
+                secret: Vec::new(),
                 node_id: 5,
                 addr: "no port".into(),
                 nonce: 1,
@@ -255,6 +262,7 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let s = rejected(
         client
             .release(pb::ReleaseRequest {
+                secret: Vec::new(),
                 incarnation: 424_242,
                 sections: vec![pb::ReleasedRange {
                     begin: 0,

@@ -106,6 +106,7 @@ async fn stale_epoch_bump_is_refused_and_lower_bump_changes_nothing() {
     // Release the section: the old epoch is now stale for its former owner too.
     client
         .release(pb::ReleaseRequest {
+            secret: Vec::new(),
             incarnation: owner.incarnation,
             sections: vec![pb::ReleasedRange {
                 begin: 5,

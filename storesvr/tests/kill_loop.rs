@@ -46,6 +46,7 @@ async fn write_until(
     let mut s = 0usize;
     while !stop.load(Ordering::Relaxed) {
         let req = pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: owner.incarnation,
             items: vec![pb::BumpItem {
                 section: s as u64,

@@ -99,6 +99,7 @@ async fn wait_ready(a: &mut AdminServiceClient<Channel>) -> (Vec<u64>, Duration)
 async fn renew_soon(c: &seqsvr_control::StoreClient, incarnation: u64) -> bool {
     let r = c
         .renew(pb::RenewRequest {
+            secret: Vec::new(),
             incarnation,
             route_version: u64::MAX,
             map_version: u64::MAX,

@@ -50,6 +50,7 @@ async fn publish(a: &mut AdminServiceClient<Channel>, m: pb::ClusterMap) -> Resu
 
 async fn renew(c: &seqsvr_control::StoreClient, incarnation: u64, map_version: u64) -> pb::RenewReply {
     c.renew(pb::RenewRequest {
+        secret: Vec::new(),
         incarnation,
         route_version: u64::MAX,
         map_version,

@@ -59,6 +59,7 @@ pub async fn run_bump(shared: &Shared, slots: &[Arc<Slot>], wait: Duration) {
             return;
         }
         let req = pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: incarnation.0,
             items: pending
                 .iter()

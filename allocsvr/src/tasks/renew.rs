@@ -37,6 +37,7 @@ pub async fn register(
     let nonce = rand::random_range(1..=u64::MAX);
     loop {
         let req = pb::RegisterRequest {
+            secret: Vec::new(),
             node_id: node_id.0,
             addr: advertise.to_string(),
             nonce,
@@ -141,6 +142,7 @@ impl Renewer {
         // whatever this process is registered as when the Release is finally sent).
         let incarnation = self.shared.incarnation();
         let req = pb::RenewRequest {
+            secret: Vec::new(),
             incarnation: incarnation.0,
             route_version: self.shared.route_version(),
             map_version: self.shared.map_version(),

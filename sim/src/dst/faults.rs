@@ -53,6 +53,9 @@ pub enum Kind {
     /// half: a drift matters only to an owner that cannot renew, whose lease then runs out on its
     /// own clock while the store's detection and the next owner's wait run on theirs.
     DriftAlloc(usize, i64),
+    /// A forger sends Releases, Renews and Bumps in other incarnations' names (`forger`), drawn
+    /// from this seed of its own.
+    Forge(u64),
 }
 
 /// Negative controls of the clock faults (test only).
@@ -89,10 +92,12 @@ impl Fault {
 
 /// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone, each lasting up to
 /// two and a half leases (long enough to outlive a lease or not); then, in a share of the seeds,
-/// one clock fault (see [`clock_fault`]).
+/// one clock fault (see [`clock_fault`]); in half the seeds, a forger after them (see
+/// [`forger_of`]).
 pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
     let mut all = process_and_network(seed, load_ms, allocs, lease_ms);
     all.extend(clock_fault(seed, load_ms, allocs, lease_ms));
+    all.extend(forger_of(seed, load_ms));
     all
 }
 
@@ -118,6 +123,22 @@ pub fn clock_fault(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Opt
         Kind::DriftAlloc(a, rng.random_range(-bound..=bound))
     };
     Some(Fault { kind, at_ms, for_ms })
+}
+
+/// The forger of a seed, if it has one: from the second quarter of the load on, for the rest of
+/// it or less. Drawn from a generator of its own and listed last, so that adding it left every
+/// other fault of every seed (and its index for `--faults`) where it was.
+fn forger_of(seed: u64, load_ms: u64) -> Option<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xf0e6_e500_0000_0000);
+    if !rng.random_bool(0.5) {
+        return None;
+    }
+    let at_ms = rng.random_range(load_ms / 8..load_ms / 2);
+    Some(Fault {
+        kind: Kind::Forge(rng.random()),
+        at_ms,
+        for_ms: rng.random_range(load_ms / 4..=load_ms - at_ms),
+    })
 }
 
 fn process_and_network(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
@@ -210,6 +231,11 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             suspend(world, i, Duration::from_millis(ms))
         }
         Kind::DriftAlloc(i, ppm) => drift(world, i, ppm, Duration::from_millis(f.for_ms)),
+        Kind::Forge(seed) => {
+            let forger = tokio::spawn(super::forger::forge(world.clone(), seed));
+            world.lock().forger = Some(forger.abort_handle());
+            "storesvr leader".into()
+        }
     }
 }
 
@@ -294,11 +320,19 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::Lossy(_) => world.lock().net.drop = 0.0,
         Kind::Duplicate(_) => world.lock().net.dup = 0.0,
         Kind::Slow(_) => world.lock().net.jitter = Duration::ZERO,
+        Kind::Forge(_) => stop_forger(world),
+    }
+}
+
+fn stop_forger(world: &World) {
+    if let Some(f) = world.lock().forger.take() {
+        f.abort();
     }
 }
 
 /// Heals everything at the end of the load: every link, every process, every replica.
 pub fn heal_all(world: &std::sync::Arc<World>) {
+    stop_forger(world);
     let dead: Vec<usize> = {
         let mut st = world.lock();
         st.net = Default::default();

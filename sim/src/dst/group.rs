@@ -243,9 +243,10 @@ impl Group {
                 serve::params_of(&self.set)?;
                 Step::Commit(cmd)
             }
-            Req::Release(q) => Step::Commit(serve::release_command(&serve::params_of(&self.set)?, q)?),
-            Req::Bump(q) => Step::Commit(serve::bump_command(&self.set, q, skip_fence)?),
+            Req::Release(q) => Step::Commit(serve::release_command(&self.set, q, self.rules.skip_binding)?),
+            Req::Bump(q) => Step::Commit(serve::bump_command(&self.set, q, skip_fence, self.rules.skip_binding)?),
             Req::Renew(q) => {
+                let skip_binding = self.rules.skip_binding;
                 let (set, view) = (&self.set, &mut self.replicas[r].view);
                 let table = || {
                     storesvr::grpc::store::build_routes(set).ok_or_else(|| RpcError::Unavailable("no params".into()))
@@ -256,7 +257,15 @@ impl Group {
                 } else {
                     (0, None)
                 };
-                Step::Answer(Rep::Renew(serve::renew_reply(set, view, q, map, table, now)?))
+                Step::Answer(Rep::Renew(serve::renew_reply(
+                    set,
+                    view,
+                    q,
+                    map,
+                    table,
+                    now,
+                    skip_binding,
+                )?))
             }
             Req::Load(q) => {
                 let p = serve::params_of(&self.set)?;
@@ -294,9 +303,13 @@ impl Group {
     /// Applies a committed command (the production state machine) and notes ownership changes.
     pub fn apply(&mut self, cmd: &Command, at_ns: u64) -> CommandResult {
         let before: Vec<(u64, u64)> = self.set.sections.iter().map(|s| (s.owner.0, s.epoch.0)).collect();
+        let inner = match cmd {
+            Command::Bound { cmd, .. } => &**cmd,
+            cmd => cmd,
+        };
         if let Command::Release {
             incarnation, ranges, ..
-        } = cmd
+        } = inner
         {
             for r in ranges {
                 let held = (r.begin.0..r.end.0).filter_map(|i| before.get(i as usize));
@@ -306,7 +319,7 @@ impl Group {
             }
         }
         let result = self.set.apply_with(cmd, self.rules);
-        let cause = match cmd {
+        let cause = match inner {
             Command::Assign { .. } => "arbiter",
             Command::Release { .. } => "release",
             Command::Register { .. } => "register",
@@ -463,6 +476,7 @@ pub(crate) mod tests {
         let (mut dst, d) = group(1, t0);
         // An AllocSvr of set 0 registers and renews; the arbiter gives it every section.
         let reg = pb::RegisterRequest {
+            secret: Vec::new(),
             node_id: 1,
             addr: "allocsvr-0:7000".into(),
             nonce: 5,
@@ -475,6 +489,7 @@ pub(crate) mod tests {
             }
         });
         let renew = Req::Renew(pb::RenewRequest {
+            secret: Vec::new(),
             incarnation,
             ..Default::default()
         });

@@ -21,6 +21,7 @@
 //! read the one simulated clock; an AllocSvr's lease clock can be suspended or drift, [`faults`]).
 
 pub mod faults;
+pub mod forger;
 pub mod group;
 pub mod moves;
 pub mod services;
@@ -85,6 +86,7 @@ impl Options {
         add(self.alloc.keep_memory, "unsafe-keep-memory");
         add(self.store.skip_epoch_fence, "unsafe-skip-epoch-fence");
         add(self.store.unfenced_release, "unsafe-unfenced-release");
+        add(self.store.skip_binding, "unsafe-skip-binding");
         add(self.skip_move_wait, "unsafe-skip-move-wait");
         add(self.clock.monotonic, "unsafe-monotonic-lease-clock");
         if let Some(ppm) = self.clock.drift_ppm {
@@ -112,6 +114,8 @@ pub struct Outcome {
     pub changes: Vec<group::OwnerChange>,
     /// Sections named by a Release the epoch fence refused (see `Group::stale_releases`).
     pub stale_releases: u64,
+    /// What the seed's forger sent and the store refused (zeros without one).
+    pub forged: forger::Forged,
 }
 
 impl Outcome {
@@ -261,6 +265,8 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
             })
             .collect(),
         skip_fence: opts.store.skip_epoch_fence,
+        forger: None,
+        forged: Default::default(),
     }
 }
 
@@ -480,7 +486,7 @@ fn finish(
     }
     let mut history = History::from_records(records);
     history.info = info;
-    let (final_max, changes, stale_releases) = {
+    let (final_max, changes, stale_releases, forged) = {
         let mut st = world.lock();
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
@@ -497,7 +503,7 @@ fn finish(
             stale += g.stale_releases;
         }
         changes.sort_by_key(|c| c.at_ns);
-        (m, changes, stale)
+        (m, changes, stale, st.forged)
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {
@@ -508,6 +514,7 @@ fn finish(
         history: opts.keep_history.then_some(history),
         changes,
         stale_releases,
+        forged,
     }
 }
 
@@ -520,6 +527,9 @@ pub struct RangeResult {
     pub elapsed: Duration,
     /// Seeds in which the Release's epoch fence refused at least one section.
     pub stale_release_seeds: u64,
+    /// Seeds with a forger, and the forged calls sent and refused over all of them.
+    pub forger_seeds: u64,
+    pub forged: forger::Forged,
 }
 
 impl RangeResult {
@@ -539,6 +549,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let first_failure = AtomicU64::new(u64::MAX);
     let ran = AtomicU64::new(0);
     let stale = AtomicU64::new(0);
+    let (forger_seeds, sent, refused) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -551,6 +562,9 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     let o = run_seed(seed, opts);
                     ran.fetch_add(1, Ordering::Relaxed);
                     stale.fetch_add(u64::from(o.stale_releases > 0), Ordering::Relaxed);
+                    forger_seeds.fetch_add(u64::from(o.forged.sent > 0), Ordering::Relaxed);
+                    sent.fetch_add(o.forged.sent, Ordering::Relaxed);
+                    refused.fetch_add(o.forged.refused, Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -569,6 +583,11 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         failures,
         elapsed: started.elapsed(),
         stale_release_seeds: stale.into_inner(),
+        forger_seeds: forger_seeds.into_inner(),
+        forged: forger::Forged {
+            sent: sent.into_inner(),
+            refused: refused.into_inner(),
+        },
     }
 }
 

@@ -286,6 +286,8 @@ mod tests {
             groups,
             allocs: Vec::new(),
             skip_fence: false,
+            forger: None,
+            forged: Default::default(),
         };
         let world = World::new(state, UnsafeSwitches::default());
         crate::dst::spawn_store(&world);

@@ -128,6 +128,10 @@ pub struct State {
     pub groups: Vec<Group>,
     pub allocs: Vec<AllocSlot>,
     pub skip_fence: bool,
+    /// The forger running now, if any (a fault).
+    pub forger: Option<tokio::task::AbortHandle>,
+    /// What the forgers of this seed sent, and how much of it the store refused.
+    pub forged: super::forger::Forged,
 }
 
 /// The world, shared by every task of the seed.

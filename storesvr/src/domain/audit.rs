@@ -237,6 +237,7 @@ pub fn describe(cmd: &Command) -> String {
         Command::Assign { expire, moves } => format!("assign: expire {}, {} moves", expire.len(), moves.len()),
         Command::Audited { cmd, .. } => format!("audited {}", describe(cmd)),
         Command::Audit(r) => format!("audit record: {}", r.what),
+        Command::Bound { cmd, .. } => format!("{} (bound to its registration)", describe(cmd)),
     }
 }
 

@@ -4,6 +4,8 @@
 //!
 //! - [`state`]: the replicated state of a set and its deterministic `apply` (P3, the store half
 //!   of P4, the bound on bumps).
+//! - [`binding`]: which incarnation registered with which secret (as its hash), and the check
+//!   that binds its Renews, Releases and Bumps to that registration.
 //! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.
 //! - [`restore`]: a backed-up state made safe to serve again (every ceiling raised by a margin).
 //! - [`liveness`]: when the leader last heard from each AllocSvr incarnation, and who counts as
@@ -16,6 +18,7 @@
 
 pub(crate) mod arbiter;
 pub mod audit;
+pub mod binding;
 pub mod cluster_map;
 pub(crate) mod liveness;
 pub mod moves;

@@ -338,6 +338,7 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState
     if let Some(map) = st.map.as_mut() {
         map.version = jump(map.version, "cluster map version")?;
     }
+    st.bindings = Default::default();
     st.route_version = r.route_version.1;
     st.last_incarnation = Incarnation(r.last_incarnation.1);
     st.replica_ids_ever.insert(node);

@@ -11,7 +11,10 @@
 //!   epoch it names, so a late or repeated Release cannot touch a later grant;
 //! - a bump may raise a section by at most [`MAX_BUMP_STEPS`] steps: until
 //!   callers are authenticated, anyone who can reach the leader could otherwise
-//!   raise a ceiling to the top of the 64-bit space and end the section for good.
+//!   raise a ceiling to the top of the 64-bit space and end the section for good;
+//! - a Bump or Release of an incarnation that registered with a secret is applied
+//!   only when it carries that secret's hash (`binding`), so the log itself refuses
+//!   a forged one, whatever the leader checked before proposing it.
 //!
 //! Identifiers are the newtypes of `seqsvr_proto::types`; they serialize as the bare `u64`
 //! they wrap, so the log and snapshot formats do not depend on them.
@@ -20,6 +23,7 @@
 //! business, see `liveness`), and moving sections between sets.
 
 use super::audit::{self, AuditNote, AuditRecord, AuditTrail};
+use super::binding::{Bindings, SecretHash, Verdict};
 use super::cluster_map::{ClusterMap, MapCommand, MapResult};
 use super::moves::{LocalMove, RangeCommand};
 use super::ranges::{OpId, RangeState, RangeTable};
@@ -45,6 +49,9 @@ pub struct UnsafeRules {
     /// `--unsafe-unfenced-release`: a Release ignores the epoch it names (the old rule, under
     /// which a late or repeated Release could end a later grant to the same incarnation).
     pub unfenced_release: bool,
+    /// `--unsafe-skip-binding`: Renews, Releases and Bumps are not checked against the secret
+    /// their incarnation registered with (anyone may act in its name, as before the binding).
+    pub skip_binding: bool,
 }
 
 /// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
@@ -210,6 +217,10 @@ pub enum Command {
     Audited { note: AuditNote, cmd: Box<Command> },
     /// A record alone, for an admin action that is not a command (a membership change).
     Audit(AuditRecord),
+    /// `cmd` made under a registration's secret, of which this is the hash: a `Register` binds
+    /// the incarnation it mints to it; a `Bump` or `Release` is applied only when it matches what
+    /// its incarnation registered with (see `binding`). Any other `cmd` is invalid.
+    Bound { secret_hash: SecretHash, cmd: Box<Command> },
 }
 
 /// Result of one command.
@@ -253,6 +264,9 @@ pub enum CommandResult {
     Recorded {
         number: u64,
     },
+    /// The command named an incarnation bound to a secret and did not carry its hash: nothing
+    /// changed.
+    NotBound,
 }
 
 /// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
@@ -288,9 +302,13 @@ pub struct SetState {
     /// sets' AllocSvr addresses, which its own map does not). A snapshot written before it
     /// existed is read with `None` here (see `storage::sm_store`).
     pub cached_map: Option<CachedMap>,
-    /// The last admin actions (bounded). Last field on purpose, like `cached_map`: a snapshot
+    /// The last admin actions (bounded). Last but one on purpose, like `cached_map`: a snapshot
     /// written before it existed is read with an empty trail.
     pub audit: AuditTrail,
+    /// The secret hash of every live incarnation that registered with one. Last field on
+    /// purpose: a snapshot written before it existed is read with none (see `storage::sm_store`),
+    /// and its incarnations stay unbound, as they registered.
+    pub bindings: Bindings,
 }
 
 impl SetState {
@@ -305,8 +323,44 @@ impl SetState {
         )
     }
 
-    /// Applies one command; `rules` are the negative controls (all off in production).
+    /// Applies one command; `rules` are the negative controls (all off in production). A Bump or
+    /// Release of a bound incarnation must come as [`Command::Bound`] with the hash it registered
+    /// with; the hashes of incarnations that went away are forgotten.
     pub fn apply_with(&mut self, cmd: &Command, rules: UnsafeRules) -> CommandResult {
+        let (cmd, presented) = match cmd {
+            Command::Bound { secret_hash, cmd } => (&**cmd, Some(secret_hash)),
+            cmd => (cmd, None),
+        };
+        let bindable = matches!(
+            cmd,
+            Command::Register { .. } | Command::Bump { .. } | Command::Release { .. }
+        );
+        if presented.is_some() && !bindable {
+            return CommandResult::Invalid("only a Register, Bump or Release can be bound to a secret".into());
+        }
+        if let Command::Bump { incarnation, .. } | Command::Release { incarnation, .. } = cmd
+            && !rules.skip_binding
+            && self.bindings.check(*incarnation, presented) == Verdict::Refused
+        {
+            return CommandResult::NotBound;
+        }
+        let result = match (cmd, presented) {
+            (Command::Register { node_id, addr, nonce }, hash) if self.params.is_some() => {
+                self.register(*node_id, addr, *nonce, hash.copied())
+            }
+            _ => self.apply_unbound(cmd, rules),
+        };
+        if matches!(
+            cmd,
+            Command::Register { .. } | Command::Release { .. } | Command::Assign { .. }
+        ) {
+            self.bindings.keep_only(&self.allocsvrs);
+        }
+        result
+    }
+
+    /// Applies one command whose binding, if any, was checked.
+    fn apply_unbound(&mut self, cmd: &Command, rules: UnsafeRules) -> CommandResult {
         let Some(params) = self.params.clone() else {
             return match cmd {
                 Command::Init(p) => self.init(p),
@@ -315,7 +369,7 @@ impl SetState {
         };
         match cmd {
             Command::Init(_) => CommandResult::Initialized { fresh: false },
-            Command::Register { node_id, addr, nonce } => self.register(*node_id, addr, *nonce),
+            Command::Register { node_id, addr, nonce } => self.register(*node_id, addr, *nonce, None),
             Command::Bump { incarnation, items } => self.bump(&params, *incarnation, items, rules.skip_epoch_fence),
             Command::Release {
                 incarnation,
@@ -335,6 +389,8 @@ impl SetState {
             }
             Command::CacheMap(m) => self.cache_map(m),
             Command::Audited { note, cmd } => self.audited(note, cmd, rules),
+            // `apply_with` unwraps one level; a second is not a command anyone sends.
+            Command::Bound { .. } => CommandResult::Invalid("a bound command cannot hold another one".into()),
             Command::Audit(record) => {
                 self.audit.push(record.clone());
                 CommandResult::Recorded {
@@ -401,14 +457,18 @@ impl SetState {
         CommandResult::Initialized { fresh: true }
     }
 
-    fn register(&mut self, node_id: NodeId, addr: &str, nonce: u64) -> CommandResult {
+    /// Registers `node_id`, bound to `hash` when given (see `binding`).
+    fn register(&mut self, node_id: NodeId, addr: &str, nonce: u64, hash: Option<SecretHash>) -> CommandResult {
         // A retry of a registration that already committed (its reply was lost or late) must not
-        // supersede the incarnation the process may already be using.
-        if let Some(r) = self
-            .allocsvrs
-            .values()
-            .find(|r| nonce != 0 && r.node_id == node_id && r.nonce == nonce)
-        {
+        // supersede the incarnation the process may already be using. A retry carries the same
+        // secret as the attempt that committed; a Register that reuses the nonce with another one
+        // (someone who saw the nonce on the wire) is a new process and gets a new incarnation.
+        if let Some(r) = self.allocsvrs.values().find(|r| {
+            nonce != 0
+                && r.node_id == node_id
+                && r.nonce == nonce
+                && self.bindings.check(r.incarnation, hash.as_ref()) != Verdict::Refused
+        }) {
             return CommandResult::Registered {
                 incarnation: r.incarnation,
             };
@@ -428,6 +488,9 @@ impl SetState {
                 draining: false,
             },
         );
+        if let Some(hash) = hash {
+            self.bindings.bind(incarnation, hash);
+        }
         CommandResult::Registered { incarnation }
     }
 
@@ -1087,6 +1150,133 @@ mod tests {
             st.allocsvrs.contains_key(&first),
             "the incarnation in use was superseded"
         );
+    }
+
+    fn bound(secret: &[u8], cmd: Command) -> Command {
+        Command::Bound {
+            secret_hash: SecretHash::of(secret),
+            cmd: Box::new(cmd),
+        }
+    }
+
+    /// A set whose only AllocSvr registered bound to `secret` and owns every section.
+    fn ready_bound(secret: &[u8]) -> (SetState, Incarnation) {
+        let mut st = SetState::default();
+        st.apply(&Command::Init(params()), false);
+        let reg = Command::Register {
+            node_id: NodeId(1),
+            addr: "a".into(),
+            nonce: 5,
+        };
+        let CommandResult::Registered { incarnation } = st.apply(&bound(secret, reg), false) else {
+            panic!("register")
+        };
+        assign(&mut st, vec![], 0..10, NOBODY, incarnation);
+        (st, incarnation)
+    }
+
+    /// The log itself refuses a forged Bump or Release of a bound incarnation, whatever the leader
+    /// checked before it proposed: without the hash, or with another one, nothing changes.
+    #[test]
+    fn a_bound_incarnations_release_or_bump_without_its_secret_changes_nothing() {
+        let (mut st, a) = ready_bound(b"the owner's secret");
+        let release = |leaving| Command::Release {
+            incarnation: a,
+            ranges: vec![Released {
+                begin: SectionId(3),
+                end: SectionId(4),
+                epoch: Epoch(1),
+                waited: true,
+            }],
+            leaving,
+        };
+        let bump = Command::Bump {
+            incarnation: a,
+            items: vec![BumpItem {
+                section: SectionId(3),
+                epoch: Epoch(1),
+                new_max: 10,
+            }],
+        };
+        let before = st.clone();
+        for forged in [release(false), release(true), bump.clone()] {
+            assert_eq!(st.apply(&forged, false), CommandResult::NotBound, "bare {forged:?}");
+            let guessed = bound(b"a guess", forged.clone());
+            assert_eq!(st.apply(&guessed, false), CommandResult::NotBound, "guessed {forged:?}");
+            assert_eq!(st, before, "{forged:?} changed the state");
+        }
+        // The owner's own calls, and the negative control that lets anyone through.
+        let own = st.apply(&bound(b"the owner's secret", bump.clone()), false);
+        assert!(matches!(own, CommandResult::Bumped(_)), "{own:?}");
+        let mut open = st.clone();
+        let rules = UnsafeRules {
+            skip_binding: true,
+            ..UnsafeRules::default()
+        };
+        assert_eq!(
+            open.apply_with(&release(true), rules),
+            CommandResult::Released { count: 1 }
+        );
+        assert!(
+            open.allocsvrs.is_empty(),
+            "--unsafe-skip-binding lets a forged leaving through"
+        );
+        assert!(open.bindings.is_empty(), "the hash of a gone incarnation is forgotten");
+    }
+
+    /// A retry of a bound registration (same nonce, same secret) gets the incarnation of the
+    /// attempt that committed; the same nonce with another secret is somebody else, who gets a
+    /// new incarnation rather than the one in use.
+    #[test]
+    fn a_retried_bound_register_keeps_its_incarnation_and_a_stolen_nonce_does_not() {
+        let (mut st, a) = ready_bound(b"the owner's secret");
+        let reg = |secret: &[u8]| {
+            bound(
+                secret,
+                Command::Register {
+                    node_id: NodeId(1),
+                    addr: "a".into(),
+                    nonce: 5,
+                },
+            )
+        };
+        assert_eq!(
+            st.apply(&reg(b"the owner's secret"), false),
+            CommandResult::Registered { incarnation: a }
+        );
+        let CommandResult::Registered { incarnation: b } = st.apply(&reg(b"a thief's secret"), false) else {
+            panic!()
+        };
+        assert!(b > a, "the stolen nonce got the incarnation in use");
+        assert_eq!(st.bindings.len(), 1, "the superseded incarnation's hash stayed");
+    }
+
+    /// Incarnations registered without a secret (older AllocSvrs, older log entries) keep working
+    /// without one, and a Bound wrapper around anything but Register, Bump or Release is invalid.
+    #[test]
+    fn unbound_incarnations_need_no_secret_and_only_incarnation_calls_can_be_bound() {
+        let (mut st, a) = ready();
+        assert!(matches!(bump(&mut st, a, 0, 1, 10), CommandResult::Bumped(_)));
+        let drain = bound(b"x", Command::Drain { node_id: NodeId(1) });
+        assert!(matches!(st.apply(&drain, false), CommandResult::Invalid(_)));
+        let twice = bound(b"x", bound(b"x", Command::Drain { node_id: NodeId(1) }));
+        assert!(matches!(st.apply(&twice, false), CommandResult::Invalid(_)));
+    }
+
+    /// `Bound` was appended: every older variant keeps its position in the log's encoding.
+    #[test]
+    fn the_bound_command_is_the_last_variant() {
+        let cmd = bound(b"s", Command::Drain { node_id: NodeId(1) });
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(bytes[0], 11, "Bound must follow Audit (10)");
+        let note = AuditNote {
+            who: "w".into(),
+            at_ms: 0,
+            what: "x".into(),
+        };
+        let audit = Command::Audit(AuditRecord::new(&note, "done"));
+        assert_eq!(postcard::to_stdvec(&audit).unwrap()[0], 10);
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
     }
 
     proptest::proptest! {

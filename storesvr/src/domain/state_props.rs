@@ -16,6 +16,7 @@
 //! more than the arbiter ever sends) and time (the state machine reads no clock).
 
 use super::audit::{self, AuditNote, AuditRecord, MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECORDS};
+use super::binding::{SecretHash, Verdict};
 use super::cluster_map::{MapCommand, MapResult, Phase as MapPhase};
 use super::moves::{Phase as MovePhase, RangeCommand, Role};
 use super::ranges::RangeState;
@@ -229,7 +230,8 @@ fn audit_record() -> impl Strategy<Value = AuditRecord> {
 }
 
 /// Every command variant: mostly bare, some as audited admin actions (also nested ones, which
-/// must be refused), some audit records alone.
+/// must be refused), some audit records alone, some bound to one of two secrets (so that a
+/// registration's later calls sometimes carry its secret, sometimes the other one, sometimes none).
 pub(crate) fn command() -> impl Strategy<Value = Command> {
     let audited = |inner: BoxedStrategy<Command>| {
         (audit_note(), inner).prop_map(|(note, cmd)| Command::Audited {
@@ -237,8 +239,19 @@ pub(crate) fn command() -> impl Strategy<Value = Command> {
             cmd: Box::new(cmd),
         })
     };
+    // Boxed: the nested strategy types otherwise overflow a test thread's stack in debug builds.
+    let bound = (
+        prop_oneof![Just(&b"one"[..]), Just(&b"two"[..])],
+        plain_command().boxed(),
+    )
+        .prop_map(|(secret, cmd)| Command::Bound {
+            secret_hash: SecretHash::of(secret),
+            cmd: Box::new(cmd),
+        })
+        .boxed();
     prop_oneof![
         20 => plain_command(),
+        6 => bound,
         4 => audited(plain_command().boxed()),
         1 => audited(audit_record().prop_map(Command::Audit).boxed()),
         1 => audit_record().prop_map(Command::Audit),
@@ -287,6 +300,7 @@ pub(crate) fn check_step(
     result: &CommandResult,
 ) -> Result<(), String> {
     check_audit(before, after, cmd, result)?;
+    check_binding(before, after, cmd, result)?;
     let (cmd, after) = action_of(before, after, cmd);
     let after = after.as_ref();
     check_sections(before, after)?;
@@ -361,6 +375,9 @@ fn check_audit(before: &SetState, after: &SetState, cmd: &Command, result: &Comm
 /// by `check_audit`) as it was before, so that a refused or repeated action still reads as
 /// "nothing changed".
 fn action_of<'a>(before: &SetState, after: &'a SetState, cmd: &'a Command) -> (&'a Command, Cow<'a, SetState>) {
+    if let Command::Bound { cmd: inner, .. } = cmd {
+        return (inner.as_ref(), Cow::Borrowed(after));
+    }
     if !records(before, cmd) {
         return (cmd, Cow::Borrowed(after));
     }
@@ -413,6 +430,37 @@ fn check_sections(before: &SetState, after: &SetState) -> Result<(), String> {
 /// Incarnations are minted in order and never reused; one live incarnation per node; a section's
 /// owner is one that was minted. (It need not be live: an expired or superseded owner keeps its
 /// sections until the arbiter moves them, and its bumps are refused as UnknownIncarnation.)
+/// The binding: a Bump or Release of a bound incarnation without the hash it registered with is
+/// refused and changes nothing; a call that carries it, or of an unbound incarnation, is never
+/// refused for it; only live incarnations keep a hash, and a hash never changes.
+fn check_binding(before: &SetState, after: &SetState, cmd: &Command, result: &CommandResult) -> Result<(), String> {
+    let (inner, presented) = match cmd {
+        Command::Bound { secret_hash, cmd } => (cmd.as_ref(), Some(secret_hash)),
+        cmd => (cmd, None),
+    };
+    if let Command::Bump { incarnation, .. } | Command::Release { incarnation, .. } = inner
+        && before.params.is_some()
+    {
+        let refused = before.bindings.check(*incarnation, presented) == Verdict::Refused;
+        if refused != (*result == CommandResult::NotBound) {
+            return Err(format!("binding verdict refused={refused}, result {result:?}"));
+        }
+    }
+    let live = after.allocsvrs.keys().all(|i| {
+        let kept = after.bindings.check(*i, None) != Verdict::Unbound;
+        let was = before.bindings.check(*i, None) != Verdict::Unbound;
+        !was || kept
+    });
+    if after.bindings.len() > after.allocsvrs.len() || !live {
+        return Err(format!(
+            "{} hashes for {} live incarnations, or a live one lost its hash",
+            after.bindings.len(),
+            after.allocsvrs.len()
+        ));
+    }
+    Ok(())
+}
+
 fn check_registry(before: &SetState, after: &SetState) -> Result<(), String> {
     if after.last_incarnation < before.last_incarnation {
         return Err("last_incarnation went down".into());
@@ -518,7 +566,8 @@ fn check_refusals(before: &SetState, after: &SetState, cmd: &Command, result: &C
         }
         _ => false,
     };
-    if (uninitialized || outside) && !matches!(result, R::Invalid(_)) {
+    // A bound incarnation's call without its secret is refused before its sections are looked at.
+    if (uninitialized || outside) && !matches!(result, R::Invalid(_) | R::NotBound) {
         return Err(format!("expected Invalid, got {result:?}"));
     }
     let nothing = match result {
@@ -529,6 +578,7 @@ fn check_refusals(before: &SetState, after: &SetState, cmd: &Command, result: &C
             true
         }
         R::UnknownIncarnation
+        | R::NotBound
         | R::Initialized { fresh: false }
         | R::Stepped { already: true }
         | R::MapCached { already: true, .. }
@@ -599,7 +649,7 @@ fn check_bumps(before: &SetState, after: &SetState, cmd: &Command, result: &Comm
 /// retried Register gets the same incarnation.
 pub(crate) fn check_repeat(after: &SetState, cmd: &Command, first: &CommandResult) -> Result<(), String> {
     let action = match cmd {
-        Command::Audited { cmd, .. } => cmd.as_ref(),
+        Command::Audited { cmd, .. } | Command::Bound { cmd, .. } => cmd.as_ref(),
         cmd => cmd,
     };
     match action {

@@ -175,6 +175,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 map,
                 || self.route_table_of(&d.set),
                 Shared::lease_now(),
+                self.ctx.config.unsafe_skip_binding,
             )
         })?;
         Ok(Response::new(reply))
@@ -182,7 +183,8 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
         let req = req.into_inner();
-        let cmd = serve::release_command(&self.ctx.params()?, &req)?;
+        let skip_binding = self.ctx.config.unsafe_skip_binding;
+        let cmd = self.ctx.data(|d| serve::release_command(&d.set, &req, skip_binding))?;
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::ReleaseReply {
                 not_leader: Some(hint),
@@ -206,8 +208,11 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn bump(&self, req: Request<pb::BumpRequest>) -> Result<Response<pb::BumpReply>, Status> {
         let req = req.into_inner();
-        let skip_fence = self.ctx.config.unsafe_skip_epoch_fence;
-        let cmd = self.ctx.data(|d| serve::bump_command(&d.set, &req, skip_fence))?;
+        let c = &self.ctx.config;
+        let (skip_fence, skip_binding) = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
+        let cmd = self
+            .ctx
+            .data(|d| serve::bump_command(&d.set, &req, skip_fence, skip_binding))?;
         let started = Instant::now();
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {

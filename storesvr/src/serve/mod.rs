@@ -7,6 +7,13 @@
 //! simulated Raft group there. Whatever decides what an AllocSvr is told lives here, so both run
 //! the same code.
 //!
+//! Every call an incarnation makes after its Register (Renew, Release, Bump) is checked against
+//! the secret that incarnation registered with (`domain::binding`) before anything is proposed or
+//! answered, and refused with UNAUTHENTICATED when it does not carry it. UNAUTHENTICATED rather
+//! than PERMISSION_DENIED: the TLS role check answers PERMISSION_DENIED to a caller whose role may
+//! not call the method at all; here the caller failed to prove it is the incarnation it names,
+//! and an operator reading either code in a log should know which check spoke.
+//!
 //! Deliberately left out: Raft itself (writes, read index, leader hints), the route-table cache
 //! and the cluster map copy, which need a replica's IO; the callers pass their results in.
 
@@ -15,6 +22,7 @@ use std::time::{Duration, Instant};
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
 
 use crate::domain::arbiter::{self, Plan};
+use crate::domain::binding::{MAX_SECRET_BYTES, MIN_SECRET_BYTES, SecretHash, Verdict};
 use crate::domain::liveness::{self, Liveness};
 use crate::domain::ranges::RangeState;
 use crate::domain::state::{
@@ -99,19 +107,87 @@ pub fn unexpected(r: CommandResult) -> RpcError {
     RpcError::Internal(format!("unexpected state machine result {r:?}"))
 }
 
+// ---- Binding: every call of an incarnation after its Register ----
+
+/// What a call of `incarnation` proves: the hash of the secret it carries, for its command to
+/// carry (`Command::Bound`), or `None` when it carries none. A call naming a bound incarnation
+/// without its secret is refused here, before anything is proposed or answered; the state machine
+/// checks again when it applies the command, so a call checked against a lagging state cannot
+/// slip through. `skip` is the negative control `--unsafe-skip-binding`.
+pub fn binding(
+    set: &SetState,
+    call: &str,
+    incarnation: u64,
+    secret: &[u8],
+    skip: bool,
+) -> Result<Option<SecretHash>, RpcError> {
+    if secret.len() > MAX_SECRET_BYTES {
+        return Err(RpcError::InvalidArgument(format!(
+            "a secret is at most {MAX_SECRET_BYTES} bytes, got {}",
+            secret.len()
+        )));
+    }
+    let presented = (!secret.is_empty()).then(|| SecretHash::of(secret));
+    if skip || set.bindings.check(Incarnation(incarnation), presented.as_ref()) != Verdict::Refused {
+        return Ok(presented);
+    }
+    Err(not_bound(call, incarnation))
+}
+
+/// The refusal of a call that does not carry its incarnation's secret, logged: it is either an
+/// attack or a bug worth seeing.
+fn not_bound(call: &str, incarnation: u64) -> RpcError {
+    tracing::warn!(
+        call,
+        incarnation,
+        "refused: the call does not carry the secret its incarnation registered with"
+    );
+    RpcError::Unauthenticated(format!(
+        "{call} refused: incarnation {incarnation} registered with a secret and this call does not carry it; \
+         only the process that registered it may renew, release or bump in its name"
+    ))
+}
+
+/// `cmd`, made under the hash of the caller's secret when it gave one.
+fn under(presented: Option<SecretHash>, cmd: Command) -> Command {
+    match presented {
+        Some(secret_hash) => Command::Bound {
+            secret_hash,
+            cmd: Box::new(cmd),
+        },
+        None => cmd,
+    }
+}
+
 // ---- Register ----
 
-/// The write a Register asks for.
+/// The write a Register asks for: bound to the caller's secret, or (an AllocSvr from before the
+/// binding, which sends none) unbound, with a warning: anyone may then act in its name.
 pub fn register_command(req: &pb::RegisterRequest) -> Result<Command, RpcError> {
     if req.node_id == 0 {
         return Err(RpcError::InvalidArgument("node_id must be > 0".into()));
     }
     check_addr(&req.addr)?;
-    Ok(Command::Register {
+    let cmd = Command::Register {
         node_id: NodeId(req.node_id),
         addr: req.addr.clone(),
         nonce: req.nonce,
-    })
+    };
+    if req.secret.is_empty() {
+        tracing::warn!(
+            node_id = req.node_id,
+            "an AllocSvr registers without a secret (older version): anyone who reaches the leader can renew, \
+             release or bump in its name until it restarts on a version that sends one"
+        );
+        return Ok(cmd);
+    }
+    if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&req.secret.len()) {
+        return Err(RpcError::InvalidArgument(format!(
+            "a secret is {MIN_SECRET_BYTES}..={MAX_SECRET_BYTES} bytes, got {}",
+            req.secret.len()
+        )));
+    }
+    Ok(under(Some(SecretHash::of(&req.secret)), cmd))
 }
 
 /// The reply to a committed Register; the new incarnation's detection clock starts at `now`.
@@ -139,7 +215,9 @@ pub fn registered(
 
 /// The reply to a renewal, read from the applied state once the read index passed. `map` is the
 /// cluster map part (version, and the map when the caller is behind); `routes` builds the table
-/// when the caller's is older. Records the renewal in the leader's liveness.
+/// when the caller's is older. Records the renewal in the leader's liveness, unless it does not
+/// carry its incarnation's secret (a forged renewal would keep a dead owner's sections from
+/// being reassigned); `skip_binding` is the negative control.
 pub fn renew_reply(
     set: &SetState,
     view: &mut LeaderView,
@@ -147,7 +225,9 @@ pub fn renew_reply(
     map: (u64, Option<pb::ClusterMap>),
     routes: impl FnOnce() -> Result<pb::RouteTable, RpcError>,
     now: Instant,
+    skip_binding: bool,
 ) -> Result<pb::RenewReply, RpcError> {
+    binding(set, "Renew", req.incarnation, &req.secret, skip_binding)?;
     let incarnation = Incarnation(req.incarnation);
     let route_version = set.route_version;
     if !set.allocsvrs.contains_key(&incarnation) {
@@ -254,18 +334,21 @@ fn handover_of(plan: &Plan, incarnation: Incarnation) -> Vec<pb::SectionRange> {
 
 // ---- Release ----
 
-/// The write a Release asks for.
-pub fn release_command(p: &SetParams, req: &pb::ReleaseRequest) -> Result<Command, RpcError> {
+/// The write a Release asks for, made under the caller's secret (see [`binding`]).
+pub fn release_command(set: &SetState, req: &pb::ReleaseRequest, skip_binding: bool) -> Result<Command, RpcError> {
+    let p = params_of(set)?;
     let ranges = if req.leaving && req.sections.is_empty() {
         Vec::new()
     } else {
-        check_released(p, &req.sections, MAX_RELEASE_SECTIONS)?
+        check_released(&p, &req.sections, MAX_RELEASE_SECTIONS)?
     };
-    Ok(Command::Release {
+    let presented = binding(set, "Release", req.incarnation, &req.secret, skip_binding)?;
+    let cmd = Command::Release {
         incarnation: Incarnation(req.incarnation),
         ranges,
         leaving: req.leaving,
-    })
+    };
+    Ok(under(presented, cmd))
 }
 
 /// The reply to a committed Release.
@@ -279,16 +362,23 @@ pub fn released(req: &pb::ReleaseRequest, result: CommandResult) -> Result<pb::R
             "incarnation {} is not registered (superseded or expired): register again",
             req.incarnation
         ))),
+        CommandResult::NotBound => Err(not_bound("Release", req.incarnation)),
         other => Err(unexpected(other)),
     }
 }
 
 // ---- Bump ----
 
-/// The write a Bump asks for. An incarnation the set does not know is refused before anything is
-/// proposed; `skip_epoch_fence` (negative control) removes that check, which is the fence against
-/// an owner the arbiter declared dead (see `SetState::bump`).
-pub fn bump_command(set: &SetState, req: &pb::BumpRequest, skip_epoch_fence: bool) -> Result<Command, RpcError> {
+/// The write a Bump asks for, made under the caller's secret (see [`binding`]). An incarnation
+/// the set does not know is refused before anything is proposed; `skip_epoch_fence` (negative
+/// control) removes that check, which is the fence against an owner the arbiter declared dead
+/// (see `SetState::bump`), and `skip_binding` the binding's.
+pub fn bump_command(
+    set: &SetState,
+    req: &pb::BumpRequest,
+    skip_epoch_fence: bool,
+    skip_binding: bool,
+) -> Result<Command, RpcError> {
     let items = check_bump_items(&params_of(set)?, &req.items)?;
     let incarnation = Incarnation(req.incarnation);
     if !skip_epoch_fence && !set.allocsvrs.contains_key(&incarnation) {
@@ -297,7 +387,8 @@ pub fn bump_command(set: &SetState, req: &pb::BumpRequest, skip_epoch_fence: boo
             req.incarnation
         )));
     }
-    Ok(Command::Bump { incarnation, items })
+    let presented = binding(set, "Bump", req.incarnation, &req.secret, skip_binding)?;
+    Ok(under(presented, Command::Bump { incarnation, items }))
 }
 
 /// The reply to a committed Bump.
@@ -319,6 +410,7 @@ pub fn bumped(req: &pb::BumpRequest, result: CommandResult) -> Result<pb::BumpRe
             "unknown incarnation {}: register first",
             req.incarnation
         ))),
+        CommandResult::NotBound => Err(not_bound("Bump", req.incarnation)),
         CommandResult::Invalid(m) => Err(RpcError::InvalidArgument(m)),
         other => Err(unexpected(other)),
     }
@@ -544,14 +636,15 @@ mod tests {
             new_max,
         };
         let req = |items| pb::BumpRequest {
+            secret: Vec::new(),
             incarnation: incs[0].0,
             items,
         };
-        let err = bump_command(&set, &req(vec![item(3, 41), item(4, 5), item(3, 1)]), false).unwrap_err();
+        let err = bump_command(&set, &req(vec![item(3, 41), item(4, 5), item(3, 1)]), false, false).unwrap_err();
         let status = tonic::Status::from(err);
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains("section 3 is named twice"), "{status:?}");
-        assert!(bump_command(&set, &req(vec![item(3, 41), item(4, 5)]), false).is_ok());
+        assert!(bump_command(&set, &req(vec![item(3, 41), item(4, 5)]), false, false).is_ok());
     }
 
     /// A planned handover makes every renewal ask for the next one soon at once, but is asked of
@@ -566,10 +659,11 @@ mod tests {
         let detect = Duration::from_secs(2);
         let renew = |set: &SetState, view: &mut LeaderView, inc: Incarnation, now| {
             let req = pb::RenewRequest {
+                secret: Vec::new(),
                 incarnation: inc.0,
                 ..Default::default()
             };
-            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now).expect("renew")
+            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now, false).expect("renew")
         };
         let tick = |set: &mut SetState, view: &mut LeaderView, now| {
             if let (_, Tick::Plan(Some(cmd))) = arbiter_tick(set, view, (true, 1), now, detect, &small_params()) {
@@ -644,6 +738,7 @@ mod tests {
             (0, None),
             || Ok(pb::RouteTable::default()),
             Instant::now(),
+            false,
         )
         .expect("renew");
         assert_eq!(reply.handover, vec![pb::SectionRange { begin: 2, end: 4 }], "{reply:?}");

@@ -75,10 +75,12 @@ fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
 /// Decodes a snapshot's state. Fields added to `SetState` since the first snapshots went last, and
 /// postcard has no field tags, so an older snapshot ends early: as many 0 bytes as the missing
 /// fields' empty encodings are supplied (`cached_map`: `None`, one byte; `audit`: an empty trail,
-/// two bytes) and it is read with them empty. A current snapshot decodes on the first try.
+/// two bytes; `bindings`: an empty map, one byte) and it is read with them empty. A current
+/// snapshot decodes on the first try. A shorter padding of an older format runs out of bytes, so
+/// the first padding that decodes is the snapshot's own.
 fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
-    /// Empty trail (2 bytes), then no cached map as well (3 bytes).
-    const OLDER_FORMATS: [usize; 2] = [2, 3];
+    /// No bindings (1 byte), then no trail either (3 bytes), then no cached map as well (4 bytes).
+    const OLDER_FORMATS: [usize; 3] = [1, 3, 4];
     let first = match postcard::from_bytes(bytes) {
         Ok(data) => return Ok(data),
         Err(e) => e,
@@ -322,12 +324,15 @@ mod tests {
         assert_eq!(current.meta.last_log_id, Some(log_id(2, 12)));
     }
 
-    /// Snapshots written before the cached map and before the audit trail existed (the state ends
-    /// one or two fields earlier) are read with those empty; a current one round-trips with both.
+    /// Snapshots written before the bindings, before the audit trail and before the cached map
+    /// existed (the state ends one, two or three fields earlier) are read with those empty; a
+    /// current one round-trips with all of them.
     #[test]
-    fn snapshots_from_before_the_cached_map_and_the_audit_trail_are_still_read() {
+    fn snapshots_from_before_the_bindings_the_audit_trail_and_the_cached_map_are_still_read() {
         use crate::domain::audit::{AuditNote, AuditRecord};
+        use crate::domain::binding::SecretHash;
         use crate::domain::state::CachedMap;
+        use seqsvr_proto::Incarnation;
         let mut data = sm_data(log_id(1, 7));
         data.set.cached_map = Some(CachedMap {
             version: 4,
@@ -339,28 +344,29 @@ mod tests {
             what: "drain AllocSvr node 2".into(),
         };
         data.set.audit.push(AuditRecord::new(&note, "done"));
+        data.set
+            .bindings
+            .bind(Incarnation(3), SecretHash::of(b"sixteen bytes ok"));
         let bytes = postcard::to_stdvec(&data).unwrap();
         assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
 
-        data.set.audit = Default::default();
-        let mut before_audit = postcard::to_stdvec(&data).unwrap();
-        assert_eq!(
-            before_audit.split_off(before_audit.len() - 2),
-            [0, 0],
-            "an empty trail ends it"
-        );
-        let read = decode_sm_data(&before_audit).unwrap();
-        assert_eq!((read.last_applied, &read.set), (data.last_applied, &data.set));
-
-        data.set.cached_map = None;
-        let mut oldest = postcard::to_stdvec(&data).unwrap();
-        assert_eq!(
-            oldest.split_off(oldest.len() - 3),
-            [0, 0, 0],
-            "None, then an empty trail"
-        );
-        let read = decode_sm_data(&oldest).unwrap();
-        assert_eq!((read.last_applied, read.set), (data.last_applied, data.set));
+        // Each older format: the fields it lacks emptied, their bytes cut off the end.
+        let older: [(usize, &str); 3] = [(1, "no bindings"), (3, "no trail"), (4, "no cached map")];
+        for (missing, what) in older {
+            match missing {
+                1 => data.set.bindings = Default::default(),
+                3 => data.set.audit = Default::default(),
+                _ => data.set.cached_map = None,
+            }
+            let mut old = postcard::to_stdvec(&data).unwrap();
+            let tail = old.split_off(old.len() - missing);
+            assert!(
+                tail.iter().all(|b| *b == 0),
+                "{what}: the cut fields are not empty: {tail:?}"
+            );
+            let read = decode_sm_data(&old).unwrap();
+            assert_eq!((read.last_applied, &read.set), (data.last_applied, &data.set), "{what}");
+        }
         assert!(decode_sm_data(&[0xff; 3]).is_err(), "garbage is still refused");
     }
 }

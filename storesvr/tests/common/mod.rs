@@ -260,6 +260,7 @@ impl FakeOwner {
     pub async fn register(client: &StoreClient, node_id: u64) -> Self {
         let reply = client
             .register(pb::RegisterRequest {
+                secret: Vec::new(),
                 node_id,
                 addr: format!("127.0.0.1:{}", 40_000 + node_id),
                 nonce: 0,
@@ -272,6 +273,7 @@ impl FakeOwner {
             loop {
                 let _ = c
                     .renew(pb::RenewRequest {
+                        secret: Vec::new(),
                         incarnation,
                         route_version: 0,
                         map_version: u64::MAX,
@@ -289,6 +291,7 @@ impl FakeOwner {
         loop {
             if let Ok(r) = client
                 .renew(pb::RenewRequest {
+                    secret: Vec::new(),
                     incarnation: self.incarnation,
                     route_version: 0,
                     map_version: u64::MAX,
@@ -319,6 +322,7 @@ impl Drop for FakeOwner {
 pub async fn bump(client: &StoreClient, incarnation: u64, section: u64, epoch: u64, new_max: u64) -> pb::BumpResult {
     let r = client
         .bump(pb::BumpRequest {
+            secret: Vec::new(),
             incarnation,
             items: vec![pb::BumpItem {
                 section,

@@ -131,7 +131,13 @@ async fn run_case(
                     })
                     .collect();
                 let t0 = Instant::now();
-                let r = client.bump(pb::BumpRequest { incarnation, items }).await;
+                let r = client
+                    .bump(pb::BumpRequest {
+                        incarnation,
+                        items,
+                        secret: Vec::new(),
+                    })
+                    .await;
                 match r {
                     Ok(r) if r.get_ref().not_leader.is_none() => {
                         h.record(t0.elapsed().as_nanos() as u64).unwrap();
@@ -216,6 +222,7 @@ async fn wait_leader(addrs: &[String], within: Duration) -> Option<String> {
 /// Registers one owner and waits until it is granted every section; its incarnation and epochs.
 async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64, Arc<Vec<u64>>), tonic::Status> {
     let req = pb::RegisterRequest {
+        secret: Vec::new(),
         node_id: 1,
         addr: "127.0.0.1:9".into(),
         nonce: 0,
@@ -223,6 +230,7 @@ async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64
     let incarnation = client.register(req).await?.into_inner().incarnation;
     loop {
         let renew = pb::RenewRequest {
+            secret: Vec::new(),
             incarnation,
             route_version: 0,
             map_version: u64::MAX,
