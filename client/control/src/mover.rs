@@ -14,7 +14,8 @@
 //!    (all released, or a lease has passed since it saw the freeze) — the wait is the server's;
 //! 5. seal: the ceilings go into the record; from here on the move cannot be cancelled, because
 //!    the target may serve after the next step;
-//! 6. target installs `max(own, source's)` and owns the range;
+//! 6. the source is told of the seal (it refuses a set-level cancel from then on), and only then
+//!    the target installs `max(own, source's)` and owns the range;
 //! 7. the map switches (clients go to the target); 8. the source tombstones; 9. the record
 //!    ends (done), which raises the map version so that published copies drop the move.
 //!
@@ -376,6 +377,23 @@ impl Mover {
                 .map(drop)?,
             Sealed => return self.wait_final(map, m, progress).await,
             Installed => {
+                // The source learns of the seal before the target may serve: from here on it
+                // refuses a set-level cancel. It refuses the seal when such a cancel came first
+                // (between the record's seal and this step), and the target must then not install.
+                self.set_admin(map, m.from_set)?
+                    .range_step(step(Sealed, m.to_set))
+                    .await
+                    .map_err(|e| match e {
+                        ControlError::Rejected(s) if s.code() == tonic::Code::FailedPrecondition => {
+                            MoveError::Refused(format!(
+                                "move {}: the source set {} did not take the seal, so the target must not install: {}",
+                                m.op,
+                                m.from_set,
+                                s.message()
+                            ))
+                        }
+                        other => MoveError::Control(other),
+                    })?;
                 let req = pb::RangeStepRequest {
                     ceilings: m.ceilings.clone(),
                     ..step(Installed, m.from_set)

@@ -216,6 +216,7 @@ fn describe_range(r: &RangeCommand) -> String {
             span(s)
         ),
         RangeCommand::Cancel { op, span: s } => format!("range step CANCELLED of move {op}: {}", span(s)),
+        RangeCommand::Seal { op, span: s } => format!("range step SEALED of move {op}: {}", span(s)),
     }
 }
 

@@ -7,11 +7,19 @@
 //!   B: Import   absent/tombstoned ──▶ importing(op)
 //!   A: Freeze   owned ──▶ migrating(op)      epoch +1, bumps refused, owners asked to hand over
 //!   A: (read)   the final max_seq of every section, once the owners are provably gone
+//!   A: Seal     migrating(op), phase sealed: its ceilings are in the map's record; no Cancel
 //!   B: Install  importing(op) ──▶ owned      max_seq = max(own, A's), epoch +1, no owner yet
 //!   A: Tombstone migrating(op) ──▶ tombstoned(op, B, map version)   epoch +1, owner dropped
 //!   A or B: Cancel (before the point of no return) importing(op) ──▶ absent,
 //!                                                    migrating(op) ──▶ owned (epoch +1)
 //! ```
+//!
+//! The seal is the point of no return, and the source must know it has passed: the driver records
+//! the ceilings in the map's record first and then seals the source, and installs on the target
+//! only once the source is sealed. A set-level Cancel that reaches the source after that (an older
+//! driver, a hand-made RangeStep) is refused, so the range is never given back while the target
+//! may serve it. One that reaches the source between the map's seal and the source's makes the
+//! source's Seal fail, and the driver stops before the install: the move is stuck, not duplicated.
 //!
 //! Each step checks the range states of every section it names and either changes all of them
 //! or none (`Refused`); repeating a step that was applied answers `Stepped { already: true }`
@@ -60,6 +68,12 @@ pub enum RangeCommand {
         op: OpId,
         span: Span,
     },
+    /// The source's ceilings went into the map's record: from here on this set refuses a Cancel.
+    /// Appended last: the log stores a variant by position.
+    Seal {
+        op: OpId,
+        span: Span,
+    },
 }
 
 /// This set's side of one move.
@@ -89,6 +103,9 @@ pub enum Phase {
     /// Installed (import) or tombstoned (export): this set's part is done.
     Done,
     Cancelled,
+    /// Exported and sealed: the range is still migrating here, but can only end tombstoned.
+    /// Appended last: snapshots store a variant by position.
+    Sealed,
 }
 
 /// How far the owners of a frozen range have let go.
@@ -145,7 +162,25 @@ impl SetState {
                 ..
             } => self.tombstone(p, *op, span, *to_set, *map_version),
             RangeCommand::Cancel { op, .. } => self.cancel(p, *op, span),
+            RangeCommand::Seal { op, .. } => self.seal(*op, span),
         }
+    }
+
+    /// Marks this set's side of move `op` sealed: its range must be frozen here for `op`.
+    fn seal(&mut self, op: OpId, span: Span) -> CommandResult {
+        let frozen = |s: Option<RangeState>| matches!(s, Some(RangeState::Migrating { op: o, .. }) if o == op);
+        if let Some(done) = self.repeated(op, Phase::Sealed, frozen) {
+            return done;
+        }
+        let exporting = self
+            .moves
+            .get(&op)
+            .is_some_and(|m| matches!(m.role, Role::Export { .. }) && m.phase == Phase::Started);
+        if !exporting || !self.ranges.all(span.begin, span.end, frozen) {
+            return self.refuse(op, span, "seal");
+        }
+        self.set_phase(op, Phase::Sealed);
+        CommandResult::Stepped { already: false }
     }
 
     fn import(&mut self, p: &SetParams, op: OpId, span: Span, from_set: u64) -> CommandResult {
@@ -249,6 +284,13 @@ impl SetState {
         match self.moves.get(&op).map(|m| m.phase) {
             Some(Phase::Cancelled) => return CommandResult::Stepped { already: true },
             Some(Phase::Done) => return self.refuse(op, span, "cancel"),
+            // Past the point of no return: the target may already serve the range.
+            Some(Phase::Sealed) => {
+                return CommandResult::Refused(format!(
+                    "move {op} is sealed on this set (its final ceilings are in the cluster map's record and \
+                     the target may serve the range): it cannot be cancelled, only finished (seqctl move resume {op})"
+                ));
+            }
             None => {
                 // Cancelled before this set saw the move: remember it, so that a late step of the
                 // same op is refused rather than started.
@@ -337,7 +379,7 @@ impl SetState {
         let Role::Export { to_set } = m.role else {
             return None;
         };
-        if m.phase != Phase::Started {
+        if !matches!(m.phase, Phase::Started | Phase::Sealed) {
             return None;
         }
         let (mut held, mut forced) = (0, 0);
@@ -376,7 +418,8 @@ impl RangeCommand {
             | Self::Freeze { op, .. }
             | Self::Install { op, .. }
             | Self::Tombstone { op, .. }
-            | Self::Cancel { op, .. } => *op,
+            | Self::Cancel { op, .. }
+            | Self::Seal { op, .. } => *op,
         }
     }
 
@@ -386,7 +429,8 @@ impl RangeCommand {
             | Self::Freeze { span, .. }
             | Self::Install { span, .. }
             | Self::Tombstone { span, .. }
-            | Self::Cancel { span, .. } => *span,
+            | Self::Cancel { span, .. }
+            | Self::Seal { span, .. } => *span,
         }
     }
 }
@@ -694,6 +738,73 @@ mod tests {
             ok(false),
             "disjoint moves may run at once"
         );
+    }
+
+    /// Once sealed, the source never gives the range back: a set-level Cancel (a hand-made
+    /// RangeStep, an older driver) is refused and leaves the range frozen, and the move can still
+    /// end by its tombstone. A Seal needs the range frozen for its op; it repeats harmlessly.
+    #[test]
+    fn a_sealed_source_refuses_a_cancel_and_still_tombstones() {
+        let (mut src, incs) = set_with(&[1]);
+        assign_all(&mut src, incs[0]);
+        let (freeze, seal, cancel) = (
+            RangeCommand::Freeze {
+                op: OP,
+                span: span(0, 2),
+                to_set: 1,
+            },
+            RangeCommand::Seal {
+                op: OP,
+                span: span(0, 2),
+            },
+            RangeCommand::Cancel {
+                op: OP,
+                span: span(0, 2),
+            },
+        );
+        assert!(refused(&step(&mut src, seal.clone())), "nothing frozen to seal");
+        assert_eq!(step(&mut src, freeze), ok(false));
+        assert!(
+            refused(&step(
+                &mut src,
+                RangeCommand::Seal {
+                    op: OP,
+                    span: span(0, 3)
+                }
+            )),
+            "another span"
+        );
+        assert_eq!(step(&mut src, seal.clone()), ok(false));
+        assert_eq!(step(&mut src, seal.clone()), ok(true));
+        let before = src.clone();
+        let r = step(&mut src, cancel);
+        assert!(refused(&r) && format!("{r:?}").contains("sealed"), "{r:?}");
+        assert_eq!(src, before, "a refused cancel changed the set");
+        assert!(matches!(
+            src.ranges.state_at(SectionId(1)),
+            Some(RangeState::Migrating { op: OP, .. })
+        ));
+        let tombstone = RangeCommand::Tombstone {
+            op: OP,
+            span: span(0, 2),
+            to_set: 1,
+            map_version: 7,
+        };
+        assert_eq!(step(&mut src, tombstone), ok(false));
+        assert!(refused(&step(&mut src, seal)), "a tombstoned move is past its seal");
+    }
+
+    /// `Seal` and the local `Sealed` phase were appended: older variants keep their positions.
+    #[test]
+    fn the_seal_step_and_phase_are_appended() {
+        let seal = postcard::to_stdvec(&RangeCommand::Seal {
+            op: 1,
+            span: span(0, 1),
+        })
+        .unwrap();
+        assert_eq!(seal[0], 5, "Seal must follow Cancel (4)");
+        assert_eq!(postcard::to_stdvec(&Phase::Sealed).unwrap(), [3]);
+        assert_eq!(postcard::to_stdvec(&Phase::Cancelled).unwrap(), [2]);
     }
 
     #[test]

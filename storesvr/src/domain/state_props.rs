@@ -112,8 +112,9 @@ fn op_and_span() -> impl Strategy<Value = (u64, Span)> {
 }
 
 fn range_command() -> impl Strategy<Value = RangeCommand> {
-    // Kind 4 (Cancel) is rarer: a cancelled op id is spent for good.
-    let kind = prop_oneof![4 => 0u8..4, 1 => Just(4u8)];
+    // Kinds 4 (Cancel) and 5 (Seal) are rarer: a cancelled op id is spent for good, and a sealed
+    // one can no longer be cancelled.
+    let kind = prop_oneof![4 => 0u8..4, 1 => Just(4u8), 1 => Just(5u8)];
     (kind, op_and_span(), set_id(), small_or_any(5)).prop_flat_map(|(kind, (op, span), other, v)| match kind {
         0 => Just(RangeCommand::Import {
             op,
@@ -137,7 +138,8 @@ fn range_command() -> impl Strategy<Value = RangeCommand> {
             map_version: v,
         })
         .boxed(),
-        _ => Just(RangeCommand::Cancel { op, span }).boxed(),
+        4 => Just(RangeCommand::Cancel { op, span }).boxed(),
+        _ => Just(RangeCommand::Seal { op, span }).boxed(),
     })
 }
 
@@ -509,7 +511,7 @@ fn check_ranges(st: &SetState) -> Result<(), String> {
                 matches!(m(op), Some((Role::Import { .. }, MovePhase::Started, _)))
             }
             RangeState::Migrating { op, to_set } => {
-                matches!(m(op), Some((Role::Export { to_set: t }, MovePhase::Started, _)) if t == to_set)
+                matches!(m(op), Some((Role::Export { to_set: t }, MovePhase::Started | MovePhase::Sealed, _)) if t == to_set)
             }
             RangeState::Tombstoned { op, to_set, .. } => {
                 matches!(m(op), Some((Role::Export { to_set: t }, MovePhase::Done, _)) if t == to_set)

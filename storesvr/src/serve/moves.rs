@@ -346,9 +346,10 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
             map_version: req.map_version,
         },
         Ok(pb::MovePhase::Cancelled) => RangeCommand::Cancel { op, span },
+        Ok(pb::MovePhase::Sealed) => RangeCommand::Seal { op, span },
         _ => {
             return Err(RpcError::InvalidArgument(format!(
-                "a range step is IMPORTING, FROZEN, INSTALLED, DONE or CANCELLED, not {}",
+                "a range step is IMPORTING, FROZEN, SEALED, INSTALLED, DONE or CANCELLED, not {}",
                 req.step
             )));
         }
@@ -602,7 +603,7 @@ mod tests {
         let bad_step = range_command(
             &p,
             pb::RangeStepRequest {
-                step: pb::MovePhase::Sealed as i32,
+                step: pb::MovePhase::Switched as i32,
                 sections: Some(pb::SectionRange { begin: 0, end: 1 }),
                 ..Default::default()
             },
