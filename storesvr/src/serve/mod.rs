@@ -116,7 +116,7 @@ pub fn unexpected(r: CommandResult) -> RpcError {
 /// slip through. `skip` is the negative control `--unsafe-skip-binding`.
 pub fn binding(
     set: &SetState,
-    call: &str,
+    call: &'static str,
     incarnation: u64,
     secret: &[u8],
     skip: bool,
@@ -136,7 +136,10 @@ pub fn binding(
 
 /// The refusal of a call that does not carry its incarnation's secret, logged: it is either an
 /// attack or a bug worth seeing.
-fn not_bound(call: &str, incarnation: u64) -> RpcError {
+fn not_bound(call: &'static str, incarnation: u64) -> RpcError {
+    // Counted as well as logged: an alert can watch the count, and a log line per forged call
+    // is what an operator greps for once it fires.
+    metrics::counter!("storesvr_unbound_calls_total", "call" => call).increment(1);
     tracing::warn!(
         call,
         incarnation,
