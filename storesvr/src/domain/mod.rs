@@ -20,6 +20,8 @@ pub(crate) mod arbiter;
 pub mod audit;
 pub mod binding;
 pub mod cluster_map;
+#[cfg(test)]
+mod format_pins;
 pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;

@@ -34,7 +34,7 @@ const TOTAL: u64 = 12;
 
 /// Set 0 owns `[0, 8)` and keeps the cluster map; set 1 owns `[8, 12)` and has none. Both leave
 /// sections of the space to another set, so imports and absent sections occur from the start.
-fn params(set_id: u64) -> SetParams {
+pub(crate) fn params(set_id: u64) -> SetParams {
     let (section_begin, section_end) = if set_id == 0 { (0, 8) } else { (8, TOTAL) };
     SetParams {
         set_id,
@@ -750,7 +750,7 @@ fn owner_or_incarnation(st: &SetState, section: Option<SectionId>, i: Incarnatio
 }
 
 /// The command with its symbolic values resolved against `st`.
-fn resolve(cmd: &Command, st: &SetState) -> Command {
+pub(crate) fn resolve(cmd: &Command, st: &SetState) -> Command {
     let mut cmd = cmd.clone();
     match &mut cmd {
         Command::Bump { incarnation, items } => {
