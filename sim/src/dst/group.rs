@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use seqsvr_proto::pb;
-use storesvr::domain::audit;
+use storesvr::domain::command;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
 use storesvr::serve::moves::{self as moves, FrozenSeen};
@@ -236,7 +236,7 @@ impl Group {
         // Admin writes travel as audited commands, as the gRPC service sends them (`grpc::audit`),
         // so the moves here run through the same apply. Who and when are fixed: the trail's
         // contents are checked by storesvr's own tests, not here.
-        let admin = |cmd| audit::wrap("sim", 0, cmd);
+        let admin = |cmd| command::wrap("sim", 0, cmd);
         Ok(match req {
             Req::Register(q) => {
                 let cmd = serve::register_command(q)?;

@@ -19,7 +19,8 @@
 
 use super::liveness::Alive;
 use super::ranges::{RangeRun, RangeState};
-use super::state::{Command, Move, NOBODY, OwnerRun, SetState, Span};
+use super::section::{NOBODY, OwnerRun, Span};
+use super::state::{Command, Move, SetState};
 use seqsvr_proto::{Incarnation, SectionId};
 use std::collections::{BTreeMap, BTreeSet};
 

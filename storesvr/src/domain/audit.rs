@@ -22,13 +22,8 @@
 //! owner who edits its disk.
 
 use std::collections::VecDeque;
-use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
-
-use super::cluster_map::{MapCommand, MapResult, Phase};
-use super::moves::RangeCommand;
-use super::state::{Command, CommandResult, Span};
 
 pub use seqsvr_proto::limits::{MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECORDS};
 
@@ -126,19 +121,6 @@ impl AuditTrail {
     }
 }
 
-/// `cmd` as an admin action asked for by `who` at `at_ms` (the proposing leader's wall clock).
-pub fn wrap(who: &str, at_ms: u64, cmd: Command) -> Command {
-    let note = AuditNote {
-        who: cut(who),
-        at_ms,
-        what: cut(&describe(&cmd)),
-    };
-    Command::Audited {
-        note,
-        cmd: Box::new(cmd),
-    }
-}
-
 /// `s` cut to at most [`MAX_AUDIT_FIELD_BYTES`] at a character boundary, with `…` marking a cut.
 pub fn cut(s: &str) -> String {
     if s.len() <= MAX_AUDIT_FIELD_BYTES {
@@ -152,132 +134,9 @@ pub fn cut(s: &str) -> String {
     format!("{}{mark}", &s[..end])
 }
 
-fn span(s: &Span) -> String {
-    format!("sections [{}, {})", s.begin.0, s.end.0)
-}
-
-fn phase(p: &Phase) -> String {
-    match p {
-        Phase::Sealed(c) => format!("SEALED ({} ceilings)", c.len()),
-        Phase::Switched { map_version } => format!("SWITCHED (map version {map_version})"),
-        other => format!("{other:?}").to_uppercase(),
-    }
-}
-
-fn describe_map(m: &MapCommand) -> String {
-    match m {
-        MapCommand::AddSet {
-            expect_version,
-            set_id,
-            stores,
-        } => format!(
-            "add set {set_id} (stores {}) at map version {expect_version}",
-            stores.join(",")
-        ),
-        MapCommand::Begin {
-            expect_version,
-            op,
-            from,
-            to,
-            span: s,
-            driver,
-        } => format!(
-            "begin move {op}: {} from set {from} to set {to} (driver {driver}, at map version {expect_version})",
-            span(s)
-        ),
-        MapCommand::Claim { op, driver } => format!("claim move {op} (driver {driver})"),
-        MapCommand::Advance { op, driver, phase: p } => {
-            format!("advance move {op} to {} (driver {driver})", phase(p))
-        }
-        MapCommand::Finish { op, driver } => format!("finish move {op} (driver {driver})"),
-    }
-}
-
-fn describe_range(r: &RangeCommand) -> String {
-    match r {
-        RangeCommand::Import { op, span: s, from_set } => {
-            format!("range step IMPORTING of move {op}: {} from set {from_set}", span(s))
-        }
-        RangeCommand::Freeze { op, span: s, to_set } => {
-            format!("range step FROZEN of move {op}: {} to set {to_set}", span(s))
-        }
-        RangeCommand::Install { op, span: s, ceilings } => format!(
-            "range step INSTALLED of move {op}: {} with {} ceilings",
-            span(s),
-            ceilings.len()
-        ),
-        RangeCommand::Tombstone {
-            op,
-            span: s,
-            to_set,
-            map_version,
-        } => format!(
-            "range step DONE of move {op}: {} now set {to_set}'s (map version {map_version})",
-            span(s)
-        ),
-        RangeCommand::Cancel { op, span: s } => format!("range step CANCELLED of move {op}: {}", span(s)),
-        RangeCommand::Seal { op, span: s } => format!("range step SEALED of move {op}: {}", span(s)),
-    }
-}
-
-/// The action `cmd` in words, with its arguments (long lists by their length).
-pub fn describe(cmd: &Command) -> String {
-    match cmd {
-        Command::Map(m) => describe_map(m),
-        Command::Range(r) => describe_range(r),
-        Command::Drain { node_id } => format!("drain AllocSvr node {node_id}"),
-        Command::CacheMap(m) => format!("publish map version {} ({} bytes)", m.version, m.encoded.len()),
-        Command::Init(p) => format!("initialize set {}", p.set_id),
-        Command::Register { node_id, addr, .. } => format!("register AllocSvr node {node_id} at {addr}"),
-        Command::Bump { incarnation, items } => format!("bump {} sections of incarnation {incarnation}", items.len()),
-        Command::Release {
-            incarnation, ranges, ..
-        } => {
-            format!("release {} ranges of incarnation {incarnation}", ranges.len())
-        }
-        Command::Assign { expire, moves } => format!("assign: expire {}, {} moves", expire.len(), moves.len()),
-        Command::Audited { cmd, .. } => format!("audited {}", describe(cmd)),
-        Command::Audit(r) => format!("audit record: {}", r.what),
-        Command::Bound { cmd, .. } => format!("{} (bound to its registration)", describe(cmd)),
-    }
-}
-
-/// What came of a command, in words. Runs during apply: it reads the result only.
-pub fn outcome(result: &CommandResult) -> String {
-    let mut out = String::new();
-    // Writing to a String cannot fail.
-    let _ = match result {
-        CommandResult::Map(MapResult::Ok {
-            version,
-            already: false,
-        }) => write!(out, "done: map version {version}"),
-        CommandResult::Map(MapResult::Ok { version, already: true }) => {
-            write!(out, "already done: map version {version}")
-        }
-        CommandResult::Map(MapResult::VersionChanged { version }) => {
-            write!(out, "not done: the map is at version {version} now")
-        }
-        CommandResult::Map(MapResult::Refused(m)) | CommandResult::Refused(m) => write!(out, "refused: {m}"),
-        CommandResult::Invalid(m) => write!(out, "invalid: {m}"),
-        CommandResult::Stepped { already: false } => write!(out, "done"),
-        CommandResult::Stepped { already: true } => write!(out, "already done"),
-        CommandResult::Draining { incarnation: Some(i) } => write!(out, "draining incarnation {i}"),
-        CommandResult::Draining { incarnation: None } => write!(out, "refused: the node is not registered"),
-        CommandResult::MapCached { version, already } => match already {
-            false => write!(out, "done: map version {version} kept"),
-            true => write!(out, "already had map version {version}"),
-        },
-        other => write!(out, "{other:?}"),
-    };
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::state::SetState;
-    use crate::domain::testing::set_with;
-    use seqsvr_proto::NodeId;
 
     fn record(n: u64) -> AuditRecord {
         AuditRecord {
@@ -332,99 +191,6 @@ mod tests {
                 "after {after} limit {limit} newest {newest}"
             );
         }
-    }
-
-    fn note(what: &str) -> AuditNote {
-        AuditNote {
-            who: "CN=ops".into(),
-            at_ms: 1_700_000_000_000,
-            what: what.into(),
-        }
-    }
-
-    fn audited(cmd: Command) -> Command {
-        Command::Audited {
-            note: note(&describe(&cmd)),
-            cmd: Box::new(cmd),
-        }
-    }
-
-    fn outcomes(st: &SetState) -> Vec<String> {
-        st.audit
-            .page(0, usize::MAX, false)
-            .into_iter()
-            .map(|(_, r)| r.outcome.clone())
-            .collect()
-    }
-
-    #[test]
-    fn an_audited_action_is_applied_and_recorded_with_its_outcome_refusals_too() {
-        let (mut st, _) = set_with(&[1]);
-        let add = Command::Map(MapCommand::AddSet {
-            expect_version: 1,
-            set_id: 1,
-            stores: vec!["a:1".into()],
-        });
-        let mut plain = st.clone();
-        let want = plain.apply(&add, false);
-        assert_eq!(st.apply(&audited(add), false), want, "the result is the action's own");
-        assert_eq!(st.map, plain.map, "the action was applied");
-        let drain = Command::Drain { node_id: NodeId(9) };
-        assert_eq!(
-            st.apply(&audited(drain), false),
-            CommandResult::Draining { incarnation: None }
-        );
-        assert_eq!(
-            outcomes(&st),
-            ["done: map version 2", "refused: the node is not registered"]
-        );
-        let (n, r) = st.audit.page(0, 1, false)[0];
-        assert_eq!((n, r.who.as_str(), r.at_ms), (1, "CN=ops", 1_700_000_000_000));
-        assert_eq!(r.what, "add set 1 (stores a:1) at map version 1");
-    }
-
-    #[test]
-    fn a_membership_record_is_appended_alone() {
-        let (mut st, _) = set_with(&[]);
-        let before = st.clone();
-        let r = st.apply(
-            &Command::Audit(AuditRecord::new(&note("add replica 4"), "started")),
-            false,
-        );
-        assert_eq!(r, CommandResult::Recorded { number: 1 });
-        assert_eq!(outcomes(&st), ["started"]);
-        st.audit = before.audit.clone();
-        assert_eq!(st, before, "a record alone changes nothing else");
-    }
-
-    #[test]
-    fn nested_audits_and_uninitialized_sets_record_nothing() {
-        let (mut st, _) = set_with(&[]);
-        let nested = audited(audited(Command::Drain { node_id: NodeId(1) }));
-        assert!(matches!(st.apply(&nested, false), CommandResult::Invalid(_)));
-        let alone = Command::Audit(AuditRecord::new(&note("x"), "y"));
-        assert!(matches!(
-            st.apply(&audited(alone.clone()), false),
-            CommandResult::Invalid(_)
-        ));
-        assert!(st.audit.is_empty(), "{:?}", st.audit);
-        let mut empty = SetState::default();
-        for cmd in [audited(Command::Drain { node_id: NodeId(1) }), alone] {
-            assert!(matches!(empty.apply(&cmd, false), CommandResult::Invalid(_)));
-        }
-        assert_eq!(empty, SetState::default());
-    }
-
-    #[test]
-    fn the_trail_is_part_of_the_snapshot() {
-        let (mut st, _) = set_with(&[1]);
-        for node in 0..3 {
-            st.apply(&audited(Command::Drain { node_id: NodeId(node) }), false);
-        }
-        let bytes = postcard::to_stdvec(&st).unwrap();
-        let back: SetState = postcard::from_bytes(&bytes).unwrap();
-        assert_eq!(back.audit, st.audit);
-        assert_eq!((back.audit.len(), back.audit.last()), (3, 3));
     }
 
     #[test]

@@ -32,7 +32,7 @@
 //! Left out: reaching the sets (the driver does), and time (the lease wait is the source's).
 
 use super::ranges::{OpId, RangeTable};
-use super::state::Span;
+use super::section::Span;
 use seqsvr_proto::SectionId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

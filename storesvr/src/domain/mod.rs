@@ -20,12 +20,14 @@ pub(crate) mod arbiter;
 pub mod audit;
 pub mod binding;
 pub mod cluster_map;
+pub mod command;
 #[cfg(test)]
 mod format_pins;
 pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;
 pub mod restore;
+pub mod section;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod state_props;

@@ -35,7 +35,8 @@
 //! `cluster_map.rs`), and time: the lease wait is measured by the source's leader, not here.
 
 use super::ranges::{OpId, RangeState};
-use super::state::{CommandResult, NOBODY, SetParams, SetState, Span, clamp, slot};
+use super::section::{NOBODY, Span, clamp, slot};
+use super::state::{CommandResult, SetParams, SetState};
 use seqsvr_proto::Epoch;
 use serde::{Deserialize, Serialize};
 

@@ -42,7 +42,8 @@ use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 use thiserror::Error;
 
 use super::ranges::RangeState;
-use super::state::{MAX_BUMP_STEPS, NOBODY, SetState};
+use super::section::NOBODY;
+use super::state::{MAX_BUMP_STEPS, SetState};
 
 /// How far the route version and the incarnation counter jump on a restore: more than any set
 /// can issue between a backup and its restore (one a millisecond for 136 years), and still 2^32

@@ -22,12 +22,17 @@
 //! Left out on purpose: liveness (who is alive is the leader's in-memory
 //! business, see `liveness`), and moving sections between sets.
 
-use super::audit::{self, AuditNote, AuditRecord, AuditTrail};
+use super::audit::{AuditNote, AuditRecord, AuditTrail};
 use super::binding::{Bindings, SecretHash, Verdict};
-use super::cluster_map::{ClusterMap, MapCommand, MapResult};
-use super::moves::{LocalMove, RangeCommand};
+use super::cluster_map::ClusterMap;
+pub use super::command::{
+    BumpItem, BumpOutcome, BumpResult, CachedMap, Command, CommandResult, Move, Released, outcome,
+};
+use super::moves::LocalMove;
 use super::ranges::{OpId, RangeState, RangeTable};
-use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
+pub use super::section::{NOBODY, OwnerRun, Run, SectionState, Span, sections};
+pub(super) use super::section::{clamp, slot};
+use seqsvr_proto::{Incarnation, NodeId, SectionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,9 +41,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// so one step would do; four leave room for a future owner that prefetches further ahead
 /// without letting a forged bump spend more than a few steps of the 64-bit space.
 pub const MAX_BUMP_STEPS: u64 = 4;
-
-/// The owner of a section nobody owns.
-pub const NOBODY: Incarnation = Incarnation(0);
 
 /// Test-only switches that remove one rule from `apply` (negative controls: the simulator must
 /// catch each). Every replica of a group must run with the same ones.
@@ -57,68 +59,6 @@ pub struct UnsafeRules {
 /// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
 pub use seqsvr_proto::params::SetParams;
 
-/// Position of `section` in [`SetState::sections`] (which covers the whole section space).
-pub(super) fn slot(section: SectionId) -> usize {
-    section.0 as usize
-}
-
-/// The part of `[begin, end)` that lies inside the section space, section by section.
-pub(super) fn clamp(p: &SetParams, begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> + use<> {
-    sections(begin, end.min(SectionId(p.total_sections())))
-}
-
-/// Sections `[begin, end)` one by one.
-pub fn sections(begin: SectionId, end: SectionId) -> impl Iterator<Item = SectionId> {
-    (begin.0..end.0).map(SectionId)
-}
-
-/// Sections `[begin, end)`: what an owner is asked to hand over, or what a request names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Span {
-    pub begin: SectionId,
-    pub end: SectionId,
-}
-
-/// Consecutive sections `[begin, end)` with one owner (epochs may differ).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OwnerRun {
-    pub begin: SectionId,
-    pub end: SectionId,
-    pub owner: Incarnation,
-}
-
-/// Consecutive sections `[begin, end)` that share one state (owner, epoch, `no_wait`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Run<'a> {
-    pub begin: SectionId,
-    pub end: SectionId,
-    pub state: &'a SectionState,
-    /// What the set may do with these sections.
-    pub range: RangeState,
-}
-
-/// One section's durable state.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SectionState {
-    /// Durable ceiling: no uid of the section is ever given a seq above it.
-    pub max_seq: u64,
-    /// Raised on every ownership change; a bump must carry it.
-    pub epoch: Epoch,
-    /// Incarnation of the owner; [`NOBODY`] = unowned.
-    pub owner: Incarnation,
-    /// The current (or next) owner may serve without waiting out the previous
-    /// owner's lease: there was no previous owner, or it released the section.
-    pub no_wait: bool,
-}
-
-impl SectionState {
-    /// Hands the section to `owner` under a new epoch.
-    pub(super) fn change_owner(&mut self, owner: Incarnation) {
-        self.owner = owner;
-        self.epoch = Epoch(self.epoch.0 + 1);
-    }
-}
-
 /// A registered AllocSvr incarnation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocSvrRecord {
@@ -130,152 +70,6 @@ pub struct AllocSvrRecord {
     /// An operator asked for this node's sections to go to the set's other AllocSvrs: the arbiter
     /// plans it nothing, so it hands everything over and can then be stopped.
     pub draining: bool,
-}
-
-/// One item of a fenced bump.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BumpItem {
-    pub section: SectionId,
-    pub epoch: Epoch,
-    pub new_max: u64,
-}
-
-/// What happened to one bump item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BumpOutcome {
-    Applied,
-    NoOp,
-    StaleEpoch,
-    /// `new_max` is more than [`MAX_BUMP_STEPS`] steps above `max_seq`: refused.
-    OutOfRange,
-    /// The set does not own the section (it is frozen for a move, or another set's): refused.
-    NotOwned,
-}
-
-/// One bump item's outcome with the section's ceiling and epoch after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BumpResult {
-    pub section: SectionId,
-    pub outcome: BumpOutcome,
-    pub max_seq: u64,
-    pub epoch: Epoch,
-}
-
-/// Sections `[begin, end)` that an owner held under `epoch` and dropped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Released {
-    pub begin: SectionId,
-    pub end: SectionId,
-    pub epoch: Epoch,
-    /// The owner had waited out its predecessor's lease (or never had to): nobody else can be
-    /// serving these sections, so the next owner need not wait.
-    pub waited: bool,
-}
-
-/// Move the sections of `[begin, end)` that are owned by `from` ([`NOBODY`] = unowned)
-/// to `to`. Sections whose owner changed since the arbiter decided are left alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Move {
-    pub begin: SectionId,
-    pub end: SectionId,
-    pub from: Incarnation,
-    pub to: Incarnation,
-}
-
-/// A state-machine command. Many commands travel in one Raft entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Command {
-    /// First command of a set; later ones are ignored.
-    Init(SetParams),
-    /// A new incarnation for the node, unless a record with the same `nonce` exists (a retry).
-    Register { node_id: NodeId, addr: String, nonce: u64 },
-    Bump {
-        incarnation: Incarnation,
-        items: Vec<BumpItem>,
-    },
-    /// The owner gives sections up, each under the epoch it held it in; `leaving` also forgets
-    /// the incarnation (clean shutdown).
-    Release {
-        incarnation: Incarnation,
-        ranges: Vec<Released>,
-        leaving: bool,
-    },
-    /// Arbiter decision: forget dead incarnations, then apply the moves.
-    Assign { expire: Vec<Incarnation>, moves: Vec<Move> },
-    /// A step of moving a uid range between sets (see `moves.rs`). New variants go last: the
-    /// log stores a variant by its position.
-    Range(RangeCommand),
-    /// A change of the cluster map; only set 0 keeps it (see `cluster_map.rs`).
-    Map(MapCommand),
-    /// Hand every section of node `node_id`'s current incarnation to the other AllocSvrs.
-    Drain { node_id: NodeId },
-    /// Keep a published copy of the cluster map unless the set has this version or a newer one.
-    CacheMap(CachedMap),
-    /// An admin action with who asked and when: applies `cmd` and appends its record, with the
-    /// outcome, to the audit trail in the same step (see `audit.rs`). `cmd` is never itself an
-    /// audit command.
-    Audited { note: AuditNote, cmd: Box<Command> },
-    /// A record alone, for an admin action that is not a command (a membership change).
-    Audit(AuditRecord),
-    /// `cmd` made under a registration's secret, of which this is the hash: a `Register` binds
-    /// the incarnation it mints to it; a `Bump` or `Release` is applied only when it matches what
-    /// its incarnation registered with (see `binding`). Any other `cmd` is invalid.
-    Bound { secret_hash: SecretHash, cmd: Box<Command> },
-}
-
-/// Result of one command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CommandResult {
-    Initialized {
-        fresh: bool,
-    },
-    Registered {
-        incarnation: Incarnation,
-    },
-    Bumped(Vec<BumpResult>),
-    Released {
-        count: u64,
-    },
-    Assigned {
-        moved: u64,
-        route_version: u64,
-    },
-    /// The incarnation is not registered (never was, superseded or expired).
-    UnknownIncarnation,
-    /// The command names a section outside the set, or the set is not initialized.
-    Invalid(String),
-    /// A range step that this set's range states do not allow (nothing changed).
-    Refused(String),
-    /// A range step was applied, or had been already (`already`): repeating one changes nothing.
-    Stepped {
-        already: bool,
-    },
-    Map(MapResult),
-    /// The incarnation now draining, or none when the node is not registered.
-    Draining {
-        incarnation: Option<Incarnation>,
-    },
-    /// The version of the cached map after a `CacheMap`; `already` when it was not older.
-    MapCached {
-        version: u64,
-        already: bool,
-    },
-    /// An `Audit` record was appended under this number.
-    Recorded {
-        number: u64,
-    },
-    /// The command named an incarnation bound to a secret and did not carry its hash: nothing
-    /// changed.
-    NotBound,
-}
-
-/// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
-/// its version. The state machine never looks inside (the servers hand it out as they got it), so
-/// the log does not depend on the map's wire shape.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CachedMap {
-    pub version: u64,
-    pub encoded: Vec<u8>,
 }
 
 /// The whole replicated state of a set.
@@ -415,7 +209,7 @@ impl SetState {
             return CommandResult::Invalid("an audited command cannot hold another audit command".into());
         }
         let result = self.apply_with(cmd, rules);
-        self.audit.push(AuditRecord::new(note, &audit::outcome(&result)));
+        self.audit.push(AuditRecord::new(note, &outcome(&result)));
         result
     }
 
@@ -701,6 +495,7 @@ impl SetState {
 mod tests {
     use super::*;
     use crate::domain::testing::register_with;
+    use seqsvr_proto::Epoch;
 
     fn params() -> SetParams {
         SetParams {

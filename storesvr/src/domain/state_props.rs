@@ -15,9 +15,10 @@
 //! Left out: the arbiter's choices (its `Assign`s are generated at random here, which covers
 //! more than the arbiter ever sends) and time (the state machine reads no clock).
 
-use super::audit::{self, AuditNote, AuditRecord, MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECORDS};
+use super::audit::{AuditNote, AuditRecord, MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECORDS};
 use super::binding::{SecretHash, Verdict};
 use super::cluster_map::{MapCommand, MapResult, Phase as MapPhase};
+use super::command;
 use super::moves::{Phase as MovePhase, RangeCommand, Role};
 use super::ranges::RangeState;
 use super::state::*;
@@ -356,7 +357,7 @@ fn check_audit(before: &SetState, after: &SetState, cmd: &Command, result: &Comm
         return Err(format!("an audit field is above the cap: {newest:?}"));
     }
     let want = match cmd {
-        Command::Audited { note, .. } => AuditRecord::new(note, &audit::outcome(result)),
+        Command::Audited { note, .. } => AuditRecord::new(note, &command::outcome(result)),
         Command::Audit(r) => AuditRecord::new(
             &AuditNote {
                 who: r.who.clone(),
@@ -980,14 +981,14 @@ mod the_checker {
     #[test]
     fn catches_an_admin_action_without_its_record_or_with_another() {
         let (before, _) = owned();
-        let cmd = audit::wrap("CN=ops", 5, drain());
+        let cmd = command::wrap("CN=ops", 5, drain());
         let mut after = before.clone();
         let result = after.apply(&cmd, false);
         assert_eq!(check_step(&before, &after, &cmd, &result), Ok(()));
         let e = check_step(&before, &before, &cmd, &result).unwrap_err();
         assert!(e.contains("made 0 audit records"), "{e}");
         let mut forged = before.clone();
-        forged.apply(&audit::wrap("CN=mallory", 5, drain()), false);
+        forged.apply(&command::wrap("CN=mallory", 5, drain()), false);
         let e = check_step(&before, &forged, &cmd, &result).unwrap_err();
         assert!(e.contains("expected"), "{e}");
         let e = check_step(&before, &after, &drain(), &result).unwrap_err();

@@ -14,7 +14,8 @@ use seqsvr_auth::Caller;
 use seqsvr_proto::limits::MAX_AUDIT_PAGE;
 use seqsvr_proto::pb;
 
-use crate::domain::audit::{self, AuditNote, AuditRecord, AuditTrail};
+use crate::domain::audit::{AuditNote, AuditRecord, AuditTrail};
+use crate::domain::command;
 use crate::domain::state::Command;
 use crate::error::RpcError;
 use crate::shared::{Led, Shared};
@@ -28,7 +29,7 @@ fn now_ms() -> u64 {
 
 /// `cmd` as an admin action of `who`, stamped now: applied and recorded in one Raft entry.
 pub(crate) fn stamped(who: &Caller, cmd: Command) -> Command {
-    audit::wrap(&who.subject, now_ms(), cmd)
+    command::wrap(&who.subject, now_ms(), cmd)
 }
 
 /// A record alone (a membership change, which is not a command), stamped now.
