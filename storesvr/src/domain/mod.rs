@@ -2,8 +2,12 @@
 //! what. No IO, no clock reads (`now` is handed in), no async: these are the parts the unit tests
 //! and the simulator exercise most.
 //!
+//! - [`section`]: the shared words (sections, spans, a section's record); a leaf.
+//! - [`command`]: the commands one Raft entry carries, their results, and both in words.
 //! - [`state`]: the replicated state of a set and its deterministic `apply` (P3, the store half
-//!   of P4, the bound on bumps).
+//!   of P4, the bound on bumps), which wraps the sub-machines below.
+//! - [`moves`] and [`cluster_map`]: sub-machines with their own commands and results — a set's
+//!   side of a move (range steps), and the cluster map with its move records (set 0 only).
 //! - [`binding`]: which incarnation registered with which secret (as its hash), and the check
 //!   that binds its Renews, Releases and Bumps to that registration.
 //! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.

@@ -1,4 +1,6 @@
-//! A set's half of moving a uid range to another set: the range steps applied inside `apply`.
+//! A set's half of moving a uid range to another set: the range steps, as a sub-machine with its
+//! own command ([`RangeCommand`]) and result ([`StepResult`]) over the parts of the set's state it
+//! borrows ([`MoveSteps`]); `SetState` only wraps it, as it wraps the cluster map's.
 //!
 //! A move of sections `[begin, end)` from set A to set B is driven by an operator's tool, one
 //! step at a time, each step a Raft command keyed by the move's op id:
@@ -35,10 +37,14 @@
 //! `cluster_map.rs`), and time: the lease wait is measured by the source's leader, not here.
 
 use super::ranges::{OpId, RangeState};
-use super::section::{NOBODY, Span, clamp, slot};
-use super::state::{CommandResult, SetParams, SetState};
+use std::collections::BTreeMap;
+
 use seqsvr_proto::Epoch;
+use seqsvr_proto::params::SetParams;
 use serde::{Deserialize, Serialize};
+
+use super::ranges::RangeTable;
+use super::section::{NOBODY, SectionState, Span, clamp, sections_of, slot};
 
 /// One range step (see the module docs for the order).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,11 +135,42 @@ impl ExportStatus {
     }
 }
 
-impl SetState {
-    pub(super) fn range_step(&mut self, p: &SetParams, step: &RangeCommand) -> CommandResult {
+/// The move steps as a machine of their own, over the parts of a set's state they touch: the
+/// range states, this set's side of each move, and the sections (their epochs, owners and
+/// ceilings). `SetState` lends them for one step and wraps the result.
+pub struct MoveSteps<'a> {
+    pub ranges: &'a mut RangeTable,
+    pub moves: &'a mut BTreeMap<OpId, LocalMove>,
+    pub sections: &'a mut [SectionState],
+    /// Set by a step that changed which sections the set serves: the set's route version must
+    /// rise so that AllocSvrs and clients learn it.
+    pub routes_changed: bool,
+}
+
+/// What a range step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepResult {
+    /// Applied now, or (`already`) before: a repeated step changes nothing.
+    Stepped { already: bool },
+    /// The set's state does not allow it (out of order, another move's sections, cancelled).
+    Refused(String),
+    /// Malformed: sections outside the set's space, ceilings that do not match the span.
+    Invalid(String),
+}
+
+/// The same parts, read only: what a move's driver asks of the source.
+pub struct MoveView<'a> {
+    pub ranges: &'a RangeTable,
+    pub moves: &'a BTreeMap<OpId, LocalMove>,
+    pub sections: &'a [SectionState],
+}
+
+impl MoveSteps<'_> {
+    /// Applies one range step; a step that is refused or invalid changes nothing.
+    pub fn apply(&mut self, p: &SetParams, step: &RangeCommand) -> StepResult {
         let span = step.span();
         if span.begin >= span.end || span.end.0 > p.total_sections() {
-            return CommandResult::Invalid(format!(
+            return StepResult::Invalid(format!(
                 "sections [{}, {}) are empty or past the last section {}",
                 span.begin,
                 span.end,
@@ -143,7 +180,7 @@ impl SetState {
         if let Some(m) = self.moves.get(&step.op())
             && m.span != span
         {
-            return CommandResult::Refused(format!(
+            return StepResult::Refused(format!(
                 "move {} is about sections [{}, {}), not [{}, {})",
                 step.op(),
                 m.span.begin,
@@ -168,7 +205,7 @@ impl SetState {
     }
 
     /// Marks this set's side of move `op` sealed: its range must be frozen here for `op`.
-    fn seal(&mut self, op: OpId, span: Span) -> CommandResult {
+    fn seal(&mut self, op: OpId, span: Span) -> StepResult {
         let frozen = |s: Option<RangeState>| matches!(s, Some(RangeState::Migrating { op: o, .. }) if o == op);
         if let Some(done) = self.repeated(op, Phase::Sealed, frozen) {
             return done;
@@ -181,12 +218,12 @@ impl SetState {
             return self.refuse(op, span, "seal");
         }
         self.set_phase(op, Phase::Sealed);
-        CommandResult::Stepped { already: false }
+        StepResult::Stepped { already: false }
     }
 
-    fn import(&mut self, p: &SetParams, op: OpId, span: Span, from_set: u64) -> CommandResult {
+    fn import(&mut self, p: &SetParams, op: OpId, span: Span, from_set: u64) -> StepResult {
         if from_set == p.set_id {
-            return CommandResult::Refused(format!("set {from_set} cannot move a range to itself"));
+            return StepResult::Refused(format!("set {from_set} cannot move a range to itself"));
         }
         let importing = RangeState::Importing { op };
         if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(importing)) {
@@ -198,12 +235,12 @@ impl SetState {
         }
         self.ranges.set(span.begin, span.end, Some(importing));
         self.record(op, span, Role::Import { from_set });
-        CommandResult::Stepped { already: false }
+        StepResult::Stepped { already: false }
     }
 
-    fn freeze(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64) -> CommandResult {
+    fn freeze(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64) -> StepResult {
         if to_set == p.set_id {
-            return CommandResult::Refused(format!("set {to_set} cannot move a range to itself"));
+            return StepResult::Refused(format!("set {to_set} cannot move a range to itself"));
         }
         let migrating = RangeState::Migrating { op, to_set };
         if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(migrating)) {
@@ -220,13 +257,13 @@ impl SetState {
         }
         self.ranges.set(span.begin, span.end, Some(migrating));
         self.record(op, span, Role::Export { to_set });
-        self.route_version += 1;
-        CommandResult::Stepped { already: false }
+        self.routes_changed = true;
+        StepResult::Stepped { already: false }
     }
 
-    fn install(&mut self, p: &SetParams, op: OpId, span: Span, ceilings: &[u64]) -> CommandResult {
+    fn install(&mut self, p: &SetParams, op: OpId, span: Span, ceilings: &[u64]) -> StepResult {
         if ceilings.len() as u64 != span.end.0 - span.begin.0 {
-            return CommandResult::Invalid(format!(
+            return StepResult::Invalid(format!(
                 "{} ceilings for {} sections",
                 ceilings.len(),
                 span.end.0 - span.begin.0
@@ -249,11 +286,11 @@ impl SetState {
         }
         self.ranges.set(span.begin, span.end, Some(RangeState::Owned));
         self.set_phase(op, Phase::Done);
-        self.route_version += 1;
-        CommandResult::Stepped { already: false }
+        self.routes_changed = true;
+        StepResult::Stepped { already: false }
     }
 
-    fn tombstone(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64, map_version: u64) -> CommandResult {
+    fn tombstone(&mut self, p: &SetParams, op: OpId, span: Span, to_set: u64, map_version: u64) -> StepResult {
         let gone = RangeState::Tombstoned {
             op,
             to_set,
@@ -277,17 +314,17 @@ impl SetState {
         }
         self.ranges.set(span.begin, span.end, Some(gone));
         self.set_phase(op, Phase::Done);
-        self.route_version += 1;
-        CommandResult::Stepped { already: false }
+        self.routes_changed = true;
+        StepResult::Stepped { already: false }
     }
 
-    fn cancel(&mut self, p: &SetParams, op: OpId, span: Span) -> CommandResult {
+    fn cancel(&mut self, p: &SetParams, op: OpId, span: Span) -> StepResult {
         match self.moves.get(&op).map(|m| m.phase) {
-            Some(Phase::Cancelled) => return CommandResult::Stepped { already: true },
+            Some(Phase::Cancelled) => return StepResult::Stepped { already: true },
             Some(Phase::Done) => return self.refuse(op, span, "cancel"),
             // Past the point of no return: the target may already serve the range.
             Some(Phase::Sealed) => {
-                return CommandResult::Refused(format!(
+                return StepResult::Refused(format!(
                     "move {op} is sealed on this set (its final ceilings are in the cluster map's record and \
                      the target may serve the range): it cannot be cancelled, only finished (seqctl move resume {op})"
                 ));
@@ -303,7 +340,7 @@ impl SetState {
                         phase: Phase::Cancelled,
                     },
                 );
-                return CommandResult::Stepped { already: false };
+                return StepResult::Stepped { already: false };
             }
             Some(Phase::Started) => {}
         }
@@ -321,22 +358,22 @@ impl SetState {
             }
         }
         self.set_phase(op, Phase::Cancelled);
-        self.route_version += 1;
-        CommandResult::Stepped { already: false }
+        self.routes_changed = true;
+        StepResult::Stepped { already: false }
     }
 
     /// `Some(already)` when the op has reached `phase` and every section of its span is as
     /// `done` expects; `Some(refused)` when it was cancelled.
-    fn repeated(&self, op: OpId, phase: Phase, done: impl Fn(Option<RangeState>) -> bool) -> Option<CommandResult> {
+    fn repeated(&self, op: OpId, phase: Phase, done: impl Fn(Option<RangeState>) -> bool) -> Option<StepResult> {
         let m = self.moves.get(&op)?;
         if m.phase == Phase::Cancelled {
-            return Some(CommandResult::Refused(format!("move {op} was cancelled")));
+            return Some(StepResult::Refused(format!("move {op} was cancelled")));
         }
         (m.phase == phase && self.ranges.all(m.span.begin, m.span.end, done))
-            .then_some(CommandResult::Stepped { already: true })
+            .then_some(StepResult::Stepped { already: true })
     }
 
-    fn refuse(&self, op: OpId, span: Span, step: &str) -> CommandResult {
+    fn refuse(&self, op: OpId, span: Span, step: &str) -> StepResult {
         let states: Vec<String> = self
             .ranges
             .runs_in(span.begin, span.end)
@@ -344,7 +381,7 @@ impl SetState {
             .map(|r| format!("[{}, {}) {:?}", r.begin, r.end, r.state))
             .collect();
         let phase = self.moves.get(&op).map(|m| format!("{:?}", m.phase));
-        CommandResult::Refused(format!(
+        StepResult::Refused(format!(
             "cannot {step} sections [{}, {}) for move {op} (its phase here: {}); their states: {}",
             span.begin,
             span.end,
@@ -373,7 +410,9 @@ impl SetState {
             m.phase = phase;
         }
     }
+}
 
+impl MoveView<'_> {
     /// How far the owners of move `op`'s frozen range have let go; `None` unless it is frozen here.
     pub fn export_status(&self, op: OpId) -> Option<ExportStatus> {
         let m = self.moves.get(&op)?;
@@ -384,7 +423,7 @@ impl SetState {
             return None;
         }
         let (mut held, mut forced) = (0, 0);
-        for (_, s) in self.sections_in(m.span.begin, m.span.end) {
+        for (_, s) in sections_of(self.sections, m.span.begin, m.span.end) {
             held += u64::from(s.owner != NOBODY);
             forced += u64::from(!s.no_wait);
         }
@@ -405,7 +444,7 @@ impl SetState {
             _ => false,
         };
         (matches!(m.role, Role::Export { .. }) && self.ranges.all(m.span.begin, m.span.end, frozen)).then(|| {
-            self.sections_in(m.span.begin, m.span.end)
+            sections_of(self.sections, m.span.begin, m.span.end)
                 .map(|(_, s)| s.max_seq)
                 .collect()
         })
@@ -439,7 +478,7 @@ impl RangeCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::state::{BumpItem, BumpOutcome, Command, Move, Released};
+    use crate::domain::state::{BumpItem, BumpOutcome, Command, CommandResult, Move, Released, SetState};
     use crate::domain::testing::{register, set_with, small_params};
     use seqsvr_proto::{Incarnation, SectionId};
 

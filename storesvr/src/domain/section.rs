@@ -31,6 +31,20 @@ pub fn sections(begin: SectionId, end: SectionId) -> impl Iterator<Item = Sectio
     (begin.0..end.0).map(SectionId)
 }
 
+/// The states of sections `[begin, end)` that `sections` (indexed by section) holds, with their ids.
+pub fn sections_of(
+    sections: &[SectionState],
+    begin: SectionId,
+    end: SectionId,
+) -> impl Iterator<Item = (SectionId, &SectionState)> {
+    let last = end.min(SectionId(sections.len() as u64)).max(begin);
+    let states = sections.get(slot(begin)..slot(last)).unwrap_or_default();
+    states
+        .iter()
+        .enumerate()
+        .map(move |(i, s)| (SectionId(begin.0 + i as u64), s))
+}
+
 /// Sections `[begin, end)`: what an owner is asked to hand over, or what a request names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {

@@ -28,10 +28,10 @@ use super::cluster_map::ClusterMap;
 pub use super::command::{
     BumpItem, BumpOutcome, BumpResult, CachedMap, Command, CommandResult, Move, Released, outcome,
 };
-use super::moves::LocalMove;
+use super::moves::{ExportStatus, LocalMove, MoveSteps, MoveView, RangeCommand, StepResult};
 use super::ranges::{OpId, RangeState, RangeTable};
 pub use super::section::{NOBODY, OwnerRun, Run, SectionState, Span, sections};
-pub(super) use super::section::{clamp, slot};
+pub(super) use super::section::{clamp, sections_of, slot};
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -415,13 +415,46 @@ impl SetState {
     /// The sections of `[begin, end)`, whatever their range state, with their states, in order.
     /// One slice walk: the arbiter runs this over every owned section on each tick.
     pub fn sections_in(&self, begin: SectionId, end: SectionId) -> impl Iterator<Item = (SectionId, &SectionState)> {
-        let last = end.min(SectionId(self.sections.len() as u64)).max(begin);
-        let states = self.sections.get(slot(begin)..slot(last)).unwrap_or_default();
-        let first = begin;
-        states
-            .iter()
-            .enumerate()
-            .map(move |(i, s)| (SectionId(first.0 + i as u64), s))
+        sections_of(&self.sections, begin, end)
+    }
+
+    /// Applies one range step of a move (see `moves`); a step that changes what the set serves
+    /// raises the route version.
+    fn range_step(&mut self, p: &SetParams, step: &RangeCommand) -> CommandResult {
+        let mut steps = MoveSteps {
+            ranges: &mut self.ranges,
+            moves: &mut self.moves,
+            sections: &mut self.sections,
+            routes_changed: false,
+        };
+        let result = steps.apply(p, step);
+        if steps.routes_changed {
+            self.route_version += 1;
+        }
+        match result {
+            StepResult::Stepped { already } => CommandResult::Stepped { already },
+            StepResult::Refused(m) => CommandResult::Refused(m),
+            StepResult::Invalid(m) => CommandResult::Invalid(m),
+        }
+    }
+
+    /// The move steps' parts of the state, to read.
+    pub fn move_view(&self) -> MoveView<'_> {
+        MoveView {
+            ranges: &self.ranges,
+            moves: &self.moves,
+            sections: &self.sections,
+        }
+    }
+
+    /// How far the owners of move `op`'s frozen range have let go (see [`MoveView::export_status`]).
+    pub fn export_status(&self, op: OpId) -> Option<ExportStatus> {
+        self.move_view().export_status(op)
+    }
+
+    /// The final ceilings of move `op`'s range (see [`MoveView::final_ceilings`]).
+    pub fn final_ceilings(&self, op: OpId) -> Option<Vec<u64>> {
+        self.move_view().final_ceilings(op)
     }
 
     /// The first section of `span` the set does not own, with its range state.
