@@ -66,7 +66,7 @@ async fn map_actions(a: &mut AdminServiceClient<Channel>) -> Vec<(String, String
     assert!(stale.version_changed);
     let step = pb::RangeStepRequest {
         op: 7,
-        step: pb::MovePhase::Done as i32,
+        step: pb::RangeStep::Tombstone as i32,
         sections: Some(pb::SectionRange { begin: 0, end: 2 }),
         other_set: 1,
         ceilings: vec![],
@@ -90,7 +90,7 @@ async fn map_actions(a: &mut AdminServiceClient<Channel>) -> Vec<(String, String
             "not done: the map is at version 2 now".into(),
         ),
         (
-            "range step DONE of move 7: sections [0, 2) now set 1's (map version 3)".into(),
+            "range step TOMBSTONE of move 7: sections [0, 2) now set 1's (map version 3)".into(),
             format!("refused: {}", refused.message()),
         ),
     ]

@@ -47,10 +47,10 @@ async fn advance(a: &mut AdminServiceClient<Channel>, phase: pb::MovePhase, ceil
     .await
 }
 
-fn step(phase: pb::MovePhase, other_set: u64) -> pb::RangeStepRequest {
+fn step(kind: pb::RangeStep, other_set: u64) -> pb::RangeStepRequest {
     pb::RangeStepRequest {
         op: OP,
-        step: phase as i32,
+        step: kind as i32,
         sections: sections(2, 4),
         other_set,
         ceilings: vec![],
@@ -165,9 +165,9 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
     assert_eq!(overlap.code(), tonic::Code::FailedPrecondition, "{overlap:?}");
     assert!(overlap.message().contains("overlaps"), "{overlap:?}");
 
-    step_twice(&mut a1, step(pb::MovePhase::Importing, 0)).await;
+    step_twice(&mut a1, step(pb::RangeStep::Import, 0)).await;
     advance(&mut a0, pb::MovePhase::Importing, vec![]).await;
-    step_twice(&mut a0, step(pb::MovePhase::Frozen, 1)).await;
+    step_twice(&mut a0, step(pb::RangeStep::Freeze, 1)).await;
     advance(&mut a0, pb::MovePhase::Frozen, vec![]).await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     assert!(
@@ -205,13 +205,13 @@ async fn a_range_moves_to_another_set_after_its_owner_lease_and_every_step_is_id
         "no cancel past the seal: {cancel:?}"
     );
 
-    let mut install = step(pb::MovePhase::Installed, 0);
+    let mut install = step(pb::RangeStep::Install, 0);
     install.ceilings = ceilings;
     step_twice(&mut a1, install).await;
     advance(&mut a0, pb::MovePhase::Installed, vec![]).await;
     let switched = advance(&mut a0, pb::MovePhase::Switched, vec![]).await;
     assert_eq!(switched.version, 4);
-    let mut tombstone = step(pb::MovePhase::Done, 1);
+    let mut tombstone = step(pb::RangeStep::Tombstone, 1);
     tombstone.map_version = switched.version;
     step_twice(&mut a0, tombstone).await;
     advance(&mut a0, pb::MovePhase::Done, vec![]).await;

@@ -354,9 +354,9 @@ impl Mover {
         progress: &mut impl FnMut(Progress),
     ) -> Result<Vec<u64>, MoveError> {
         use pb::MovePhase::*;
-        let step = |phase: pb::MovePhase, other_set: u64| pb::RangeStepRequest {
+        let step = |kind: pb::RangeStep, other_set: u64| pb::RangeStepRequest {
             op: m.op,
-            step: phase as i32,
+            step: kind as i32,
             sections: m.sections,
             other_set,
             ceilings: Vec::new(),
@@ -367,12 +367,12 @@ impl Mover {
         match next {
             Importing => self
                 .set_admin(map, m.to_set)?
-                .range_step(step(Importing, m.from_set))
+                .range_step(step(pb::RangeStep::Import, m.from_set))
                 .await
                 .map(drop)?,
             Frozen => self
                 .set_admin(map, m.from_set)?
-                .range_step(step(Frozen, m.to_set))
+                .range_step(step(pb::RangeStep::Freeze, m.to_set))
                 .await
                 .map(drop)?,
             Sealed => return self.wait_final(map, m, progress).await,
@@ -381,7 +381,7 @@ impl Mover {
                 // refuses a set-level cancel. It refuses the seal when such a cancel came first
                 // (between the record's seal and this step), and the target must then not install.
                 self.set_admin(map, m.from_set)?
-                    .range_step(step(Sealed, m.to_set))
+                    .range_step(step(pb::RangeStep::Seal, m.to_set))
                     .await
                     .map_err(|e| match e {
                         ControlError::Rejected(s) if s.code() == tonic::Code::FailedPrecondition => {
@@ -396,7 +396,7 @@ impl Mover {
                     })?;
                 let req = pb::RangeStepRequest {
                     ceilings: m.ceilings.clone(),
-                    ..step(Installed, m.from_set)
+                    ..step(pb::RangeStep::Install, m.from_set)
                 };
                 self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?
             }
@@ -404,7 +404,7 @@ impl Mover {
             Done => {
                 let req = pb::RangeStepRequest {
                     map_version: m.switched_at,
-                    ..step(Done, m.to_set)
+                    ..step(pb::RangeStep::Tombstone, m.to_set)
                 };
                 self.set_admin(map, m.from_set)?.range_step(req).await.map(drop)?
             }
@@ -468,7 +468,7 @@ impl Mover {
     async fn give_back(&self, map: &pb::ClusterMap, m: &pb::MoveInfo) -> Result<(), MoveError> {
         let cancel = pb::RangeStepRequest {
             op: m.op,
-            step: pb::MovePhase::Cancelled as i32,
+            step: pb::RangeStep::Cancel as i32,
             sections: m.sections,
             other_set: 0,
             ceilings: Vec::new(),

@@ -435,10 +435,10 @@ pub(crate) mod tests {
         }
     }
 
-    fn step(phase: pb::MovePhase, other_set: u64, ceilings: Vec<u64>) -> Req {
+    fn step(kind: pb::RangeStep, other_set: u64, ceilings: Vec<u64>) -> Req {
         Req::RangeStep(pb::RangeStepRequest {
             op: OP,
-            step: phase as i32,
+            step: kind as i32,
             sections: Some(pb::SectionRange { begin: 2, end: 4 }),
             other_set,
             ceilings,
@@ -532,7 +532,7 @@ pub(crate) mod tests {
             Rep::ChangeMap(_)
         ));
         assert!(matches!(
-            call(&mut dst, d, step(Importing, 0, vec![]), t0),
+            call(&mut dst, d, step(pb::RangeStep::Import, 0, vec![]), t0),
             Rep::RangeStep(_)
         ));
         assert!(matches!(
@@ -540,7 +540,7 @@ pub(crate) mod tests {
             Rep::ChangeMap(_)
         ));
         assert!(matches!(
-            call(&mut src, s, step(Frozen, 1, vec![]), t0),
+            call(&mut src, s, step(pb::RangeStep::Freeze, 1, vec![]), t0),
             Rep::RangeStep(_)
         ));
         assert!(matches!(
@@ -574,7 +574,7 @@ pub(crate) mod tests {
             Rep::ChangeMap(_)
         ));
         assert!(matches!(
-            call(&mut dst, d, step(Installed, 0, ceilings), t0),
+            call(&mut dst, d, step(pb::RangeStep::Install, 0, ceilings), t0),
             Rep::RangeStep(_)
         ));
         assert!(matches!(
@@ -593,7 +593,7 @@ pub(crate) mod tests {
         let switched_at = map.moves[0].switched_at;
         let done = Req::RangeStep(pb::RangeStepRequest {
             map_version: switched_at,
-            ..match step(Done, 1, vec![]) {
+            ..match step(pb::RangeStep::Tombstone, 1, vec![]) {
                 Req::RangeStep(q) => q,
                 _ => unreachable!(),
             }
@@ -604,7 +604,7 @@ pub(crate) mod tests {
             Rep::ChangeMap(_)
         ));
         // A step the source cannot take is refused with its reason, not applied.
-        let again = call(&mut dst, d, step(Frozen, 0, vec![]), t0);
+        let again = call(&mut dst, d, step(pb::RangeStep::Freeze, 0, vec![]), t0);
         assert!(
             matches!(again, Rep::Error(RpcError::FailedPrecondition(_))),
             "{again:?}"

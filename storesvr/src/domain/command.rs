@@ -224,13 +224,13 @@ fn describe_map(m: &MapCommand) -> String {
 fn describe_range(r: &RangeCommand) -> String {
     match r {
         RangeCommand::Import { op, span: s, from_set } => {
-            format!("range step IMPORTING of move {op}: {} from set {from_set}", span(s))
+            format!("range step IMPORT of move {op}: {} from set {from_set}", span(s))
         }
         RangeCommand::Freeze { op, span: s, to_set } => {
-            format!("range step FROZEN of move {op}: {} to set {to_set}", span(s))
+            format!("range step FREEZE of move {op}: {} to set {to_set}", span(s))
         }
         RangeCommand::Install { op, span: s, ceilings } => format!(
-            "range step INSTALLED of move {op}: {} with {} ceilings",
+            "range step INSTALL of move {op}: {} with {} ceilings",
             span(s),
             ceilings.len()
         ),
@@ -240,11 +240,11 @@ fn describe_range(r: &RangeCommand) -> String {
             to_set,
             map_version,
         } => format!(
-            "range step DONE of move {op}: {} now set {to_set}'s (map version {map_version})",
+            "range step TOMBSTONE of move {op}: {} now set {to_set}'s (map version {map_version})",
             span(s)
         ),
-        RangeCommand::Cancel { op, span: s } => format!("range step CANCELLED of move {op}: {}", span(s)),
-        RangeCommand::Seal { op, span: s } => format!("range step SEALED of move {op}: {}", span(s)),
+        RangeCommand::Cancel { op, span: s } => format!("range step CANCEL of move {op}: {}", span(s)),
+        RangeCommand::Seal { op, span: s } => format!("range step SEAL of move {op}: {}", span(s)),
     }
 }
 

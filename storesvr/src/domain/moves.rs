@@ -88,7 +88,7 @@ pub enum RangeCommand {
 pub struct LocalMove {
     pub span: Span,
     pub role: Role,
-    pub phase: Phase,
+    pub phase: SidePhase,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,8 +103,10 @@ pub enum Role {
     },
 }
 
+/// How far this set's side of a move got. Not the move's phase (that is the record's,
+/// `cluster_map::Phase`, kept by set 0): a set sees only the steps sent to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
+pub enum SidePhase {
     /// Imported range marked, or exported range frozen.
     Started,
     /// Installed (import) or tombstoned (export): this set's part is done.
@@ -207,17 +209,17 @@ impl MoveSteps<'_> {
     /// Marks this set's side of move `op` sealed: its range must be frozen here for `op`.
     fn seal(&mut self, op: OpId, span: Span) -> StepResult {
         let frozen = |s: Option<RangeState>| matches!(s, Some(RangeState::Migrating { op: o, .. }) if o == op);
-        if let Some(done) = self.repeated(op, Phase::Sealed, frozen) {
+        if let Some(done) = self.repeated(op, SidePhase::Sealed, frozen) {
             return done;
         }
         let exporting = self
             .moves
             .get(&op)
-            .is_some_and(|m| matches!(m.role, Role::Export { .. }) && m.phase == Phase::Started);
+            .is_some_and(|m| matches!(m.role, Role::Export { .. }) && m.phase == SidePhase::Started);
         if !exporting || !self.ranges.all(span.begin, span.end, frozen) {
             return self.refuse(op, span, "seal");
         }
-        self.set_phase(op, Phase::Sealed);
+        self.set_phase(op, SidePhase::Sealed);
         StepResult::Stepped { already: false }
     }
 
@@ -226,7 +228,7 @@ impl MoveSteps<'_> {
             return StepResult::Refused(format!("set {from_set} cannot move a range to itself"));
         }
         let importing = RangeState::Importing { op };
-        if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(importing)) {
+        if let Some(done) = self.repeated(op, SidePhase::Started, |s| s == Some(importing)) {
             return done;
         }
         let free = |s: Option<RangeState>| matches!(s, None | Some(RangeState::Tombstoned { .. }));
@@ -243,7 +245,7 @@ impl MoveSteps<'_> {
             return StepResult::Refused(format!("set {to_set} cannot move a range to itself"));
         }
         let migrating = RangeState::Migrating { op, to_set };
-        if let Some(done) = self.repeated(op, Phase::Started, |s| s == Some(migrating)) {
+        if let Some(done) = self.repeated(op, SidePhase::Started, |s| s == Some(migrating)) {
             return done;
         }
         if self.moves.contains_key(&op) || !self.ranges.all(span.begin, span.end, |s| s == Some(RangeState::Owned)) {
@@ -269,7 +271,7 @@ impl MoveSteps<'_> {
                 span.end.0 - span.begin.0
             ));
         }
-        if let Some(done) = self.repeated(op, Phase::Done, |s| s == Some(RangeState::Owned)) {
+        if let Some(done) = self.repeated(op, SidePhase::Done, |s| s == Some(RangeState::Owned)) {
             return done;
         }
         let importing = RangeState::Importing { op };
@@ -285,7 +287,7 @@ impl MoveSteps<'_> {
             s.no_wait = true;
         }
         self.ranges.set(span.begin, span.end, Some(RangeState::Owned));
-        self.set_phase(op, Phase::Done);
+        self.set_phase(op, SidePhase::Done);
         self.routes_changed = true;
         StepResult::Stepped { already: false }
     }
@@ -296,7 +298,7 @@ impl MoveSteps<'_> {
             to_set,
             map_version,
         };
-        if let Some(done) = self.repeated(op, Phase::Done, |s| s == Some(gone)) {
+        if let Some(done) = self.repeated(op, SidePhase::Done, |s| s == Some(gone)) {
             return done;
         }
         if !self.ranges.all(span.begin, span.end, |s| {
@@ -313,17 +315,17 @@ impl MoveSteps<'_> {
             s.no_wait = true;
         }
         self.ranges.set(span.begin, span.end, Some(gone));
-        self.set_phase(op, Phase::Done);
+        self.set_phase(op, SidePhase::Done);
         self.routes_changed = true;
         StepResult::Stepped { already: false }
     }
 
     fn cancel(&mut self, p: &SetParams, op: OpId, span: Span) -> StepResult {
         match self.moves.get(&op).map(|m| m.phase) {
-            Some(Phase::Cancelled) => return StepResult::Stepped { already: true },
-            Some(Phase::Done) => return self.refuse(op, span, "cancel"),
+            Some(SidePhase::Cancelled) => return StepResult::Stepped { already: true },
+            Some(SidePhase::Done) => return self.refuse(op, span, "cancel"),
             // Past the point of no return: the target may already serve the range.
-            Some(Phase::Sealed) => {
+            Some(SidePhase::Sealed) => {
                 return StepResult::Refused(format!(
                     "move {op} is sealed on this set (its final ceilings are in the cluster map's record and \
                      the target may serve the range): it cannot be cancelled, only finished (seqctl move resume {op})"
@@ -337,12 +339,12 @@ impl MoveSteps<'_> {
                     LocalMove {
                         span,
                         role: Role::Unseen,
-                        phase: Phase::Cancelled,
+                        phase: SidePhase::Cancelled,
                     },
                 );
                 return StepResult::Stepped { already: false };
             }
-            Some(Phase::Started) => {}
+            Some(SidePhase::Started) => {}
         }
         for run in self.ranges.runs_in(span.begin, span.end) {
             match run.state {
@@ -357,16 +359,16 @@ impl MoveSteps<'_> {
                 _ => {}
             }
         }
-        self.set_phase(op, Phase::Cancelled);
+        self.set_phase(op, SidePhase::Cancelled);
         self.routes_changed = true;
         StepResult::Stepped { already: false }
     }
 
     /// `Some(already)` when the op has reached `phase` and every section of its span is as
     /// `done` expects; `Some(refused)` when it was cancelled.
-    fn repeated(&self, op: OpId, phase: Phase, done: impl Fn(Option<RangeState>) -> bool) -> Option<StepResult> {
+    fn repeated(&self, op: OpId, phase: SidePhase, done: impl Fn(Option<RangeState>) -> bool) -> Option<StepResult> {
         let m = self.moves.get(&op)?;
-        if m.phase == Phase::Cancelled {
+        if m.phase == SidePhase::Cancelled {
             return Some(StepResult::Refused(format!("move {op} was cancelled")));
         }
         (m.phase == phase && self.ranges.all(m.span.begin, m.span.end, done))
@@ -400,12 +402,12 @@ impl MoveSteps<'_> {
             LocalMove {
                 span,
                 role,
-                phase: Phase::Started,
+                phase: SidePhase::Started,
             },
         );
     }
 
-    fn set_phase(&mut self, op: OpId, phase: Phase) {
+    fn set_phase(&mut self, op: OpId, phase: SidePhase) {
         if let Some(m) = self.moves.get_mut(&op) {
             m.phase = phase;
         }
@@ -419,7 +421,7 @@ impl MoveView<'_> {
         let Role::Export { to_set } = m.role else {
             return None;
         };
-        if !matches!(m.phase, Phase::Started | Phase::Sealed) {
+        if !matches!(m.phase, SidePhase::Started | SidePhase::Sealed) {
             return None;
         }
         let (mut held, mut forced) = (0, 0);
@@ -843,8 +845,8 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seal[0], 5, "Seal must follow Cancel (4)");
-        assert_eq!(postcard::to_stdvec(&Phase::Sealed).unwrap(), [3]);
-        assert_eq!(postcard::to_stdvec(&Phase::Cancelled).unwrap(), [2]);
+        assert_eq!(postcard::to_stdvec(&SidePhase::Sealed).unwrap(), [3]);
+        assert_eq!(postcard::to_stdvec(&SidePhase::Cancelled).unwrap(), [2]);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::audit::{AuditNote, AuditRecord, MAX_AUDIT_FIELD_BYTES, MAX_AUDIT_RECO
 use super::binding::{SecretHash, Verdict};
 use super::cluster_map::{MapCommand, MapResult, Phase as MapPhase};
 use super::command;
-use super::moves::{Phase as MovePhase, RangeCommand, Role};
+use super::moves::{RangeCommand, Role, SidePhase};
 use super::ranges::RangeState;
 use super::state::*;
 use proptest::prelude::*;
@@ -509,13 +509,13 @@ fn check_ranges(st: &SetState) -> Result<(), String> {
         let ok = match run.state {
             RangeState::Owned => true,
             RangeState::Importing { op } => {
-                matches!(m(op), Some((Role::Import { .. }, MovePhase::Started, _)))
+                matches!(m(op), Some((Role::Import { .. }, SidePhase::Started, _)))
             }
             RangeState::Migrating { op, to_set } => {
-                matches!(m(op), Some((Role::Export { to_set: t }, MovePhase::Started | MovePhase::Sealed, _)) if t == to_set)
+                matches!(m(op), Some((Role::Export { to_set: t }, SidePhase::Started | SidePhase::Sealed, _)) if t == to_set)
             }
             RangeState::Tombstoned { op, to_set, .. } => {
-                matches!(m(op), Some((Role::Export { to_set: t }, MovePhase::Done, _)) if t == to_set)
+                matches!(m(op), Some((Role::Export { to_set: t }, SidePhase::Done, _)) if t == to_set)
             }
         };
         if !ok {

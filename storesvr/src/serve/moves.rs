@@ -313,8 +313,8 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
     let span = span_of(p, req.sections.as_ref())?;
     let op = req.op;
     let takes_sections = matches!(
-        pb::MovePhase::try_from(req.step),
-        Ok(pb::MovePhase::Importing | pb::MovePhase::Installed)
+        pb::RangeStep::try_from(req.step),
+        Ok(pb::RangeStep::Import | pb::RangeStep::Install)
     );
     if takes_sections && (req.section_size, req.uid_limit) != (p.section_size, p.uid_limit) {
         return Err(RpcError::FailedPrecondition(format!(
@@ -323,33 +323,33 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
             p.set_id, p.section_size, p.uid_limit, req.section_size, req.uid_limit
         )));
     }
-    Ok(Command::Range(match pb::MovePhase::try_from(req.step) {
-        Ok(pb::MovePhase::Importing) => RangeCommand::Import {
+    Ok(Command::Range(match pb::RangeStep::try_from(req.step) {
+        Ok(pb::RangeStep::Import) => RangeCommand::Import {
             op,
             span,
             from_set: req.other_set,
         },
-        Ok(pb::MovePhase::Frozen) => RangeCommand::Freeze {
+        Ok(pb::RangeStep::Freeze) => RangeCommand::Freeze {
             op,
             span,
             to_set: req.other_set,
         },
-        Ok(pb::MovePhase::Installed) => RangeCommand::Install {
+        Ok(pb::RangeStep::Install) => RangeCommand::Install {
             op,
             span,
             ceilings: req.ceilings,
         },
-        Ok(pb::MovePhase::Done) => RangeCommand::Tombstone {
+        Ok(pb::RangeStep::Tombstone) => RangeCommand::Tombstone {
             op,
             span,
             to_set: req.other_set,
             map_version: req.map_version,
         },
-        Ok(pb::MovePhase::Cancelled) => RangeCommand::Cancel { op, span },
-        Ok(pb::MovePhase::Sealed) => RangeCommand::Seal { op, span },
+        Ok(pb::RangeStep::Cancel) => RangeCommand::Cancel { op, span },
+        Ok(pb::RangeStep::Seal) => RangeCommand::Seal { op, span },
         _ => {
             return Err(RpcError::InvalidArgument(format!(
-                "a range step is IMPORTING, FROZEN, SEALED, INSTALLED, DONE or CANCELLED, not {}",
+                "a range step is IMPORT, FREEZE, SEAL, INSTALL, TOMBSTONE or CANCEL, not {}",
                 req.step
             )));
         }
@@ -499,7 +499,7 @@ mod tests {
             &small_params(),
             pb::RangeStepRequest {
                 op: OP,
-                step: pb::MovePhase::Frozen as i32,
+                step: pb::RangeStep::Freeze as i32,
                 sections: Some(pb::SectionRange { begin: 2, end: 5 }),
                 other_set: 1,
                 ..Default::default()
@@ -562,7 +562,7 @@ mod tests {
     #[test]
     fn import_and_install_are_refused_unless_the_cluster_cuts_sections_like_this_set() {
         let p = small_params();
-        let req = |step: pb::MovePhase, section_size, uid_limit| pb::RangeStepRequest {
+        let req = |step: pb::RangeStep, section_size, uid_limit| pb::RangeStepRequest {
             op: OP,
             step: step as i32,
             sections: Some(pb::SectionRange { begin: 2, end: 4 }),
@@ -572,7 +572,7 @@ mod tests {
             uid_limit,
             ..Default::default()
         };
-        for step in [pb::MovePhase::Importing, pb::MovePhase::Installed] {
+        for step in [pb::RangeStep::Import, pb::RangeStep::Install] {
             assert!(range_command(&p, req(step, p.section_size, p.uid_limit)).is_ok());
             for (size, limit) in [
                 (p.section_size * 2, p.uid_limit),
@@ -586,7 +586,7 @@ mod tests {
                 );
             }
         }
-        assert!(range_command(&p, req(pb::MovePhase::Frozen, 0, 0)).is_ok());
+        assert!(range_command(&p, req(pb::RangeStep::Freeze, 0, 0)).is_ok());
     }
 
     #[test]
@@ -595,7 +595,7 @@ mod tests {
         let no_range = range_command(
             &p,
             pb::RangeStepRequest {
-                step: pb::MovePhase::Frozen as i32,
+                step: pb::RangeStep::Freeze as i32,
                 ..Default::default()
             },
         );
@@ -603,7 +603,7 @@ mod tests {
         let bad_step = range_command(
             &p,
             pb::RangeStepRequest {
-                step: pb::MovePhase::Switched as i32,
+                step: pb::RangeStep::Unspecified as i32,
                 sections: Some(pb::SectionRange { begin: 0, end: 1 }),
                 ..Default::default()
             },
