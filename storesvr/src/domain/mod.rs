@@ -31,6 +31,8 @@ pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;
 pub mod restore;
+#[cfg(test)]
+mod scripts;
 pub mod section;
 pub mod state;
 #[cfg(test)]
