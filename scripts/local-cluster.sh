@@ -35,7 +35,7 @@ BIN=target/release
 export NO_COLOR=1
 
 echo "building (release; the first build takes a few minutes)..."
-cargo build --release -p storesvr -p allocsvr -p seqsvr-client --bins
+cargo build --release -p storesvr -p allocsvr -p seqctl --bins
 
 if [ "${SEQSVR_FRESH:-0}" = 1 ]; then rm -rf "$DATA"; fi
 mkdir -p "$DATA"

@@ -40,7 +40,7 @@ done
 
 if [ -z "${BIN_DIR:-}" ]; then
   echo "building the debug binaries..."
-  cargo build -p storesvr -p allocsvr -p seqsvr-client -p sim --bins
+  cargo build -p storesvr -p allocsvr -p seqctl -p sim --bins
   BIN_DIR=target/debug
 fi
 BIN_DIR=$(cd "$BIN_DIR" && pwd)

@@ -8,12 +8,14 @@
 //! - [`tls`]: loading PEM files into tonic's server and client TLS configs; the `--tls-*` flags.
 //! - [`layer`]: the tower layer every server runs first: no role that may call the method,
 //!   PERMISSION_DENIED and a log line naming the peer.
-//! - [`devca`]: a development CA and one certificate per role for a local cluster (rcgen).
+//! - `devca` (feature `dev-ca`): a development CA and one certificate per role for a local
+//!   cluster (rcgen); `seqctl certs` and the tests use it, servers do not link it.
 //!
 //! Deliberately left out: certificate revocation (CRLs, OCSP) and rotation without a restart; a
 //! compromised key is handled by replacing the CA. Without `--tls-*` flags every link is plaintext
 //! and every caller is anonymous and may call everything, as before this crate existed.
 
+#[cfg(feature = "dev-ca")]
 pub mod devca;
 mod identity;
 pub mod layer;

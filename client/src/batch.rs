@@ -21,8 +21,8 @@ use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
 use crate::routing::{RouteSet, target_addr};
-use seqsvr_control::classify::{Delivery, classify};
 use seqsvr_proto::refusal::Refusal;
+use seqsvr_rpc::classify::{Delivery, classify};
 
 /// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
 pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;

@@ -31,8 +31,8 @@ use crate::routing::{Channels, InProcess, RouteCache, RouteSet, Seeds, Target, t
 use crate::transport::{Conn, Connect};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqsvr_control::classify::{Delivery, classify};
 use seqsvr_proto::refusal::Refusal;
+use seqsvr_rpc::classify::{Delivery, classify};
 
 /// The longest wait for another server's route table and map (see `learn_routes_elsewhere`).
 const ROUTE_READ_TIMEOUT: Duration = Duration::from_millis(250);

@@ -48,8 +48,8 @@ mod retry;
 mod routing;
 #[cfg(test)]
 mod routing_props;
-/// The transport is shared with the control-plane clients (see `seqsvr_control::transport`).
-pub use seqsvr_control::transport;
+/// The transport is shared with the control-plane clients (see `seqsvr_rpc::transport`).
+pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
 pub use client::{Client, CurSeq, Fetched, Owner};

@@ -1,5 +1,5 @@
 //! Pure retry decisions: how long to wait and how long an attempt may take. What a gRPC error says
-//! about whether the request may have taken effect is decided by `seqsvr_control::classify`, which
+//! about whether the request may have taken effect is decided by `seqsvr_rpc::classify`, which
 //! the control-plane clients share.
 //!
 //! No IO and no clock reads here: callers pass `now` and a jitter value.

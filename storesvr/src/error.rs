@@ -54,7 +54,7 @@ impl From<RpcError> for Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seqsvr_control::classify::{Delivery, classify};
+    use seqsvr_rpc::classify::{Delivery, classify};
 
     /// Issue 25, item 8: a write whose outcome is unknown must reach the caller as "may have
     /// happened". It went out as UNAVAILABLE, which callers read as "not taken".

@@ -37,9 +37,9 @@ use crate::domain::restore::{
 use crate::startup::claim_data_dir;
 use crate::storage::kv::{FileKv, KvStore};
 use crate::storage::sm_store::{SmData, StateMachineStore};
-use seqsvr_control::transport::Dialer;
 use seqsvr_control::{AdminClient, Seed, StoreTimeouts};
 use seqsvr_proto::pb;
+use seqsvr_rpc::Dialer;
 
 /// `storesvr restore`: a new set's first replica from a backup, every ceiling raised by a margin.
 #[derive(Parser, Debug, Clone)]

@@ -12,7 +12,7 @@ use seqsvr_proto::{NodeId, limits, pb};
 use tonic::{Request, Response, Status};
 
 use crate::leader::{ControlError, Leader, LeaderCall, Seed, StoreTimeouts};
-use crate::transport::{Conn, Dialer};
+use seqsvr_rpc::transport::{Conn, Dialer};
 
 /// Client of one StoreSvr group's `AdminService`.
 #[derive(Debug, Clone)]

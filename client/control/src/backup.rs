@@ -15,7 +15,7 @@ use seqsvr_proto::pb::admin_service_client::AdminServiceClient;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::{ControlError, Leader, LeaderCall, Seed, StoreTimeouts};
-use crate::transport::{Conn, Dialer};
+use seqsvr_rpc::transport::{Conn, Dialer};
 
 /// One attempt's result: the whole file, or where the leader is.
 #[derive(Debug, Clone, Default)]

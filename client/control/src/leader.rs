@@ -30,8 +30,8 @@ use seqsvr_proto::pb;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
-use crate::classify::{Delivery, classify};
-use crate::transport::{Conn, Dialer};
+use seqsvr_rpc::classify::{Delivery, classify};
+use seqsvr_rpc::transport::{Conn, Dialer};
 
 /// Most addresses learnt from hints that are kept beside the seeds; bounds memory when hints
 /// point at ever new addresses.

@@ -42,7 +42,7 @@ use seqsvr_proto::pb::change_map_request::Change;
 use crate::admin::AdminClient;
 use crate::leader::{ControlError, Seed, StoreTimeouts};
 use crate::store::StoreClient;
-use crate::transport::Dialer;
+use seqsvr_rpc::transport::Dialer;
 
 /// Longest a publish waits for one set: a set that is down must not hold a move up.
 const PUBLISH_WAIT: Duration = Duration::from_secs(2);

@@ -16,7 +16,7 @@ use seqsvr_proto::{limits, pb};
 use tonic::{Request, Response, Status};
 
 use crate::leader::{ControlError, Leader, LeaderCall, Seed, StoreTimeouts};
-use crate::transport::{Conn, Dialer};
+use seqsvr_rpc::transport::{Conn, Dialer};
 
 /// Client of the StoreService of one set; cheap to clone (clones share channels and the
 /// believed leader).

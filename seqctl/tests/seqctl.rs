@@ -1,5 +1,7 @@
 //! `seqctl` run as a binary against fake servers: output formats and exit codes.
 
+// The fake AllocSvr and StoreSvr replicas the client library's tests use too.
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::Ordering;

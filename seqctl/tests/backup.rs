@@ -1,6 +1,8 @@
 //! `seqctl backup` against fake replicas: a whole stream is checked and written atomically through
 //! the leader's hint; a cut, damaged or oversized one exits 1 and leaves `--out` as it was.
 
+// The fake AllocSvr and StoreSvr replicas the client library's tests use too.
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
