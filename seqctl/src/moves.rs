@@ -239,8 +239,11 @@ async fn set_health(cli: &crate::Cli, s: &pb::SetInfo) -> SetHealth {
             .iter()
             .map(|a| seqsvr_control::Seed::parse(a))
             .collect::<Result<Vec<_>, _>>()
-        && let Ok(leader_view) =
-            crate::single_status(cli, &crate::configured_addr(&seeds, view.leader_id, &view.leader_addr)).await
+        && let Ok(leader_view) = crate::status::single_status(
+            cli,
+            &crate::status::configured_addr(&seeds, view.leader_id, &view.leader_addr),
+        )
+        .await
     {
         status = Ok(leader_view);
     }

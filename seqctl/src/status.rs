@@ -1,0 +1,183 @@
+//! `seqctl status`: a set's state from its leader, and each replica's own view beside it.
+//!
+//! Left out: other sets (`seqctl sets` asks each set's leader).
+
+use std::time::Duration;
+
+use seqsvr_control::{Seed, StoreClient, StoreTimeouts};
+use seqsvr_proto::{NodeId, pb};
+use serde_json::{Value, json};
+
+use crate::{Cli, Failure, dialer, store_client, store_seeds, table};
+
+/// The set's status from the leader (when it can be reached), plus each member's own view.
+pub(crate) async fn status(cli: &Cli) -> Result<String, Failure> {
+    let seeds = store_seeds(cli)?;
+    let mut view = store_client(cli, &seeds)?.status().await?;
+    if view.leader_id != 0 && view.leader_id != view.node_id && !view.leader_addr.is_empty() {
+        // Liveness of AllocSvrs is known only on the leader: prefer its view.
+        let addr = configured_addr(&seeds, view.leader_id, &view.leader_addr);
+        if let Ok(leader_view) = single_status(cli, &addr).await {
+            view = leader_view;
+        }
+    }
+    let mut members = Vec::new();
+    for m in &view.members {
+        let addr = configured_addr(&seeds, m.node_id, &m.addr);
+        let own = if m.node_id == view.node_id {
+            Ok(view.clone())
+        } else {
+            single_status(cli, &addr).await
+        };
+        members.push((m.clone(), addr, own));
+    }
+    Ok(render_status(cli.json, &view, &members))
+}
+
+/// The address the operator gave for `node_id`, else the one the cluster reports.
+pub(crate) fn configured_addr(seeds: &[Seed], node_id: u64, reported: &str) -> String {
+    seeds
+        .iter()
+        .find(|s| s.node_id == Some(NodeId(node_id)))
+        .map_or_else(|| reported.to_owned(), |s| s.addr.clone())
+}
+
+/// One replica's own status (no hint following: Status is answered by any replica).
+pub(crate) async fn single_status(cli: &Cli, addr: &str) -> Result<pb::StatusReply, String> {
+    let seed = Seed::parse(addr)?;
+    let short = StoreTimeouts {
+        attempt: Duration::from_millis(cli.attempt_timeout_ms),
+        overall: Duration::from_millis(cli.attempt_timeout_ms),
+    };
+    let dialer = dialer(cli).map_err(|f| f.message)?;
+    let client = StoreClient::with_dialer(vec![seed], short, &dialer)?;
+    client.status().await.map_err(|e| e.to_string())
+}
+
+type MemberView = (pb::ReplicaInfo, String, Result<pb::StatusReply, String>);
+
+fn render_status(as_json: bool, v: &pb::StatusReply, members: &[MemberView]) -> String {
+    if as_json {
+        status_json(v, members).to_string()
+    } else {
+        status_tables(v, members)
+    }
+}
+
+fn member_json((m, addr, own): &MemberView) -> Value {
+    let mut o = json!({"node_id": m.node_id, "addr": addr, "voter": m.voter});
+    match own {
+        Ok(s) => {
+            o["view"] = json!({
+                "leader_id": s.leader_id, "term": s.term, "committed_index": s.committed_index,
+                "applied_index": s.applied_index, "last_log_index": s.last_log_index,
+                "route_version": s.route_version,
+            })
+        }
+        Err(e) => o["error"] = json!(e),
+    }
+    o
+}
+
+fn status_json(v: &pb::StatusReply, members: &[MemberView]) -> Value {
+    let params = v.params.unwrap_or_default();
+    let members: Vec<Value> = members.iter().map(member_json).collect();
+    let allocsvrs: Vec<Value> = v
+        .allocsvrs
+        .iter()
+        .map(|a| {
+            json!({
+                "node_id": a.node_id, "incarnation": a.incarnation, "addr": a.addr, "alive": a.alive,
+                "last_renew_ms_ago": a.last_renew_ms_ago, "sections_owned": a.sections_owned,
+            })
+        })
+        .collect();
+    json!({
+        "answered_by": v.node_id, "set_id": v.set_id, "leader_id": v.leader_id, "leader_addr": v.leader_addr,
+        "term": v.term, "committed_index": v.committed_index, "applied_index": v.applied_index,
+        "last_log_index": v.last_log_index, "route_version": v.route_version,
+        "sections_total": v.sections_total, "sections_owned": v.sections_owned,
+        "max_seq_high": v.max_seq_high, "max_seq_sum": v.max_seq_sum,
+        "params": {
+            "section_size": params.section_size, "uid_limit": params.uid_limit, "step": params.step,
+            "lease_ms": params.lease_ms, "renew_interval_ms": params.renew_interval_ms,
+        },
+        "members": members, "allocsvrs": allocsvrs,
+    })
+}
+
+fn member_row((m, addr, own): &MemberView) -> Vec<String> {
+    let mut row = vec![m.node_id.to_string(), addr.clone(), yes_no(m.voter).into()];
+    match own {
+        Ok(s) => row.extend([
+            if s.leader_id == m.node_id { "leader" } else { "follower" }.into(),
+            s.term.to_string(),
+            s.committed_index.to_string(),
+            s.applied_index.to_string(),
+            s.last_log_index.to_string(),
+        ]),
+        Err(e) => {
+            row.push(format!("unreachable: {e}"));
+            row.extend(std::iter::repeat_n("-".to_string(), 4));
+        }
+    }
+    row
+}
+
+fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
+    let params = v.params.unwrap_or_default();
+    let member_rows = members.iter().map(member_row).collect();
+    let alloc_rows = v
+        .allocsvrs
+        .iter()
+        .map(|a| {
+            vec![
+                a.node_id.to_string(),
+                a.incarnation.to_string(),
+                a.addr.clone(),
+                yes_no(a.alive).into(),
+                a.last_renew_ms_ago.to_string(),
+                a.sections_owned.to_string(),
+            ]
+        })
+        .collect();
+    let leader_addr = if v.leader_addr.is_empty() {
+        "unknown"
+    } else {
+        &v.leader_addr
+    };
+    let members_header = [
+        "STORESVR",
+        "ADDR",
+        "VOTER",
+        "ROLE",
+        "TERM",
+        "COMMITTED",
+        "APPLIED",
+        "LAST_LOG",
+    ];
+    let allocs_header = ["ALLOCSVR", "INCARNATION", "ADDR", "ALIVE", "LAST_RENEW_MS", "SECTIONS"];
+    format!(
+        "set {}: leader {} ({leader_addr}), term {}, committed {}, applied {}, route version {} (answered by node {})\n\
+         sections {} owned of {}; max_seq high {}, sum {}; step {}, lease {} ms\n\n{}\n\n{}",
+        v.set_id,
+        v.leader_id,
+        v.term,
+        v.committed_index,
+        v.applied_index,
+        v.route_version,
+        v.node_id,
+        v.sections_owned,
+        v.sections_total,
+        v.max_seq_high,
+        v.max_seq_sum,
+        params.step,
+        params.lease_ms,
+        table(&members_header, member_rows),
+        table(&allocs_header, alloc_rows),
+    )
+}
+
+pub(crate) fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
