@@ -1,5 +1,5 @@
 //! Configuration: the binary's options (flags, `ALLOCSVR_*` environment variables or a TOML
-//! config file, through `seqsvr_proto::cli`), validated once, before anything is served.
+//! config file, through `seqsvr_server::cli`), validated once, before anything is served.
 //!
 //! Parsing (clap, with typed addresses) is kept apart from validation ([`Cli::validate`]) so that
 //! the library can be started in-process with a [`NodeConfig`] built by hand.
@@ -16,8 +16,8 @@ use clap::Parser;
 use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
-use seqsvr_proto::lease_clock::LeaseClock;
-use seqsvr_proto::serving::{self, ServeLimits};
+use seqsvr_server::lease_clock::LeaseClock;
+use seqsvr_server::serving::{self, ServeLimits};
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
 pub const ENV_PREFIX: &str = "ALLOCSVR";
@@ -119,7 +119,7 @@ pub struct NodeConfig {
     pub unsafe_switches: UnsafeSwitches,
     /// Test only: send every Release again this long (up to twice this) after the first.
     pub repeat_releases_after: Option<Duration>,
-    /// Calls in flight, streams per connection and the longest call (`seqsvr_proto::serving`).
+    /// Calls in flight, streams per connection and the longest call (`seqsvr_server::serving`).
     pub serve_limits: ServeLimits,
     /// Mutual TLS (an `allocsvr` certificate) on the data plane and to the store; plaintext when unset.
     pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
@@ -218,7 +218,7 @@ mod tests {
     fn cli(args: &[&str]) -> Result<BinaryConfig, String> {
         let mut argv = vec!["allocsvr"];
         argv.extend_from_slice(args);
-        seqsvr_proto::cli::try_parse_from::<Cli, _, _>(ENV_PREFIX, argv)
+        seqsvr_server::cli::try_parse_from::<Cli, _, _>(ENV_PREFIX, argv)
             .map_err(|e| e.to_string())?
             .validate()
     }

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use allocsvr::config::ENV_PREFIX;
 use allocsvr::{Cli, Node};
-use seqsvr_proto::observe;
+use seqsvr_server::observe;
 use tracing::{error, info};
 
 fn main() -> ExitCode {
-    let cli: Cli = seqsvr_proto::cli::parse(ENV_PREFIX);
+    let cli: Cli = seqsvr_server::cli::parse(ENV_PREFIX);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

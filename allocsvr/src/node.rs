@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_control::{StoreClient, StoreTimeouts};
+use seqsvr_proto::Incarnation;
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
-use seqsvr_proto::serving::{self, Limited};
-use seqsvr_proto::{Incarnation, reflection};
+use seqsvr_server::reflection;
+use seqsvr_server::serving::{self, Limited};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -22,9 +22,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use seqsvr_proto::pb::alloc_service_server::AllocService;
-use seqsvr_proto::serving::InFlight;
 use seqsvr_proto::{SectionId, Uid};
 use seqsvr_proto::{map_header, pb};
+use seqsvr_server::serving::InFlight;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;

@@ -36,7 +36,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::refusal::{self, Refusal};
-use seqsvr_proto::serving::{self, ServeLimits};
+use seqsvr_server::serving::{self, ServeLimits};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 

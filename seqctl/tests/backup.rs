@@ -4,33 +4,14 @@
 // The fake AllocSvr and StoreSvr replicas the client library's tests use too.
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
+mod run;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::store::FakeReplica;
+use run::seqctl;
 use seqsvr_proto::backup::{self, Header};
 use seqsvr_proto::{limits, pb};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn seqctl(args: &[&str]) -> Run {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_seqctl"));
-    cmd.args(args).env_remove("SEQCTL_STORE").kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
-        .await
-        .expect("seqctl did not exit in 30 s")
-        .expect("run seqctl");
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 fn file() -> Vec<u8> {
     let header = Header {
@@ -83,7 +64,7 @@ async fn a_whole_backup_is_written_through_the_leaders_hint() {
     let (r1, _r2) = set_streaming(chunks(&f, 1000, f.len() as u64)).await;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("set4.backup");
-    let run = seqctl(&["--store", &r1.addr, "backup", "--out", out.to_str().unwrap()]).await;
+    let run = seqctl(&["--store", &r1.addr, "backup", "--out", out.to_str().unwrap()], &[]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(std::fs::read(&out).unwrap(), f);
     assert!(
@@ -93,7 +74,11 @@ async fn a_whole_backup_is_written_through_the_leaders_hint() {
     );
     assert_eq!(leftovers(dir.path()), ["set4.backup"], "a temp file was left behind");
 
-    let run = seqctl(&["--store", &r1.addr, "--json", "backup", "--out", out.to_str().unwrap()]).await;
+    let run = seqctl(
+        &["--store", &r1.addr, "--json", "backup", "--out", out.to_str().unwrap()],
+        &[],
+    )
+    .await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(
@@ -130,12 +115,12 @@ async fn a_cut_damaged_or_oversized_stream_exits_1_and_leaves_the_old_file() {
             "--out",
             out.to_str().unwrap(),
         ];
-        let run = seqctl(&args).await;
+        let run = seqctl(&args, &[]).await;
         assert_eq!(run.code, 1, "{says}: {}", run.stderr);
         assert!(run.stderr.contains(says), "wanted {says:?}: {}", run.stderr);
         assert_eq!(std::fs::read(&out).unwrap(), b"the previous backup", "{says}");
         assert!(leftovers(dir.path()).is_empty(), "{says}: {:?}", leftovers(dir.path()));
     }
-    let run = seqctl(&["--store", "127.0.0.1:1", "backup"]).await;
+    let run = seqctl(&["--store", "127.0.0.1:1", "backup"], &[]).await;
     assert_eq!(run.code, 2, "no --out: {}", run.stderr);
 }

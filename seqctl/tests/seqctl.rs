@@ -3,38 +3,15 @@
 // The fake AllocSvr and StoreSvr replicas the client library's tests use too.
 #[path = "../../client/tests/common/mod.rs"]
 mod common;
+mod run;
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use common::store::FakeReplica;
 use common::{FakeAlloc, dead_addr, table};
+use run::seqctl;
 use seqsvr_proto::pb;
 use serde_json::Value;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn seqctl(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_seqctl"));
-    cmd.args(args)
-        .env_remove("SEQCTL_ALLOC")
-        .env_remove("SEQCTL_STORE")
-        .envs(env.iter().copied())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
-        .await
-        .expect("seqctl did not exit in 30 s")
-        .expect("run seqctl");
-    Run {
-        code: out.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
-}
 
 async fn owner_of_everything() -> FakeAlloc {
     let a = FakeAlloc::start().await;

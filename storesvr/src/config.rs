@@ -1,7 +1,7 @@
 //! StoreSvr configuration: options and their validation.
 //!
 //! Options come as flags, `STORESVR_*` environment variables or a TOML config file
-//! (`--config`), in that order of precedence, through `seqsvr_proto::cli`; addresses are parsed
+//! (`--config`), in that order of precedence, through `seqsvr_server::cli`; addresses are parsed
 //! by `seqsvr_proto::addr`. Parsing and validating are separate: clap turns the options into
 //! [`Config`], then [`Config::validate`] checks the relations between values — the set's
 //! parameters with the one rule set of `seqsvr_proto::params`, the Raft timings against the lease,
@@ -10,7 +10,7 @@
 use clap::Parser;
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::params::SetParams;
-use seqsvr_proto::serving::{self, ServeLimits};
+use seqsvr_server::serving::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -219,7 +219,7 @@ impl Config {
         Ok(())
     }
 
-    /// The limits the replica's server runs with (`seqsvr_proto::serving`).
+    /// The limits the replica's server runs with (`seqsvr_server::serving`).
     pub fn serve_limits(&self) -> ServeLimits {
         ServeLimits {
             max_in_flight: self.max_in_flight,
@@ -290,7 +290,7 @@ mod tests {
     fn check(extra: &[&str]) -> Result<(), String> {
         let mut args = base();
         args.extend_from_slice(extra);
-        seqsvr_proto::cli::try_parse_from::<Config, _, _>(ENV_PREFIX, args)
+        seqsvr_server::cli::try_parse_from::<Config, _, _>(ENV_PREFIX, args)
             .map_err(|e| e.to_string())?
             .validate()
     }

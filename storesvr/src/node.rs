@@ -19,11 +19,12 @@ use std::time::Duration;
 
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, SnapshotPolicy};
+use seqsvr_proto::limits;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
 use seqsvr_proto::pb::raft_service_server::RaftServiceServer;
 use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-use seqsvr_proto::{limits, reflection, serving};
+use seqsvr_server::{reflection, serving};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

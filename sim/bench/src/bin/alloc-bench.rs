@@ -164,7 +164,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_proto::cli::parse("ALLOC_BENCH");
+    let args: Args = seqsvr_server::cli::parse("ALLOC_BENCH");
     if let Some(addr) = args.serve_echo {
         return echo::serve(addr, SECTION_SIZE, args.serve_echo_tls.as_deref());
     }

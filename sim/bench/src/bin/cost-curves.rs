@@ -186,7 +186,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_proto::cli::parse("COST_CURVES");
+    let args: Args = seqsvr_server::cli::parse("COST_CURVES");
     if let Err(e) = args.validate() {
         eprintln!("cost-curves: {e}");
         return ExitCode::from(2);

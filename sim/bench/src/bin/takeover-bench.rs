@@ -92,7 +92,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_proto::cli::parse("TAKEOVER_BENCH");
+    let args: Args = seqsvr_server::cli::parse("TAKEOVER_BENCH");
     if let Err(e) = args.validate() {
         eprintln!("takeover-bench: {e}");
         return ExitCode::from(2);

@@ -12,7 +12,7 @@ pub const HEALTH_SERVICE: &str = "grpc.health.v1.Health";
 
 fn builder(services: &[&str]) -> Builder<'static> {
     let with_names = services.iter().chain([&HEALTH_SERVICE]).fold(
-        Builder::configure().register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET),
+        Builder::configure().register_encoded_file_descriptor_set(seqsvr_proto::FILE_DESCRIPTOR_SET),
         |b, name| b.with_service_name(*name),
     );
     with_names.register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

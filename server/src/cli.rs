@@ -192,9 +192,9 @@ mod tests {
         #[arg(long, default_value_t = 500)]
         renew_interval_ms: u64,
         #[arg(long, value_delimiter = ',')]
-        peers: Vec<crate::addr::IdAddr>,
+        peers: Vec<seqsvr_proto::addr::IdAddr>,
         #[arg(long)]
-        listen: Option<crate::addr::HostPort>,
+        listen: Option<seqsvr_proto::addr::HostPort>,
         #[arg(long)]
         bootstrap: bool,
         #[arg(long, hide = true)]

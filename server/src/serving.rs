@@ -15,7 +15,7 @@
 //!   flood's backlog. The limit is small (the AllocSvr's is 32 per CPU): granted calls are runnable
 //!   tasks, and every new call waits behind them in the runtime's queue.
 //! - **Shedding**: a call that finds [`MAX_PARKED`] calls waiting, or waits [`MAX_PARK_WAIT`]
-//!   without a slot, is refused with RESOURCE_EXHAUSTED marked overloaded ([`crate::refusal`]),
+//!   without a slot, is refused with RESOURCE_EXHAUSTED marked overloaded ([`seqsvr_proto::refusal`]),
 //!   which the client library retries after a backoff. A caller that gives up (deadline, reset
 //!   stream) leaves the queue. Some services are exempt and never wait (the StoreSvr's Raft peers,
 //!   health checks): a heartbeat held up by a flood of client calls would start an election.
@@ -35,7 +35,7 @@
 //!   bound catches callers that send no deadline.
 //! - **Dead peers**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`]; a peer that does not
 //!   answer within [`KEEPALIVE_TIMEOUT`] loses its connection and the streams it held.
-//! - **Message sizes**: not here; each service sets them from [`crate::limits`].
+//! - **Message sizes**: not here; each service sets them from [`seqsvr_proto::limits`].
 //!
 //! Deliberately left out: a limit on the number of connections (the process's file descriptor
 //! limit is that bound; each connection costs a few kilobytes and at most its stream limit in
@@ -57,9 +57,9 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::layer::util::Stack;
 use tower::{Layer, Service};
 
-use crate::refusal;
 pub use admission::Bounds;
 use admission::{Admission, Connection, Entry, Slot};
+use seqsvr_proto::refusal;
 
 /// Interval of HTTP/2 keepalive pings to every peer: a dead peer's connection is dropped within
 /// this plus [`KEEPALIVE_TIMEOUT`], instead of holding its streams until TCP gives up (minutes).
