@@ -82,9 +82,10 @@ impl Sets {
         Ok(match name {
             "init" => Command::Init(params(set)),
             "register" => {
+                let node: u64 = num(args.take_key("node"), "node")?;
                 let cmd = Command::Register {
-                    node_id: NodeId(num(args.take_key("node"), "node")?),
-                    addr: format!("n{}:1", args.take_key("node").unwrap_or_default()),
+                    node_id: NodeId(node),
+                    addr: format!("n{node}:1"),
                     nonce: args.take_key("nonce").map_or(Ok(0), |n| num(Some(n), "nonce"))?,
                 };
                 bound(args, cmd)
