@@ -195,7 +195,13 @@ async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure>
         .cluster_map()
         .await
         .map_err(|e| refuse(format!("cannot read the cluster map from --map-from: {e}")))?;
-    Ok(Some(LiveMap {
+    Ok(Some(live_map_of(&map)))
+}
+
+/// What [`check_against_map`] needs of a cluster map read from a live set (the deterministic
+/// simulator reads it over its own transport and converts it here too).
+pub fn live_map_of(map: &pb::ClusterMap) -> LiveMap {
+    LiveMap {
         ranges: map
             .ranges
             .iter()
@@ -217,7 +223,7 @@ async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure>
                 })
             })
             .collect(),
-    }))
+    }
 }
 
 /// The whole file, refusing one above the limit before reading it.

@@ -7,6 +7,13 @@
 //! Epochs count per set (a set that takes a range over starts its own), so both rules hold per
 //! (set, section); whether two sets served a section at once is [`super::one_set`]'s question.
 //!
+//! A restored set counts its epochs on from its backup's (`storesvr::domain::restore`), so they
+//! can repeat epochs the lost set used after the backup; its incarnations, though, start
+//! [`VERSION_GAP`] above every one the lost set minted. An epoch is therefore ordered after the
+//! restore count its owner's incarnation shows (`incarnation / VERSION_GAP`): a reply of the lost
+//! set's owners after the restored set answered is still stale. Runs without a restore have
+//! incarnations below 2^32 and are judged as before.
+//!
 //! Sweep per section over replies sorted by complete and by invoke with a running maximum epoch,
 //! O(n log n). Calls without owner tags (failed, unknown, or a client that does not report them)
 //! are not judged.
@@ -14,6 +21,7 @@
 use super::{Promise, Violation};
 use crate::history::Call;
 use std::collections::{BTreeMap, HashMap};
+use storesvr::domain::restore::VERSION_GAP;
 
 #[derive(Clone, Copy)]
 struct Reply {
@@ -22,6 +30,13 @@ struct Reply {
     complete_ns: u64,
     epoch: u64,
     owner: (u64, u64),
+}
+
+impl Reply {
+    /// The epoch after the restores of its set (see the module doc).
+    fn order(&self) -> (u64, u64) {
+        (self.owner.1 / VERSION_GAP, self.epoch)
+    }
 }
 
 pub fn check(calls: &[Call]) -> Vec<Violation> {
@@ -50,9 +65,9 @@ pub fn check(calls: &[Call]) -> Vec<Violation> {
 }
 
 fn check_section(section: &str, replies: &[Reply], out: &mut Vec<Violation>) {
-    let mut owner_of_epoch: HashMap<u64, &Reply> = HashMap::new();
+    let mut owner_of_epoch: HashMap<(u64, u64), &Reply> = HashMap::new();
     for r in replies {
-        let first = *owner_of_epoch.entry(r.epoch).or_insert(r);
+        let first = *owner_of_epoch.entry(r.order()).or_insert(r);
         if first.owner != r.owner {
             out.push(Violation::new(
                 Promise::P4,
@@ -73,13 +88,13 @@ fn check_section(section: &str, replies: &[Reply], out: &mut Vec<Violation>) {
     for probe in by_invoke {
         while next < by_complete.len() && by_complete[next].complete_ns < probe.invoke_ns {
             let cand = by_complete[next];
-            if newest.is_none_or(|n| cand.epoch > n.epoch) {
+            if newest.is_none_or(|n| cand.order() > n.order()) {
                 newest = Some(cand);
             }
             next += 1;
         }
         if let Some(n) = newest
-            && n.epoch > probe.epoch
+            && n.order() > probe.order()
         {
             out.push(Violation::new(
                 Promise::P4,
@@ -157,6 +172,23 @@ mod tests {
                     in_set(owned(fetch(2, 5, 20, 30, 900), 0, 4, 44, 1), 1),
                 ],
                 vec![],
+            ),
+            (
+                "a restored set repeats a lower epoch under incarnations 2^32 higher",
+                vec![
+                    owned(fetch(1, 5, 0, 10, 1), 0, 1, 11, 7),
+                    owned(fetch(2, 5, 20, 30, 900), 0, 2, VERSION_GAP + 12, 4),
+                    owned(fetch(3, 5, 40, 50, 901), 0, 3, VERSION_GAP + 13, 7),
+                ],
+                vec![],
+            ),
+            (
+                "planted lost set's owner answering after the restored set did",
+                vec![
+                    owned(fetch(1, 5, 0, 10, 900), 0, 2, VERSION_GAP + 12, 4),
+                    owned(fetch(2, 5, 20, 30, 1), 0, 1, 11, 7),
+                ],
+                vec![vec![1, 2]],
             ),
             (
                 "unknown calls carry no owner",
