@@ -177,7 +177,8 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     let o = dst::run_seed(seed, &opts);
     let history = o.history.as_ref().expect("kept");
     for (i, f) in o.faults.iter().enumerate() {
-        println!("fault {i}: {} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
+        let set1 = if f.hits_set(1) { " on set 1" } else { "" };
+        println!("fault {i}: {}{set1} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
     }
     for m in &history.moves {
         println!(

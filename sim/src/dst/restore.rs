@@ -123,7 +123,11 @@ pub fn start(world: &Arc<World>, plan: Plan) -> String {
             format!("set {} (backed up, lost after {} ms)", plan.set, plan.lose_after_ms)
         }
         Err(e) => {
-            world.lock().restores.notes.push(format!("no backup of set {}: {e}", plan.set));
+            world
+                .lock()
+                .restores
+                .notes
+                .push(format!("no backup of set {}: {e}", plan.set));
             format!("set {} (no backup)", plan.set)
         }
     }
