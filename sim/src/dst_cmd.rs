@@ -65,6 +65,10 @@ pub struct DstArgs {
     /// or slow (< 0) instead of the drawn rate within the set's bound (10,000 ppm).
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1_000_000..=1_000_000))]
     unsafe_clock_drift_ppm: Option<i64>,
+    /// Negative control (with `--sets 2`): a restore does not check its backup against the live
+    /// cluster map, so a range moved since the backup is served by two sets (or by none).
+    #[arg(long)]
+    unsafe_skip_restore_map_check: bool,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -90,6 +94,7 @@ impl DstArgs {
         o.skip_move_wait = self.unsafe_skip_move_wait;
         o.clock.monotonic = self.unsafe_monotonic_lease_clock;
         o.clock.drift_ppm = self.unsafe_clock_drift_ppm;
+        o.skip_restore_map_check = self.unsafe_skip_restore_map_check;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
@@ -98,6 +103,10 @@ impl DstArgs {
 pub fn run(args: DstArgs) -> ExitCode {
     if args.unsafe_skip_move_wait && args.sets != 2 {
         eprintln!("sim dst: --unsafe-skip-move-wait needs --sets 2 (there is no move with one set)");
+        return ExitCode::from(2);
+    }
+    if args.unsafe_skip_restore_map_check && args.sets != 2 {
+        eprintln!("sim dst: --unsafe-skip-restore-map-check needs --sets 2 (with one set there is no map to check)");
         return ExitCode::from(2);
     }
     let opts = args.options();
@@ -142,6 +151,10 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         "forged Releases, Renews and Bumps: {} sent in {} seeds, {} refused",
         r.forged.sent, r.forger_seeds, r.forged.refused
     );
+    println!(
+        "seeds with faults on set 1: {}; restores: {} seeds restored, {} refused ({} by the check against the map)",
+        r.set1_fault_seeds, r.restored_seeds, r.refused_restore_seeds, r.map_refused_restore_seeds
+    );
     match r.failures.first() {
         Some(o) => {
             println!(
@@ -164,7 +177,8 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     let o = dst::run_seed(seed, &opts);
     let history = o.history.as_ref().expect("kept");
     for (i, f) in o.faults.iter().enumerate() {
-        println!("fault {i}: {} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
+        let set1 = if f.hits_set(1) { " on set 1" } else { "" };
+        println!("fault {i}: {}{set1} at {} ms for {} ms", f.name(), f.at_ms, f.for_ms);
     }
     for m in &history.moves {
         println!(
@@ -189,6 +203,9 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
         "forged Releases, Renews and Bumps: {} sent, {} refused",
         o.forged.sent, o.forged.refused
     );
+    for note in &o.restores.notes {
+        println!("restore: {note}");
+    }
     if let Some(path) = &args.history
         && let Err(e) = write_history(path, history)
     {

@@ -25,12 +25,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, RaftSnapshotBuilder, StoredMembership};
-use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
 use seqsvr_proto::backup::Header;
 use seqsvr_proto::limits::MAX_BACKUP_BYTES;
+use seqsvr_proto::{NodeId, SectionId};
 
 use crate::backup;
+use crate::domain::ranges::{RangeRun, RangeState};
 use crate::domain::restore::{
     LiveMap, LiveMove, Margin, MarginArgs, Raised, check_against_map, choose_margin, restore,
 };
@@ -145,7 +146,8 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
         path: args.backup.display().to_string(),
         source,
     })?;
-    match live_map(args).await? {
+    let restored_set = set.params.as_ref().map_or(0, |p| p.set_id);
+    match live_map(args, restored_set).await? {
         Some(live) => check_against_map(&set, &live)?,
         None => tracing::warn!("--skip-map-check: the backup is not checked against the cluster map"),
     }
@@ -165,8 +167,9 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
     Ok(report)
 }
 
-/// The live cluster map from `--map-from`, or `None` with `--skip-map-check`.
-async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure> {
+/// The live cluster map from `--map-from` with the range states of every set but `restored`
+/// (the one asked, then each other set the map lists), or `None` with `--skip-map-check`.
+async fn live_map(args: &RestoreArgs, restored: u64) -> Result<Option<LiveMap>, RestoreFailure> {
     let refuse = |m: String| RestoreFailure::DataDir(args.data_dir.display().to_string(), m);
     if args.map_from.is_empty() {
         return if args.skip_map_check {
@@ -179,23 +182,53 @@ async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure>
             ))
         };
     }
-    let seeds = args
-        .map_from
-        .iter()
-        .map(|a| Seed::parse(a))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(refuse)?;
     let tls = args.tls.load(None).map_err(|e| refuse(e.to_string()))?.map(Arc::new);
-    let timeouts = StoreTimeouts {
-        attempt: Duration::from_secs(2),
-        overall: Duration::from_secs(10),
+    let dialer = &Dialer::with_tls(tls);
+    let ask = |addrs: &[String]| {
+        let seeds = addrs.iter().map(|a| Seed::parse(a)).collect::<Result<Vec<_>, _>>();
+        let timeouts = StoreTimeouts {
+            attempt: Duration::from_secs(2),
+            overall: Duration::from_secs(10),
+        };
+        async move {
+            let admin = AdminClient::with_dialer(seeds?, timeouts, dialer)?;
+            admin.cluster_map_reply().await.map_err(|e| e.to_string())
+        }
     };
-    let admin = AdminClient::with_dialer(seeds, timeouts, &Dialer::with_tls(tls)).map_err(refuse)?;
-    let map = admin
-        .cluster_map()
+    let first = ask(&args.map_from)
         .await
         .map_err(|e| refuse(format!("cannot read the cluster map from --map-from: {e}")))?;
-    Ok(Some(LiveMap {
+    let mut live = live_map_of(&first);
+    for (other, stores) in others_to_ask(&first, restored) {
+        let reply = ask(&stores).await.map_err(|e| {
+            refuse(format!(
+                "cannot read set {other}'s range states from its StoreSvrs {}: {e}; every live set is asked, \
+                 so that a range one of them serves now is not restored here as well (--skip-map-check \
+                 skips the whole check)",
+                stores.join(",")
+            ))
+        })?;
+        live.held.extend(live_map_of(&reply).held);
+    }
+    Ok(Some(live))
+}
+
+/// The sets the map lists besides the restored one and the one that answered, with their
+/// StoreSvrs: each is asked for its own range states too.
+fn others_to_ask(first: &pb::ClusterMapReply, restored: u64) -> Vec<(u64, Vec<String>)> {
+    let sets = first.map.as_ref().map_or(&[][..], |m| &m.sets[..]);
+    sets.iter()
+        .filter(|s| s.set_id != restored && s.set_id != first.set_id && !s.stores.is_empty())
+        .map(|s| (s.set_id, s.stores.clone()))
+        .collect()
+}
+
+/// What [`check_against_map`] needs of a GetClusterMap reply from a live set: the map and the
+/// set's own range states (the deterministic simulator reads it over its own transport and
+/// converts it here too).
+pub fn live_map_of(reply: &pb::ClusterMapReply) -> LiveMap {
+    let map = reply.map.clone().unwrap_or_default();
+    LiveMap {
         ranges: map
             .ranges
             .iter()
@@ -217,7 +250,37 @@ async fn live_map(args: &RestoreArgs) -> Result<Option<LiveMap>, RestoreFailure>
                 })
             })
             .collect(),
-    }))
+        held: reply
+            .held
+            .iter()
+            .filter_map(|h| Some((reply.set_id, held_run(h)?)))
+            .collect(),
+    }
+}
+
+/// One reported range state; `None` for a state this build does not know (a newer server's),
+/// which the check then does not see: the map's own check still applies to it.
+fn held_run(h: &pb::HeldRange) -> Option<RangeRun> {
+    let s = h.sections?;
+    let state = match pb::HeldState::try_from(h.state).ok()? {
+        pb::HeldState::Owned => RangeState::Owned,
+        pb::HeldState::Importing => RangeState::Importing { op: h.op },
+        pb::HeldState::Frozen => RangeState::Migrating {
+            op: h.op,
+            to_set: h.to_set,
+        },
+        pb::HeldState::Tombstoned => RangeState::Tombstoned {
+            op: h.op,
+            to_set: h.to_set,
+            map_version: 0,
+        },
+        pb::HeldState::Unspecified => return None,
+    };
+    Some(RangeRun {
+        begin: SectionId(s.begin),
+        end: SectionId(s.end),
+        state,
+    })
 }
 
 /// The whole file, refusing one above the limit before reading it.
@@ -347,4 +410,34 @@ fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised) -> String {
         h.set_id
     ));
     lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_set_but_the_restored_one_and_the_one_that_answered_is_asked() {
+        let set = |id: u64, stores: &[&str]| pb::SetInfo {
+            set_id: id,
+            stores: stores.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let reply = pb::ClusterMapReply {
+            set_id: 1,
+            map: Some(pb::ClusterMap {
+                sets: vec![set(0, &["a:1"]), set(1, &["b:1"]), set(2, &["c:1", "c:2"]), set(3, &[])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            others_to_ask(&reply, 0),
+            vec![(2, vec!["c:1".to_string(), "c:2".to_string()])]
+        );
+        assert_eq!(
+            others_to_ask(&reply, 2).iter().map(|o| o.0).collect::<Vec<_>>(),
+            vec![0]
+        );
+    }
 }

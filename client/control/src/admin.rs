@@ -49,10 +49,19 @@ impl AdminClient {
 
     /// The cluster map, read linearizably from set 0's leader.
     pub async fn cluster_map(&self) -> Result<pb::ClusterMap, ControlError> {
+        // `cluster_map_reply` refuses a reply without a map.
+        Ok(self.cluster_map_reply().await?.map.unwrap_or_default())
+    }
+
+    /// The whole reply to GetClusterMap: the map and the answering set's own range states.
+    pub async fn cluster_map_reply(&self) -> Result<pb::ClusterMapReply, ControlError> {
         let reply = self.leader.call(pb::GetClusterMapRequest {}).await?;
-        reply
-            .map
-            .ok_or_else(|| ControlError::Rejected(Status::internal("the cluster map reply carried no map")))
+        if reply.map.is_none() {
+            return Err(ControlError::Rejected(Status::internal(
+                "the cluster map reply carried no map",
+            )));
+        }
+        Ok(reply)
     }
 
     /// Changes the map (set 0 only).

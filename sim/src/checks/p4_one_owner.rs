@@ -6,6 +6,8 @@
 //!
 //! Epochs count per set (a set that takes a range over starts its own), so both rules hold per
 //! (set, section); whether two sets served a section at once is [`super::one_set`]'s question.
+//! A restored set's epochs start 2^32 above its backup's (`storesvr::domain::restore`), above any
+//! the lost set granted after the backup, so both rules hold across a restore too.
 //!
 //! Sweep per section over replies sorted by complete and by invoke with a running maximum epoch,
 //! O(n log n). Calls without owner tags (failed, unknown, or a client that does not report them)

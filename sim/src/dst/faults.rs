@@ -1,5 +1,10 @@
 //! The faults of one seed, drawn before the run from the seed alone (so a replay with a subset of
 //! them, `--faults`, keeps the others where they were), and how each is injected and healed.
+//!
+//! Set 0's processes and the network draw from the seed's first generators; with two sets, set
+//! 1's AllocSvrs and StoreSvr leader draw from one of their own ([`set1_faults`]), so a one-set
+//! seed's faults are the same in both modes. A fault of an AllocSvr acts on the links to its own
+//! set's StoreSvrs.
 
 use std::time::Duration;
 
@@ -30,10 +35,10 @@ pub enum Kind {
     LagAllocStore(usize, u64),
     /// Cut the clients from an AllocSvr, both ways.
     CutClientsAlloc(usize),
-    /// Kill the store leader (its disk wiped when true); it restarts when the fault heals.
-    KillStoreLeader(bool),
-    /// Cut the store leader from the other replicas.
-    IsolateStoreLeader,
+    /// Kill the leader of set `.0` (its disk wiped when `.1`); it restarts when the fault heals.
+    KillStoreLeader(u64, bool),
+    /// Cut the leader of set `.0` from the other replicas.
+    IsolateStoreLeader(u64),
     /// Lose this share of every message.
     Lossy(f64),
     /// Deliver this share of store requests twice.
@@ -56,6 +61,8 @@ pub enum Kind {
     /// A forger sends Releases, Renews and Bumps in other incarnations' names (`forger`), drawn
     /// from this seed of its own.
     Forge(u64),
+    /// Back up a set now, lose it later and restore it from that backup (`super::restore`).
+    RestoreSet(super::restore::Plan),
 }
 
 /// Negative controls of the clock faults (test only).
@@ -80,6 +87,26 @@ pub struct Fault {
 }
 
 impl Fault {
+    /// Whether it hits a process of `set` (network-wide faults hit every set and count for none).
+    pub fn hits_set(&self, set: u64) -> bool {
+        let alloc_set = |i: usize| u64::from(i >= super::ALLOCS);
+        match self.kind {
+            Kind::KillAlloc(i)
+            | Kind::TermAllocTwice(i)
+            | Kind::PauseAlloc(i)
+            | Kind::CutAllocStore(i)
+            | Kind::CutAllocStoreOneWay(i, _)
+            | Kind::LagAllocStore(i, _)
+            | Kind::CutClientsAlloc(i)
+            | Kind::SuspendAlloc(i, _)
+            | Kind::DriftAlloc(i, _) => alloc_set(i) == set,
+            Kind::KillStoreLeader(s, _) | Kind::IsolateStoreLeader(s) => s == set,
+            Kind::RestoreSet(p) => p.set == set,
+            Kind::Forge(_) => set == 0,
+            Kind::Lossy(_) | Kind::Duplicate(_) | Kind::Slow(_) => false,
+        }
+    }
+
     pub fn name(&self) -> String {
         let s = serde_json::to_value(self.kind).unwrap_or_default();
         match s {
@@ -93,12 +120,50 @@ impl Fault {
 /// Between 2 and 6 faults over the first `load_ms`, drawn from `seed` alone, each lasting up to
 /// two and a half leases (long enough to outlive a lease or not); then, in a share of the seeds,
 /// one clock fault (see [`clock_fault`]); in half the seeds, a forger after them (see
-/// [`forger_of`]).
-pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
+/// [`forger_of`]); with two sets, up to three faults of set 1's processes ([`set1_faults`]); in
+/// a share of the seeds, a restore (`super::restore::plan`). Each later group is drawn from a
+/// generator of its own and listed after the earlier ones, so adding it left every earlier fault
+/// of every seed, and its index for `--faults`, where it was.
+pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets: bool) -> Vec<Fault> {
     let mut all = process_and_network(seed, load_ms, allocs, lease_ms);
     all.extend(clock_fault(seed, load_ms, allocs, lease_ms));
     all.extend(forger_of(seed, load_ms));
+    if two_sets {
+        all.extend(set1_faults(seed, load_ms, allocs, lease_ms));
+    }
+    all.extend(super::restore::plan(seed, load_ms, two_sets));
     all
+}
+
+/// Up to three faults of set 1's processes (0–3, uniform): its AllocSvrs (slots `allocs..`, kills,
+/// pauses, SIGTERMs, cuts, lags, a suspended host or a drifting lease clock) and its StoreSvr
+/// leader (killed, perhaps wiped, or cut off), timed like set 0's. Network-wide faults (loss,
+/// duplication, delay) are set 0's draws only: they already hit every link of every set.
+pub fn set1_faults(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Vec<Fault> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e71_fa17_0000_0000);
+    let n = rng.random_range(0..=3);
+    let bound = i64::try_from(super::params(seed).drift_ppm).unwrap_or(0);
+    (0..n)
+        .map(|_| {
+            let a = allocs + rng.random_range(0..super::moves::SET1_ALLOCS);
+            let at_ms = rng.random_range(300..load_ms.saturating_sub(300).max(301));
+            let longest = (lease_ms * 5 / 2).min(load_ms.saturating_sub(at_ms)).max(101);
+            let for_ms = rng.random_range(100..longest);
+            let kind = match rng.random_range(0..12) {
+                0 | 1 => Kind::KillAlloc(a),
+                2 | 3 => Kind::PauseAlloc(a),
+                4 => Kind::TermAllocTwice(a),
+                5 => Kind::CutAllocStore(a),
+                6 => Kind::CutAllocStoreOneWay(a, rng.random_bool(0.5)),
+                7 => Kind::LagAllocStore(a, rng.random_range(500..2_500)),
+                8 => Kind::CutClientsAlloc(a),
+                9 => Kind::KillStoreLeader(1, rng.random_bool(0.3)),
+                10 => Kind::IsolateStoreLeader(1),
+                _ => clock_kind(&mut rng, a, for_ms, lease_ms, bound),
+            };
+            Fault { kind, at_ms, for_ms }
+        })
+        .collect()
 }
 
 /// A clock fault in [`CLOCK_FAULT_SHARE`] of the seeds, drawn with a generator of its own so that
@@ -115,14 +180,19 @@ pub fn clock_fault(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) -> Opt
     let at_ms = rng.random_range(300..load_ms.saturating_sub(300).max(301));
     let longest = (lease_ms * 5 / 2).min(load_ms.saturating_sub(at_ms)).max(101);
     let for_ms = rng.random_range(100..longest);
-    let kind = if rng.random_bool(0.5) {
+    let kind = clock_kind(&mut rng, a, for_ms, lease_ms, bound);
+    Some(Fault { kind, at_ms, for_ms })
+}
+
+/// A suspension or a drift (within `bound` ppm) of AllocSvr `a`'s host for a fault of `for_ms`.
+fn clock_kind(rng: &mut StdRng, a: usize, for_ms: u64, lease_ms: u64, bound: i64) -> Kind {
+    if rng.random_bool(0.5) {
         // The store comes back up to a lease after the resume, within the fault.
         let offline_ms = rng.random_range(0..=lease_ms.min(for_ms / 2));
         Kind::SuspendAlloc(a, for_ms - offline_ms)
     } else {
         Kind::DriftAlloc(a, rng.random_range(-bound..=bound))
-    };
-    Some(Fault { kind, at_ms, for_ms })
+    }
 }
 
 /// The forger of a seed, if it has one: from the second quarter of the load on, for the rest of
@@ -155,8 +225,8 @@ fn process_and_network(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64) ->
                 5 => Kind::CutAllocStoreOneWay(a, rng.random_bool(0.5)),
                 6 => Kind::LagAllocStore(a, rng.random_range(500..2_500)),
                 7 => Kind::CutClientsAlloc(a),
-                8 => Kind::KillStoreLeader(rng.random_bool(0.3)),
-                9 => Kind::IsolateStoreLeader,
+                8 => Kind::KillStoreLeader(0, rng.random_bool(0.3)),
+                9 => Kind::IsolateStoreLeader(0),
                 10 => Kind::Lossy(rng.random_range(0.05..0.4)),
                 11 => Kind::Duplicate(rng.random_range(0.2..0.8)),
                 _ => Kind::Slow(rng.random_range(5..400)),
@@ -189,10 +259,11 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
         Kind::CutAllocStoreOneWay(i, requests) => cut_store(world, i, requests, !requests),
         Kind::LagAllocStore(i, ms) => {
             let mut st = world.lock();
+            let set = st.allocs[i].set;
             for r in 0..REPLICAS {
                 st.net
                     .lag
-                    .insert((Ep::Alloc(i), Ep::Store(0, r)), Duration::from_millis(ms));
+                    .insert((Ep::Alloc(i), Ep::Store(set, r)), Duration::from_millis(ms));
             }
             format!("allocsvr-{i}/store")
         }
@@ -202,17 +273,19 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             st.net.cut.insert((Ep::Alloc(i), Ep::Clients));
             format!("clients/allocsvr-{i}")
         }
-        Kind::KillStoreLeader(wipe) => {
+        Kind::KillStoreLeader(set, wipe) => {
             let mut st = world.lock();
-            let leader = st.groups[0].leader().unwrap_or(0);
-            st.groups[0].crash(leader, wipe);
-            format!("storesvr-{leader}")
+            let g = &mut st.groups[set as usize];
+            let leader = g.leader().unwrap_or(0);
+            g.crash(leader, wipe);
+            replica_name(set, leader)
         }
-        Kind::IsolateStoreLeader => {
+        Kind::IsolateStoreLeader(set) => {
             let mut st = world.lock();
-            let leader = st.groups[0].leader().unwrap_or(0);
-            st.groups[0].replicas[leader].isolated = true;
-            format!("storesvr-{leader}")
+            let g = &mut st.groups[set as usize];
+            let leader = g.leader().unwrap_or(0);
+            g.replicas[leader].isolated = true;
+            replica_name(set, leader)
         }
         Kind::Lossy(p) => {
             world.lock().net.drop = p;
@@ -236,6 +309,17 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             world.lock().forger = Some(forger.abort_handle());
             "storesvr leader".into()
         }
+        Kind::RestoreSet(plan) => super::restore::start(world, plan),
+    }
+}
+
+/// A store replica's name in the history: `storesvr-R` in set 0 (as before there were sets),
+/// `storesvr-S-R` in another set. [`heal`] reads the replica back from its last number.
+fn replica_name(set: u64, r: usize) -> String {
+    if set == 0 {
+        format!("storesvr-{r}")
+    } else {
+        format!("storesvr-{set}-{r}")
     }
 }
 
@@ -277,12 +361,13 @@ fn drift(world: &std::sync::Arc<World>, i: usize, ppm: i64, d: Duration) -> Stri
 
 fn cut_store(world: &World, i: usize, requests: bool, replies: bool) -> String {
     let mut st = world.lock();
+    let set = st.allocs[i].set;
     for r in 0..REPLICAS {
         if requests {
-            st.net.cut.insert((Ep::Alloc(i), Ep::Store(0, r)));
+            st.net.cut.insert((Ep::Alloc(i), Ep::Store(set, r)));
         }
         if replies {
-            st.net.cut.insert((Ep::Store(0, r), Ep::Alloc(i)));
+            st.net.cut.insert((Ep::Store(set, r), Ep::Alloc(i)));
         }
     }
     format!("allocsvr-{i}/store")
@@ -311,16 +396,19 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
             st.net.cut.remove(&(Ep::Clients, Ep::Alloc(i)));
             st.net.cut.remove(&(Ep::Alloc(i), Ep::Clients));
         }
-        Kind::KillStoreLeader(_) | Kind::IsolateStoreLeader => {
-            let r: usize = target.trim_start_matches("storesvr-").parse().unwrap_or(0);
+        Kind::KillStoreLeader(set, _) | Kind::IsolateStoreLeader(set) => {
+            let r: usize = target.rsplit('-').next().and_then(|r| r.parse().ok()).unwrap_or(0);
             let mut st = world.lock();
-            st.groups[0].restart(r);
-            st.groups[0].replicas[r].isolated = false;
+            let g = &mut st.groups[set as usize];
+            g.restart(r);
+            g.replicas[r].isolated = false;
         }
         Kind::Lossy(_) => world.lock().net.drop = 0.0,
         Kind::Duplicate(_) => world.lock().net.dup = 0.0,
         Kind::Slow(_) => world.lock().net.jitter = Duration::ZERO,
         Kind::Forge(_) => stop_forger(world),
+        // The restore runs on its own (`super::restore::start`); the span only dates it.
+        Kind::RestoreSet(_) => {}
     }
 }
 
@@ -336,9 +424,11 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
     let dead: Vec<usize> = {
         let mut st = world.lock();
         st.net = Default::default();
-        for r in 0..REPLICAS {
-            st.groups[0].restart(r);
-            st.groups[0].replicas[r].isolated = false;
+        for g in &mut st.groups {
+            for r in 0..REPLICAS {
+                g.restart(r);
+                g.replicas[r].isolated = false;
+            }
         }
         let now = tokio::time::Instant::now();
         for s in &st.allocs {
@@ -350,5 +440,30 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
     };
     for i in dead {
         world.start_alloc(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The faults a seed drew before set 1's faults and restores existed stay first, the same and
+    /// at the same indices, in both modes; what follows them is set 1's (two sets only) or a
+    /// restore. So the one-set seeds quoted in tests and docs replay what they did.
+    #[test]
+    fn a_seed_keeps_the_faults_it_drew_before_set_1_faults_and_restores() {
+        let json = |f: &[Fault]| serde_json::to_string(f).unwrap();
+        for seed in 0..500 {
+            let lease_ms = super::super::params(seed).lease_ms;
+            let mut before = process_and_network(seed, 8_000, 3, lease_ms);
+            before.extend(clock_fault(seed, 8_000, 3, lease_ms));
+            before.extend(forger_of(seed, 8_000));
+            for two_sets in [false, true] {
+                let now = schedule(seed, 8_000, 3, lease_ms, two_sets);
+                assert_eq!(json(&now[..before.len()]), json(&before), "seed {seed}");
+                let added_ok = |f: &Fault| matches!(f.kind, Kind::RestoreSet(_)) || (two_sets && f.hits_set(1));
+                assert!(now[before.len()..].iter().all(added_ok), "seed {seed}: {now:?}");
+            }
+        }
     }
 }

@@ -109,6 +109,11 @@ pub struct Group {
     /// Sections a committed Release named while their owner was the releasing incarnation under a
     /// later epoch: what the Release's epoch fence is for (coverage of the unfenced-Release hole).
     pub stale_releases: u64,
+    /// Every replica is gone (a lost set): none restarts until the set is restored.
+    pub lost: bool,
+    /// How many times the set was restored: a new group each time, and a write of an earlier
+    /// group that was still in flight never commits in a later one (`World::commit`).
+    pub generation: u64,
 }
 
 impl Group {
@@ -131,6 +136,8 @@ impl Group {
             skip_move_wait: false,
             carry_map: false,
             stale_releases: 0,
+            lost: false,
+            generation: 0,
         }
     }
 
@@ -209,8 +216,43 @@ impl Group {
         rep.empty |= wipe;
     }
 
+    /// Replica `r` starts again with its log (not in a lost set: its replicas are gone).
     pub fn restart(&mut self, r: usize) {
-        self.replicas[r].up = true;
+        if !self.lost {
+            self.replicas[r].up = true;
+        }
+    }
+
+    /// The whole set is lost: every replica crashes and none comes back by itself.
+    pub fn lose(&mut self) {
+        for r in 0..REPLICAS {
+            self.crash(r, false);
+        }
+        self.lost = true;
+    }
+
+    /// The lost set comes back as it was (its disks survived after all).
+    pub fn recover(&mut self) {
+        self.lost = false;
+        for r in 0..REPLICAS {
+            self.restart(r);
+        }
+    }
+
+    /// A new group in place of the lost one, from a restored state: fresh replicas that all
+    /// hold it (the first one restored, the others caught up by snapshot, as `seqctl replica
+    /// add` does), no leader yet, and a new generation so that nothing of the old group lands.
+    pub fn replace(&mut self, restored: SetState) {
+        self.set = restored;
+        self.replicas = (0..REPLICAS)
+            .map(|_| Replica {
+                up: true,
+                ..Default::default()
+            })
+            .collect();
+        self.leaderless_since = None;
+        self.lost = false;
+        self.generation += 1;
     }
 
     /// What replica `r` does with a request now: the answer of a read or a refusal at once, or

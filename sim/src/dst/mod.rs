@@ -12,18 +12,23 @@
 //!   transport, recorded by the same workload code as `sim run`;
 //! - with `--sets 2`, a second set and operator moves ([`moves`]): the move driver
 //!   (`seqsvr_control::Mover`) and the store's move RPCs (`storesvr::serve::moves`, behind the
-//!   generated servers in [`services`]).
+//!   generated servers in [`services`]); the faults then hit set 1's AllocSvrs and StoreSvr
+//!   leader too ([`faults::set1_faults`]);
+//! - in a share of the seeds, a backup of a set, its loss and its restore ([`restore`]) by the
+//!   code of `storesvr restore` (the backup file, the check against the live map, the margin, the
+//!   raised state).
 //!
 //! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes).
 //!
-//! Deliberately left out: faults on set 1 (they hit set 0's AllocSvrs and leader), data-plane
-//! duplicates (a copy of a fetch only wastes a number) and clock faults on the StoreSvrs (they
-//! read the one simulated clock; an AllocSvr's lease clock can be suspended or drift, [`faults`]).
+//! Deliberately left out: data-plane duplicates (a copy of a fetch only wastes a number) and clock
+//! faults on the StoreSvrs (they read the one simulated clock; an AllocSvr's lease clock can be
+//! suspended or drift, [`faults`]).
 
 pub mod faults;
 pub mod forger;
 pub mod group;
 pub mod moves;
+pub mod restore;
 pub mod services;
 pub mod trace;
 pub mod world;
@@ -69,6 +74,8 @@ pub struct Options {
     pub skip_move_wait: bool,
     /// Negative controls of the clock faults.
     pub clock: faults::ClockControl,
+    /// Negative control: a restore does not check the backup against the live cluster map.
+    pub skip_restore_map_check: bool,
 }
 
 impl Options {
@@ -89,6 +96,7 @@ impl Options {
         add(self.store.skip_binding, "unsafe-skip-binding");
         add(self.skip_move_wait, "unsafe-skip-move-wait");
         add(self.clock.monotonic, "unsafe-monotonic-lease-clock");
+        add(self.skip_restore_map_check, "unsafe-skip-restore-map-check");
         if let Some(ppm) = self.clock.drift_ppm {
             out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
         }
@@ -116,6 +124,16 @@ pub struct Outcome {
     pub stale_releases: u64,
     /// What the seed's forger sent and the store refused (zeros without one).
     pub forged: forger::Forged,
+    /// What the seed's restore did (nothing without one).
+    pub restores: restore::Tally,
+}
+
+impl Outcome {
+    /// Faults of the schedule that hit set 1's processes (a restore of set 1 not counted).
+    pub fn set1_faults(&self) -> usize {
+        let restore = |f: &Fault| matches!(f.kind, faults::Kind::RestoreSet(_));
+        self.faults.iter().filter(|f| f.hits_set(1) && !restore(f)).count()
+    }
 }
 
 impl Outcome {
@@ -220,7 +238,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
 
 /// The seed's faults, or the subset `--faults` keeps (the others stay where they were).
 fn seed_faults(seed: u64, p: &SetParams, opts: &Options) -> Vec<Fault> {
-    let all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms);
+    let all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms, opts.two_sets);
     match &opts.only_faults {
         None => all,
         Some(only) => all
@@ -267,6 +285,8 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
         skip_fence: opts.store.skip_epoch_fence,
         forger: None,
         forged: Default::default(),
+        skip_restore_check: opts.skip_restore_map_check,
+        restores: Default::default(),
     }
 }
 
@@ -486,7 +506,7 @@ fn finish(
     }
     let mut history = History::from_records(records);
     history.info = info;
-    let (final_max, changes, stale_releases, forged) = {
+    let (final_max, changes, stale_releases, forged, restores) = {
         let mut st = world.lock();
         // The AllocSvrs hold the world through their store transport: let go of them so that
         // the seed's memory is freed with its runtime.
@@ -503,7 +523,7 @@ fn finish(
             stale += g.stale_releases;
         }
         changes.sort_by_key(|c| c.at_ns);
-        (m, changes, stale, st.forged)
+        (m, changes, stale, st.forged, std::mem::take(&mut st.restores))
     };
     let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
     Outcome {
@@ -515,6 +535,7 @@ fn finish(
         changes,
         stale_releases,
         forged,
+        restores,
     }
 }
 
@@ -530,6 +551,13 @@ pub struct RangeResult {
     /// Seeds with a forger, and the forged calls sent and refused over all of them.
     pub forger_seeds: u64,
     pub forged: forger::Forged,
+    /// Seeds whose schedule hit set 1's processes.
+    pub set1_fault_seeds: u64,
+    /// Seeds in which a set was restored from its backup, in which the restore was refused, and
+    /// in which the check against the live map refused it.
+    pub restored_seeds: u64,
+    pub refused_restore_seeds: u64,
+    pub map_refused_restore_seeds: u64,
 }
 
 impl RangeResult {
@@ -550,6 +578,8 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let ran = AtomicU64::new(0);
     let stale = AtomicU64::new(0);
     let (forger_seeds, sent, refused) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (set1, restored, refused_restores) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let map_refused = AtomicU64::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -565,6 +595,10 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     forger_seeds.fetch_add(u64::from(o.forged.sent > 0), Ordering::Relaxed);
                     sent.fetch_add(o.forged.sent, Ordering::Relaxed);
                     refused.fetch_add(o.forged.refused, Ordering::Relaxed);
+                    set1.fetch_add(u64::from(o.set1_faults() > 0), Ordering::Relaxed);
+                    restored.fetch_add(u64::from(o.restores.restored > 0), Ordering::Relaxed);
+                    refused_restores.fetch_add(u64::from(o.restores.refused > 0), Ordering::Relaxed);
+                    map_refused.fetch_add(u64::from(o.restores.refused_by_map > 0), Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -588,13 +622,17 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
             sent: sent.into_inner(),
             refused: refused.into_inner(),
         },
+        set1_fault_seeds: set1.into_inner(),
+        restored_seeds: restored.into_inner(),
+        refused_restore_seeds: refused_restores.into_inner(),
+        map_refused_restore_seeds: map_refused.into_inner(),
     }
 }
 
 /// Drops the failing `seed`'s faults one at a time, keeping each drop after which the seed still
 /// fails: the options of a shorter failing run (often one or two faults).
 pub fn shrink(seed: u64, opts: &Options) -> Options {
-    let n = faults::schedule(seed, LOAD_MS, ALLOCS, params(seed).lease_ms).len();
+    let n = faults::schedule(seed, LOAD_MS, ALLOCS, params(seed).lease_ms, opts.two_sets).len();
     let mut keep: BTreeSet<usize> = opts.only_faults.clone().unwrap_or_else(|| (0..n).collect());
     for i in keep.clone() {
         let mut fewer = keep.clone();

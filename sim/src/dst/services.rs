@@ -288,6 +288,8 @@ mod tests {
             skip_fence: false,
             forger: None,
             forged: Default::default(),
+            skip_restore_check: false,
+            restores: Default::default(),
         };
         let world = World::new(state, UnsafeSwitches::default());
         crate::dst::spawn_store(&world);

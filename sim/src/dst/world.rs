@@ -132,6 +132,10 @@ pub struct State {
     pub forger: Option<tokio::task::AbortHandle>,
     /// What the forgers of this seed sent, and how much of it the store refused.
     pub forged: super::forger::Forged,
+    /// Negative control: a restore goes ahead whatever the check against the live map says.
+    pub skip_restore_check: bool,
+    /// What the seed's restore did.
+    pub restores: super::restore::Tally,
 }
 
 /// The world, shared by every task of the seed.
@@ -269,12 +273,17 @@ impl World {
         term: u64,
         cmd: &storesvr::domain::state::Command,
     ) -> Option<storesvr::domain::state::CommandResult> {
+        let generation = self.lock().groups[set as usize].generation;
         let d = Duration::from_micros(COMMIT.0 + self.draw(COMMIT.1 - COMMIT.0));
         tokio::time::sleep(d).await;
         let at = self.now_ns();
         let mut st = self.lock();
         let st = &mut *st;
         let g = &mut st.groups[set as usize];
+        if g.generation != generation {
+            // Written by a group that was lost and replaced by a restore: gone with it.
+            return None;
+        }
         if g.still_leads(r, term) {
             return Some(g.apply(cmd, at));
         }

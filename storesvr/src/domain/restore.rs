@@ -15,9 +15,13 @@
 //! too small a one repeats them. docs/BACKUP.md says how to choose.
 //!
 //! **What else changes, and why.**
-//! - Every section loses its owner and its epoch goes up by one, with `no_wait` off: no AllocSvr
-//!   continues a lease from the old set, and the first owner of the new set waits out a lease
-//!   (rule 4) in case an AllocSvr of the old set still serves from memory.
+//! - Every section loses its owner and its epoch jumps by [`VERSION_GAP`], with `no_wait` off: no
+//!   AllocSvr continues a lease from the old set, and the first owner of the new set waits out a
+//!   lease (rule 4) in case an AllocSvr of the old set still serves from memory. The jump, not one
+//!   more: the old set may have granted epochs after the backup, and a restored set that repeated
+//!   one would tag its replies with an epoch an older owner of the lost set already showed, so
+//!   whoever orders owners by epoch (an operator reading replies, the simulator's one-owner check)
+//!   could not tell the new owner from the stale one.
 //! - The AllocSvr registry is emptied and the incarnation counter jumps by [`VERSION_GAP`]: the
 //!   old set may have minted incarnations after the backup, and one of them presented to the new
 //!   set must never match a fresh registration (P4).
@@ -41,7 +45,7 @@ use std::time::Duration;
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 use thiserror::Error;
 
-use super::ranges::RangeState;
+use super::ranges::{RangeRun, RangeState};
 use super::section::NOBODY;
 use super::state::{MAX_BUMP_STEPS, SetState};
 
@@ -116,12 +120,18 @@ pub enum RestoreError {
     },
 }
 
-/// The live cluster map, as much of it as the check needs (from set 0 or a set's published copy).
+/// The live cluster map, as much of it as the check needs (from set 0 or a set's published copy),
+/// and the range states of the set that answered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LiveMap {
     /// `(begin, end, set)` section runs.
     pub ranges: Vec<(u64, u64, u64)>,
     pub moves: Vec<LiveMove>,
+    /// `(set, run)`: the answering set's own range states. A published copy of the map can lag
+    /// behind set 0's (the publish after a move's last change may not have arrived); what a set
+    /// holds in its own state machine cannot lag behind what it serves. Empty from a server that
+    /// does not report them.
+    pub held: Vec<(u64, RangeRun)>,
 }
 
 /// One move of the live map.
@@ -210,6 +220,10 @@ fn verdict(backup: &SetState, set: u64, live: &LiveMap, section: u64) -> Option<
             "let two sets serve them (duplicates)",
         ));
     }
+    // The map (perhaps a lagging copy) still places it here: does another set hold it already?
+    if owned && let Some(v) = held_elsewhere(set, live, section) {
+        return Some(v);
+    }
     if !owned && now == Some(set) {
         let what = format!("were moved into set {set}");
         return Some((
@@ -227,6 +241,37 @@ fn verdict(backup: &SetState, set: u64, live: &LiveMap, section: u64) -> Option<
         );
         (what, live.move_of(section, was, now), "send clients to the wrong set")
     })
+}
+
+/// A section the backup owns that another set holds now, by that set's own range states (the map
+/// copy that came with them may not show the move yet).
+fn held_elsewhere(set: u64, live: &LiveMap, section: u64) -> Option<Verdict> {
+    let (other, state) = live
+        .held
+        .iter()
+        .filter(|(other, run)| *other != set && (run.begin.0..run.end.0).contains(&section))
+        .find_map(|(other, run)| match run.state {
+            RangeState::Tombstoned { .. } => None,
+            s => Some((*other, s)),
+        })?;
+    let (how, op) = match state {
+        RangeState::Importing { op } => ("importing", op),
+        RangeState::Migrating { op, .. } => ("frozen for export", op),
+        _ => ("owned", 0),
+    };
+    let by = if op == 0 {
+        format!(
+            "set {other}'s own range states; {}",
+            live.move_of(section, Some(set), Some(other))
+        )
+    } else {
+        format!("move {op}, by set {other}'s own range states")
+    };
+    Some((
+        format!("became {how} in set {other}"),
+        by,
+        "let two sets serve them (duplicates)",
+    ))
 }
 
 /// The margin `args` ask for: the larger of `steps × step` and what `max_bumps_per_sec` can
@@ -296,7 +341,7 @@ fn refuse_moves_in_flight(st: &SetState) -> Result<(), RestoreError> {
 }
 
 /// The state a new set starts from: `backup` with every ceiling raised by `margin`, no owners,
-/// epochs up by one, no AllocSvrs, and the route version and incarnation counter moved past
+/// epochs moved past any the old set can have granted, no AllocSvrs, and the route version and incarnation counter moved past
 /// anything the old set can have issued; `node` is recorded as a member (it must be a new id).
 pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState, Raised), RestoreError> {
     if backup.params.is_none() {
@@ -331,7 +376,7 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState
         r.owners_cleared += u64::from(s.owner != NOBODY);
         s.max_seq = raised;
         s.owner = NOBODY;
-        s.epoch = Epoch(s.epoch.0.saturating_add(1));
+        s.epoch = Epoch(jump(s.epoch.0, "epoch")?);
         s.no_wait = false;
     }
     r.sections = st.sections.len() as u64;
@@ -396,6 +441,7 @@ mod tests {
                     phase: phase.into(),
                 })
                 .collect(),
+            held: vec![],
         }
     }
 
@@ -458,6 +504,47 @@ mod tests {
         );
     }
 
+    /// A published copy of the map can lag: set 1's copy still shows sections 2..4 in set 0 and no
+    /// move, while set 1's own range states already own them. The check believes the range states.
+    #[test]
+    fn a_range_another_set_holds_is_refused_whatever_its_map_copy_says() {
+        let set0 = served();
+        let mut stale = live(&[(0, 10, 0)], &[]);
+        assert_eq!(check_against_map(&set0, &stale), Ok(()), "the copy alone lets it pass");
+        let run = |b: u64, e: u64, state| RangeRun {
+            begin: SectionId(b),
+            end: SectionId(e),
+            state,
+        };
+        stale.held = vec![(1, run(2, 4, RangeState::Owned))];
+        let why = refusal(&set0, &stale);
+        assert!(
+            why.contains("became owned in set 1 after the backup")
+                && why.contains("two sets")
+                && why.contains("set 1's own range states"),
+            "{why}"
+        );
+        stale.held = vec![(1, run(5, 6, RangeState::Importing { op: 12 }))];
+        assert!(refusal(&set0, &stale).contains("became importing in set 1 after the backup (move 12"));
+        // What set 1 gave away, and what set 0 reports of itself, are no conflict.
+        stale.held = vec![
+            (
+                1,
+                run(
+                    2,
+                    4,
+                    RangeState::Tombstoned {
+                        op: 3,
+                        to_set: 0,
+                        map_version: 7,
+                    },
+                ),
+            ),
+            (0, run(0, 10, RangeState::Owned)),
+        ];
+        assert_eq!(check_against_map(&set0, &stale), Ok(()));
+    }
+
     #[test]
     fn a_restored_set_0_jumps_its_map_version() {
         let before = served();
@@ -472,7 +559,10 @@ mod tests {
         let (after, r) = restore(&before, 1_000, NodeId(9)).unwrap();
         for (a, b) in after.sections.iter().zip(&before.sections) {
             assert_eq!(a.max_seq, b.max_seq + 1_000);
-            assert_eq!((a.owner, a.epoch, a.no_wait), (NOBODY, Epoch(b.epoch.0 + 1), false));
+            assert_eq!(
+                (a.owner, a.epoch, a.no_wait),
+                (NOBODY, Epoch(b.epoch.0 + VERSION_GAP), false)
+            );
         }
         assert_eq!(after.sections[3].max_seq, 1_010);
         assert!(after.allocsvrs.is_empty());

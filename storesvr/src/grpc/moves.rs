@@ -30,7 +30,7 @@ pub async fn get_cluster_map(ctx: &Shared) -> Result<pb::ClusterMapReply, RpcErr
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(pb::ClusterMapReply {
             not_leader: Some(hint),
-            map: None,
+            ..Default::default()
         });
     }
     let own = members(ctx);

@@ -21,7 +21,7 @@ use seqsvr_proto::{NodeId, pb};
 use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
 use crate::domain::liveness::{self, Liveness};
 use crate::domain::moves::RangeCommand;
-use crate::domain::ranges::OpId;
+use crate::domain::ranges::{OpId, RangeRun, RangeState};
 use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, SetState, Span};
 use crate::error::RpcError;
 use crate::serve::{check_ranges, unexpected};
@@ -147,11 +147,32 @@ pub fn cluster_map_reply(
         Some(map) => Ok(pb::ClusterMapReply {
             not_leader: None,
             map: Some(map),
+            set_id: p.set_id,
+            held: set.ranges.runs().map(|r| held_pb(&r)).collect(),
         }),
         None => Err(RpcError::FailedPrecondition(format!(
             "set {} does not keep the cluster map and has no copy yet; ask set 0",
             p.set_id
         ))),
+    }
+}
+
+/// One run of the set's own range states, as GetClusterMap reports it.
+fn held_pb(run: &RangeRun) -> pb::HeldRange {
+    let (state, op, to_set) = match run.state {
+        RangeState::Owned => (pb::HeldState::Owned, 0, 0),
+        RangeState::Importing { op } => (pb::HeldState::Importing, op, 0),
+        RangeState::Migrating { op, to_set } => (pb::HeldState::Frozen, op, to_set),
+        RangeState::Tombstoned { op, to_set, .. } => (pb::HeldState::Tombstoned, op, to_set),
+    };
+    pb::HeldRange {
+        sections: Some(pb::SectionRange {
+            begin: run.begin.0,
+            end: run.end.0,
+        }),
+        state: state as i32,
+        op,
+        to_set,
     }
 }
 
@@ -508,6 +529,27 @@ mod tests {
         .unwrap();
         assert_eq!(st.apply(&freeze, false), CommandResult::Stepped { already: false });
         st
+    }
+
+    /// GetClusterMap reports the answering set's own range states, and `storesvr restore` reads
+    /// back what was reported.
+    #[test]
+    fn the_map_reply_carries_the_sets_own_range_states() {
+        let st = frozen_set();
+        let reply = cluster_map_reply(&st, &small_params(), &[]).unwrap();
+        let held = crate::restore::live_map_of(&reply).held;
+        let runs: Vec<_> = held
+            .iter()
+            .map(|(set, r)| (*set, r.begin.0, r.end.0, r.state))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (0, 0, 2, RangeState::Owned),
+                (0, 2, 5, RangeState::Migrating { op: OP, to_set: 1 }),
+                (0, 5, 10, RangeState::Owned),
+            ]
+        );
     }
 
     #[test]
