@@ -16,8 +16,12 @@
 //! - [`stats`]: unavailability per fault, computed from the history after the run.
 //! - [`topology`], [`workload`], [`run`]: the wiring of 3 StoreSvrs + 3 AllocSvrs per set behind
 //!   proxies, the seeded clients (routing ones and pinned ones that play stale clients), and
-//!   `sim run`, whose operator moves between sets run the real `seqctl`.
-//! - [`external`]: `sim load`, the same workload and recorder against a cluster started elsewhere
+//!   `sim run`, whose operator moves between sets run the real `seqctl` (`run/` keeps the
+//!   orchestration in `mod.rs`, the cluster's life in `cluster.rs`, the fault injector in
+//!   `faults.rs` and the operator moves in `moves.rs`).
+//! - [`verify`]: what `sim run` and `sim load` do around the workload (every section served once
+//!   before, every touched uid served again after).
+//! - [`load`]: `sim load`, the same workload and recorder against a cluster started elsewhere
 //!   (scripts/netns-cluster.sh: every process in its own network namespace), faults injected by
 //!   its operator.
 //!
@@ -31,12 +35,13 @@
 
 pub mod checks;
 pub mod dst;
-pub mod external;
 pub mod history;
+pub mod load;
 pub mod proxy;
 pub mod run;
 pub mod schedule;
 pub mod stats;
 pub mod tls;
 pub mod topology;
+pub mod verify;
 pub mod workload;

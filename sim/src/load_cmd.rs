@@ -1,12 +1,12 @@
-//! `sim load`: the command line of the external-cluster mode (see `sim::external`): record a
+//! `sim load`: the command line of the external-cluster mode (see `sim::load`): record a
 //! history against a running cluster, then judge it with every checker that needs no store access.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sim::external::{self, LoadOpts};
 use sim::history::History;
+use sim::load::{self, LoadOpts};
 
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
@@ -96,7 +96,7 @@ pub fn run(args: LoadArgs) -> ExitCode {
     };
     let recorded = rt.block_on(async {
         tokio::select! {
-            r = external::record(&opts) => r,
+            r = load::record(&opts) => r,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         }
     });

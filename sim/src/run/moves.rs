@@ -10,7 +10,8 @@
 //! Deliberately left out: moves that run at the same time (the map allows disjoint ones; one at a
 //! time keeps a failing run explainable) and `seqctl alloc drain` (the end-to-end tests cover it).
 
-use super::{Shared, inject, owner_in, set_store_links};
+use super::Lab;
+use super::faults::{inject, owner_in, set_store_links};
 use crate::history::{MoveSpan, Record};
 use crate::proxy::LinkMode;
 use crate::schedule::{FaultKind, PlannedFault};
@@ -59,27 +60,27 @@ struct Pick {
 }
 
 impl Pick {
-    fn uids(&self, shared: &Shared) -> String {
-        let hi = (self.end * shared.section_size).min(shared.uid_limit);
-        format!("{}..{}", self.begin * shared.section_size, hi)
+    fn uids(&self, lab: &Lab) -> String {
+        let hi = (self.end * lab.section_size).min(lab.uid_limit);
+        format!("{}..{}", self.begin * lab.section_size, hi)
     }
 }
 
 /// The range a move fault moves: from section `pick % sections`, up to 4 sections of the map range
 /// that holds it (for `MovePausedOwner`: the whole run its owner holds, so the paused owner's
 /// stale clients ask for the moved range), to another set.
-async fn pick_range(shared: &Shared, f: &PlannedFault) -> anyhow::Result<(Pick, Option<u64>)> {
-    let map = mover(&shared.topo)?
+async fn pick_range(lab: &Lab, f: &PlannedFault) -> anyhow::Result<(Pick, Option<u64>)> {
+    let map = mover(&lab.topo)?
         .map()
         .await
         .map_err(|e| anyhow!("reading the map: {e}"))?;
-    let section = f.pick % shared.sections;
+    let section = f.pick % lab.sections;
     let r = map
         .ranges
         .iter()
         .find(|r| r.section_begin <= section && section < r.section_end)
         .with_context(|| format!("the cluster map does not cover section {section}"))?;
-    let sets = shared.stores.len() as u64;
+    let sets = lab.stores.len() as u64;
     let to = (r.set_id + 1 + (f.pick >> 40) % (sets - 1)) % sets;
     let mut pick = Pick {
         from: r.set_id,
@@ -89,7 +90,7 @@ async fn pick_range(shared: &Shared, f: &PlannedFault) -> anyhow::Result<(Pick, 
     };
     let mut owner = None;
     if f.kind == FaultKind::MovePausedOwner
-        && let Some((node, begin, end)) = owner_run(shared, pick.from, section).await
+        && let Some((node, begin, end)) = owner_run(lab, pick.from, section).await
     {
         pick.begin = begin.max(r.section_begin);
         pick.end = end.min(r.section_end);
@@ -99,23 +100,23 @@ async fn pick_range(shared: &Shared, f: &PlannedFault) -> anyhow::Result<(Pick, 
 }
 
 /// The AllocSvr of `set` owning `section` and the run of sections its route entry covers.
-async fn owner_run(shared: &Shared, set: u64, section: u64) -> Option<(u64, u64, u64)> {
-    let (node, _, (begin, end)) = owner_in(shared, set, section).await?;
+async fn owner_run(lab: &Lab, set: u64, section: u64) -> Option<(u64, u64, u64)> {
+    let (node, _, (begin, end)) = owner_in(lab, set, section).await?;
     Some((node, begin, end))
 }
 
 /// Injects one move fault; a description of what it moved and what else it did.
-pub(super) async fn move_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Result<String> {
-    finish_all(shared).await?;
-    let (pick, owner) = pick_range(shared, f).await?;
+pub(super) async fn move_fault(lab: &Lab, f: &PlannedFault) -> anyhow::Result<String> {
+    finish_all(lab).await?;
+    let (pick, owner) = pick_range(lab, f).await?;
     let what = format!(
         "sections {}..{} from set {} to set {}",
         pick.begin, pick.end, pick.from, pick.to
     );
-    let start_ns = shared.history.clock().now_ns();
+    let start_ns = lab.history.clock().now_ns();
     let (op, extra) = match f.kind {
-        FaultKind::MoveKillCli => kill_cli_move(shared, f, &pick).await?,
-        FaultKind::MovePausedOwner => paused_owner_move(shared, f, &pick, owner).await?,
+        FaultKind::MoveKillCli => kill_cli_move(lab, f, &pick).await?,
+        FaultKind::MovePausedOwner => paused_owner_move(lab, f, &pick, owner).await?,
         FaultKind::MoveUnderFault => {
             let c = f.companion.context("a move-under-fault without its companion")?;
             // The companion's target is the source's owner of the range (or a seeded set's leader).
@@ -126,25 +127,25 @@ pub(super) async fn move_fault(shared: &Shared, f: &PlannedFault) -> anyhow::Res
                 companion: None,
                 ..*f
             };
-            let (moved, hit) = tokio::join!(seqctl_move(shared, &pick, None), Box::pin(inject(shared, &companion)));
+            let (moved, hit) = tokio::join!(seqctl_move(lab, &pick, None), Box::pin(inject(lab, &companion)));
             (moved?, format!("; with {} on {}", c.kind.name(), hit?))
         }
-        _ => (seqctl_move(shared, &pick, None).await?, String::new()),
+        _ => (seqctl_move(lab, &pick, None).await?, String::new()),
     };
     let Some(op) = op else {
         return Ok(format!("{what}: the move was never recorded{extra}"));
     };
-    let done = finish(shared, op, pick, start_ns).await?;
+    let done = finish(lab, op, pick, start_ns).await?;
     let outcome = if done { "done" } else { "cancelled" };
     Ok(format!("{what} (op {op}, {outcome}){extra}"))
 }
 
 /// Runs `seqctl move` for `pick`, SIGKILLed after `kill_after` if given. The op id it printed
 /// first (`None` when it died before printing one).
-async fn seqctl_move(shared: &Shared, pick: &Pick, kill_after: Option<Duration>) -> anyhow::Result<Option<u64>> {
-    let (from, to, uids) = (pick.from.to_string(), pick.to.to_string(), pick.uids(shared));
+async fn seqctl_move(lab: &Lab, pick: &Pick, kill_after: Option<Duration>) -> anyhow::Result<Option<u64>> {
+    let (from, to, uids) = (pick.from.to_string(), pick.to.to_string(), pick.uids(lab));
     let args = ["move", "--from", &from, "--to", &to, "--uids", &uids];
-    let out = seqctl(shared, &args, kill_after).await?;
+    let out = seqctl(lab, &args, kill_after).await?;
     Ok(out.lines().find_map(|l| {
         l.strip_prefix("move ")
             .and_then(|rest| rest.split(':').next())
@@ -157,15 +158,15 @@ async fn seqctl_move(shared: &Shared, pick: &Pick, kill_after: Option<Duration>)
 /// own `seqctl` is SIGKILLed too, a few ms in: often between the map's `cancelling` and the sets'
 /// range steps, which the resume must then finish (a cancel is still work to do until both sets
 /// gave the range back).
-async fn kill_cli_move(shared: &Shared, f: &PlannedFault, pick: &Pick) -> anyhow::Result<(Option<u64>, String)> {
-    let op = seqctl_move(shared, pick, Some(f.delay)).await?;
-    sleep(f.hold.saturating_sub(f.delay + shared_lease(shared))).await;
+async fn kill_cli_move(lab: &Lab, f: &PlannedFault, pick: &Pick) -> anyhow::Result<(Option<u64>, String)> {
+    let op = seqctl_move(lab, pick, Some(f.delay)).await?;
+    sleep(f.hold.saturating_sub(f.delay + shared_lease(lab))).await;
     let mut extra = format!("; seqctl killed after {:?}", f.delay);
     if let Some(op) = op
         && f.pick % 2 == 1
     {
         let cut = (f.pick % 4 == 3).then(|| Duration::from_millis(5 + (f.pick >> 8) % 60));
-        let out = seqctl(shared, &["move", "cancel", &op.to_string()], cut).await?;
+        let out = seqctl(lab, &["move", "cancel", &op.to_string()], cut).await?;
         let said = match cut {
             _ if out.contains("cancelled") => "; cancelled".to_string(),
             Some(after) if !out.contains("error") => format!("; cancel cut off after {after:?}"),
@@ -177,8 +178,8 @@ async fn kill_cli_move(shared: &Shared, f: &PlannedFault, pick: &Pick) -> anyhow
 }
 
 /// The schedule adds a lease to every move's hold for the move itself; what is left is the wait.
-fn shared_lease(shared: &Shared) -> Duration {
-    Duration::from_millis(shared.lease_ms)
+fn shared_lease(lab: &Lab) -> Duration {
+    Duration::from_millis(lab.lease_ms)
 }
 
 /// A move while the source's owner of the range is paused: it cannot release, and it wakes
@@ -198,30 +199,27 @@ fn shared_lease(shared: &Shared) -> Duration {
 /// its reply came first the owner had let go of the range before reading them; the negative
 /// control then passed (seen in a CI run). With it the calls are read first on every run.
 async fn paused_owner_move(
-    shared: &Shared,
+    lab: &Lab,
     f: &PlannedFault,
     pick: &Pick,
     owner: Option<u64>,
 ) -> anyhow::Result<(Option<u64>, String)> {
     let Some(node) = owner else {
-        return Ok((
-            seqctl_move(shared, pick, None).await?,
-            "; no owner found to pause".into(),
-        ));
+        return Ok((seqctl_move(lab, pick, None).await?, "; no owner found to pause".into()));
     };
     let name = alloc_name(node);
-    let pause = f.hold.saturating_sub(shared_lease(shared));
+    let pause = f.hold.saturating_sub(shared_lease(lab));
     let wake = Instant::now() + pause;
-    shared.cluster.lock().await.pause(&name)?;
-    let mut moving = std::pin::pin!(seqctl_move(shared, pick, None));
+    lab.cluster.lock().await.pause(&name)?;
+    let mut moving = std::pin::pin!(seqctl_move(lab, pick, None));
     let moved = tokio::select! {
         r = &mut moving => Some(r),
         () = tokio::time::sleep_until(wake - pause / 4) => None,
     };
-    let stale = stale_callers(shared, node, pick, pause + STALE_CALL_GRACE);
+    let stale = stale_callers(lab, node, pick, pause + STALE_CALL_GRACE);
     tokio::time::sleep_until(wake).await;
-    set_store_links(&shared.topo, node, LinkMode::HOLD);
-    shared.cluster.lock().await.resume(&name)?;
+    set_store_links(&lab.topo, node, LinkMode::HOLD);
+    lab.cluster.lock().await.resume(&name)?;
     let queued = stale.len();
     let answered = async {
         for call in stale {
@@ -231,7 +229,7 @@ async fn paused_owner_move(
     };
     let mut answered = std::pin::pin!(answered);
     let early = tokio::time::timeout(STALE_HOLD_LIMIT, &mut answered).await;
-    set_store_links(&shared.topo, node, LinkMode::PASS);
+    set_store_links(&lab.topo, node, LinkMode::PASS);
     match early {
         Ok(r) => r?,
         Err(_) => answered.await?,
@@ -257,35 +255,30 @@ const STALE_UIDS_PER_SECTION: usize = 2;
 
 /// One task per stale call: a hot uid of each section of `pick`, asked of AllocSvr `node` directly
 /// (no routing), each with its own client id.
-fn stale_callers(shared: &Shared, node: u64, pick: &Pick, wait: Duration) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some(proxy) = shared.topo.client_alloc.get(&node) else {
+fn stale_callers(lab: &Lab, node: u64, pick: &Pick, wait: Duration) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(proxy) = lab.topo.client_alloc.get(&node) else {
         return Vec::new();
     };
     let Some(conn) = pinned_conn(&proxy.addr().to_string(), wait) else {
         return Vec::new();
     };
-    let size = shared.section_size;
+    let size = lab.section_size;
     let uids = (pick.begin..pick.end).flat_map(|s| {
         let in_section = move |u: &&u64| **u / size == s;
-        shared
-            .hot
-            .iter()
-            .filter(in_section)
-            .take(STALE_UIDS_PER_SECTION)
-            .copied()
+        lab.hot.iter().filter(in_section).take(STALE_UIDS_PER_SECTION).copied()
     });
     uids.map(|uid| {
-        let (mut conn, rec) = (conn.clone(), shared.rec.clone());
-        let client = STALE_CLIENT_BASE + shared.stale_calls.fetch_add(1, Ordering::Relaxed) as u32;
+        let (mut conn, rec) = (conn.clone(), lab.rec.clone());
+        let client = STALE_CLIENT_BASE + lab.stale_calls.fetch_add(1, Ordering::Relaxed) as u32;
         tokio::spawn(async move { pinned_call(&mut conn, client, uid, wait, &rec).await })
     })
     .collect()
 }
 
 /// Resumes move `op` until the map says it is done (true) or cancelled (false), then records it.
-async fn finish(shared: &Shared, op: u64, pick: Pick, start_ns: u64) -> anyhow::Result<bool> {
+async fn finish(lab: &Lab, op: u64, pick: Pick, start_ns: u64) -> anyhow::Result<bool> {
     for attempt in 0..RESUME_ATTEMPTS {
-        let map = mover(&shared.topo)?
+        let map = mover(&lab.topo)?
             .map()
             .await
             .map_err(|e| anyhow!("reading the map: {e}"));
@@ -295,19 +288,19 @@ async fn finish(shared: &Shared, op: u64, pick: Pick, start_ns: u64) -> anyhow::
         match phase {
             Some(pb::MovePhase::Done) | Some(pb::MovePhase::Cancelled) => {
                 let done = phase == Some(pb::MovePhase::Done);
-                shared.history.write(&Record::Move(MoveSpan {
+                lab.history.write(&Record::Move(MoveSpan {
                     op,
                     sections: (pick.begin, pick.end),
                     from: pick.from,
                     to: pick.to,
                     start_ns,
-                    end_ns: shared.history.clock().now_ns(),
+                    end_ns: lab.history.clock().now_ns(),
                     done,
                 }))?;
                 return Ok(done);
             }
             Some(_) => {
-                seqctl(shared, &["move", "resume", &op.to_string()], None).await?;
+                seqctl(lab, &["move", "resume", &op.to_string()], None).await?;
             }
             // Not readable, or not recorded yet: a Begin may still be on its way.
             None => {}
@@ -318,11 +311,11 @@ async fn finish(shared: &Shared, op: u64, pick: Pick, start_ns: u64) -> anyhow::
 }
 
 /// Finishes every move the map has in progress (one a killed `seqctl` left behind).
-pub(super) async fn finish_all(shared: &Shared) -> anyhow::Result<()> {
-    if shared.stores.len() < 2 {
+pub(super) async fn finish_all(lab: &Lab) -> anyhow::Result<()> {
+    if lab.stores.len() < 2 {
         return Ok(());
     }
-    let map = mover(&shared.topo)?
+    let map = mover(&lab.topo)?
         .map()
         .await
         .map_err(|e| anyhow!("reading the map: {e}"))?;
@@ -337,17 +330,17 @@ pub(super) async fn finish_all(shared: &Shared) -> anyhow::Result<()> {
             begin: s.begin,
             end: s.end,
         };
-        let start_ns = shared.history.clock().now_ns();
-        finish(shared, m.op, pick, start_ns).await?;
+        let start_ns = lab.history.clock().now_ns();
+        finish(lab, m.op, pick, start_ns).await?;
     }
     Ok(())
 }
 
 /// Runs `seqctl ARGS` against set 0's StoreSvrs; everything it prints goes to `logs/seqctl.log`
 /// and is returned. SIGKILLed after `kill_after` if given, and after [`SEQCTL_LIMIT`] in any case.
-async fn seqctl(shared: &Shared, args: &[&str], kill_after: Option<Duration>) -> anyhow::Result<String> {
-    let store = shared.topo.store_list(0);
-    let mut child = tokio::process::Command::new(&shared.seqctl)
+async fn seqctl(lab: &Lab, args: &[&str], kill_after: Option<Duration>) -> anyhow::Result<String> {
+    let store = lab.topo.store_list(0);
+    let mut child = tokio::process::Command::new(&lab.seqctl)
         .args(["--store", &store])
         .args(crate::tls::flags(seqsvr_auth::Role::Admin))
         .args(args)
@@ -385,7 +378,7 @@ async fn seqctl(shared: &Shared, args: &[&str], kill_after: Option<Duration>) ->
     let mut log = tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(shared.logs.join("seqctl.log"))
+        .open(lab.logs.join("seqctl.log"))
         .await?;
     let text = format!("$ seqctl {}\n{out}({status})\n", args.join(" "));
     log.write_all(text.as_bytes()).await?;

@@ -68,7 +68,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
     let rec = Arc::new(Recorder::new(history.clone()));
     let cfg = ClientConfig::new(opts.alloc.clone());
     let probe = Client::connect(cfg.clone()).await.context("client connect")?;
-    crate::run::serve_every_section(&probe, &rec, opts.section_size, opts.uid_limit).await?;
+    crate::verify::serve_every_section(&probe, &rec, opts.section_size, opts.uid_limit).await?;
     println!("sim load: every section served; workload for {:?}", opts.duration);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -84,9 +84,9 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
         }
     }
     let verify_from = clock.now_ns();
-    let touched = crate::run::touched_uids(&rec);
+    let touched = crate::verify::touched_uids(&rec);
     println!("sim load: verifying {} touched uids are served again", touched.len());
-    crate::run::verify_served(&probe, &rec, &touched).await;
+    crate::verify::verify_served(&probe, &rec, &touched).await;
     info.verify_from_ns = Some(verify_from);
     history.write(&Record::Info(info))?;
     history.flush()?;
