@@ -31,44 +31,11 @@ pub struct DstArgs {
     /// With `--seed`: write the history as JSON lines (readable by `sim check`).
     #[arg(long)]
     history: Option<PathBuf>,
-    /// Negative control: an AllocSvr serves a gained section at once (rule 4 off).
-    #[arg(long)]
-    unsafe_skip_lease_wait: bool,
-    /// Negative control: an in-flight bump counts as acknowledged (rule 6 off).
-    #[arg(long)]
-    unsafe_serve_before_bump_ack: bool,
-    /// Negative control: memory of an earlier epoch is reused on regain (rule 5 off).
-    #[arg(long)]
-    unsafe_keep_memory: bool,
-    /// Negative control: the store applies bumps whatever their epoch (the fence off).
-    #[arg(long)]
-    unsafe_skip_epoch_fence: bool,
-    /// Negative control: a Release ignores the epoch it names (rule 9's fence off).
-    #[arg(long)]
-    unsafe_unfenced_release: bool,
-    /// Negative control: the store does not check that a Renew, Release or Bump carries its
-    /// incarnation's secret, so the forger's calls go through.
-    #[arg(long)]
-    unsafe_skip_binding: bool,
     /// Sets: 1 (default), or 2 with operator moves between them by the production move driver.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=2))]
     sets: u64,
-    /// Negative control (with `--sets 2`): a move's source hands out its ceilings without the
-    /// lease wait, so the target may serve while the source's owner still does.
-    #[arg(long)]
-    unsafe_skip_move_wait: bool,
-    /// Negative control: a suspended AllocSvr's lease clock does not count the suspension (what
-    /// leases on CLOCK_MONOTONIC did): on resume it serves on a lease the store gave away.
-    #[arg(long)]
-    unsafe_monotonic_lease_clock: bool,
-    /// Negative control: every `drift-alloc` fault runs its lease clock this many ppm fast (> 0)
-    /// or slow (< 0) instead of the drawn rate within the set's bound (10,000 ppm).
-    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1_000_000..=1_000_000))]
-    unsafe_clock_drift_ppm: Option<i64>,
-    /// Negative control (with `--sets 2`): a restore does not check its backup against the live
-    /// cluster map, so a range moved since the backup is served by two sets (or by none).
-    #[arg(long)]
-    unsafe_skip_restore_map_check: bool,
+    #[command(flatten)]
+    controls: crate::flags::NegativeControls,
 }
 
 fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
@@ -84,29 +51,28 @@ fn parse_range(s: &str) -> Result<std::ops::Range<u64>, String> {
 impl DstArgs {
     fn options(&self) -> Options {
         let mut o = Options::default();
-        o.alloc.skip_lease_wait = self.unsafe_skip_lease_wait;
-        o.alloc.serve_before_bump_ack = self.unsafe_serve_before_bump_ack;
-        o.alloc.keep_memory = self.unsafe_keep_memory;
-        o.store.skip_epoch_fence = self.unsafe_skip_epoch_fence;
-        o.store.unfenced_release = self.unsafe_unfenced_release;
-        o.store.skip_binding = self.unsafe_skip_binding;
+        let c = &self.controls;
+        o.alloc.skip_lease_wait = c.unsafe_skip_lease_wait;
+        o.alloc.serve_before_bump_ack = c.unsafe_serve_before_bump_ack;
+        o.alloc.keep_memory = c.unsafe_keep_memory;
+        o.store.skip_epoch_fence = c.unsafe_skip_epoch_fence;
+        o.store.unfenced_release = c.unsafe_unfenced_release;
+        o.store.skip_binding = c.unsafe_skip_binding;
         o.two_sets = self.sets == 2;
-        o.skip_move_wait = self.unsafe_skip_move_wait;
-        o.clock.monotonic = self.unsafe_monotonic_lease_clock;
-        o.clock.drift_ppm = self.unsafe_clock_drift_ppm;
-        o.skip_restore_map_check = self.unsafe_skip_restore_map_check;
+        o.skip_move_wait = c.unsafe_skip_move_wait;
+        o.clock.monotonic = c.unsafe_monotonic_lease_clock;
+        o.clock.drift_ppm = c.unsafe_clock_drift_ppm;
+        o.skip_restore_map_check = c.unsafe_skip_restore_map_check;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
 }
 
 pub fn run(args: DstArgs) -> ExitCode {
-    if args.unsafe_skip_move_wait && args.sets != 2 {
-        eprintln!("sim dst: --unsafe-skip-move-wait needs --sets 2 (there is no move with one set)");
-        return ExitCode::from(2);
-    }
-    if args.unsafe_skip_restore_map_check && args.sets != 2 {
-        eprintln!("sim dst: --unsafe-skip-restore-map-check needs --sets 2 (with one set there is no map to check)");
+    if args.sets != 2
+        && let Some(f) = args.controls.needs_two_sets()
+    {
+        eprintln!("sim dst: {f} needs --sets 2 (with one set there is no move, and no other set's map)");
         return ExitCode::from(2);
     }
     let opts = args.options();

@@ -25,18 +25,9 @@ pub struct LoadArgs {
     /// Calls per second per client (upper bound).
     #[arg(long, default_value_t = 100.0)]
     rate: f64,
-    /// The cluster's uids per section.
-    #[arg(long, default_value_t = 100_000)]
-    section_size: u64,
-    /// The cluster's uid space, [0, uid_limit).
-    #[arg(long, default_value_t = 2_000_000)]
-    uid_limit: u64,
-    /// The cluster's bump step (recorded for the report).
-    #[arg(long, default_value_t = 10_000)]
-    step: u64,
-    /// The cluster's lease (recorded for the report).
-    #[arg(long, default_value_t = 3_000)]
-    lease_ms: u64,
+    /// The cluster's shape, as it was started (step and lease are recorded for the report).
+    #[command(flatten)]
+    shape: crate::flags::ClusterShape,
     /// Where the history goes (JSON lines, readable by `sim check`).
     #[arg(long)]
     history: PathBuf,
@@ -49,7 +40,7 @@ pub struct LoadArgs {
 
 impl LoadArgs {
     fn validate(&self) -> Result<(), String> {
-        crate::check_workload(self.clients, self.rate, self.section_size, self.uid_limit)?;
+        crate::check_workload(self.clients, self.rate, self.shape.section_size, self.shape.uid_limit)?;
         for a in &self.alloc {
             a.parse::<seqsvr_proto::addr::HostPort>()
                 .map_err(|e| format!("--alloc: {e}"))?;
@@ -79,10 +70,10 @@ pub fn run(args: LoadArgs) -> ExitCode {
         duration: args.duration,
         clients: args.clients,
         rate_per_client: args.rate,
-        section_size: args.section_size,
-        uid_limit: args.uid_limit,
-        step: args.step,
-        lease_ms: args.lease_ms,
+        section_size: args.shape.section_size,
+        uid_limit: args.shape.uid_limit,
+        step: args.shape.step,
+        lease_ms: args.shape.lease_ms,
         history: args.history,
         events: args.events,
         replay: replay.join(" "),

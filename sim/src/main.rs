@@ -7,6 +7,7 @@
 //! are printed), 2 bad options, 3 the harness itself failed.
 
 mod dst_cmd;
+mod flags;
 mod load_cmd;
 
 use clap::{Parser, Subcommand};
@@ -100,39 +101,16 @@ struct RunArgs {
     /// fault kinds move ranges between them (`--ci` then also includes one of each).
     #[arg(long, default_value_t = 1)]
     sets: u64,
-    #[arg(long, default_value_t = 100_000)]
-    section_size: u64,
-    #[arg(long, default_value_t = 2_000_000)]
-    uid_limit: u64,
-    #[arg(long, default_value_t = 10_000)]
-    step: u64,
-    #[arg(long, default_value_t = 3_000)]
-    lease_ms: u64,
+    #[command(flatten)]
+    shape: flags::ClusterShape,
     #[arg(long, default_value_t = 2_000)]
     detect_ms: u64,
     #[arg(long, default_value_t = 300)]
     election_min_ms: u64,
     #[arg(long, default_value_t = 600)]
     election_max_ms: u64,
-    /// Negative control, passed to every StoreSvr: must make the run exit 1.
-    #[arg(long)]
-    unsafe_skip_epoch_fence: bool,
-    /// Negative control, passed to every StoreSvr: must make the run exit 1.
-    #[arg(long)]
-    unsafe_unfenced_release: bool,
-    /// Negative control, passed to every StoreSvr: a move's source hands out its final ceilings
-    /// without waiting for its owners' leases. Must make a run with moves exit 1.
-    #[arg(long)]
-    unsafe_skip_move_wait: bool,
-    /// Negative control, passed to every AllocSvr.
-    #[arg(long)]
-    unsafe_skip_lease_wait: bool,
-    /// Negative control, passed to every AllocSvr.
-    #[arg(long)]
-    unsafe_serve_before_bump_ack: bool,
-    /// Negative control, passed to every AllocSvr.
-    #[arg(long)]
-    unsafe_keep_memory: bool,
+    #[command(flatten)]
+    controls: flags::NegativeControls,
 }
 
 /// Parses `90s`, `5m`, `1500ms`, `1h` or a bare number of seconds.
@@ -177,7 +155,17 @@ pub(crate) fn check_workload(clients: u32, rate: f64, section_size: u64, uid_lim
 impl RunArgs {
     /// Semantic checks clap cannot do; a failure is exit 2.
     fn validate(&self) -> Result<(), String> {
-        check_workload(self.clients, self.rate, self.section_size, self.uid_limit)?;
+        check_workload(self.clients, self.rate, self.shape.section_size, self.shape.uid_limit)?;
+        if let Some(f) = self.controls.dst_only() {
+            return Err(format!(
+                "{f} is a switch of `sim dst` (it changes what that mode simulates)"
+            ));
+        }
+        if self.sets == 1
+            && let Some(f) = self.controls.needs_two_sets()
+        {
+            return Err(format!("{f} needs moves: give --sets 2 or more"));
+        }
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
         }
@@ -204,23 +192,6 @@ impl RunArgs {
     }
 
     fn into_opts(self, seed: u64, replay: String) -> RunOpts {
-        let flag = |on: bool, name: &str| on.then(|| name.to_string());
-        let store_extra = [
-            flag(self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence"),
-            flag(self.unsafe_unfenced_release, "--unsafe-unfenced-release"),
-            flag(self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let alloc_extra = [
-            flag(self.unsafe_skip_lease_wait, "--unsafe-skip-lease-wait"),
-            flag(self.unsafe_serve_before_bump_ack, "--unsafe-serve-before-bump-ack"),
-            flag(self.unsafe_keep_memory, "--unsafe-keep-memory"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
         RunOpts {
             seed,
             duration: self.duration,
@@ -239,15 +210,15 @@ impl RunArgs {
             },
             fault_kinds: self.fault_kinds,
             set: SetArgs {
-                section_size: self.section_size,
-                uid_limit: self.uid_limit,
-                step: self.step,
-                lease_ms: self.lease_ms,
+                section_size: self.shape.section_size,
+                uid_limit: self.shape.uid_limit,
+                step: self.shape.step,
+                lease_ms: self.shape.lease_ms,
                 detect_ms: self.detect_ms,
                 election_min_ms: self.election_min_ms,
                 election_max_ms: self.election_max_ms,
-                store_extra,
-                alloc_extra,
+                store_extra: self.controls.store_flags(),
+                alloc_extra: self.controls.alloc_flags(),
             },
             sets: self.sets,
             replay,

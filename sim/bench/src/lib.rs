@@ -3,7 +3,7 @@
 //! and `store-bench` (committed bumps against the disk's fsync rate). Both start every process
 //! they need through `seqsvr-harness` and print ratios against baselines measured in the same run.
 //!
-//! - [`echo`]: the baseline server; [`load`]: closed-loop load and its samples; [`report`]:
+//! - [`args`]: the flags the benchmarks share; [`echo`]: the baseline server; [`load`]: closed-loop load and its samples; [`report`]:
 //!   medians and verdicts; [`procfs`]: RSS, CPU and metrics of the processes under test;
 //!   [`peers`]: Redis INCR and an etcd counter, driven by the same load loop.
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
@@ -14,6 +14,7 @@
 //!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
+pub mod args;
 pub mod cluster;
 pub mod costs;
 pub mod echo;

@@ -88,13 +88,11 @@ struct Args {
     /// override it.
     #[arg(long, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    window: seqsvr_bench::args::Window,
+    #[command(flatten)]
+    quiet: seqsvr_bench::args::Quiet,
 
-    /// Seconds per measured case and server.
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
-    /// Warm-up before each measured window, milliseconds (not counted).
-    #[arg(long, default_value_t = 1_000)]
-    warmup_ms: u64,
     /// Times every case is measured; the summary shows medians.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -104,13 +102,6 @@ struct Args {
     /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Before each case, wait until processes this benchmark did not start use less than this much
-    /// CPU (percent of one core), for at most --quiet-wait-secs.
-    #[arg(long, default_value_t = 30.0)]
-    quiet_below: f64,
-    /// Longest wait for a quiet machine before each case, seconds.
-    #[arg(long, default_value_t = 20)]
-    quiet_wait_secs: u64,
     /// Times a case pair is measured again when foreign load during it was above --quiet-below.
     #[arg(long, default_value_t = 1)]
     noisy_retries: usize,
@@ -144,17 +135,18 @@ struct Args {
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        if !(1..=600).contains(&self.seconds) {
+        if !(1..=600).contains(&self.window.seconds) {
             return Err("--seconds must be in 1..=600".into());
         }
-        if self.warmup_ms > 60_000 {
+        if self.window.warmup_ms > 60_000 {
             return Err("--warmup-ms must be at most 60000".into());
         }
         if !(1..=9).contains(&self.runs) {
             return Err("--runs must be in 1..=9".into());
         }
-        if self.quiet_wait_secs > 3_600 || self.noisy_retries > 10 || !(0.0..=1_000.0).contains(&self.quiet_below) {
-            return Err("--quiet-wait-secs must be <= 3600, --noisy-retries <= 10, --quiet-below in 0..=1000".into());
+        self.quiet.validate()?;
+        if self.noisy_retries > 10 {
+            return Err("--noisy-retries must be at most 10".into());
         }
         if !(1..=100).contains(&self.memory_sections) {
             return Err("--memory-sections must be in 1..=100".into());
@@ -283,7 +275,7 @@ impl Bench<'_> {
 
     async fn quiet(&self) {
         let a = self.args;
-        cluster::wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
+        cluster::wait_quiet(&self.ours, a.quiet.quiet_below, a.quiet.wait()).await;
     }
 
     /// One echo/AllocSvr pair of a case, measured again (bounded) while foreign load was high;
@@ -315,7 +307,7 @@ impl Bench<'_> {
             let items1 = store_bump_items(&self.cluster);
             check_alive(procs, &[&e, &a])?;
             let noise = e.foreign_pct().max(a.foreign_pct());
-            if noise > self.args.quiet_below {
+            if noise > self.args.quiet.quiet_below {
                 let again = if attempt < self.args.noisy_retries {
                     ", measuring again"
                 } else {
@@ -324,14 +316,14 @@ impl Bench<'_> {
                 println!(
                     "  (attempt {}: foreign load {noise:.0} % > {} %{again})",
                     attempt + 1,
-                    self.args.quiet_below
+                    self.args.quiet.quiet_below
                 );
             }
             let bumps = items0.zip(items1).map(|(i0, i1)| i1 - i0);
             if best.as_ref().is_none_or(|(n, ..)| noise < *n) {
                 best = Some((noise, e, a, bumps));
             }
-            if noise <= self.args.quiet_below {
+            if noise <= self.args.quiet.quiet_below {
                 break;
             }
         }
@@ -499,11 +491,11 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         .plan
         .iter()
         .flat_map(|(_, _, c)| &c.runs)
-        .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > args.quiet_below)
+        .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > args.quiet.quiet_below)
         .count();
     println!(
         "\npairs measured while processes this benchmark did not start used > {} % of a core: {noisy} of {}",
-        args.quiet_below,
+        args.quiet.quiet_below,
         r.plan.len() * args.runs
     );
     let cases: Vec<Case> = std::mem::take(&mut r.plan).into_iter().map(|(_, _, c)| c).collect();
@@ -546,8 +538,8 @@ fn print_machine(args: &Args, dir: &Path) {
     );
     println!(
         "options: --seconds {} --warmup-ms {} --runs {} --memory-sections {}; data dir {}",
-        args.seconds,
-        args.warmup_ms,
+        args.window.seconds,
+        args.window.warmup_ms,
         args.runs,
         args.memory_sections,
         dir.display()
@@ -760,8 +752,8 @@ fn spread_uids() -> Uids {
 
 fn window(args: &Args) -> Window {
     Window {
-        warmup: Duration::from_millis(args.warmup_ms),
-        measure: Duration::from_secs(args.seconds),
+        warmup: Duration::from_millis(args.window.warmup_ms),
+        measure: Duration::from_secs(args.window.seconds),
     }
 }
 
@@ -842,7 +834,7 @@ impl<'a> PeerBench<'a> {
                 continue;
             };
             let a = self.args;
-            cluster::wait_quiet(&self.ours, a.quiet_below, Duration::from_secs(a.quiet_wait_secs)).await;
+            cluster::wait_quiet(&self.ours, a.quiet.quiet_below, a.quiet.wait()).await;
             match self.measure(server, case.concurrency).await {
                 Ok((s, cas)) => {
                     println!(

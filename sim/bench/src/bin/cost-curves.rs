@@ -65,15 +65,13 @@ struct Args {
     /// override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    window: seqsvr_bench::args::Window,
+    #[command(flatten)]
+    quiet: seqsvr_bench::args::Quiet,
     /// Largest touched-uid count of step 1 is 10^this (3..=8; 10^8 uids = 800 MB of arrays).
     #[arg(long, default_value_t = 8)]
     max_uids_exp: u32,
-    /// Seconds per measured point.
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
-    /// Warm-up before each measured window, milliseconds (not counted).
-    #[arg(long, default_value_t = 1_000)]
-    warmup_ms: u64,
     /// Callers of steps 1 and 2.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
@@ -110,21 +108,15 @@ struct Args {
     /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Before each point, wait until processes this benchmark did not start use less than this
-    /// much CPU (percent of one core), for at most --quiet-wait-secs.
-    #[arg(long, default_value_t = 30.0)]
-    quiet_below: f64,
-    /// Longest wait for a quiet machine before each point, seconds.
-    #[arg(long, default_value_t = 20)]
-    quiet_wait_secs: u64,
 }
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        let checks: [(bool, &str); 13] = [
+        self.quiet.validate()?;
+        let checks: [(bool, &str); 12] = [
             ((3..=8).contains(&self.max_uids_exp), "--max-uids-exp must be in 3..=8"),
-            ((1..=60).contains(&self.seconds), "--seconds must be in 1..=60"),
-            (self.warmup_ms <= 10_000, "--warmup-ms must be at most 10000"),
+            ((1..=60).contains(&self.window.seconds), "--seconds must be in 1..=60"),
+            (self.window.warmup_ms <= 10_000, "--warmup-ms must be at most 10000"),
             (
                 (1..=256).contains(&self.concurrency),
                 "--concurrency must be in 1..=256",
@@ -154,10 +146,6 @@ impl Args {
                 self.ram_budget_gib.is_finite() && (0.1..=4096.0).contains(&self.ram_budget_gib),
                 "--ram-budget-gib must be in 0.1..=4096",
             ),
-            (
-                self.quiet_wait_secs <= 3_600 && (0.0..=1_000.0).contains(&self.quiet_below),
-                "--quiet-wait-secs must be <= 3600, --quiet-below in 0..=1000",
-            ),
             (!self.parts.is_empty(), "--parts names no step"),
         ];
         if let Some((_, msg)) = checks.iter().find(|(ok, _)| !ok) {
@@ -179,8 +167,8 @@ impl Args {
 
     fn window(&self) -> Window {
         Window {
-            warmup: Duration::from_millis(self.warmup_ms),
-            measure: Duration::from_secs(self.seconds),
+            warmup: Duration::from_millis(self.window.warmup_ms),
+            measure: Duration::from_secs(self.window.seconds),
         }
     }
 }
@@ -286,7 +274,7 @@ impl OneNode {
     }
 
     async fn quiet(&self, args: &Args) {
-        cluster::wait_quiet(&self.ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
+        cluster::wait_quiet(&self.ours, args.quiet.quiet_below, args.quiet.wait()).await;
     }
 
     /// batch100 over `uids` at `--concurrency`; fails on a dead process or a point with no call.
@@ -510,7 +498,7 @@ async fn start_many(
 async fn many_allocsvrs(args: &Args, bins: &cluster::Binaries, dir: &Path, k: usize) -> Result<StorePoint, Failure> {
     let mut procs = Supervisor::new(&dir.join("logs")).map_err(|e| harness(format!("log dir: {e}")))?;
     let m = start_many(args, bins, dir, &mut procs, k).await?;
-    cluster::wait_quiet(&m.ours, args.quiet_below, Duration::from_secs(args.quiet_wait_secs)).await;
+    cluster::wait_quiet(&m.ours, args.quiet.quiet_below, args.quiet.wait()).await;
     let i0 = cluster::read_store(&m.stores, &m.allocs).await.map_err(harness)?;
     tokio::time::sleep(IDLE).await;
     let i1 = cluster::read_store(&m.stores, &m.allocs).await.map_err(harness)?;
@@ -814,8 +802,8 @@ fn print_machine(args: &Args, dir: &Path) {
     println!(
         "options: --max-uids-exp {} --seconds {} --warmup-ms {} --concurrency {} --step {} --bump-step {} --max-allocsvrs {} --store-concurrency {} --hot-sections {} --parts {}; data dir {}",
         args.max_uids_exp,
-        args.seconds,
-        args.warmup_ms,
+        args.window.seconds,
+        args.window.warmup_ms,
         args.concurrency,
         args.step,
         args.bump_step,

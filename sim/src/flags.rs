@@ -1,0 +1,116 @@
+//! Flags more than one `sim` command takes, declared once: the cluster's shape (`run`, `plan`,
+//! `load`) and the negative controls (`run`, `plan`, `dst`). Each command flattens the group it
+//! takes, so a flag has one name, one default and one help text everywhere.
+//!
+//! Deliberately left out: the workload's flags (`--clients`, `--rate`), whose defaults differ on
+//! purpose (`sim load` is pointed at clusters someone else runs, so it asks for less), and flags
+//! one command has alone.
+
+/// The cluster's uid space and timing, as its processes are (or were) started with.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterShape {
+    /// Uids per section.
+    #[arg(long, default_value_t = 100_000)]
+    pub section_size: u64,
+    /// The uid space, [0, uid_limit).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub uid_limit: u64,
+    /// The bump step.
+    #[arg(long, default_value_t = 10_000)]
+    pub step: u64,
+    /// The lease.
+    #[arg(long, default_value_t = 3_000)]
+    pub lease_ms: u64,
+}
+
+/// Switches that turn one safety rule off, to show that the checkers catch what it prevents: each
+/// must make a run that exercises the rule fail (docs/SIMULATOR.md lists where each first fails).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct NegativeControls {
+    /// AllocSvr: serve a gained section at once (rule 4, the lease wait, off).
+    #[arg(long)]
+    pub unsafe_skip_lease_wait: bool,
+    /// AllocSvr: an in-flight bump counts as acknowledged (rule 6 off).
+    #[arg(long)]
+    pub unsafe_serve_before_bump_ack: bool,
+    /// AllocSvr: memory of an earlier epoch is reused on regain (rule 5 off).
+    #[arg(long)]
+    pub unsafe_keep_memory: bool,
+    /// StoreSvr: bumps are applied whatever their epoch (the fence off).
+    #[arg(long)]
+    pub unsafe_skip_epoch_fence: bool,
+    /// StoreSvr: a Release ignores the epoch it names (rule 9's fence off).
+    #[arg(long)]
+    pub unsafe_unfenced_release: bool,
+    /// StoreSvr (with two sets or more): a move's source hands out its final ceilings without
+    /// waiting for its owners' leases, so the target may serve while the source's owner still does.
+    #[arg(long)]
+    pub unsafe_skip_move_wait: bool,
+    /// StoreSvr: a Renew, Release or Bump need not carry its incarnation's secret (`sim dst`'s
+    /// forger then gets through).
+    #[arg(long)]
+    pub unsafe_skip_binding: bool,
+    /// `sim dst` only: a suspended AllocSvr's lease clock does not count the suspension (what
+    /// leases on CLOCK_MONOTONIC did): on resume it serves on a lease the store gave away.
+    #[arg(long)]
+    pub unsafe_monotonic_lease_clock: bool,
+    /// `sim dst` only: every `drift-alloc` fault runs its lease clock this many ppm fast (> 0) or
+    /// slow (< 0) instead of the drawn rate within the set's bound (10,000 ppm).
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1_000_000..=1_000_000))]
+    pub unsafe_clock_drift_ppm: Option<i64>,
+    /// `sim dst` only (with `--sets 2`): a restore does not check its backup against the live
+    /// cluster map, so a range moved since the backup is served by two sets (or by none).
+    #[arg(long)]
+    pub unsafe_skip_restore_map_check: bool,
+}
+
+impl NegativeControls {
+    /// The flags every StoreSvr of a real cluster is started with.
+    pub fn store_flags(&self) -> Vec<String> {
+        on(&[
+            (self.unsafe_skip_epoch_fence, "--unsafe-skip-epoch-fence"),
+            (self.unsafe_unfenced_release, "--unsafe-unfenced-release"),
+            (self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
+            (self.unsafe_skip_binding, "--unsafe-skip-binding"),
+        ])
+    }
+
+    /// The flags every AllocSvr of a real cluster is started with.
+    pub fn alloc_flags(&self) -> Vec<String> {
+        on(&[
+            (self.unsafe_skip_lease_wait, "--unsafe-skip-lease-wait"),
+            (self.unsafe_serve_before_bump_ack, "--unsafe-serve-before-bump-ack"),
+            (self.unsafe_keep_memory, "--unsafe-keep-memory"),
+        ])
+    }
+
+    /// The first switch given that only the deterministic simulator can honour (it belongs to
+    /// what `sim dst` simulates: lease clocks and restores), for `sim run` to refuse.
+    pub fn dst_only(&self) -> Option<&'static str> {
+        [
+            (self.unsafe_monotonic_lease_clock, "--unsafe-monotonic-lease-clock"),
+            (self.unsafe_clock_drift_ppm.is_some(), "--unsafe-clock-drift-ppm"),
+            (self.unsafe_skip_restore_map_check, "--unsafe-skip-restore-map-check"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+
+    /// The first switch given that needs moves, hence two sets.
+    pub fn needs_two_sets(&self) -> Option<&'static str> {
+        [
+            (self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
+            (self.unsafe_skip_restore_map_check, "--unsafe-skip-restore-map-check"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+}
+
+fn on(flags: &[(bool, &str)]) -> Vec<String> {
+    flags
+        .iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, name)| name.to_string())
+        .collect()
+}
