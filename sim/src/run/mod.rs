@@ -19,6 +19,7 @@
 mod cluster;
 mod faults;
 mod moves;
+mod targets;
 
 use cluster::{
     heal_everything, poll_loop, progress_loop, record_final_state, replica_clients, start_cluster, stop_cluster,

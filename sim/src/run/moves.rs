@@ -11,7 +11,7 @@
 //! time keeps a failing run explainable) and `seqctl alloc drain` (the end-to-end tests cover it).
 
 use super::Lab;
-use super::faults::{inject, owner_in, set_store_links};
+use super::targets::{owner_in, set_store_links};
 use crate::history::{MoveSpan, Record};
 use crate::proxy::LinkMode;
 use crate::schedule::{FaultKind, PlannedFault};
@@ -20,6 +20,8 @@ use crate::workload::{STALE_CLIENT_BASE, pinned_call, pinned_conn};
 use anyhow::{Context, anyhow, bail};
 use seqsvr_control::{Mover, StoreTimeouts};
 use seqsvr_proto::pb;
+use std::future::Future;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -105,8 +107,13 @@ async fn owner_run(lab: &Lab, set: u64, section: u64) -> Option<(u64, u64, u64)>
     Some((node, begin, end))
 }
 
+/// How a move fault has its companion fault injected (the fault injector's own `inject`, handed
+/// in so that the injector and the moves do not import each other).
+pub(super) type Inject<'a> =
+    &'a (dyn Fn(PlannedFault) -> Pin<Box<dyn Future<Output = anyhow::Result<String>> + Send + 'a>> + Sync);
+
 /// Injects one move fault; a description of what it moved and what else it did.
-pub(super) async fn move_fault(lab: &Lab, f: &PlannedFault) -> anyhow::Result<String> {
+pub(super) async fn move_fault(lab: &Lab, f: &PlannedFault, inject: Inject<'_>) -> anyhow::Result<String> {
     finish_all(lab).await?;
     let (pick, owner) = pick_range(lab, f).await?;
     let what = format!(
@@ -127,7 +134,7 @@ pub(super) async fn move_fault(lab: &Lab, f: &PlannedFault) -> anyhow::Result<St
                 companion: None,
                 ..*f
             };
-            let (moved, hit) = tokio::join!(seqctl_move(lab, &pick, None), Box::pin(inject(lab, &companion)));
+            let (moved, hit) = tokio::join!(seqctl_move(lab, &pick, None), inject(companion));
             (moved?, format!("; with {} on {}", c.kind.name(), hit?))
         }
         _ => (seqctl_move(lab, &pick, None).await?, String::new()),
