@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use seqsvr_server::lease_clock::SAME_RATE_PPM;
 use serde::Serialize;
 
-use super::group::REPLICAS;
+use super::addrs::REPLICAS;
 use super::world::{Ep, World};
 
 /// What a fault does.
@@ -47,13 +47,13 @@ pub enum Kind {
     Slow(u64),
     /// Suspend an AllocSvr's host for `.1` ms: its process is paused as by [`Kind::PauseAlloc`]
     /// and its lease clock stands still, then jumps forward by the whole suspension on resume, as
-    /// `CLOCK_BOOTTIME` does (under [`ClockControl::monotonic`] it never catches up). Its links to
+    /// `CLOCK_BOOTTIME` does (under [`super::world::ClockControl::monotonic`] it never catches up). Its links to
     /// the store are cut from the start to the fault's end, some time after the resume (a resumed
     /// host's network is often not up at once): clients reach it before its renewals do, so what
     /// it serves then rests on its lease clock alone.
     SuspendAlloc(usize, u64),
     /// An AllocSvr's lease clock runs this many ppm fast (> 0) or slow (< 0) for the fault, within
-    /// the set's drift bound (unless [`ClockControl::drift_ppm`] says otherwise), while the
+    /// the set's drift bound (unless [`super::world::ClockControl::drift_ppm`] says otherwise), while the
     /// others keep the simulated time. Its links to the store are cut for the fault's second
     /// half: a drift matters only to an owner that cannot renew, whose lease then runs out on its
     /// own clock while the store's detection and the next owner's wait run on theirs.
@@ -63,16 +63,6 @@ pub enum Kind {
     Forge(u64),
     /// Back up a set now, lose it later and restore it from that backup (`super::restore`).
     RestoreSet(super::restore::Plan),
-}
-
-/// Negative controls of the clock faults (test only).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClockControl {
-    /// A suspended host's lease clock does not count the suspension: on resume it is behind by
-    /// it, as `CLOCK_MONOTONIC` (the clock leases were read on before) is.
-    pub monotonic: bool,
-    /// Every drift fault runs at this rate instead of the drawn one (beyond the bound, say).
-    pub drift_ppm: Option<i64>,
 }
 
 /// Share of seeds that draw one clock fault, on top of the others.
@@ -131,7 +121,13 @@ pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets:
     if two_sets {
         all.extend(set1_faults(seed, load_ms, allocs, lease_ms));
     }
-    all.extend(super::restore::plan(seed, load_ms, two_sets));
+    all.extend(
+        super::restore::plan(seed, load_ms, two_sets).map(|(plan, at_ms, for_ms)| Fault {
+            kind: Kind::RestoreSet(plan),
+            at_ms,
+            for_ms,
+        }),
+    );
     all
 }
 

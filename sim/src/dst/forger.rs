@@ -28,13 +28,6 @@ use seqsvr_proto::pb;
 use super::group::{Rep, Req};
 use super::world::World;
 
-/// Forged calls sent and how many of them the store refused, over a seed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Forged {
-    pub sent: u64,
-    pub refused: u64,
-}
-
 /// Forges calls to set 0's leader until aborted; `seed` drives what and when.
 pub async fn forge(world: Arc<World>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);

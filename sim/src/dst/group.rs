@@ -25,8 +25,7 @@ use storesvr::error::RpcError;
 use storesvr::serve::moves::{self as moves, FrozenSeen};
 use storesvr::serve::{self, LeaderView, Tick};
 
-/// Replicas in the group.
-pub const REPLICAS: usize = 3;
+use super::addrs::{REPLICAS, store_addr};
 
 /// A request from an AllocSvr, as the StoreService receives it, or from the move driver, as the
 /// AdminService receives it.
@@ -420,7 +419,7 @@ impl Group {
 
 /// The replicas' addresses of `set` as the cluster map lists them.
 fn store_addrs(set: u64) -> Vec<String> {
-    (0..REPLICAS).map(|r| super::services::store_addr(set, r)).collect()
+    (0..REPLICAS).map(|r| store_addr(set, r)).collect()
 }
 
 /// What a replica does with a request.

@@ -24,13 +24,16 @@
 //! faults on the StoreSvrs (they read the one simulated clock; an AllocSvr's lease clock can be
 //! suspended or drift, [`faults`]).
 
+pub mod addrs;
 pub mod faults;
 pub mod forger;
 pub mod group;
 pub mod moves;
 pub mod restore;
 pub mod services;
+pub mod tally;
 pub mod trace;
+pub mod transport;
 pub mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,9 +51,11 @@ use storesvr::domain::state::{SetParams, UnsafeRules};
 use crate::checks::{self, Report};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo};
 use crate::workload::{self, Recorder, WorkloadParams};
+use addrs::REPLICAS;
 use faults::Fault;
-use group::{Group, REPLICAS};
-use world::{AllocSlot, Proc, SimConnect, State, World};
+use group::Group;
+use transport::SimConnect;
+use world::{AllocSlot, Proc, State, World};
 
 /// AllocSvrs per seed.
 pub const ALLOCS: usize = 3;
@@ -73,7 +78,7 @@ pub struct Options {
     /// Negative control: a move's source hands out its ceilings without the lease wait.
     pub skip_move_wait: bool,
     /// Negative controls of the clock faults.
-    pub clock: faults::ClockControl,
+    pub clock: world::ClockControl,
     /// Negative control: a restore does not check the backup against the live cluster map.
     pub skip_restore_map_check: bool,
 }
@@ -123,9 +128,9 @@ pub struct Outcome {
     /// Sections named by a Release the epoch fence refused (see `Group::stale_releases`).
     pub stale_releases: u64,
     /// What the seed's forger sent and the store refused (zeros without one).
-    pub forged: forger::Forged,
+    pub forged: tally::Forged,
     /// What the seed's restore did (nothing without one).
-    pub restores: restore::Tally,
+    pub restores: tally::Tally,
 }
 
 impl Outcome {
@@ -550,7 +555,7 @@ pub struct RangeResult {
     pub stale_release_seeds: u64,
     /// Seeds with a forger, and the forged calls sent and refused over all of them.
     pub forger_seeds: u64,
-    pub forged: forger::Forged,
+    pub forged: tally::Forged,
     /// Seeds whose schedule hit set 1's processes.
     pub set1_fault_seeds: u64,
     /// Seeds in which a set was restored from its backup, in which the restore was refused, and
@@ -618,7 +623,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         elapsed: started.elapsed(),
         stale_release_seeds: stale.into_inner(),
         forger_seeds: forger_seeds.into_inner(),
-        forged: forger::Forged {
+        forged: tally::Forged {
             sent: sent.into_inner(),
             refused: refused.into_inner(),
         },

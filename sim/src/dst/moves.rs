@@ -25,9 +25,10 @@ use seqsvr_proto::pb;
 use serde::Serialize;
 
 use super::Recorder;
-use super::group::REPLICAS;
-use super::services::store_addr;
-use super::world::{SimConnect, World};
+use super::addrs::REPLICAS;
+use super::addrs::store_addr;
+use super::transport::SimConnect;
+use super::world::World;
 use crate::history::{MoveSpan, Record};
 
 /// AllocSvrs of set 1 (set 0 has `ALLOCS`).

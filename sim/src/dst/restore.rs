@@ -42,10 +42,10 @@ use storesvr::domain::restore::{MarginArgs, check_against_map, choose_margin, re
 use storesvr::domain::state::SetState;
 use storesvr::storage::sm_store::SmData;
 
-use super::faults::{Fault, Kind};
-use super::group::REPLICAS;
-use super::services::store_addr;
-use super::world::{SimConnect, World};
+use super::addrs::REPLICAS;
+use super::addrs::store_addr;
+use super::transport::SimConnect;
+use super::world::World;
 
 /// Share of seeds with a restore.
 const SHARE: f64 = 0.3;
@@ -66,26 +66,11 @@ pub struct Plan {
     pub extra_steps: u64,
 }
 
-/// What the restores of a seed did, for the summary.
-#[derive(Clone, Debug, Default)]
-pub struct Tally {
-    pub restored: u64,
-    /// Restores the production checks refused (the check against the map, a move in flight in
-    /// the backup, no map to read) ...
-    pub refused: u64,
-    /// ... of which the check against the live map refused (a move since the backup, or running).
-    pub refused_by_map: u64,
-    /// Restores that went ahead without the map check although it would have refused (the
-    /// negative control).
-    pub unchecked: u64,
-    /// What happened, one line each, for `sim dst --seed`.
-    pub notes: Vec<String>,
-}
-
 /// The seed's restore, if it has one: the backup from 0.7 s (the set is initialized by then) to
 /// 3.3 s before the end of the load, the loss 0.1–2.5 s later (long enough for a move to start and
-/// end in between), the attempt 0.1–0.8 s after that. With two sets, set 0 or 1.
-pub fn plan(seed: u64, load_ms: u64, two_sets: bool) -> Option<Fault> {
+/// end in between), the attempt 0.1–0.8 s after that. With two sets, set 0 or 1. The plan, when
+/// the backup is taken and how long the whole of it may take, all in ms of the load.
+pub fn plan(seed: u64, load_ms: u64, two_sets: bool) -> Option<(Plan, u64, u64)> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4e57_04e0_0000_0000);
     if !rng.random_bool(SHARE) {
         return None;
@@ -99,11 +84,7 @@ pub fn plan(seed: u64, load_ms: u64, two_sets: bool) -> Option<Fault> {
         extra_steps: rng.random_range(0..=2),
     };
     let for_ms = (plan.lose_after_ms + plan.outage_ms + MAP_READ.as_millis() as u64).min(load_ms - at_ms);
-    Some(Fault {
-        kind: Kind::RestoreSet(plan),
-        at_ms,
-        for_ms,
-    })
+    Some((plan, at_ms, for_ms))
 }
 
 /// Backs the set up now and runs the rest of the plan in the background; what it hit.

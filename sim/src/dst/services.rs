@@ -20,21 +20,9 @@ use seqsvr_proto::pb::admin_service_server::AdminService;
 use seqsvr_proto::pb::store_service_server::StoreService;
 use tonic::{Request, Response, Status};
 
-use super::group::{REPLICAS, Rep, Req};
+use super::addrs::store_addr;
+use super::group::{Rep, Req};
 use super::world::{Ep, World};
-
-/// The address of replica `r` of `set`, as the cluster map lists it.
-pub fn store_addr(set: u64, r: usize) -> String {
-    format!("storesvr-{set}-{r}:7100")
-}
-
-/// `(set, replica)` of a store address.
-pub fn parse_store_addr(addr: &str) -> Option<(u64, usize)> {
-    let rest = addr.strip_prefix("storesvr-")?.strip_suffix(":7100")?;
-    let (set, r) = rest.split_once('-')?;
-    let (set, r) = (set.parse().ok()?, r.parse().ok()?);
-    (r < REPLICAS).then_some((set, r))
-}
 
 /// Replica `r` of `set`, reached by the operator.
 #[derive(Clone)]
@@ -255,21 +243,16 @@ mod tests {
     use storesvr::domain::state::UnsafeRules;
 
     use super::*;
+    use crate::dst::addrs::REPLICAS;
     use crate::dst::group::Group;
     use crate::dst::group::tests::params;
-    use crate::dst::world::{SimConnect, State, rng};
+    use crate::dst::transport::SimConnect;
+    use crate::dst::world::{State, rng};
 
     fn seeds(set: u64) -> Vec<Seed> {
         (0..REPLICAS)
             .map(|r| Seed::parse(&store_addr(set, r)).unwrap())
             .collect()
-    }
-
-    #[test]
-    fn store_addresses_round_trip_and_others_are_not_stores() {
-        assert_eq!(parse_store_addr(&store_addr(1, 2)), Some((1, 2)));
-        assert_eq!(parse_store_addr("storesvr-0-3:7100"), None, "no fourth replica");
-        assert_eq!(parse_store_addr("allocsvr-0:7000"), None);
     }
 
     /// The production move driver, over the in-process transport, against two modelled sets:

@@ -4,8 +4,7 @@
 //! - AllocSvr → store: [`SimStore`] implements the AllocSvr's `Store` trait. Each call follows the
 //!   leader like the real store client (try the believed leader, follow a not-leader hint, try the
 //!   next replica after a silent attempt) until the call's own deadline.
-//! - client → AllocSvr: [`SimConnect`] is the client library's in-process transport: the encoded
-//!   gRPC request is handed to the AllocSvr's generated server over its production `Service`.
+//! - client → AllocSvr and operator → StoreSvr: `super::transport`.
 //! - Every message crosses [`Net`]: seeded delay (reordering when delays overlap), drop,
 //!   duplication (store requests), and directed cuts (a partition is two cuts, a one-way cut one).
 //! - A killed process stops at once (its loops are aborted, whatever it still sends is never
@@ -27,16 +26,15 @@ use allocsvr::store::{Call, Store, StoreFailure};
 use allocsvr::{Core, NodeConfig, UnsafeSwitches};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqsvr_client::transport::{BoxError, CallFuture, Connect};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
 use seqsvr_server::lease_clock::Script;
 use storesvr::error::RpcError;
 use tokio::time::Instant;
-use tonic::codegen::Service as _;
 
-use super::faults::ClockControl;
-use super::group::{Group, REPLICAS, Rep, Req, Step};
+use super::addrs::REPLICAS;
+use super::group::{Group, Rep, Req, Step};
+use super::tally::{Forged, Tally};
 
 /// One end of a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,7 +93,7 @@ impl Proc {
     }
 
     /// Returns once the process runs (never, for a dead one).
-    async fn gate(&self) {
+    pub async fn gate(&self) {
         loop {
             if !self.is_alive() {
                 std::future::pending::<()>().await;
@@ -131,11 +129,21 @@ pub struct State {
     /// The forger running now, if any (a fault).
     pub forger: Option<tokio::task::AbortHandle>,
     /// What the forgers of this seed sent, and how much of it the store refused.
-    pub forged: super::forger::Forged,
+    pub forged: Forged,
     /// Negative control: a restore goes ahead whatever the check against the live map says.
     pub skip_restore_check: bool,
     /// What the seed's restore did.
-    pub restores: super::restore::Tally,
+    pub restores: Tally,
+}
+
+/// Negative controls of the clock faults (test only), which every lease clock's script reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockControl {
+    /// A suspended host's lease clock does not count the suspension: on resume it is behind by
+    /// it, as `CLOCK_MONOTONIC` (the clock leases were read on before) is.
+    pub monotonic: bool,
+    /// Every drift fault runs at this rate instead of the drawn one (beyond the bound, say).
+    pub drift_ppm: Option<i64>,
 }
 
 /// The world, shared by every task of the seed.
@@ -467,67 +475,6 @@ impl Store for SimStore {
             _ => None,
         })
     }
-}
-
-/// The client library's transport in the simulation.
-pub struct SimConnect {
-    pub world: Arc<World>,
-}
-
-impl Connect for SimConnect {
-    fn call(&self, addr: &str, req: tonic::codegen::http::Request<tonic::body::Body>) -> CallFuture {
-        if let Some((set, r)) = super::services::parse_store_addr(addr) {
-            return store_call(self.world.clone(), set, r, req);
-        }
-        let world = self.world.clone();
-        let slot = world.lock().allocs.iter().position(|s| s.addr == addr);
-        let addr = addr.to_owned();
-        Box::pin(async move {
-            let Some(i) = slot else {
-                return Err(BoxError::from(format!("unknown address {addr}")));
-            };
-            world.cross(Ep::Clients, Ep::Alloc(i)).await;
-            let (proc, server) = {
-                let st = world.lock();
-                (st.allocs[i].proc.clone(), st.allocs[i].server.clone())
-            };
-            let Some(mut server) = server else {
-                return Err(BoxError::from("connection refused"));
-            };
-            proc.gate().await;
-            let Ok(resp) = server.call(req).await;
-            // A pause or a kill can strike between the answer and its sending.
-            proc.gate().await;
-            world.cross(Ep::Alloc(i), Ep::Clients).await;
-            Ok(resp)
-        })
-    }
-}
-
-/// A control-plane request to replica `r` of `set`: the generated server of the service its path
-/// names, over the modelled replica.
-fn store_call(
-    world: Arc<World>,
-    set: u64,
-    r: usize,
-    req: tonic::codegen::http::Request<tonic::body::Body>,
-) -> CallFuture {
-    use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
-    use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-    let replica = super::services::Replica { world, set, r };
-    Box::pin(async move {
-        let exists = (set as usize) < replica.world.lock().groups.len();
-        if !exists {
-            return Err(BoxError::from(format!("no set {set}")));
-        }
-        let path = req.uri().path().to_owned();
-        let Ok(resp) = if path.starts_with("/seqsvr.v1.AdminService/") {
-            AdminServiceServer::new(replica).call(req).await
-        } else {
-            StoreServiceServer::new(replica).call(req).await
-        };
-        Ok(resp)
-    })
 }
 
 /// A world's generator for a seed.
