@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use e2e::{Cluster, LEASE, Role, SECTION_SIZE, SECTIONS, STEP, Tracker, UID_LIMIT, poll, sibling_bin, spread_uids};
+use e2e::seqctl::{Seqctl, text};
+use e2e::{Cluster, LEASE, Role, SECTION_SIZE, SECTIONS, STEP, Tracker, UID_LIMIT, poll, spread_uids};
 use seqsvr_client::{Client, ClientError, FailureKind, MAX_UIDS_PER_CALL};
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::{NodeId, Uid, pb};
@@ -206,27 +207,11 @@ async fn seqctl_alloc_drain_hands_a_nodes_sections_over_without_a_lease_wait() {
     let mut c = started_cluster().await;
     let client = c.client().await;
     let (uid, before) = uid_served_by(&c, &client, 1).await;
-    let store = c.store_seeds_flag();
-    let seqctl = |args: Vec<String>| {
-        let store = store.clone();
-        async move {
-            let mut all = vec!["--store".to_string(), store];
-            all.extend(args);
-            tokio::process::Command::new(sibling_bin("seqctl"))
-                .args(&all)
-                .output()
-                .await
-                .expect("run seqctl")
-        }
-    };
+    let seqctl = Seqctl::new(["--store", c.store_seeds_flag().as_str()]);
     let started = Instant::now();
-    let out = seqctl(vec!["alloc".into(), "drain".into(), "1".into()]).await;
+    let out = seqctl.output(&["alloc", "drain", "1"]).await;
     let took = started.elapsed();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text(&out);
     assert!(out.status.success(), "{said}");
     eprintln!("drain of allocsvr 1: {took:?}: {said}");
     assert!(took < LEASE, "drain took {took:?}: a lease wait crept in");
@@ -241,7 +226,7 @@ async fn seqctl_alloc_drain_hands_a_nodes_sections_over_without_a_lease_wait() {
         .expect("served right after the drained node died");
     assert!(again > seq);
     for (node, says) in [("2", "no other live AllocSvr"), ("9", "not registered")] {
-        let out = seqctl(vec!["alloc".into(), "drain".into(), node.into()]).await;
+        let out = seqctl.output(&["alloc", "drain", node]).await;
         assert_eq!(out.status.code(), Some(2), "drain {node}: {:?}", out);
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(says),
@@ -551,22 +536,12 @@ async fn store_leader_kill_under_load_fails_no_fetch() {
 async fn seqctl_status_json_shows_members_leader_and_every_section_owned() {
     let _quiet = QUIET.read().await;
     let c = started_cluster().await;
-    let seqctl = sibling_bin("seqctl");
-    let store = c.store_seeds_flag();
+    let seqctl = Seqctl::new(["--store", c.store_seeds_flag().as_str()]);
     let mut last;
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
-        let out = tokio::process::Command::new(&seqctl)
-            .args(["--store", &store, "status", "--json"])
-            .output()
-            .await
-            .expect("run seqctl");
-        last = format!(
-            "exit {:?}\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = seqctl.output(&["status", "--json"]).await;
+        last = text(&out);
         if out.status.success() {
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("seqctl prints JSON");
             let alive = v["allocsvrs"]
@@ -623,19 +598,14 @@ async fn seqctl_sets_shows_allocsvrs_alive_after_the_leader_moved() {
         assert_ne!(c.wait_store_leader(START_WITHIN).await, 1);
         c.start_store(1);
     }
-    let store = c.store_seeds_flag();
+    let seqctl = Seqctl::new(["--store", c.store_seeds_flag().as_str()]);
     let alive = poll(
         "both AllocSvrs shown alive by seqctl sets",
         Duration::from_secs(15),
         || {
-            let store = store.clone();
+            let seqctl = seqctl.clone();
             async move {
-                let out = tokio::process::Command::new(sibling_bin("seqctl"))
-                    .args(["--store", &store, "--json", "sets"])
-                    .output()
-                    .await
-                    .ok()?;
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+                let v = seqctl.json(&["sets"]).await?;
                 let allocs = v["sets"][0]["health"]["allocsvrs"].as_array()?.clone();
                 (allocs.len() == 2 && allocs.iter().all(|a| a["alive"] == true)).then_some(allocs)
             }

@@ -27,9 +27,13 @@ use std::process::Output;
 use std::time::Duration;
 
 use seqsvr_client::{Client, ClientConfig};
-use seqsvr_harness::{ProcSpec, Supervisor, find_binary, free_addr, poll_until};
+use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
 use seqsvr_proto::Uid;
 use seqsvr_proto::pb::{self, alloc_service_client::AllocServiceClient};
+
+mod e2e;
+use e2e::seqctl::Seqctl;
+use e2e::sibling_bin as bin;
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
@@ -39,10 +43,6 @@ const STEP: u64 = 500;
 const WAIT: Duration = Duration::from_secs(20);
 /// Series Prometheus makes itself for every target.
 const MADE_BY_PROMETHEUS: [&str; 1] = ["up"];
-
-fn bin(name: &str) -> PathBuf {
-    find_binary(name, None).unwrap_or_else(|e| panic!("{e}: run `cargo build --workspace --bins` first"))
-}
 
 fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
@@ -106,19 +106,7 @@ impl Cluster {
     }
 
     async fn seqctl(&self, args: &[&str]) -> Output {
-        let out = tokio::process::Command::new(bin("seqctl"))
-            .args(["--store", &self.stores[0]])
-            .args(args)
-            .output()
-            .await
-            .expect("run seqctl");
-        assert!(
-            out.status.success(),
-            "seqctl {args:?}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        Seqctl::new(["--store", self.stores[0].as_str()]).ok(args).await
     }
 
     fn client(&self) -> Client {

@@ -13,15 +13,15 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use seqsvr_harness::{ProcSpec, Supervisor, find_binary, free_addr, poll_until};
+use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
+
+mod e2e;
+use e2e::seqctl::{Seqctl, text};
+use e2e::sibling_bin as bin;
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
 const WAIT: Duration = Duration::from_secs(30);
-
-fn bin(name: &str) -> std::path::PathBuf {
-    find_binary(name, None).unwrap_or_else(|e| panic!("{e}: run `cargo build --workspace --bins` first"))
-}
 
 struct TwoSets {
     _dir: tempfile::TempDir,
@@ -82,14 +82,13 @@ impl TwoSets {
         assert!(add.status.success(), "{}", text(&add));
     }
 
+    /// `seqctl` at set 0's StoreSvr (the cluster map's), as an operator runs it.
+    fn operator(&self) -> Seqctl {
+        Seqctl::new(["--store", self.stores[0].as_str()])
+    }
+
     async fn seqctl(&self, args: &[&str]) -> Output {
-        let mut all = vec!["--store", &self.stores[0]];
-        all.extend_from_slice(args);
-        tokio::process::Command::new(bin("seqctl"))
-            .args(&all)
-            .output()
-            .await
-            .expect("run seqctl")
+        self.operator().output(args).await
     }
 
     /// `seqctl fetch UID --json` at set `set`'s AllocSvr, retried until it answers.
@@ -101,15 +100,8 @@ impl TwoSets {
     async fn fetch_with(&self, set: usize, uid: u64, extra: &[&str]) -> u64 {
         let uid = uid.to_string();
         poll_until(WAIT, || async {
-            let out = tokio::process::Command::new(bin("seqctl"))
-                .args(["--alloc", &self.allocs[set]])
-                .args(extra)
-                .args(["--json", "fetch", &uid])
-                .output()
-                .await
-                .ok()?;
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-            v["seq"].as_u64()
+            let at = Seqctl::new(["--alloc", self.allocs[set].as_str()]).with(extra);
+            at.json(&["fetch", &uid]).await?["seq"].as_u64()
         })
         .await
         .unwrap_or_else(|| panic!("set {set} never served uid {uid}"))
@@ -120,15 +112,6 @@ impl Drop for TwoSets {
     fn drop(&mut self) {
         self.procs.kill_all();
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn assert_refused(o: &Output, says: &str) {
@@ -307,21 +290,11 @@ async fn move_between_killed_after(c: &TwoSets, (from, to): (u64, u64), section:
     use tokio::io::{AsyncBufReadExt, BufReader};
     let uids = format!("{}..{}", section * SECTION_SIZE, (section + 1) * SECTION_SIZE);
     let (from, to) = (from.to_string(), to.to_string());
-    let mut child = tokio::process::Command::new(bin("seqctl"))
-        .args([
-            "--store",
-            &c.stores[0],
-            "move",
-            "--from",
-            &from,
-            "--to",
-            &to,
-            "--uids",
-            &uids,
-        ])
+    let mut child = c
+        .operator()
+        .command(&["move", "--from", &from, "--to", &to, "--uids", &uids])
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .expect("spawn seqctl");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
@@ -505,11 +478,8 @@ async fn a_restore_from_a_backup_older_than_a_move_is_refused_naming_the_move() 
     c.add_set_1().await;
     let backup = |name: &str| c._dir.path().join(name);
     let take = |file: std::path::PathBuf| {
-        let out = std::process::Command::new(bin("seqctl"))
-            .args(["--store", &c.stores[1], "backup", "--out"])
-            .arg(&file)
-            .output()
-            .expect("run seqctl backup");
+        let file = file.to_str().expect("a UTF-8 temp path");
+        let out = Seqctl::new(["--store", c.stores[1].as_str()]).output_blocking(&["backup", "--out", file]);
         assert!(out.status.success(), "{}", text(&out));
     };
     take(backup("empty.backup"));
@@ -643,11 +613,9 @@ async fn a_move_from_a_paused_owner_waits_out_its_lease_and_the_owner_lets_go() 
     // The paused owner wakes up with its memory of the range: it must not hand out any of it. A
     // client seeded at it follows the cluster map to set 1 instead (AllocSvr node 2).
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let out = tokio::process::Command::new(bin("seqctl"))
-        .args(["--alloc", &c.allocs[0], "--json", "fetch", &uid.to_string()])
-        .output()
-        .await
-        .unwrap();
+    let out = Seqctl::new(["--alloc", c.allocs[0].as_str()])
+        .output(&["--json", "fetch", &uid.to_string()])
+        .await;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     if out.status.success() {
         assert_eq!(
@@ -710,22 +678,8 @@ async fn skip_move_wait_once() -> (u64, Option<u64>) {
 /// `seqctl fetch UID` sent to set 0's paused AllocSvr, which is woken 300 ms later: the request
 /// waits in its socket and is answered the moment it wakes, before its first renewal.
 async fn fetch_while_waking(c: &mut TwoSets, uid: u64) -> Output {
-    let addr = c.allocs[0].clone();
-    let queued = tokio::spawn(async move {
-        tokio::process::Command::new(bin("seqctl"))
-            .args([
-                "--alloc",
-                &addr,
-                "--json",
-                "--timeout-ms",
-                "3000",
-                "fetch",
-                &uid.to_string(),
-            ])
-            .output()
-            .await
-            .unwrap()
-    });
+    let seqctl = Seqctl::new(["--alloc", c.allocs[0].as_str(), "--json", "--timeout-ms", "3000"]);
+    let queued = tokio::spawn(async move { seqctl.output(&["fetch", &uid.to_string()]).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.procs.resume("alloc0").unwrap();
     queued.await.unwrap()

@@ -180,13 +180,9 @@ async fn every_role_against_every_method_of_a_tls_cluster() {
 /// `seqctl` with an `admin` certificate operates the cluster; with a `client` one it fetches but
 /// is refused an operator's command, with the reason and exit code 1 (certainly not done).
 fn seqctl_runs_as_its_certificates_role(c: &Cluster) {
+    let at = e2e::seqctl::Seqctl::new(["--store", &c.store_seeds_flag(), "--alloc", &c.alloc_seeds_flag()]);
     let seqctl_with = |tls: Vec<String>, args: &[&str]| {
-        let out = std::process::Command::new(e2e::sibling_bin("seqctl"))
-            .args(["--store", &c.store_seeds_flag(), "--alloc", &c.alloc_seeds_flag()])
-            .args(tls)
-            .args(args)
-            .output()
-            .expect("run seqctl");
+        let out = at.with(tls).output_blocking(args);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+pub mod seqctl;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::net::TcpListener;
