@@ -17,7 +17,7 @@ use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
 use seqsvr_server::lease_clock::LeaseClock;
-use seqsvr_server::serving::{self, ServeLimits};
+use seqsvr_server::serve_limits::{self, ServeLimits};
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
 pub const ENV_PREFIX: &str = "ALLOCSVR";
@@ -57,13 +57,13 @@ pub struct Cli {
     /// for a slot, granted round-robin over connections, unless its connection has no other call
     /// in flight (admitted up to twice this). A call that waits over 200 ms, or finds 4,096
     /// waiting, is refused with RESOURCE_EXHAUSTED (overloaded, retried after a backoff).
-    #[arg(long, default_value_t = serving::allocsvr().max_in_flight)]
+    #[arg(long, default_value_t = serve_limits::allocsvr().max_in_flight)]
     pub max_in_flight: usize,
     /// HTTP/2 streams one connection may have open at once; a client queues calls above it.
-    #[arg(long, default_value_t = serving::allocsvr().max_streams_per_connection)]
+    #[arg(long, default_value_t = serve_limits::allocsvr().max_streams_per_connection)]
     pub max_streams_per_connection: u32,
     /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
-    #[arg(long, default_value_t = serving::allocsvr().rpc_timeout.as_millis() as u64)]
+    #[arg(long, default_value_t = serve_limits::allocsvr().rpc_timeout.as_millis() as u64)]
     pub rpc_timeout_ms: u64,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
     #[command(flatten)]
@@ -119,7 +119,7 @@ pub struct NodeConfig {
     pub unsafe_switches: UnsafeSwitches,
     /// Test only: send every Release again this long (up to twice this) after the first.
     pub repeat_releases_after: Option<Duration>,
-    /// Calls in flight, streams per connection and the longest call (`seqsvr_server::serving`).
+    /// Calls in flight, streams per connection and the longest call (`seqsvr_server::serve_limits`).
     pub serve_limits: ServeLimits,
     /// Mutual TLS (an `allocsvr` certificate) on the data plane and to the store; plaintext when unset.
     pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
@@ -139,7 +139,7 @@ impl NodeConfig {
             start_timeout: Duration::from_secs(30),
             unsafe_switches: UnsafeSwitches::default(),
             repeat_releases_after: None,
-            serve_limits: serving::allocsvr(),
+            serve_limits: serve_limits::allocsvr(),
             tls: None,
             lease_clock: LeaseClock::host(),
         }
@@ -297,7 +297,7 @@ mod tests {
             args.extend([flag, zero]);
             assert!(cli(&args).unwrap_err().contains(flag), "{flag}");
         }
-        assert_eq!(c.node.serve_limits, serving::allocsvr(), "defaults from one table");
+        assert_eq!(c.node.serve_limits, serve_limits::allocsvr(), "defaults from one table");
         let wildcard = ["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"];
         let c = cli(&[&wildcard[..], &["--advertise", "10.77.0.21:7000"]].concat()).unwrap();
         assert_eq!(

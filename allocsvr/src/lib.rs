@@ -8,7 +8,7 @@
 //! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
 //! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
-//! - [`shared`]: the state the service and the tasks share, behind methods.
+//! - [`state`]: the state the service and the tasks share ([`state::AllocState`]), behind methods.
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
 //! - [`service`]: the `AllocService` gRPC data plane.
 //! - [`node`]: the composition root: start, wire, shut down.
@@ -34,7 +34,7 @@ pub mod owned;
 pub mod rpc_metrics;
 pub mod section;
 pub mod service;
-pub mod shared;
+pub mod state;
 pub mod store;
 pub mod tasks;
 

@@ -1,5 +1,5 @@
 //! The composition root: [`Core`] registers and runs the background tasks; [`Node::start`] binds the data-plane address, registers with the store,
-//! builds the [`Shared`] state and starts the background tasks and the gRPC server;
+//! builds the [`AllocState`] state and starts the background tasks and the gRPC server;
 //! [`Node::shutdown`] stops them and releases every section.
 //!
 //! Nothing here decides anything about ownership; see `tasks` for the loops and `grants`,
@@ -17,7 +17,7 @@ use seqsvr_proto::Incarnation;
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
 use seqsvr_server::reflection;
-use seqsvr_server::serving::{self, Limited};
+use seqsvr_server::serve_limits::{self, Limited};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ use crate::config::NodeConfig;
 use crate::error::StartError;
 use crate::grants::{release_requests, released};
 use crate::service::Service;
-use crate::shared::{Shared, wake};
+use crate::state::{AllocState, wake};
 use crate::store::Store;
 use crate::tasks::{bump, release, renew};
 
@@ -42,7 +42,7 @@ pub struct Node {
 /// A registered AllocSvr's state and background tasks, without a listener: [`Node`] puts a gRPC
 /// server in front of it; the deterministic simulator calls its [`Service`] in process.
 pub struct Core {
-    shared: Arc<Shared>,
+    shared: Arc<AllocState>,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -78,7 +78,7 @@ impl Node {
         let core = Core::start(&cfg, store, advertise).await?;
         info!(%local_addr, "data plane listening");
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
-        let server = serving::apply(server, &cfg.serve_limits, &[HEALTH], admission_counters());
+        let server = serve_limits::apply(server, &cfg.serve_limits, &[HEALTH], admission_counters());
         let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone()).await;
         Ok(Node {
             core,
@@ -128,7 +128,7 @@ impl Core {
             node_id = %cfg.node_id, %incarnation, set_id = params.set_id, sections = ?params.sections(),
             %advertise, "registered"
         );
-        let (shared, bump_queue) = Shared::new(cfg, params, advertise, store, incarnation);
+        let (shared, bump_queue) = AllocState::new(cfg, params, advertise, store, incarnation);
         let (stop_tx, stop_rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone())),
@@ -217,17 +217,17 @@ pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtim
 
 /// Counts the calls refused as overloaded (`allocsvr_shed_total`) and those that waited for a
 /// slot of the in-flight limit (`allocsvr_parked_total`).
-fn admission_counters() -> serving::Hooks {
+fn admission_counters() -> serve_limits::Hooks {
     let shed = metrics::counter!("allocsvr_shed_total");
     let parked = metrics::counter!("allocsvr_parked_total");
-    serving::Hooks {
+    serve_limits::Hooks {
         shed: Arc::new(move || shed.increment(1)),
         parked: Arc::new(move || parked.increment(1)),
     }
 }
 
 async fn spawn_server(
-    shared: Arc<Shared>,
+    shared: Arc<AllocState>,
     mut server: tonic::transport::Server<Limited<seqsvr_auth::Layered>>,
     listener: tokio::net::TcpListener,
     mut stop: watch::Receiver<bool>,

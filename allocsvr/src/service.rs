@@ -24,13 +24,13 @@ use std::time::Duration;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::{SectionId, Uid};
 use seqsvr_proto::{map_header, pb};
-use seqsvr_server::serving::InFlight;
+use seqsvr_server::serve_limits::InFlight;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::owned::Slot;
 use crate::section::{Next, Peek, prefetch};
-use crate::shared::Shared;
+use crate::state::AllocState;
 
 /// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
 pub const BUMP_WAIT: Duration = Duration::from_millis(500);
@@ -66,11 +66,11 @@ impl Step {
 
 /// The `AllocService` implementation.
 pub struct Service {
-    shared: Arc<Shared>,
+    shared: Arc<AllocState>,
 }
 
 impl Service {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<AllocState>) -> Self {
         Self { shared }
     }
 

@@ -36,7 +36,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::refusal::{self, Refusal};
-use seqsvr_server::serving::{self, ServeLimits};
+use seqsvr_server::serve_limits::{self, ServeLimits};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
@@ -54,7 +54,7 @@ fn limits(per_cpu: usize) -> ServeLimits {
     let max_in_flight = std::env::var("FLOOD_MAX_IN_FLIGHT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| serving::in_flight_for_cpus(per_cpu));
+        .unwrap_or_else(|| serve_limits::in_flight_for_cpus(per_cpu));
     ServeLimits {
         max_in_flight,
         max_streams_per_connection: 32,
@@ -101,7 +101,7 @@ const CI: Plan = Plan {
     slow_connections: 16,
     slow_streams: 64,
     pinned: false,
-    in_flight_per_cpu: serving::ALLOCSVR_IN_FLIGHT_PER_CPU,
+    in_flight_per_cpu: serve_limits::ALLOCSVR_IN_FLIGHT_PER_CPU,
     probe_realtime: false,
 };
 
@@ -609,7 +609,7 @@ async fn flood_on_shared_cores() {
 /// The flood is kept off the server's core (server and probe on CPU 0, the flood's runtime on
 /// CPU 1: what a flood from other machines leaves the server, as far as a 2-core box can show it),
 /// the server runs with the flood-hardened in-flight limit
-/// ([`serving::ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU`]; at the default 32 per CPU the ratio
+/// ([`serve_limits::ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU`]; at the default 32 per CPU the ratio
 /// was about 4×), and the probe's thread is SCHED_FIFO when the process may ask for it ([`probe`]).
 /// Release build, alone, as root for the probe's priority:
 /// `cargo test --release -p allocsvr --test flood strict_flood_on_its_own_core -- --exact --ignored
@@ -630,7 +630,7 @@ fn strict_flood_on_its_own_core() {
         .unwrap();
     let plan = Plan {
         pinned: true,
-        in_flight_per_cpu: serving::ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU,
+        in_flight_per_cpu: serve_limits::ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU,
         probe_realtime: true,
         ..STRICT
     };

@@ -2,7 +2,7 @@
 //! a server and of a command line.
 //!
 //! - [`cli`]: how every binary takes options: flags, environment, config file.
-//! - [`serving`]: the limits every server runs with (calls in flight, streams per connection,
+//! - [`serve_limits`]: the limits every server runs with (calls in flight, streams per connection,
 //!   deadlines), set by one function on a tonic `Server` builder.
 //! - [`reflection`]: gRPC reflection (v1 and v1alpha) listing only what a port serves.
 //! - [`observe`]: the latency histogram buckets both servers' metrics use.
@@ -15,4 +15,4 @@ pub mod cli;
 pub mod lease_clock;
 pub mod observe;
 pub mod reflection;
-pub mod serving;
+pub mod serve_limits;

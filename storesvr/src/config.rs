@@ -10,7 +10,7 @@
 use clap::Parser;
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::params::SetParams;
-use seqsvr_server::serving::{self, ServeLimits};
+use seqsvr_server::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -128,15 +128,15 @@ pub struct Config {
     /// connection has no other call in flight (admitted up to twice this). A call that waits over
     /// 200 ms, or finds 4,096 waiting, is refused with RESOURCE_EXHAUSTED (overloaded, retried
     /// after a backoff).
-    #[arg(long, default_value_t = serving::STORESVR.max_in_flight)]
+    #[arg(long, default_value_t = serve_limits::STORESVR.max_in_flight)]
     pub max_in_flight: usize,
 
     /// HTTP/2 streams one connection may have open at once; a client queues calls above it.
-    #[arg(long, default_value_t = serving::STORESVR.max_streams_per_connection)]
+    #[arg(long, default_value_t = serve_limits::STORESVR.max_streams_per_connection)]
     pub max_streams_per_connection: u32,
 
     /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
-    #[arg(long, default_value_t = serving::STORESVR.rpc_timeout.as_millis() as u64)]
+    #[arg(long, default_value_t = serve_limits::STORESVR.rpc_timeout.as_millis() as u64)]
     pub rpc_timeout_ms: u64,
 
     /// Mutual TLS with a `storesvr` certificate: for every port of this replica and every call it
@@ -219,7 +219,7 @@ impl Config {
         Ok(())
     }
 
-    /// The limits the replica's server runs with (`seqsvr_server::serving`).
+    /// The limits the replica's server runs with (`seqsvr_server::serve_limits`).
     pub fn serve_limits(&self) -> ServeLimits {
         ServeLimits {
             max_in_flight: self.max_in_flight,

@@ -6,9 +6,9 @@
 //! - [`storage`]: openraft storage (log entries in segment files; vote, commit index, purge point
 //!   and snapshot one durable file per key; the in-memory state machine).
 //! - [`raft`]: openraft wiring: types, the peer network over gRPC, the group-committing writer.
-//! - [`serve`]: the StoreService's protocol calls as plain functions over the applied state
+//! - [`protocol`]: the StoreService's protocol calls as plain functions over the applied state
 //!   (check, command, reply), driven by the gRPC handlers and by the deterministic simulator.
-//! - [`shared`]: the state the services and tasks share; [`grpc`]: StoreService and AdminService;
+//! - [`replica`]: the state the services and tasks share ([`replica::ReplicaState`]); [`grpc`]: StoreService and AdminService;
 //!   [`tasks`]: the arbiter loop.
 //! - [`backup`] (the backup file of the applied state) and [`restore`] (`storesvr restore`: a new
 //!   set's first data dir from a backup, every ceiling raised by a margin).
@@ -28,10 +28,10 @@ pub mod domain;
 pub mod error;
 pub mod grpc;
 pub mod node;
+pub mod protocol;
 pub mod raft;
+pub mod replica;
 pub mod restore;
-pub mod serve;
-pub mod shared;
 pub mod startup;
 pub mod storage;
 pub mod tasks;

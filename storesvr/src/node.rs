@@ -1,6 +1,6 @@
 //! The composition root of one StoreSvr replica: [`StoreNode::start`] checks the data dir
 //! (`startup`), opens storage, starts Raft (bootstrapping the group once if asked), builds the
-//! [`Shared`] state, starts the arbiter task and serves StoreService, RaftService, AdminService,
+//! [`ReplicaState`] state, starts the arbiter task and serves StoreService, RaftService, AdminService,
 //! health and reflection on one listener; [`StoreNode::shutdown`] stops them.
 //!
 //! `--bootstrap` initializes the group only when this replica has no Raft state, so repeating it
@@ -24,7 +24,7 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
 use seqsvr_proto::pb::raft_service_server::RaftServiceServer;
 use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-use seqsvr_server::{reflection, serving};
+use seqsvr_server::{reflection, serve_limits};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -35,8 +35,8 @@ use crate::raft::identity::Identity;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft::types::{Node, Raft};
 use crate::raft::writer::Writer;
-use crate::shared::FrozenSeen;
-use crate::shared::Shared;
+use crate::replica::FrozenSeen;
+use crate::replica::ReplicaState;
 use crate::startup::{StartError, claim_data_dir, refuse_bootstrap_over_a_group, refuse_sled_era};
 use crate::storage::durability::Durability;
 use crate::storage::kv::{FileKv, KvStore};
@@ -47,7 +47,7 @@ use seqsvr_auth::{Role, Tls};
 
 /// A running replica.
 pub struct StoreNode {
-    pub ctx: Arc<Shared>,
+    pub ctx: Arc<ReplicaState>,
     pub local_addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -59,7 +59,7 @@ struct Opened {
     log_store: LogStore,
     sm: StateMachineStore,
     durability: Durability,
-    /// The committed index found on disk, plus one (see `Shared::replay_to`).
+    /// The committed index found on disk, plus one (see `ReplicaState::replay_to`).
     replay_to: u64,
 }
 
@@ -186,10 +186,10 @@ const EXEMPT: &[&str] = &[
 
 /// Counts the calls refused as overloaded (`storesvr_shed_total`) and those that waited for a
 /// slot of the in-flight limit (`storesvr_parked_total`).
-fn admission_counters() -> serving::Hooks {
+fn admission_counters() -> serve_limits::Hooks {
     let shed = metrics::counter!("storesvr_shed_total");
     let parked = metrics::counter!("storesvr_parked_total");
-    serving::Hooks {
+    serve_limits::Hooks {
         shed: Arc::new(move || shed.increment(1)),
         parked: Arc::new(move || parked.increment(1)),
     }
@@ -197,7 +197,7 @@ fn admission_counters() -> serving::Hooks {
 
 /// Serves every service of the replica on `listener` until `stopped` fires.
 async fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<ReplicaState>,
     tls: Option<&Tls>,
     listener: tokio::net::TcpListener,
     stopped: oneshot::Receiver<()>,
@@ -226,7 +226,7 @@ async fn serve(
     // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = seqsvr_auth::server(tls).map_err(StartError::Tls)?;
-    let mut server = serving::apply(server, &limits, EXEMPT, admission_counters());
+    let mut server = serve_limits::apply(server, &limits, EXEMPT, admission_counters());
     Ok(tokio::spawn(
         server
             .add_service(health)
@@ -270,7 +270,7 @@ impl StoreNode {
             .await
             .map_err(listen_error)?;
         let local_addr = listener.local_addr().map_err(listen_error)?;
-        let ctx = Arc::new(Shared {
+        let ctx = Arc::new(ReplicaState {
             node_id: config.node_id,
             writer: Writer::start(raft.clone()),
             raft,

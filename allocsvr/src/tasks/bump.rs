@@ -20,11 +20,11 @@ use tracing::{debug, error, info, warn};
 
 use super::{backoff_after, store_reply_wait};
 use crate::owned::Slot;
-use crate::shared::{BumpQueue, Shared};
+use crate::state::{AllocState, BumpQueue};
 use crate::store::StoreFailure;
 
 /// Sends the queued bumps until `stop`.
-pub async fn bumper(shared: Arc<Shared>, mut queue: BumpQueue, mut stop: watch::Receiver<bool>) {
+pub async fn bumper(shared: Arc<AllocState>, mut queue: BumpQueue, mut stop: watch::Receiver<bool>) {
     let wait = store_reply_wait(shared.params());
     loop {
         // Biased, stop first: a stop wins over work ready at the same time, and the choice never
@@ -47,7 +47,7 @@ pub async fn bumper(shared: Arc<Shared>, mut queue: BumpQueue, mut stop: watch::
 }
 
 /// Sends one Bump for `slots` and retries it unchanged until it is answered.
-pub async fn run_bump(shared: &Shared, slots: &[Arc<Slot>], wait: Duration) {
+pub async fn run_bump(shared: &AllocState, slots: &[Arc<Slot>], wait: Duration) {
     let mut pending: Vec<(Arc<Slot>, u64)> = slots
         .iter()
         .filter_map(|s| s.section.lock().unwrap().bump_in_flight().map(|t| (s.clone(), t)))
@@ -108,7 +108,7 @@ pub async fn run_bump(shared: &Shared, slots: &[Arc<Slot>], wait: Duration) {
 /// Keeps only the bumps this node may still send: held slots of the current incarnation, under
 /// a valid lease, while not stopping. The others are abandoned (their waiters woken). Returns the
 /// incarnation the kept ones are held under.
-fn keep_bumpable(shared: &Shared, pending: &mut Vec<(Arc<Slot>, u64)>) -> Incarnation {
+fn keep_bumpable(shared: &AllocState, pending: &mut Vec<(Arc<Slot>, u64)>) -> Incarnation {
     let incarnation = shared.incarnation();
     let allowed = !shared.is_stopping() && shared.owned().lease_valid(shared.lease_now());
     pending.retain(|(slot, _)| {
@@ -123,7 +123,7 @@ fn keep_bumpable(shared: &Shared, pending: &mut Vec<(Arc<Slot>, u64)>) -> Incarn
 
 /// Records, at a gained section's first acknowledged bump, how long after its grant it could
 /// serve: the takeover time callers see, apart from their own retries.
-fn note_ready(shared: &Shared, slot: &Slot, serve_after: Instant) {
+fn note_ready(shared: &AllocState, slot: &Slot, serve_after: Instant) {
     if slot.ready_noted.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;
     }
@@ -138,7 +138,7 @@ fn note_ready(shared: &Shared, slot: &Slot, serve_after: Instant) {
 }
 
 /// One section's result of an answered Bump.
-fn settle(shared: &Shared, slot: &Arc<Slot>, new_max: u64, r: &pb::BumpResult) {
+fn settle(shared: &AllocState, slot: &Arc<Slot>, new_max: u64, r: &pb::BumpResult) {
     // Only the epoch the slot holds vouches for the bump: a reply without it (epoch 0) is not an
     // acknowledgement.
     let same_epoch = r.epoch == slot.epoch.0 && r.section == slot.id.0;

@@ -20,14 +20,14 @@ use tracing::{info, warn};
 use super::backoff_after;
 use crate::grants::ranges;
 use crate::owned::Slot;
-use crate::shared::Shared;
+use crate::state::AllocState;
 use crate::store::StoreFailure;
 
 /// Attempts of the Load of newly gained sections before giving them up until the next renewal.
 pub const LOAD_ATTEMPTS: u32 = 5;
 
 /// Loads gained sections chunk by chunk, sets their base and queues them for Bumps.
-pub async fn gain(shared: Arc<Shared>, slots: Vec<Arc<Slot>>) {
+pub async fn gain(shared: Arc<AllocState>, slots: Vec<Arc<Slot>>) {
     for chunk in load_chunks(slots) {
         gain_chunk(&shared, chunk).await;
     }
@@ -46,7 +46,7 @@ pub fn load_chunks(mut slots: Vec<Arc<Slot>>) -> Vec<Vec<Arc<Slot>>> {
 }
 
 /// Loads one chunk (a single Load), sets the bases and queues the chunk for one Bump.
-async fn gain_chunk(shared: &Arc<Shared>, slots: Vec<Arc<Slot>>) {
+async fn gain_chunk(shared: &Arc<AllocState>, slots: Vec<Arc<Slot>>) {
     let Some(reply) = load(shared, &slots).await else {
         let dropped: Vec<_> = slots.into_iter().filter(|s| shared.owned().remove_if_held(s)).collect();
         shared.let_go(&dropped);
@@ -86,7 +86,7 @@ async fn gain_chunk(shared: &Arc<Shared>, slots: Vec<Arc<Slot>>) {
 }
 
 /// The Load of `slots`, retried with backoff while any of them is still held.
-async fn load(shared: &Shared, slots: &[Arc<Slot>]) -> Option<pb::LoadReply> {
+async fn load(shared: &AllocState, slots: &[Arc<Slot>]) -> Option<pb::LoadReply> {
     let req = pb::LoadRequest {
         sections: ranges(slots.iter().map(|s| s.id)),
     };

@@ -16,14 +16,14 @@ use std::time::Duration;
 use seqsvr_proto::pb;
 use tracing::{debug, info, warn};
 
-use crate::shared::Shared;
+use crate::state::AllocState;
 
 /// Deadline of the Releases sent at shutdown.
 pub const SHUTDOWN_RELEASE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Sends one handover Release. Under the test-only `repeat_releases_after`, the same Release is
 /// sent once more, 1–2× that later, as a retry after a lost reply would be.
-pub async fn hand_over(shared: Arc<Shared>, req: pb::ReleaseRequest) {
+pub async fn hand_over(shared: Arc<AllocState>, req: pb::ReleaseRequest) {
     if let Some(after) = shared.repeat_releases_after() {
         let late = after + after.mul_f64(rand::random::<f64>());
         let (shared, again) = (shared.clone(), req.clone());
@@ -46,7 +46,7 @@ pub async fn hand_over(shared: Arc<Shared>, req: pb::ReleaseRequest) {
 }
 
 /// Sends the Releases of a leaving node, each within [`SHUTDOWN_RELEASE_DEADLINE`].
-pub async fn leave(shared: &Shared, reqs: Vec<pb::ReleaseRequest>) {
+pub async fn leave(shared: &AllocState, reqs: Vec<pb::ReleaseRequest>) {
     for req in reqs {
         match shared.store().release(req, Some(SHUTDOWN_RELEASE_DEADLINE)).await {
             Ok(r) => info!(released = r.released, "released sections"),

@@ -20,7 +20,7 @@ use super::{backoff_after, gain, release, store_reply_wait};
 use crate::error::StartError;
 use crate::grants::{self, release_requests, released};
 use crate::lease::Lease;
-use crate::shared::Shared;
+use crate::state::AllocState;
 use crate::store::{Store, StoreFailure};
 
 /// Registers until the store answers (or `deadline` passes): a new incarnation and the set's
@@ -89,7 +89,7 @@ pub const RENEW_SOON: Duration = Duration::from_millis(25);
 
 /// The renewal loop's own state.
 struct Renewer {
-    shared: Arc<Shared>,
+    shared: Arc<AllocState>,
     lease: Lease,
     /// Grants, handovers and map generation after the last diff: an unchanged renewal skips it.
     last_applied: Option<(Vec<pb::Grant>, Vec<pb::SectionRange>, u64)>,
@@ -99,7 +99,7 @@ struct Renewer {
 }
 
 /// Renews every `renew_interval` until `stop`; see the module docs for the order of effects.
-pub async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub async fn renew_loop(shared: Arc<AllocState>, mut stop: watch::Receiver<bool>) {
     let interval = shared.params().renew_interval();
     let wait = store_reply_wait(shared.params());
     let mut r = Renewer {

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::{bump, renew};
 use crate::config::NodeConfig;
 use crate::service::Service;
-use crate::shared::{BUMP_QUEUE_MESSAGES, Shared};
+use crate::state::{AllocState, BUMP_QUEUE_MESSAGES};
 use crate::store::{Call, Store, StoreFailure};
 
 const INCARNATION: u64 = 7;
@@ -190,7 +190,7 @@ impl Store for FakeStore {
 
 /// A node's tasks and service over `store`, without a network listener.
 struct Harness {
-    shared: Arc<Shared>,
+    shared: Arc<AllocState>,
     service: Service,
     _stop: watch::Sender<bool>,
 }
@@ -207,7 +207,7 @@ async fn start_on(store: Arc<FakeStore>, clock: LeaseClock) -> Harness {
     let mut cfg = NodeConfig::new(NodeId(1), listen, vec![]);
     cfg.lease_clock = clock;
     let (incarnation, params) = renew::register(&*store, cfg.node_id, "a:1", None).await.unwrap();
-    let (shared, queue) = Shared::new(&cfg, params, "a:1".into(), store, incarnation);
+    let (shared, queue) = AllocState::new(&cfg, params, "a:1".into(), store, incarnation);
     let (stop, stop_rx) = watch::channel(false);
     tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone()));
     tokio::spawn(bump::bumper(shared.clone(), queue, stop_rx));
@@ -492,7 +492,7 @@ async fn a_full_bump_queue_gives_the_prefetch_up_instead_of_growing() {
     let store = FakeStore::granting_all(1);
     let cfg = NodeConfig::new(NodeId(1), "127.0.0.1:0".parse().unwrap(), vec![]);
     // No bumper drains this queue.
-    let (shared, _queue) = Shared::new(&cfg, params(), "a:1".into(), store, Incarnation(INCARNATION));
+    let (shared, _queue) = AllocState::new(&cfg, params(), "a:1".into(), store, Incarnation(INCARNATION));
     let diff = crate::grants::GrantDiff {
         gain: vec![crate::grants::Gain {
             id: SectionId(0),

@@ -426,9 +426,8 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
                 g.replicas[r].isolated = false;
             }
         }
-        let now = tokio::time::Instant::now();
         for s in &st.allocs {
-            s.proc.pause_until(now);
+            s.proc.resume();
         }
         (0..st.allocs.len())
             .filter(|&i| !st.allocs[i].proc.is_alive())

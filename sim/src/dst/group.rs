@@ -1,6 +1,6 @@
 //! One set's StoreSvr group as `sim dst` runs it: three replicas around one committed state (the
 //! production state machine, `SetState::apply_with`), each with its own leader-only view, and
-//! every request answered by the production service logic (`storesvr::serve`).
+//! every request answered by the production service logic (`storesvr::protocol`).
 //!
 //! What is modelled rather than run is Raft itself, by what it guarantees and how it fails:
 //! - one committed log, applied in order; a leader is a replica that is up, was elected in the
@@ -22,8 +22,8 @@ use seqsvr_proto::pb;
 use storesvr::domain::command;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
-use storesvr::serve::moves::{self as moves, FrozenSeen};
-use storesvr::serve::{self, LeaderView, Tick};
+use storesvr::protocol::moves::{self as moves, FrozenSeen};
+use storesvr::protocol::{self, LeaderView, Tick};
 
 use super::addrs::{REPLICAS, store_addr};
 
@@ -102,7 +102,7 @@ pub struct Group {
     /// Negative control: the source of a move hands out its ceilings without the lease wait (as
     /// `storesvr --unsafe-skip-move-wait`).
     pub skip_move_wait: bool,
-    /// Renewals carry the cluster map (`serve::moves::map_for`), as in production. Off in one-set
+    /// Renewals carry the cluster map (`protocol::moves::map_for`), as in production. Off in one-set
     /// runs, which predate it: their seeds keep their schedules (and the regression seeds theirs).
     pub carry_map: bool,
     /// Sections a committed Release named while their owner was the releasing incarnation under a
@@ -280,12 +280,17 @@ impl Group {
         let admin = |cmd| command::wrap("sim", 0, cmd);
         Ok(match req {
             Req::Register(q) => {
-                let cmd = serve::register_command(q)?;
-                serve::params_of(&self.set)?;
+                let cmd = protocol::register_command(q)?;
+                protocol::params_of(&self.set)?;
                 Step::Commit(cmd)
             }
-            Req::Release(q) => Step::Commit(serve::release_command(&self.set, q, self.rules.skip_binding)?),
-            Req::Bump(q) => Step::Commit(serve::bump_command(&self.set, q, skip_fence, self.rules.skip_binding)?),
+            Req::Release(q) => Step::Commit(protocol::release_command(&self.set, q, self.rules.skip_binding)?),
+            Req::Bump(q) => Step::Commit(protocol::bump_command(
+                &self.set,
+                q,
+                skip_fence,
+                self.rules.skip_binding,
+            )?),
             Req::Renew(q) => {
                 let skip_binding = self.rules.skip_binding;
                 let (set, view) = (&self.set, &mut self.replicas[r].view);
@@ -293,12 +298,12 @@ impl Group {
                     storesvr::grpc::store::build_routes(set).ok_or_else(|| RpcError::Unavailable("no params".into()))
                 };
                 let map = if self.carry_map {
-                    let p = serve::params_of(set)?;
+                    let p = protocol::params_of(set)?;
                     moves::map_for(set, &p, q.map_version, || store_addrs(p.set_id))?
                 } else {
                     (0, None)
                 };
-                Step::Answer(Rep::Renew(serve::renew_reply(
+                Step::Answer(Rep::Renew(protocol::renew_reply(
                     set,
                     view,
                     q,
@@ -309,25 +314,29 @@ impl Group {
                 )?))
             }
             Req::Load(q) => {
-                let p = serve::params_of(&self.set)?;
-                let ranges = serve::load_ranges(&p, q)?;
-                Step::Answer(Rep::Load(serve::load_reply(&self.set, &p, &ranges)?))
+                let p = protocol::params_of(&self.set)?;
+                let ranges = protocol::load_ranges(&p, q)?;
+                Step::Answer(Rep::Load(protocol::load_reply(&self.set, &p, &ranges)?))
             }
             Req::GetClusterMap => {
-                let p = serve::params_of(&self.set)?;
+                let p = protocol::params_of(&self.set)?;
                 Step::Answer(Rep::ClusterMap(moves::cluster_map_reply(
                     &self.set,
                     &p,
                     &store_addrs(p.set_id),
                 )?))
             }
-            Req::ChangeMap(q) => Step::Commit(admin(moves::map_command(&serve::params_of(&self.set)?, q.clone())?)),
-            Req::RangeStep(q) => Step::Commit(admin(moves::range_command(&serve::params_of(&self.set)?, q.clone())?)),
-            Req::PublishMap(q) => {
-                Step::Commit(admin(moves::publish_command(&serve::params_of(&self.set)?, q.clone())?))
-            }
+            Req::ChangeMap(q) => Step::Commit(admin(moves::map_command(&protocol::params_of(&self.set)?, q.clone())?)),
+            Req::RangeStep(q) => Step::Commit(admin(moves::range_command(
+                &protocol::params_of(&self.set)?,
+                q.clone(),
+            )?)),
+            Req::PublishMap(q) => Step::Commit(admin(moves::publish_command(
+                &protocol::params_of(&self.set)?,
+                q.clone(),
+            )?)),
             Req::ExportStatus(q) => {
-                let p = serve::params_of(&self.set)?;
+                let p = protocol::params_of(&self.set)?;
                 let rep = &mut self.replicas[r];
                 let reply =
                     moves::export_reply(&self.set, &p, q.op, now, &mut rep.frozen, rep.term, self.skip_move_wait)?;
@@ -384,28 +393,30 @@ impl Group {
     /// The reply to a committed write of `req`, from replica `r`.
     pub fn reply(&mut self, r: usize, req: &Req, result: CommandResult, now: Instant) -> Rep {
         let answer = match req {
-            Req::Register(_) => serve::params_of(&self.set).and_then(|p| {
-                serve::registered(result, &p, &mut self.replicas[r].view.liveness, now)
+            Req::Register(_) => protocol::params_of(&self.set).and_then(|p| {
+                protocol::registered(result, &p, &mut self.replicas[r].view.liveness, now)
                     .map(|(_, rep)| Rep::Register(rep))
             }),
-            Req::Release(q) => serve::released(q, result).map(Rep::Release),
-            Req::Bump(q) => serve::bumped(q, result).map(Rep::Bump),
+            Req::Release(q) => protocol::released(q, result).map(Rep::Release),
+            Req::Bump(q) => protocol::bumped(q, result).map(Rep::Bump),
             Req::ChangeMap(_) => moves::map_changed(result).map(Rep::ChangeMap),
             Req::RangeStep(_) => moves::stepped(result).map(Rep::RangeStep),
             Req::PublishMap(_) => moves::published(result).map(Rep::PublishMap),
-            Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => Err(serve::unexpected(result)),
+            Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => {
+                Err(protocol::unexpected(result))
+            }
         };
         answer.unwrap_or_else(Rep::Error)
     }
 
-    /// One arbiter tick on replica `r` (production `serve::arbiter_tick`): the command to write.
+    /// One arbiter tick on replica `r` (production `protocol::arbiter_tick`): the command to write.
     pub fn arbiter(&mut self, r: usize, now: Instant) -> Option<Command> {
         let rep = &mut self.replicas[r];
         if !rep.up {
             return None;
         }
         let role = (rep.leading, rep.term);
-        match serve::arbiter_tick(&self.set, &mut rep.view, role, now, self.detect, &self.bootstrap).1 {
+        match protocol::arbiter_tick(&self.set, &mut rep.view, role, now, self.detect, &self.bootstrap).1 {
             Tick::Follower => None,
             Tick::Init(p) => Some(Command::Init(p)),
             Tick::Plan(cmd) => cmd,
@@ -507,7 +518,7 @@ pub(crate) mod tests {
 
     /// The move protocol's server side, step by step, as the driver sends it: the map record on
     /// set 0, the import, the freeze of a range a live owner holds, the source's lease wait
-    /// (decided by `serve::moves`), the seal, install, switch and tombstone — every step through
+    /// (decided by `protocol::moves`), the seal, install, switch and tombstone — every step through
     /// the production decisions over the modelled groups.
     #[test]
     fn a_move_between_two_modelled_sets_runs_through_the_production_decisions() {

@@ -5,13 +5,13 @@
 //!
 //! The code under test is the production code, not a model of it:
 //! - StoreSvr: the state machine (`SetState::apply_with`), the request checks and replies and the
-//!   arbiter tick (`storesvr::serve`), with the same unsafe rules as the real binary;
+//!   arbiter tick (`storesvr::protocol`), with the same unsafe rules as the real binary;
 //! - AllocSvr: `allocsvr::Core` (registration, renewal loop, grants, gains, bumps, releases,
 //!   leases) and its gRPC `Service` behind the generated server;
 //! - client: `seqsvr_client::Client` (routing, retries, backoff, deadlines) over its in-process
 //!   transport, recorded by the same workload code as `sim run`;
 //! - with `--sets 2`, a second set and operator moves ([`moves`]): the move driver
-//!   (`seqsvr_control::Mover`) and the store's move RPCs (`storesvr::serve::moves`, behind the
+//!   (`seqsvr_control::Mover`) and the store's move RPCs (`storesvr::protocol::moves`, behind the
 //!   generated servers in [`services`]); the faults then hit set 1's AllocSvrs and StoreSvr
 //!   leader too ([`faults::set1_faults`]);
 //! - in a share of the seeds, a backup of a set, its loss and its restore ([`restore`]) by the
@@ -397,7 +397,7 @@ pub(crate) fn spawn_store(world: &Arc<World>) {
             let w = world.clone();
             tokio::spawn(async move {
                 loop {
-                    tokio::time::sleep(storesvr::shared::ARBITER_TICK).await;
+                    tokio::time::sleep(storesvr::replica::ARBITER_TICK).await;
                     let (cmd, term) = {
                         let mut st = w.lock();
                         let g = &mut st.groups[set as usize];

@@ -88,8 +88,17 @@ impl Proc {
         self.alive.load(Ordering::Acquire)
     }
 
+    /// Holds the process until `until` at least: a pause never shortens a hold already running (a
+    /// host suspended until later keeps the process stopped whatever a SIGCONT says; resuming it
+    /// early would let it run while its lease clock still stood, a world that cannot happen).
     pub fn pause_until(&self, until: Instant) {
-        *self.paused_until.lock().unwrap() = Some(until);
+        let mut held = self.paused_until.lock().unwrap();
+        *held = Some(held.map_or(until, |h| h.max(until)));
+    }
+
+    /// Ends every hold at once (the heal after the load: every fault has ended by then).
+    pub fn resume(&self) {
+        *self.paused_until.lock().unwrap() = None;
     }
 
     /// Returns once the process runs (never, for a dead one).

@@ -20,7 +20,7 @@
 //! - `show b..e` (sections), `show moves`, `show map`.
 //!
 //! Left out: time (leases, the lease wait: the leader's business, not the state machine's) and
-//! the RPC layer (`serve`), which the integration tests cover.
+//! the RPC layer (`protocol`), which the integration tests cover.
 
 use std::collections::BTreeMap;
 use std::error::Error;

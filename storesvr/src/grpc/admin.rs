@@ -18,7 +18,7 @@
 
 use crate::error::RpcError;
 use crate::grpc::{audit, backup, moves};
-use crate::shared::{Led, Shared};
+use crate::replica::{Led, ReplicaState};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use seqsvr_auth::Caller;
@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status};
 pub const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct AdminSvc {
-    pub ctx: Arc<Shared>,
+    pub ctx: Arc<ReplicaState>,
 }
 
 impl AdminSvc {

@@ -18,7 +18,7 @@ use crate::domain::audit::{AuditNote, AuditRecord, AuditTrail};
 use crate::domain::command;
 use crate::domain::state::Command;
 use crate::error::RpcError;
-use crate::shared::{Led, Shared};
+use crate::replica::{Led, ReplicaState};
 
 /// This replica's wall clock, milliseconds since the Unix epoch.
 fn now_ms() -> u64 {
@@ -73,7 +73,7 @@ pub fn audit_reply(trail: &AuditTrail, req: &pb::GetAuditRequest) -> Result<pb::
 }
 
 /// GetAudit on the leader, after a read index (the trail as of every committed action).
-pub async fn get_audit(ctx: &Shared, req: pb::GetAuditRequest) -> Result<pb::GetAuditReply, RpcError> {
+pub async fn get_audit(ctx: &ReplicaState, req: pb::GetAuditRequest) -> Result<pb::GetAuditReply, RpcError> {
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(pb::GetAuditReply {
             not_leader: Some(hint),

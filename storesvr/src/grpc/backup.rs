@@ -20,13 +20,13 @@ use tonic::Status;
 
 use crate::backup::{BackupError, capture};
 use crate::error::RpcError;
-use crate::shared::{Led, Shared};
+use crate::replica::{Led, ReplicaState};
 
 /// The chunks of one backup, as the gRPC server sends them.
 pub type BackupStream = Pin<Box<dyn Stream<Item = Result<pb::BackupChunk, Status>> + Send>>;
 
 /// Takes a backup on the leader and returns its chunks (or one chunk naming the leader).
-pub async fn backup(ctx: &Shared) -> Result<BackupStream, RpcError> {
+pub async fn backup(ctx: &ReplicaState) -> Result<BackupStream, RpcError> {
     let file = match take(ctx).await? {
         Led::Here(file) => file,
         Led::Elsewhere(hint) => {
@@ -53,7 +53,7 @@ fn chunks(file: Vec<u8>) -> Vec<pb::BackupChunk> {
         .collect()
 }
 
-async fn take(ctx: &Shared) -> Result<Led<Vec<u8>>, RpcError> {
+async fn take(ctx: &ReplicaState) -> Result<Led<Vec<u8>>, RpcError> {
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(Led::Elsewhere(hint));
     }

@@ -1,6 +1,6 @@
 //! The move RPCs of `AdminService`: the cluster map (read and change, on set 0) and a set's range
 //! steps, drain and export status. `admin.rs` forwards to these functions; what each decides is in
-//! `serve::moves` (shared with the deterministic simulator), and this module adds Raft's writes and
+//! `protocol::moves` (shared with the deterministic simulator), and this module adds Raft's writes and
 //! read index, the replica's membership and the leader's clock. Every write here is an admin
 //! action: it is stamped with its caller and time and recorded in the audit trail in the same
 //! Raft entry (`grpc::audit`).
@@ -13,10 +13,10 @@ use seqsvr_proto::pb;
 
 use crate::error::RpcError;
 use crate::grpc::audit::stamped;
-use crate::serve::moves as serve;
-use crate::shared::{Led, Shared};
+use crate::protocol::moves as protocol;
+use crate::replica::{Led, ReplicaState};
 
-fn members(ctx: &Shared) -> Vec<String> {
+fn members(ctx: &ReplicaState) -> Vec<String> {
     let m = ctx.raft.metrics().borrow().clone();
     m.membership_config
         .membership()
@@ -25,7 +25,7 @@ fn members(ctx: &Shared) -> Vec<String> {
         .collect()
 }
 
-pub async fn get_cluster_map(ctx: &Shared) -> Result<pb::ClusterMapReply, RpcError> {
+pub async fn get_cluster_map(ctx: &ReplicaState) -> Result<pb::ClusterMapReply, RpcError> {
     let p = ctx.params()?;
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(pb::ClusterMapReply {
@@ -34,57 +34,65 @@ pub async fn get_cluster_map(ctx: &Shared) -> Result<pb::ClusterMapReply, RpcErr
         });
     }
     let own = members(ctx);
-    ctx.data(|d| serve::cluster_map_reply(&d.set, &p, &own))
+    ctx.data(|d| protocol::cluster_map_reply(&d.set, &p, &own))
 }
 
-/// The set's map version, and the map when `caller` has an older one (see `serve::moves::map_for`).
+/// The set's map version, and the map when `caller` has an older one (see `protocol::moves::map_for`).
 pub fn map_for(
-    ctx: &Shared,
+    ctx: &ReplicaState,
     p: &crate::domain::state::SetParams,
     caller: u64,
 ) -> Result<(u64, Option<pb::ClusterMap>), RpcError> {
-    ctx.data(|d| serve::map_for(&d.set, p, caller, || members(ctx)))
+    ctx.data(|d| protocol::map_for(&d.set, p, caller, || members(ctx)))
 }
 
 pub async fn publish_map(
-    ctx: &Shared,
+    ctx: &ReplicaState,
     who: &Caller,
     req: pb::PublishMapRequest,
 ) -> Result<pb::PublishMapReply, RpcError> {
-    let cmd = serve::publish_command(&ctx.params()?, req)?;
+    let cmd = protocol::publish_command(&ctx.params()?, req)?;
     match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::PublishMapReply {
             not_leader: Some(hint),
             ..Default::default()
         }),
-        Led::Here(result) => serve::published(result),
+        Led::Here(result) => protocol::published(result),
     }
 }
 
-pub async fn change_map(ctx: &Shared, who: &Caller, req: pb::ChangeMapRequest) -> Result<pb::ChangeMapReply, RpcError> {
-    let cmd = serve::map_command(&ctx.params()?, req)?;
+pub async fn change_map(
+    ctx: &ReplicaState,
+    who: &Caller,
+    req: pb::ChangeMapRequest,
+) -> Result<pb::ChangeMapReply, RpcError> {
+    let cmd = protocol::map_command(&ctx.params()?, req)?;
     match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::ChangeMapReply {
             not_leader: Some(hint),
             ..Default::default()
         }),
-        Led::Here(result) => serve::map_changed(result),
+        Led::Here(result) => protocol::map_changed(result),
     }
 }
 
-pub async fn range_step(ctx: &Shared, who: &Caller, req: pb::RangeStepRequest) -> Result<pb::RangeStepReply, RpcError> {
-    let cmd = serve::range_command(&ctx.params()?, req)?;
+pub async fn range_step(
+    ctx: &ReplicaState,
+    who: &Caller,
+    req: pb::RangeStepRequest,
+) -> Result<pb::RangeStepReply, RpcError> {
+    let cmd = protocol::range_command(&ctx.params()?, req)?;
     match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(pb::RangeStepReply {
             not_leader: Some(hint),
             already: false,
         }),
-        Led::Here(result) => serve::stepped(result),
+        Led::Here(result) => protocol::stepped(result),
     }
 }
 
 /// Marks node `node_id` draining (once) and says how many sections it still owns.
-pub async fn drain(ctx: &Shared, who: &Caller, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
+pub async fn drain(ctx: &ReplicaState, who: &Caller, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
     let not_leader = |hint| pb::DrainAllocSvrReply {
         not_leader: Some(hint),
         ..Default::default()
@@ -92,15 +100,18 @@ pub async fn drain(ctx: &Shared, who: &Caller, node_id: u64) -> Result<pb::Drain
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(not_leader(hint));
     }
-    let now = Shared::lease_now();
-    let cmd = ctx.data(|d| serve::drain_command(&d.set, &ctx.view().liveness, now, ctx.detect(), node_id))?;
+    let now = ReplicaState::lease_now();
+    let cmd = ctx.data(|d| protocol::drain_command(&d.set, &ctx.view().liveness, now, ctx.detect(), node_id))?;
     match ctx.write(stamped(who, cmd)).await? {
         Led::Elsewhere(hint) => Ok(not_leader(hint)),
-        Led::Here(result) => ctx.data(|d| serve::drained(&d.set, node_id, result)),
+        Led::Here(result) => ctx.data(|d| protocol::drained(&d.set, node_id, result)),
     }
 }
 
-pub async fn export_status(ctx: &Shared, req: pb::ExportStatusRequest) -> Result<pb::ExportStatusReply, RpcError> {
+pub async fn export_status(
+    ctx: &ReplicaState,
+    req: pb::ExportStatusRequest,
+) -> Result<pb::ExportStatusReply, RpcError> {
     let p = ctx.params()?;
     if let Led::Elsewhere(hint) = ctx.linearizable().await? {
         return Ok(pb::ExportStatusReply {
@@ -112,6 +123,14 @@ pub async fn export_status(ctx: &Shared, req: pb::ExportStatusRequest) -> Result
     let skip_wait = ctx.config.unsafe_skip_move_wait;
     ctx.data(|d| {
         let mut seen = ctx.frozen_seen.lock().expect("frozen_seen lock poisoned");
-        serve::export_reply(&d.set, &p, req.op, Shared::lease_now(), &mut seen, term, skip_wait)
+        protocol::export_reply(
+            &d.set,
+            &p,
+            req.op,
+            ReplicaState::lease_now(),
+            &mut seen,
+            term,
+            skip_wait,
+        )
     })
 }

@@ -8,23 +8,23 @@
 //!
 //! Bad input is refused before anything is proposed, and the state machine
 //! checks again at apply time, so a refused request changes nothing. What each
-//! call checks, writes and answers is in `serve` (shared with the deterministic
+//! call checks, writes and answers is in `protocol` (shared with the deterministic
 //! simulator); this module adds Raft, the route cache, logs and metrics.
 
 use crate::domain::ranges::RangeState;
 use crate::domain::state::{NOBODY, SetParams, SetState};
 use crate::error::RpcError;
-use crate::serve;
-use crate::shared::{Led, Shared};
+use crate::protocol;
+use crate::replica::{Led, ReplicaState};
 use seqsvr_proto::{SectionId, pb};
 use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Request, Response, Status};
 
-pub use crate::serve::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
+pub use crate::protocol::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
 
 pub struct StoreSvc {
-    pub ctx: Arc<Shared>,
+    pub ctx: Arc<ReplicaState>,
 }
 
 impl StoreSvc {
@@ -136,7 +136,7 @@ fn not_owned(set: &SetState, p: &SetParams, begin: SectionId, end: SectionId, ou
 impl pb::store_service_server::StoreService for StoreSvc {
     async fn register(&self, req: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterReply>, Status> {
         let req = req.into_inner();
-        let cmd = serve::register_command(&req)?;
+        let cmd = protocol::register_command(&req)?;
         let params = self.ctx.params()?;
         let result = match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => {
@@ -147,8 +147,12 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }
             Led::Here(result) => result,
         };
-        let (incarnation, reply) =
-            serve::registered(result, &params, &mut self.ctx.view().liveness, Shared::lease_now())?;
+        let (incarnation, reply) = protocol::registered(
+            result,
+            &params,
+            &mut self.ctx.view().liveness,
+            ReplicaState::lease_now(),
+        )?;
         tracing::info!(node_id = req.node_id, %incarnation, addr = %req.addr, "AllocSvr registered");
         Ok(Response::new(reply))
     }
@@ -168,13 +172,13 @@ impl pb::store_service_server::StoreService for StoreSvc {
             (req.map_version, None)
         });
         let reply = self.ctx.data(|d| {
-            serve::renew_reply(
+            protocol::renew_reply(
                 &d.set,
                 &mut self.ctx.view(),
                 &req,
                 map,
                 || self.route_table_of(&d.set),
-                Shared::lease_now(),
+                ReplicaState::lease_now(),
                 self.ctx.config.unsafe_skip_binding,
             )
         })?;
@@ -184,14 +188,16 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn release(&self, req: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseReply>, Status> {
         let req = req.into_inner();
         let skip_binding = self.ctx.config.unsafe_skip_binding;
-        let cmd = self.ctx.data(|d| serve::release_command(&d.set, &req, skip_binding))?;
+        let cmd = self
+            .ctx
+            .data(|d| protocol::release_command(&d.set, &req, skip_binding))?;
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::ReleaseReply {
                 not_leader: Some(hint),
                 released: 0,
             })),
             Led::Here(result) => {
-                let reply = serve::released(&req, result)?;
+                let reply = protocol::released(&req, result)?;
                 if reply.released > 0 {
                     self.ctx.arbiter_wake.notify_one();
                 }
@@ -212,7 +218,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let (skip_fence, skip_binding) = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
         let cmd = self
             .ctx
-            .data(|d| serve::bump_command(&d.set, &req, skip_fence, skip_binding))?;
+            .data(|d| protocol::bump_command(&d.set, &req, skip_fence, skip_binding))?;
         let started = Instant::now();
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::BumpReply {
@@ -220,7 +226,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 results: vec![],
             })),
             Led::Here(result) => {
-                let reply = serve::bumped(&req, result)?;
+                let reply = protocol::bumped(&req, result)?;
                 metrics::counter!("storesvr_bump_items_total").increment(req.items.len() as u64);
                 metrics::histogram!("storesvr_bump_seconds").record(started.elapsed().as_secs_f64());
                 Ok(Response::new(reply))
@@ -231,7 +237,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
         let req = req.into_inner();
         let p = self.ctx.params()?;
-        let ranges = serve::load_ranges(&p, &req)?;
+        let ranges = protocol::load_ranges(&p, &req)?;
         if let Led::Elsewhere(hint) = self.ctx.linearizable().await? {
             return Ok(Response::new(pb::LoadReply {
                 not_leader: Some(hint),
@@ -239,7 +245,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             }));
         }
         Ok(Response::new(
-            self.ctx.data(|d| serve::load_reply(&d.set, &p, &ranges))?,
+            self.ctx.data(|d| protocol::load_reply(&d.set, &p, &ranges))?,
         ))
     }
 
@@ -269,7 +275,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
             .get_node(&leader_id)
             .map(|n| n.addr.clone())
             .unwrap_or_default();
-        let now = Shared::lease_now();
+        let now = ReplicaState::lease_now();
         let detect = self.ctx.detect();
         let reply = self.ctx.data(|d| {
             let view = self.ctx.view();

@@ -3,18 +3,18 @@
 //! leadership bookkeeping of the liveness view, writes the set's parameters once, and turns one
 //! arbiter decision (pure, in `domain::arbiter`) into a Raft write.
 //!
-//! Deliberately left out: the decision itself (`serve::arbiter_tick`, pure); a failed write is simply retried at the next tick.
+//! Deliberately left out: the decision itself (`protocol::arbiter_tick`, pure); a failed write is simply retried at the next tick.
 
 use std::sync::Arc;
 
 use openraft::ServerState;
 
 use crate::domain::state::Command;
-use crate::serve::{self, Tick};
-use crate::shared::{ARBITER_TICK, Shared, WRITE_TIMEOUT};
+use crate::protocol::{self, Tick};
+use crate::replica::{ARBITER_TICK, ReplicaState, WRITE_TIMEOUT};
 
 /// Leadership bookkeeping plus one arbiter decision per tick, on the leader only.
-pub async fn arbiter_loop(ctx: Arc<Shared>) {
+pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
     let mut tick = tokio::time::interval(ARBITER_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -33,11 +33,11 @@ pub async fn arbiter_loop(ctx: Arc<Shared>) {
         let (became_leader, tick) = {
             let st = ctx.state.read().expect("state lock poisoned");
             let mut view = ctx.view();
-            serve::arbiter_tick(
+            protocol::arbiter_tick(
                 &st.set,
                 &mut view,
                 (is_leader, term),
-                Shared::lease_now(),
+                ReplicaState::lease_now(),
                 ctx.detect(),
                 &ctx.config.set_params(),
             )

@@ -31,7 +31,7 @@ use seqsvr_proto::pb;
 use crate::domain::ranges::{OpId, RangeState};
 use crate::domain::state::{NOBODY, SetState};
 use crate::raft::types::{Node, NodeId};
-use crate::shared::Shared;
+use crate::replica::ReplicaState;
 
 /// How often the gauges are refreshed.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -251,7 +251,7 @@ fn publish_state(s: &StateSample) {
 /// Publishes a sample every [`SAMPLE_EVERY`] until the replica is gone. Holds the replica weakly
 /// so that it never keeps a stopped node's state alive; ends when openraft's metrics channel
 /// closes (the Raft node shut down).
-pub async fn metrics_loop(ctx: Weak<Shared>) {
+pub async fn metrics_loop(ctx: Weak<ReplicaState>) {
     let leader_changes = counter!("storesvr_raft_leader_changes_total");
     leader_changes.absolute(0);
     let mut changes = LeaderChanges::default();
@@ -259,7 +259,7 @@ pub async fn metrics_loop(ctx: Weak<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(ctx): Option<Arc<Shared>> = ctx.upgrade() else {
+        let Some(ctx): Option<Arc<ReplicaState>> = ctx.upgrade() else {
             return;
         };
         let watch = ctx.raft.metrics();

@@ -1,4 +1,4 @@
-//! The replica's background loops, each over the [`Shared`](crate::shared::Shared) state.
+//! The replica's background loops, each over the [`ReplicaState`](crate::replica::ReplicaState) state.
 //!
 //! - [`arbiter`]: liveness bookkeeping and one ownership decision per tick, on the leader.
 //! - [`metrics`]: Raft and set-state gauges for Prometheus, sampled on every replica.

@@ -1,4 +1,4 @@
-//! The move RPCs of `AdminService` as plain functions (sans-IO), like the rest of `serve`: each
+//! The move RPCs of `AdminService` as plain functions (sans-IO), like the rest of `protocol`: each
 //! checks a request, builds the command its Raft write carries, and turns the applied result (or
 //! the applied state, for the reads) into the reply. The cluster map lives on set 0; range steps
 //! and the export status are per set.
@@ -24,7 +24,7 @@ use crate::domain::moves::RangeCommand;
 use crate::domain::ranges::{OpId, RangeRun, RangeState};
 use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, SetState, Span};
 use crate::error::RpcError;
-use crate::serve::{check_ranges, unexpected};
+use crate::protocol::{check_ranges, unexpected};
 
 /// Most sections one move may name (the install carries one ceiling per section).
 pub const MAX_MOVE_SECTIONS: u64 = seqsvr_proto::limits::MAX_LOAD_SECTIONS;

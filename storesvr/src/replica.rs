@@ -1,4 +1,4 @@
-//! The state one replica's gRPC services and background tasks share ([`Shared`]): the Raft
+//! The state one replica's gRPC services and background tasks share ([`ReplicaState`]): the Raft
 //! handle, the applied state, the writer, the arbiter's liveness view and plan, and the restart
 //! bookkeeping of local reads.
 //!
@@ -17,10 +17,10 @@ use seqsvr_server::lease_clock::LeaseClock;
 use crate::config::Config;
 use crate::domain::state::{Command, CommandResult, SetParams};
 use crate::error::RpcError;
+use crate::protocol::LeaderView;
 use crate::raft::types::Raft;
 use crate::raft::writer::WriteError;
 use crate::raft::writer::Writer;
-use crate::serve::LeaderView;
 use crate::storage::durability::Durability;
 use crate::storage::sm_store::{SharedState, SmData};
 use openraft::error::{CheckIsLeaderError, RaftError};
@@ -38,7 +38,7 @@ pub(crate) enum Led<T> {
 
 /// Everything the gRPC services and the background tasks share. Built once by `node`; the
 /// fields are crate-visible only.
-pub struct Shared {
+pub struct ReplicaState {
     pub(crate) node_id: u64,
     pub(crate) config: Config,
     /// This replica's set, group and node, as every Raft message carries them.
@@ -67,15 +67,15 @@ pub struct Shared {
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a
 /// new term: a new leader cannot know when the freeze committed, so it starts the wait again.
-pub use crate::serve::moves::FrozenSeen;
+pub use crate::protocol::moves::FrozenSeen;
 
-impl Shared {
+impl ReplicaState {
     pub(crate) fn data<T>(&self, f: impl FnOnce(&SmData) -> T) -> T {
         f(&self.state.read().expect("state lock poisoned"))
     }
 
     pub(crate) fn params(&self) -> Result<SetParams, RpcError> {
-        self.data(|d| crate::serve::params_of(&d.set))
+        self.data(|d| crate::protocol::params_of(&d.set))
     }
 
     pub(crate) fn view(&self) -> std::sync::MutexGuard<'_, LeaderView> {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use seqsvr_server::serving::{self, ServeLimits};
+use seqsvr_server::serve_limits::{self, ServeLimits};
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -48,7 +48,8 @@ impl Service<http::Request<tonic::body::Body>> for Slow {
 async fn serve(limits: ServeLimits, handler: Duration) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = serving::apply(Server::builder(), &limits, &[], serving::Hooks::none()).add_service(Slow(handler));
+    let router =
+        serve_limits::apply(Server::builder(), &limits, &[], serve_limits::Hooks::none()).add_service(Slow(handler));
     tokio::spawn(router.serve_with_incoming(TcpIncoming::from(listener)));
     addr
 }

@@ -1,5 +1,5 @@
 //! The composition root's state: everything the data-plane service and the background tasks
-//! share, behind methods, built once by `node` and handed to both as `Arc<Shared>`.
+//! share, behind methods, built once by `node` and handed to both as `Arc<AllocState>`.
 //!
 //! It depends on the pure parts (`grants`, `section`, `lease`) and the map (`owned`), never on the
 //! service, the tasks or the node, so that none of them import each other in a circle.
@@ -41,11 +41,11 @@ pub const BUMP_QUEUE_MESSAGES: usize = 4_096;
 pub type BumpQueue = mpsc::Receiver<Vec<Arc<Slot>>>;
 
 /// State shared by the service and the background tasks.
-pub struct Shared {
+pub struct AllocState {
     node_id: NodeId,
     params: SetParams,
     timings: LeaseTimings,
-    /// Every lease deadline's clock (see [`Shared::lease_now`]).
+    /// Every lease deadline's clock (see [`AllocState::lease_now`]).
     clock: LeaseClock,
     unsafe_switches: UnsafeSwitches,
     /// Test only: every Release is sent once more, 1–2× this later.
@@ -68,7 +68,7 @@ pub struct Shared {
     stopping: AtomicBool,
 }
 
-impl Shared {
+impl AllocState {
     /// The state of a node registered as `incarnation` with the set's validated `params`, and the
     /// receiving end of its bump queue.
     pub fn new(
@@ -77,9 +77,9 @@ impl Shared {
         advertise: String,
         store: Arc<dyn Store>,
         incarnation: Incarnation,
-    ) -> (Arc<Shared>, BumpQueue) {
+    ) -> (Arc<AllocState>, BumpQueue) {
         let (bump_tx, bump_rx) = mpsc::channel(BUMP_QUEUE_MESSAGES);
-        let shared = Shared {
+        let shared = AllocState {
             node_id: cfg.node_id,
             // Slots for the whole uid space: a range moved into the set is granted like any other.
             owned: Owned::new(0, params.total_sections() as usize, cfg.lease_clock.now()),

@@ -216,10 +216,10 @@ pub fn apply<L>(
 /// count.
 #[derive(Clone)]
 pub struct ShedLayer {
-    shared: Arc<Shared>,
+    shared: Arc<ShedState>,
 }
 
-struct Shared {
+struct ShedState {
     admission: Arc<Admission>,
     exempt: &'static [&'static str],
     hooks: Hooks,
@@ -229,7 +229,7 @@ impl ShedLayer {
     /// Admission within `bounds`; the services in `exempt` are never parked or refused.
     pub fn new(bounds: Bounds, exempt: &'static [&'static str], hooks: Hooks) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ShedState {
                 admission: Arc::new(Admission::new(bounds)),
                 exempt,
                 hooks,
@@ -263,7 +263,7 @@ impl<S> Layer<S> for ShedLayer {
 #[derive(Clone)]
 pub struct Shed<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<ShedState>,
 }
 
 /// The peer address of the connection `req` came on (tonic puts it in the extensions), if any.
@@ -276,7 +276,7 @@ fn connection_of<B>(req: &http::Request<B>) -> Connection {
         .and_then(|tls| tls.get_ref().remote_addr())
 }
 
-impl Shared {
+impl ShedState {
     fn is_exempt(&self, path: &str) -> bool {
         let Some(path) = path.strip_prefix('/') else {
             return false;
