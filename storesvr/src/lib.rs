@@ -8,12 +8,16 @@
 //! - [`raft`]: openraft wiring: types, the peer network over gRPC, the group-committing writer.
 //! - [`protocol`]: the StoreService's protocol calls as plain functions over the applied state
 //!   (check, command, reply), driven by the gRPC handlers and by the deterministic simulator.
-//! - [`replica`]: the state the services and tasks share ([`replica::ReplicaState`]); [`grpc`]: StoreService and AdminService;
-//!   [`tasks`]: the arbiter loop.
+//! - [`replica`]: the state the services and tasks share ([`replica::ReplicaState`]); [`grpc`]:
+//!   StoreService and AdminService; [`tasks`]: the arbiter loop and the metrics loop.
 //! - [`backup`] (the backup file of the applied state) and [`restore`] (`storesvr restore`: a new
 //!   set's first data dir from a backup, every ceiling raised by a margin).
-//! - [`config`], [`startup`] (data-dir and bootstrap checks), [`error`], and [`node`], which only
+//! - [`config`], `startup` (data-dir and bootstrap checks), [`error`], and [`node`], which only
 //!   wires everything together.
+//!
+//! Exported is what others use — the `storesvr` binary, the simulator (the domain, the protocol
+//! calls, backup and restore, the route builder) and this crate's integration tests (storage and
+//! Raft types); `startup`, the arbiter loop and the admin handlers are the crate's own.
 //!
 //! Promises kept here: P2 (a bump is acknowledged only once committed by a
 //! quorum that synced it), P3 (`max_seq` only grows) and the store half of P4
@@ -32,6 +36,6 @@ pub mod protocol;
 pub mod raft;
 pub mod replica;
 pub mod restore;
-pub mod startup;
+pub(crate) mod startup;
 pub mod storage;
 pub mod tasks;

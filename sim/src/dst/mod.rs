@@ -18,7 +18,11 @@
 //!   code of `storesvr restore` (the backup file, the check against the live map, the margin, the
 //!   raised state).
 //!
-//! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes).
+//! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes, the
+//! AllocSvr's store client); [`transport`] carries the client's and the operator's calls to the
+//! generated servers, [`addrs`] names every replica, [`tally`] counts what the forger and the
+//! restores did. The files import strictly downward: addrs and tally, group, world, services and
+//! the forger, transport, moves and restore, faults, then this file.
 //!
 //! Deliberately left out: data-plane duplicates (a copy of a fetch only wastes a number) and clock
 //! faults on the StoreSvrs (they read the one simulated clock; an AllocSvr's lease clock can be

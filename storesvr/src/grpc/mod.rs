@@ -6,8 +6,8 @@
 //! Deliberately left out: deciding anything about ownership (`domain`); the services validate,
 //! turn requests into commands, and map results and errors to replies.
 
-pub mod admin;
-pub mod audit;
-pub mod backup;
-pub mod moves;
+pub(crate) mod admin;
+pub(crate) mod audit;
+pub(crate) mod backup;
+pub(crate) mod moves;
 pub mod store;

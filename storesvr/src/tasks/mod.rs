@@ -5,5 +5,5 @@
 //!
 //! Deliberately left out: Raft's own tasks (openraft runs them) and the writer's (`raft::writer`).
 
-pub mod arbiter;
+pub(crate) mod arbiter;
 pub mod metrics;
