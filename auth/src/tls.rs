@@ -1,4 +1,6 @@
-//! Certificates from PEM files into tonic's TLS configs, and the `--tls-*` flags every binary takes.
+//! Certificates from PEM files into tonic's TLS configs, and the `--tls-*` flags every binary takes
+//! (their clap derive behind the `cli` feature, so that applications linking the client library
+//! do not link clap).
 //!
 //! A process loads its CA, certificate and key once, at start, and refuses to start when they do
 //! not fit: unreadable files, a certificate without exactly one role, a role the process is not
@@ -25,20 +27,21 @@ use crate::policy::ROLE_URI_PREFIX;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `--tls-*` options. Without `--tls-ca` the process speaks plaintext, as before.
-#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct TlsArgs {
     /// PEM file of the cluster's certificate authority. Turns on mutual TLS: every peer must show a
     /// certificate it signed, and this process shows --tls-cert. Needs --tls-cert and --tls-key.
-    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"], global = true)]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"], global = true))]
     pub tls_ca: Option<PathBuf>,
 
     /// PEM file of this process's certificate, signed by --tls-ca and carrying its role
     /// (`seqctl certs` makes them for a local cluster).
-    #[arg(long, value_name = "FILE", requires = "tls_ca", global = true)]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires = "tls_ca", global = true))]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM file of the private key of --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_ca", global = true)]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE", requires = "tls_ca", global = true))]
     pub tls_key: Option<PathBuf>,
 }
 
