@@ -5,6 +5,8 @@
 //! Modules, from pure decision logic to IO:
 //! - [`lease`]: lease arithmetic from send time, gain wait (pure, takes `now`).
 //! - [`section`]: one section's memory, `try_next` and prefetch decisions (pure).
+//! - [`issuer`]: time-ordered ids from one leased slot, only between its floor and acknowledged
+//!   mark (pure, takes the clock's tick).
 //! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
 //! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
@@ -27,6 +29,7 @@
 pub mod config;
 pub mod error;
 pub mod grants;
+pub mod issuer;
 pub mod lease;
 pub mod metrics;
 pub mod node;

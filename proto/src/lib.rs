@@ -11,6 +11,7 @@
 //! - [`backup`]: the backup file's layout (header, opaque state, checksum), pure bytes.
 //! - [`limits`]: every message size and per-request count, shared by servers and clients.
 //! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
+//! - [`id_layout`]: how a time-ordered id's 63 bits split into time, slot and sequence.
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
 //! - [`refusal`]: how RESOURCE_EXHAUSTED says "overloaded, retry" apart from "sequence space
 //!   used up, give up".
@@ -22,6 +23,7 @@
 
 pub mod addr;
 pub mod backup;
+pub mod id_layout;
 pub mod limits;
 pub mod map_header;
 pub mod params;
