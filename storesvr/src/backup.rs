@@ -63,11 +63,9 @@ pub fn read(file: &[u8]) -> Result<(Header, SetState), BackupError> {
             found: header.state_format,
         });
     }
-    let (set, rest): (SetState, _) =
-        postcard::take_from_bytes(payload).map_err(|e| BackupError::Decode(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(BackupError::Decode(format!("{} bytes after the state", rest.len())));
-    }
+    // A backup written before a field was added to the state is read with it empty.
+    let set: SetState =
+        crate::storage::sm_store::decode_padded(payload).map_err(|e| BackupError::Decode(e.to_string()))?;
     check(&header, &set)?;
     Ok((header, set))
 }

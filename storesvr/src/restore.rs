@@ -157,7 +157,7 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
         max_bumps_per_sec: args.max_bumps_per_sec,
     };
     let margin = choose_margin(step, margin_args, age_of(&header))?;
-    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id))?;
+    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id), unix_now_ms())?;
     let report = report(args, &header, &margin, &raised);
     if args.dry_run {
         return Ok(format!("DRY RUN, nothing written\n{report}"));
@@ -295,11 +295,15 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, RestoreFailure> {
     std::fs::read(path).map_err(io_err(path))
 }
 
+fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The backup's age by this machine's clock, or how far in the future it claims to be (ms).
 fn age_of(header: &Header) -> Result<Duration, u64> {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = unix_now_ms();
     now_ms
         .checked_sub(header.taken_at_unix_ms)
         .map(Duration::from_millis)
@@ -391,6 +395,12 @@ fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised) -> String {
             r.route_version.0, r.route_version.1, r.last_incarnation.0, r.last_incarnation.1
         ),
     ];
+    if let Some(tick) = r.slot_marks_at_least {
+        lines.push(format!(
+            "time-ordered ids: every slot mark raised to at least tick {tick} (this clock plus twice the \
+             set's allowance ahead); holders cleared"
+        ));
+    }
     if r.margin == 0 {
         lines.push(
             "WARNING: margin 0: safe only if the backed-up set committed no bump after the backup; otherwise \

@@ -182,7 +182,7 @@ async fn attempt(
         .map(NodeId)
         .find(|n| !backup.replica_ids_ever.contains(n))
         .unwrap_or(NodeId(u64::MAX));
-    let (restored, _) = restore(&backup, margin.seqs, node).map_err(|e| other(e.to_string()))?;
+    let (restored, _) = restore(&backup, margin.seqs, node, 0).map_err(|e| other(e.to_string()))?;
     Ok((restored, skipped))
 }
 

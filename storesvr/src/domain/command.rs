@@ -19,6 +19,7 @@ use super::binding::SecretHash;
 use super::cluster_map::{MapCommand, MapResult, Phase};
 use super::moves::RangeCommand;
 use super::section::Span;
+use super::slots::{SlotCommand, SlotResult};
 use seqsvr_proto::params::SetParams;
 
 /// One item of a fenced bump.
@@ -110,6 +111,9 @@ pub enum Command {
     /// the incarnation it mints to it; a `Bump` or `Release` is applied only when it matches what
     /// its incarnation registered with (see `binding`). Any other `cmd` is invalid.
     Bound { secret_hash: SecretHash, cmd: Box<Command> },
+    /// A step of the worker-slot sub-machine for time-ordered ids (see `slots.rs`). A `Raise`
+    /// and a `Release` are bound like a `Bump` and a `Release` of sections.
+    Slots(SlotCommand),
 }
 
 /// Result of one command.
@@ -156,6 +160,7 @@ pub enum CommandResult {
     /// The command named an incarnation bound to a secret and did not carry its hash: nothing
     /// changed.
     NotBound,
+    Slots(SlotResult),
 }
 
 /// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
@@ -221,6 +226,21 @@ fn describe_map(m: &MapCommand) -> String {
     }
 }
 
+fn describe_slots(c: &SlotCommand) -> String {
+    match c {
+        SlotCommand::Setup {
+            layout,
+            per_set,
+            max_ahead_ms,
+        } => format!(
+            "set up time-ordered ids: layout {layout}, {per_set} slots a set, marks at most {max_ahead_ms} ms ahead"
+        ),
+        SlotCommand::Grant(moves) => format!("grant {} slots", moves.len()),
+        SlotCommand::Raise { holder, items, .. } => format!("raise {} slot marks of incarnation {holder}", items.len()),
+        SlotCommand::Release { holder, items } => format!("release {} slots of incarnation {holder}", items.len()),
+    }
+}
+
 fn describe_range(r: &RangeCommand) -> String {
     match r {
         RangeCommand::Import { op, span: s, from_set } => {
@@ -252,6 +272,7 @@ fn describe_range(r: &RangeCommand) -> String {
 pub fn describe(cmd: &Command) -> String {
     match cmd {
         Command::Map(m) => describe_map(m),
+        Command::Slots(c) => describe_slots(c),
         Command::Range(r) => describe_range(r),
         Command::Drain { node_id } => format!("drain AllocSvr node {node_id}"),
         Command::CacheMap(m) => format!("publish map version {} ({} bytes)", m.version, m.encoded.len()),

@@ -8,6 +8,8 @@
 //!   of P4, the bound on bumps), which wraps the sub-machines below.
 //! - [`moves`] and [`cluster_map`]: sub-machines with their own commands and results — a set's
 //!   side of a move (range steps), and the cluster map with its move records (set 0 only).
+//! - [`slots`]: worker slots for time-ordered ids (holder, epoch and high-water mark per slot),
+//!   a sub-machine with its own commands and results, and the arbiter's slot grants.
 //! - [`binding`]: which incarnation registered with which secret (as its hash), and the check
 //!   that binds its Renews, Releases and Bumps to that registration.
 //! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.
@@ -34,6 +36,7 @@ pub mod restore;
 #[cfg(test)]
 mod scripts;
 pub mod section;
+pub mod slots;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod state_props;

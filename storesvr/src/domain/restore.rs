@@ -320,6 +320,8 @@ pub struct Raised {
     pub allocsvrs_forgotten: usize,
     pub route_version: (u64, u64),
     pub last_incarnation: (u64, u64),
+    /// The tick every slot mark was raised to, when the set has time-ordered ids.
+    pub slot_marks_at_least: Option<u64>,
 }
 
 /// Refuses a backup taken while a move had a range importing or frozen here.
@@ -343,7 +345,12 @@ fn refuse_moves_in_flight(st: &SetState) -> Result<(), RestoreError> {
 /// The state a new set starts from: `backup` with every ceiling raised by `margin`, no owners,
 /// epochs moved past any the old set can have granted, no AllocSvrs, and the route version and incarnation counter moved past
 /// anything the old set can have issued; `node` is recorded as a member (it must be a new id).
-pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState, Raised), RestoreError> {
+///
+/// Slot marks (time-ordered ids) are raised to the tick of `now_ms` plus twice the set's
+/// `max_ahead_ms`: the lost set refused every raise past its leader's clock plus `max_ahead_ms`,
+/// so no holder was acknowledged a mark above that unless a leader's clock ran more than
+/// `max_ahead_ms` ahead of the restoring host's — the second allowance is for that skew.
+pub fn restore(backup: &SetState, margin: u64, node: NodeId, now_ms: u64) -> Result<(SetState, Raised), RestoreError> {
     if backup.params.is_none() {
         return Err(RestoreError::NotInitialized);
     }
@@ -385,6 +392,15 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId) -> Result<(SetState
         map.version = jump(map.version, "cluster map version")?;
     }
     st.bindings = Default::default();
+    if let Some(ids) = st.ids.as_mut() {
+        let ahead = now_ms.saturating_add(ids.max_ahead_ms.saturating_mul(2));
+        let floor = ids.layout.tick_of(ahead).unwrap_or(0);
+        r.slot_marks_at_least = Some(floor);
+        ids.raise_all(floor);
+        for s in &mut ids.slots {
+            s.epoch = Epoch(jump(s.epoch.0, "slot epoch")?);
+        }
+    }
     st.route_version = r.route_version.1;
     st.last_incarnation = Incarnation(r.last_incarnation.1);
     st.replica_ids_ever.insert(node);
@@ -546,9 +562,35 @@ mod tests {
     }
 
     #[test]
+    fn slot_marks_rise_past_the_restoring_clock_and_holders_are_cleared() {
+        use super::super::slots::{SlotCommand, SlotMove, apply};
+        let mut before = served();
+        let setup = SlotCommand::Setup {
+            layout: seqsvr_proto::id_layout::IdLayout::twitter(0),
+            per_set: 2,
+            max_ahead_ms: 1_000,
+        };
+        let registered = before.allocsvrs.keys().copied().collect();
+        apply(&mut before.ids, 0, &setup, &registered);
+        let holder = *before.allocsvrs.keys().next().unwrap();
+        let grant = SlotCommand::Grant(vec![SlotMove {
+            slot: 0,
+            from: NOBODY,
+            to: holder,
+        }]);
+        apply(&mut before.ids, 0, &grant, &registered);
+        let (after, r) = restore(&before, 10, NodeId(9), 50_000).unwrap();
+        assert_eq!(r.slot_marks_at_least, Some(52_000));
+        for (_, s) in after.ids.as_ref().unwrap().iter() {
+            assert_eq!((s.holder, s.mark), (NOBODY, 52_000));
+            assert!(s.epoch.0 >= VERSION_GAP, "epochs jump past any the lost set granted");
+        }
+    }
+
+    #[test]
     fn a_restored_set_0_jumps_its_map_version() {
         let before = served();
-        let (after, _) = restore(&before, 10, NodeId(9)).unwrap();
+        let (after, _) = restore(&before, 10, NodeId(9), 0).unwrap();
         let v = |st: &SetState| st.map.as_ref().unwrap().version;
         assert_eq!(v(&after), v(&before) + VERSION_GAP);
     }
@@ -556,7 +598,7 @@ mod tests {
     #[test]
     fn every_ceiling_goes_up_by_the_margin_and_every_owner_goes() {
         let before = served();
-        let (after, r) = restore(&before, 1_000, NodeId(9)).unwrap();
+        let (after, r) = restore(&before, 1_000, NodeId(9), 0).unwrap();
         for (a, b) in after.sections.iter().zip(&before.sections) {
             assert_eq!(a.max_seq, b.max_seq + 1_000);
             assert_eq!(
@@ -579,7 +621,7 @@ mod tests {
     fn an_overflowing_section_is_named_and_nothing_is_returned() {
         let mut st = served();
         st.sections[7].max_seq = u64::MAX - 5;
-        let err = restore(&st, 6, NodeId(9)).unwrap_err();
+        let err = restore(&st, 6, NodeId(9), 0).unwrap_err();
         assert_eq!(
             err,
             RestoreError::Overflow {
@@ -589,7 +631,7 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("section 7"), "{err}");
-        assert!(restore(&st, 5, NodeId(9)).is_ok(), "exactly 2^64-1 fits");
+        assert!(restore(&st, 5, NodeId(9), 0).is_ok(), "exactly 2^64-1 fits");
     }
 
     #[test]
@@ -601,7 +643,7 @@ mod tests {
             Some(RangeState::Migrating { op: 5, to_set: 1 }),
         );
         assert!(matches!(
-            restore(&st, 1, NodeId(9)),
+            restore(&st, 1, NodeId(9), 0),
             Err(RestoreError::MoveInFlight {
                 op: 5,
                 begin: 2,
@@ -612,16 +654,16 @@ mod tests {
         st.ranges
             .set(SectionId(2), SectionId(4), Some(RangeState::Importing { op: 6 }));
         assert!(matches!(
-            restore(&st, 1, NodeId(9)),
+            restore(&st, 1, NodeId(9), 0),
             Err(RestoreError::MoveInFlight { op: 6, .. })
         ));
         assert_eq!(
-            restore(&SetState::default(), 1, NodeId(9)),
+            restore(&SetState::default(), 1, NodeId(9), 0),
             Err(RestoreError::NotInitialized)
         );
         let mut st = served();
         st.replica_ids_ever.insert(NodeId(4));
-        assert_eq!(restore(&st, 1, NodeId(4)), Err(RestoreError::NodeIdUsed(4)));
+        assert_eq!(restore(&st, 1, NodeId(4), 0), Err(RestoreError::NodeIdUsed(4)));
     }
 
     #[test]

@@ -32,6 +32,7 @@ use super::moves::{ExportStatus, LocalMove, MoveSteps, MoveView, RangeCommand, S
 use super::ranges::{OpId, RangeState, RangeTable};
 pub use super::section::{NOBODY, OwnerRun, Run, SectionState, Span, sections};
 pub(super) use super::section::{clamp, sections_of, slot};
+use super::slots::{IdState, SlotCommand};
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -103,6 +104,9 @@ pub struct SetState {
     /// purpose: a snapshot written before it existed is read with none (see `storage::sm_store`),
     /// and its incarnations stay unbound, as they registered.
     pub bindings: Bindings,
+    /// Worker slots for time-ordered ids, once set up (see `slots`). Last field on purpose: a
+    /// snapshot or backup written before it existed is read with none.
+    pub ids: Option<IdState>,
 }
 
 impl SetState {
@@ -125,16 +129,19 @@ impl SetState {
             Command::Bound { secret_hash, cmd } => (&**cmd, Some(secret_hash)),
             cmd => (cmd, None),
         };
-        let bindable = matches!(
-            cmd,
-            Command::Register { .. } | Command::Bump { .. } | Command::Release { .. }
-        );
-        if presented.is_some() && !bindable {
+        let acting = match cmd {
+            Command::Bump { incarnation, .. } | Command::Release { incarnation, .. } => Some(*incarnation),
+            Command::Slots(SlotCommand::Raise { holder, .. } | SlotCommand::Release { holder, .. }) => Some(*holder),
+            _ => None,
+        };
+        if presented.is_some() && acting.is_none() && !matches!(cmd, Command::Register { .. }) {
+            // The words predate slots (a slot's Raise and Release count as its Bump and Release);
+            // results are pinned by `format_pins`.
             return CommandResult::Invalid("only a Register, Bump or Release can be bound to a secret".into());
         }
-        if let Command::Bump { incarnation, .. } | Command::Release { incarnation, .. } = cmd
+        if let Some(incarnation) = acting
             && !rules.skip_binding
-            && self.bindings.check(*incarnation, presented) == Verdict::Refused
+            && self.bindings.check(incarnation, presented) == Verdict::Refused
         {
             return CommandResult::NotBound;
         }
@@ -149,6 +156,9 @@ impl SetState {
             Command::Register { .. } | Command::Release { .. } | Command::Assign { .. }
         ) {
             self.bindings.keep_only(&self.allocsvrs);
+            if let Some(ids) = self.ids.as_mut() {
+                ids.forget_gone(&self.allocsvrs);
+            }
         }
         result
     }
@@ -182,6 +192,10 @@ impl SetState {
                 }
             }
             Command::CacheMap(m) => self.cache_map(m),
+            Command::Slots(c) => {
+                let registered = self.allocsvrs.keys().copied().collect();
+                CommandResult::Slots(super::slots::apply(&mut self.ids, params.set_id, c, &registered))
+            }
             Command::Audited { note, cmd } => self.audited(note, cmd, rules),
             // `apply_with` unwraps one level; a second is not a command anyone sends.
             Command::Bound { .. } => CommandResult::Invalid("a bound command cannot hold another one".into()),

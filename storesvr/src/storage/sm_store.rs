@@ -72,16 +72,27 @@ fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
     }
 }
 
-/// Decodes a snapshot's state. Fields added to `SetState` since the first snapshots went last, and
-/// postcard has no field tags, so an older snapshot ends early: as many 0 bytes as the missing
-/// fields' empty encodings are supplied (`cached_map`: `None`, one byte; `audit`: an empty trail,
-/// two bytes; `bindings`: an empty map, one byte) and it is read with them empty. A current
-/// snapshot decodes on the first try. A shorter padding of an older format runs out of bytes, so
-/// the first padding that decodes is the snapshot's own.
+/// Decodes a snapshot's state; older formats as [`decode_padded`] reads them.
 fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
-    /// No bindings (1 byte), then no trail either (3 bytes), then no cached map as well (4 bytes).
-    const OLDER_FORMATS: [usize; 3] = [1, 3, 4];
-    let first = match postcard::from_bytes(bytes) {
+    decode_padded(bytes).map_err(|e| snap_err(ErrorVerb::Read, e))
+}
+
+/// Decodes a value that ends with a `SetState` (a snapshot's `SmData`, a backup's state). Fields
+/// added to `SetState` since the first snapshots went last, and postcard has no field tags, so an
+/// older encoding ends early: as many 0 bytes as the missing fields' empty encodings are supplied
+/// (`ids`: `None`, one byte; `bindings`: an empty map, one byte; `audit`: an empty trail, two
+/// bytes; `cached_map`: `None`, one byte) and it is read with them empty. A current encoding
+/// decodes on the first try. A shorter padding of an older format runs out of bytes, so the first
+/// padding that decodes is the encoding's own. Trailing bytes are an error.
+pub(crate) fn decode_padded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
+    /// No ids (1 byte), then no bindings either (2), then no trail (4), then no cached map (5).
+    const OLDER_FORMATS: [usize; 4] = [1, 2, 4, 5];
+    let whole = |b: &[u8]| match postcard::take_from_bytes::<T>(b) {
+        Ok((v, [])) => Ok(v),
+        Ok(_) => Err(postcard::Error::DeserializeBadEncoding),
+        Err(e) => Err(e),
+    };
+    let first = match whole(bytes) {
         Ok(data) => return Ok(data),
         Err(e) => e,
     };
@@ -89,11 +100,11 @@ fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
         let mut padded = Vec::with_capacity(bytes.len() + missing);
         padded.extend_from_slice(bytes);
         padded.resize(bytes.len() + missing, 0);
-        if let Ok(data) = postcard::from_bytes(&padded) {
+        if let Ok(data) = whole(&padded) {
             return Ok(data);
         }
     }
-    Err(snap_err(ErrorVerb::Read, first))
+    Err(first)
 }
 
 impl StateMachineStore {
@@ -347,15 +358,23 @@ mod tests {
         data.set
             .bindings
             .bind(Incarnation(3), SecretHash::of(b"sixteen bytes ok"));
+        let setup = crate::domain::slots::SlotCommand::Setup {
+            layout: seqsvr_proto::id_layout::IdLayout::twitter(0),
+            per_set: 4,
+            max_ahead_ms: 1_000,
+        };
+        crate::domain::slots::apply(&mut data.set.ids, 0, &setup, &Default::default());
+        assert!(data.set.ids.is_some());
         let bytes = postcard::to_stdvec(&data).unwrap();
         assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
 
         // Each older format: the fields it lacks emptied, their bytes cut off the end.
-        let older: [(usize, &str); 3] = [(1, "no bindings"), (3, "no trail"), (4, "no cached map")];
+        let older: [(usize, &str); 4] = [(1, "no ids"), (2, "no bindings"), (4, "no trail"), (5, "no cached map")];
         for (missing, what) in older {
             match missing {
-                1 => data.set.bindings = Default::default(),
-                3 => data.set.audit = Default::default(),
+                1 => data.set.ids = None,
+                2 => data.set.bindings = Default::default(),
+                4 => data.set.audit = Default::default(),
                 _ => data.set.cached_map = None,
             }
             let mut old = postcard::to_stdvec(&data).unwrap();

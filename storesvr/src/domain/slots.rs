@@ -1,0 +1,546 @@
+//! Worker slots for time-ordered ids: the sub-machine a set keeps beside its sections.
+//!
+//! Once a set's ids are set up ([`SlotCommand::Setup`]), it leases the slots
+//! `[set_id × per_set, (set_id + 1) × per_set)` of the cluster-wide layout: slot ranges of
+//! different sets are disjoint by construction, so no set has to ask another, and a set added
+//! later takes the next share. Per slot the state keeps its holder (an AllocSvr incarnation), an
+//! epoch raised on every grant, and the high-water `mark`: the highest tick any holder of the slot
+//! was allowed to issue. The rules that make ids unique without trusting a clock or a lease:
+//! - a raise of the mark is applied only under the slot's current epoch and holder, and only
+//!   upward ([`SlotCommand::Raise`]);
+//! - a grant raises the epoch, so the previous holder's raises are refused from then on, and the
+//!   mark a new holder reads with its grant is at or above every mark an earlier holder was
+//!   acknowledged — the floor it issues above;
+//! - a raise more than `max_ahead_ms` past the proposing leader's wall clock (carried in the
+//!   command, so every replica decides alike) is refused: one bad clock cannot push a slot's ids
+//!   years ahead.
+//!
+//! Left out: who should hold which slot (`plan_grants`, run by the arbiter on the leader), issuing
+//! (the AllocSvr's `issuer`), and slot ranges that move between sets (a set's share is fixed by
+//! its id).
+
+use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::{Epoch, Incarnation};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::section::NOBODY;
+
+/// One slot's durable state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotState {
+    /// The incarnation that may issue from the slot; [`NOBODY`] when free.
+    pub holder: Incarnation,
+    /// Raised on every grant; a raise must carry it.
+    pub epoch: Epoch,
+    /// The highest tick any holder of the slot was allowed to issue.
+    pub mark: u64,
+}
+
+/// A set's time-ordered id state: the layout, its share of slots and each slot's record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdState {
+    pub layout: IdLayout,
+    /// Slots each set leases; set `k` has `[k × per_set, (k + 1) × per_set)`.
+    pub per_set: u64,
+    /// How far past the proposing leader's clock a mark may be raised.
+    pub max_ahead_ms: u64,
+    /// The first slot of this set's share.
+    pub first: u64,
+    /// The share's slots, in order.
+    pub slots: Vec<SlotState>,
+}
+
+/// Slot `slot` goes from `from` (its holder when the arbiter decided) to `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotMove {
+    pub slot: u64,
+    pub from: Incarnation,
+    pub to: Incarnation,
+}
+
+/// A holder's fenced raise of one slot's mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaiseItem {
+    pub slot: u64,
+    pub epoch: Epoch,
+    pub mark: u64,
+}
+
+/// A command of the slot sub-machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlotCommand {
+    /// Sets up the set's ids once; the same setup again changes nothing, another is refused.
+    Setup {
+        layout: IdLayout,
+        per_set: u64,
+        max_ahead_ms: u64,
+    },
+    /// The arbiter's decision; a slot whose holder is no longer `from` is left alone.
+    Grant(Vec<SlotMove>),
+    /// A holder raises marks; `leader_ms` is the proposing leader's wall clock.
+    Raise {
+        holder: Incarnation,
+        items: Vec<RaiseItem>,
+        leader_ms: u64,
+    },
+    /// A holder gives slots up, each under the epoch it held it in.
+    Release {
+        holder: Incarnation,
+        items: Vec<(u64, Epoch)>,
+    },
+}
+
+/// What happened to one raise item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaiseOutcome {
+    Applied,
+    /// The mark was already as high.
+    NoOp,
+    /// The slot was granted again, or never to this holder.
+    StaleEpoch,
+    /// Past the leader's clock plus `max_ahead_ms`, or past the layout's last tick.
+    TooFarAhead {
+        limit: u64,
+    },
+    /// Not a slot of this set's share.
+    NotOurs,
+}
+
+/// One raise item's outcome with the slot's mark and epoch after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaiseResult {
+    pub slot: u64,
+    pub outcome: RaiseOutcome,
+    pub mark: u64,
+    pub epoch: Epoch,
+}
+
+/// The result of a [`SlotCommand`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlotResult {
+    SetUp { fresh: bool },
+    Granted { moved: u64 },
+    Raised(Vec<RaiseResult>),
+    Released { count: u64 },
+    Refused(String),
+}
+
+/// Applies `cmd` to `ids` (`None` until set up) of set `set_id`. Pure and deterministic.
+/// `registered` are the set's registered incarnations: a grant to one that is gone is skipped.
+pub fn apply(
+    ids: &mut Option<IdState>,
+    set_id: u64,
+    cmd: &SlotCommand,
+    registered: &BTreeSet<Incarnation>,
+) -> SlotResult {
+    match (ids.as_mut(), cmd) {
+        (
+            current,
+            SlotCommand::Setup {
+                layout,
+                per_set,
+                max_ahead_ms,
+            },
+        ) => setup(current.map(|s| &*s), set_id, *layout, *per_set, *max_ahead_ms).map_or_else(
+            SlotResult::Refused,
+            |new| match new {
+                Some(state) => {
+                    *ids = Some(state);
+                    SlotResult::SetUp { fresh: true }
+                }
+                None => SlotResult::SetUp { fresh: false },
+            },
+        ),
+        (None, _) => SlotResult::Refused(format!("set {set_id} has no time-ordered ids set up")),
+        (Some(s), SlotCommand::Grant(moves)) => s.grant(moves, registered),
+        (
+            Some(s),
+            SlotCommand::Raise {
+                holder,
+                items,
+                leader_ms,
+            },
+        ) => s.raise(*holder, items, *leader_ms),
+        (Some(s), SlotCommand::Release { holder, items }) => s.release(*holder, items),
+    }
+}
+
+/// A fresh state for a first setup, `None` for a repeat of the same one, or why it is refused.
+fn setup(
+    current: Option<&IdState>,
+    set_id: u64,
+    layout: IdLayout,
+    per_set: u64,
+    max_ahead_ms: u64,
+) -> Result<Option<IdState>, String> {
+    if let Some(s) = current {
+        let same = (s.layout, s.per_set, s.max_ahead_ms) == (layout, per_set, max_ahead_ms);
+        return match same {
+            true => Ok(None),
+            false => Err(format!(
+                "set {set_id}'s ids are set up already with layout {}, {} slots a set, marks at most {} ms \
+                 ahead; a layout cannot change once ids were issued",
+                s.layout, s.per_set, s.max_ahead_ms
+            )),
+        };
+    }
+    let slots = layout.slots();
+    let first = set_id
+        .checked_mul(per_set)
+        .filter(|f| per_set > 0 && f + per_set <= slots);
+    let Some(first) = first else {
+        return Err(format!(
+            "set {set_id} with {per_set} slots a set needs slots up to {}, but the layout has {slots} \
+             (at most {} sets of {per_set})",
+            set_id.saturating_add(1).saturating_mul(per_set),
+            slots.checked_div(per_set).unwrap_or(0)
+        ));
+    };
+    Ok(Some(IdState {
+        layout,
+        per_set,
+        max_ahead_ms,
+        first,
+        slots: vec![SlotState::default(); per_set as usize],
+    }))
+}
+
+impl IdState {
+    /// The share's slots with their states.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &SlotState)> {
+        self.slots.iter().enumerate().map(|(i, s)| (self.first + i as u64, s))
+    }
+
+    pub fn get(&self, slot: u64) -> Option<&SlotState> {
+        let i = slot.checked_sub(self.first)?;
+        self.slots.get(usize::try_from(i).ok()?)
+    }
+
+    fn get_mut(&mut self, slot: u64) -> Option<&mut SlotState> {
+        let i = slot.checked_sub(self.first)?;
+        self.slots.get_mut(usize::try_from(i).ok()?)
+    }
+
+    /// Slots held by `holder`.
+    pub fn held_by(&self, holder: Incarnation) -> impl Iterator<Item = (u64, &SlotState)> {
+        self.iter().filter(move |(_, s)| s.holder == holder)
+    }
+
+    fn grant(&mut self, moves: &[SlotMove], registered: &BTreeSet<Incarnation>) -> SlotResult {
+        let mut moved = 0;
+        for m in moves {
+            // A grant to an incarnation that is gone by now would park the slot on nobody alive.
+            let to_ok = m.to == NOBODY || registered.contains(&m.to);
+            match self.get_mut(m.slot) {
+                Some(s) if s.holder == m.from && to_ok && m.from != m.to => {
+                    s.holder = m.to;
+                    s.epoch = Epoch(s.epoch.0 + 1);
+                    moved += 1;
+                }
+                _ => {}
+            }
+        }
+        SlotResult::Granted { moved }
+    }
+
+    fn raise(&mut self, holder: Incarnation, items: &[RaiseItem], leader_ms: u64) -> SlotResult {
+        let layout = self.layout;
+        // The tick containing the leader's clock plus the allowance; before the epoch, tick 0.
+        let limit = layout
+            .tick_of(leader_ms.saturating_add(self.max_ahead_ms))
+            .unwrap_or(0)
+            .min(layout.max_tick());
+        let results = items
+            .iter()
+            .map(|item| {
+                let Some(s) = self.get_mut(item.slot) else {
+                    return RaiseResult {
+                        slot: item.slot,
+                        outcome: RaiseOutcome::NotOurs,
+                        mark: 0,
+                        epoch: Epoch(0),
+                    };
+                };
+                let outcome = if s.holder != holder || s.epoch != item.epoch || holder == NOBODY {
+                    RaiseOutcome::StaleEpoch
+                } else if item.mark > limit {
+                    RaiseOutcome::TooFarAhead { limit }
+                } else if item.mark <= s.mark {
+                    RaiseOutcome::NoOp
+                } else {
+                    s.mark = item.mark;
+                    RaiseOutcome::Applied
+                };
+                RaiseResult {
+                    slot: item.slot,
+                    outcome,
+                    mark: s.mark,
+                    epoch: s.epoch,
+                }
+            })
+            .collect();
+        SlotResult::Raised(results)
+    }
+
+    fn release(&mut self, holder: Incarnation, items: &[(u64, Epoch)]) -> SlotResult {
+        let mut count = 0;
+        for &(slot, epoch) in items {
+            if let Some(s) = self.get_mut(slot)
+                && s.holder == holder
+                && s.epoch == epoch
+                && holder != NOBODY
+            {
+                s.holder = NOBODY;
+                count += 1;
+            }
+        }
+        SlotResult::Released { count }
+    }
+
+    /// Frees the slots of incarnations that are no longer registered (expired or superseded).
+    pub fn forget_gone(&mut self, registered: &BTreeMap<Incarnation, impl Sized>) {
+        for s in &mut self.slots {
+            if s.holder != NOBODY && !registered.contains_key(&s.holder) {
+                s.holder = NOBODY;
+            }
+        }
+    }
+
+    /// Raises every mark to at least `floor` (a restore: the backup may predate raises).
+    pub fn raise_all(&mut self, floor: u64) {
+        for s in &mut self.slots {
+            s.mark = s.mark.max(floor);
+            s.holder = NOBODY;
+        }
+    }
+}
+
+/// The arbiter's slot decisions: each live incarnation that wants ids and holds no slot gets a
+/// free one (lowest first); a slot whose holder is not live is free. One slot a holder: a slot
+/// issues `ids_per_tick` ids a tick (4,096 a millisecond in Twitter's layout), more than one
+/// AllocSvr answers.
+pub fn plan_grants(ids: &IdState, live: &BTreeSet<Incarnation>) -> Vec<SlotMove> {
+    let holding: BTreeSet<Incarnation> = ids.iter().map(|(_, s)| s.holder).filter(|h| live.contains(h)).collect();
+    let mut wanting = live.iter().filter(|i| !holding.contains(i));
+    let mut moves = Vec::new();
+    for (slot, s) in ids.iter() {
+        if s.holder != NOBODY && live.contains(&s.holder) {
+            continue;
+        }
+        let Some(&to) = wanting.next() else { break };
+        moves.push(SlotMove {
+            slot,
+            from: s.holder,
+            to,
+        });
+    }
+    moves
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const I1: Incarnation = Incarnation(1);
+    const I2: Incarnation = Incarnation(2);
+    /// 2026-11-27T00:00:00Z.
+    const NOW_MS: u64 = 1_795_737_600_000;
+
+    fn set_up(set_id: u64) -> Option<IdState> {
+        let mut ids = None;
+        let setup = SlotCommand::Setup {
+            layout: IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS),
+            per_set: 64,
+            max_ahead_ms: 60_000,
+        };
+        assert_eq!(
+            apply(&mut ids, set_id, &setup, &live(&[])),
+            SlotResult::SetUp { fresh: true }
+        );
+        assert_eq!(
+            apply(&mut ids, set_id, &setup, &live(&[])),
+            SlotResult::SetUp { fresh: false }
+        );
+        ids
+    }
+
+    fn live(i: &[Incarnation]) -> BTreeSet<Incarnation> {
+        i.iter().copied().collect()
+    }
+
+    fn raise(ids: &mut Option<IdState>, holder: Incarnation, slot: u64, epoch: u64, mark: u64) -> RaiseOutcome {
+        let cmd = SlotCommand::Raise {
+            holder,
+            items: vec![RaiseItem {
+                slot,
+                epoch: Epoch(epoch),
+                mark,
+            }],
+            leader_ms: NOW_MS,
+        };
+        match apply(ids, 1, &cmd, &live(&[])) {
+            SlotResult::Raised(r) => r[0].outcome,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_set_has_its_own_share_and_a_layout_never_changes() {
+        let ids = set_up(1).unwrap();
+        assert_eq!((ids.first, ids.slots.len()), (64, 64));
+        let mut other = None;
+        let too_many = SlotCommand::Setup {
+            layout: IdLayout::twitter(0),
+            per_set: 64,
+            max_ahead_ms: 1,
+        };
+        let SlotResult::Refused(why) = apply(&mut other, 16, &too_many, &live(&[])) else {
+            panic!()
+        };
+        assert!(
+            why.contains("needs slots up to 1088, but the layout has 1024 (at most 16 sets of 64)"),
+            "{why}"
+        );
+        let mut ids = Some(ids);
+        let SlotResult::Refused(why) = apply(&mut ids, 1, &too_many, &live(&[])) else {
+            panic!()
+        };
+        assert!(why.contains("cannot change"), "{why}");
+    }
+
+    #[test]
+    fn a_grant_fences_the_previous_holder_and_marks_only_grow() {
+        let mut ids = set_up(1);
+        let tick = IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS)
+            .tick_of(NOW_MS)
+            .unwrap();
+        let grant = |from, to| SlotCommand::Grant(vec![SlotMove { slot: 64, from, to }]);
+        assert_eq!(
+            apply(&mut ids, 1, &grant(NOBODY, I1), &live(&[I1])),
+            SlotResult::Granted { moved: 1 }
+        );
+        assert_eq!(raise(&mut ids, I1, 64, 1, tick + 5_000), RaiseOutcome::Applied);
+        assert_eq!(raise(&mut ids, I1, 64, 1, tick + 4_000), RaiseOutcome::NoOp);
+        // Past the leader's clock plus a minute: refused, the mark stays.
+        assert_eq!(
+            raise(&mut ids, I1, 64, 1, tick + 3_600_000),
+            RaiseOutcome::TooFarAhead { limit: tick + 60_000 }
+        );
+        assert_eq!(raise(&mut ids, I1, 0, 1, tick), RaiseOutcome::NotOurs);
+        // A grant decided against an older holder changes nothing; the right one fences I1.
+        assert_eq!(
+            apply(&mut ids, 1, &grant(NOBODY, I2), &live(&[I2])),
+            SlotResult::Granted { moved: 0 }
+        );
+        assert_eq!(
+            apply(&mut ids, 1, &grant(I1, I2), &live(&[I2])),
+            SlotResult::Granted { moved: 1 }
+        );
+        assert_eq!(raise(&mut ids, I1, 64, 1, tick + 6_000), RaiseOutcome::StaleEpoch);
+        let s = *ids.as_ref().unwrap().get(64).unwrap();
+        assert_eq!(
+            (s.holder, s.epoch, s.mark),
+            (I2, Epoch(2), tick + 5_000),
+            "the new holder's floor"
+        );
+        // A release under an old epoch is ignored; under the current one frees the slot.
+        let release = |epoch| SlotCommand::Release {
+            holder: I2,
+            items: vec![(64, Epoch(epoch))],
+        };
+        assert_eq!(
+            apply(&mut ids, 1, &release(1), &live(&[])),
+            SlotResult::Released { count: 0 }
+        );
+        assert_eq!(
+            apply(&mut ids, 1, &release(2), &live(&[])),
+            SlotResult::Released { count: 1 }
+        );
+        assert_eq!(ids.unwrap().get(64).unwrap().holder, NOBODY);
+    }
+
+    #[test]
+    fn the_arbiter_gives_each_live_incarnation_one_slot_and_takes_back_dead_ones() {
+        let mut ids = set_up(0);
+        let plan = plan_grants(ids.as_ref().unwrap(), &live(&[I1, I2]));
+        assert_eq!(
+            plan.iter().map(|m| (m.slot, m.to)).collect::<Vec<_>>(),
+            [(0, I1), (1, I2)]
+        );
+        apply(&mut ids, 0, &SlotCommand::Grant(plan), &live(&[I1, I2]));
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &live(&[I1, I2])), []);
+        // I1 died: I3 takes its slot, I2 keeps its own.
+        let i3 = Incarnation(3);
+        let plan = plan_grants(ids.as_ref().unwrap(), &live(&[I2, i3]));
+        assert_eq!(
+            plan,
+            [SlotMove {
+                slot: 0,
+                from: I1,
+                to: i3
+            }]
+        );
+    }
+
+    /// Through the whole state machine: a slot's Raise is bound to its holder's registration like a
+    /// Bump, and a holder that registers again (a new process) loses its slots at once.
+    #[test]
+    fn raises_are_bound_to_the_registration_and_a_new_process_loses_its_slots() {
+        use crate::domain::binding::SecretHash;
+        use crate::domain::state::{Command, CommandResult, SetState};
+        use seqsvr_proto::NodeId;
+        use seqsvr_proto::params::SetParams;
+
+        let mut st = SetState::default();
+        st.apply(&Command::Init(SetParams::single_set(0)), false);
+        let hash = SecretHash::of(b"sixteen bytes ok");
+        let register = |nonce| Command::Bound {
+            secret_hash: hash,
+            cmd: Box::new(Command::Register {
+                node_id: NodeId(1),
+                addr: "127.0.0.1:1".into(),
+                nonce,
+            }),
+        };
+        let CommandResult::Registered { incarnation } = st.apply(&register(1), false) else {
+            panic!()
+        };
+        let setup = SlotCommand::Setup {
+            layout: IdLayout::twitter(0),
+            per_set: 4,
+            max_ahead_ms: 1_000,
+        };
+        st.apply(&Command::Slots(setup), false);
+        let grant = SlotCommand::Grant(vec![SlotMove {
+            slot: 0,
+            from: NOBODY,
+            to: incarnation,
+        }]);
+        assert_eq!(
+            st.apply(&Command::Slots(grant), false),
+            CommandResult::Slots(SlotResult::Granted { moved: 1 })
+        );
+        let raise = Command::Slots(SlotCommand::Raise {
+            holder: incarnation,
+            items: vec![RaiseItem {
+                slot: 0,
+                epoch: Epoch(1),
+                mark: 5,
+            }],
+            leader_ms: 0,
+        });
+        assert_eq!(st.apply(&raise, false), CommandResult::NotBound, "a forged raise");
+        let bound = Command::Bound {
+            secret_hash: hash,
+            cmd: Box::new(raise),
+        };
+        let CommandResult::Slots(SlotResult::Raised(r)) = st.apply(&bound, false) else {
+            panic!()
+        };
+        assert_eq!((r[0].outcome, r[0].mark), (RaiseOutcome::Applied, 5));
+        st.apply(&register(2), false);
+        let slot = st.ids.as_ref().unwrap().get(0).unwrap();
+        assert_eq!((slot.holder, slot.mark), (NOBODY, 5), "freed, its mark kept");
+    }
+}
