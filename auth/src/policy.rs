@@ -3,7 +3,7 @@
 //! | role | may call |
 //! |---|---|
 //! | `client` | the data plane (`AllocService`), read-only store calls (`GetRoutes`, `Status`, `GetClusterMap`, `ExportStatus`), health, reflection |
-//! | `allocsvr` | the read-only calls, and the ownership calls `Register`, `Renew`, `Release`, `Bump`, `Load` |
+//! | `allocsvr` | the read-only calls, and the ownership calls `Register`, `Renew`, `Release`, `Bump`, `RaiseMarks`, `Load` |
 //! | `storesvr` | the read-only calls, and the Raft peer service |
 //! | `admin` | the data plane, the read-only calls, every `AdminService` change (membership, map, moves, drains) and the audit trail (`GetAudit`) |
 //!
@@ -77,7 +77,7 @@ pub enum Kind {
     DataPlane,
     /// Reads that change nothing and reveal no sequence: routes, status, maps, health, reflection.
     ReadOnly,
-    /// An AllocSvr's dealings with its set: Register, Renew, Release, Bump.
+    /// An AllocSvr's dealings with its set: Register, Renew, Release, Bump, RaiseMarks.
     Ownership,
     /// Load: the ceilings and owners of a range, read linearizably. AllocSvrs (a gained section's
     /// state) and admins (a move's dry run).
@@ -99,7 +99,7 @@ pub fn kind(path: &str) -> Kind {
         "seqsvr.v1.RaftService" => Kind::Peer,
         "seqsvr.v1.StoreService" => match method {
             "GetRoutes" | "Status" => Kind::ReadOnly,
-            "Register" | "Renew" | "Release" | "Bump" => Kind::Ownership,
+            "Register" | "Renew" | "Release" | "Bump" | "RaiseMarks" => Kind::Ownership,
             "Load" => Kind::Ceilings,
             _ => Kind::Unknown,
         },

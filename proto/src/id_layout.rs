@@ -80,7 +80,7 @@ impl IdLayout {
 
     /// Bits left for the tick count.
     pub fn time_bits(&self) -> u32 {
-        ID_BITS.saturating_sub(self.slot_bits + self.seq_bits)
+        ID_BITS.saturating_sub(self.slot_bits.saturating_add(self.seq_bits))
     }
 
     /// The last tick the time field can hold.
@@ -155,7 +155,7 @@ impl IdLayout {
         if self.seq_bits == 0 || self.slot_bits == 0 {
             return refuse("slot and sequence bits must each be at least 1".into());
         }
-        let used = self.slot_bits + self.seq_bits;
+        let used = self.slot_bits.saturating_add(self.seq_bits);
         if used >= ID_BITS {
             return refuse(format!(
                 "{} slot bits + {} sequence bits = {used}, which leaves no time bits of the {ID_BITS}",
@@ -180,6 +180,37 @@ impl IdLayout {
             ));
         }
         Ok(())
+    }
+}
+
+impl IdLayout {
+    pub fn to_pb(&self) -> crate::pb::IdLayout {
+        crate::pb::IdLayout {
+            tick_ms: self.tick_ms,
+            epoch_ms: self.epoch_ms,
+            slot_bits: self.slot_bits,
+            seq_bits: self.seq_bits,
+        }
+    }
+
+    /// The wire form read back, with the rules that do not depend on the clock (bits and tick);
+    /// a layout that was valid when set up stays usable after its ten years are down to fewer.
+    pub fn from_pb(p: &crate::pb::IdLayout) -> Result<Self, LayoutError> {
+        let layout = Self {
+            tick_ms: p.tick_ms,
+            epoch_ms: p.epoch_ms,
+            slot_bits: p.slot_bits,
+            seq_bits: p.seq_bits,
+        };
+        // Checked against its own epoch: the bits and the tick, not the years left.
+        let bits_ok = p.slot_bits >= 1 && p.seq_bits >= 1 && p.slot_bits.saturating_add(p.seq_bits) < ID_BITS;
+        if !bits_ok || p.tick_ms == 0 || p.tick_ms > 1_000 {
+            return Err(LayoutError {
+                layout: format!("{}/{}/{} ms", p.slot_bits, p.seq_bits, p.tick_ms),
+                why: "slot and sequence bits must each be at least 1 and leave time bits, a tick 1..=1000 ms".into(),
+            });
+        }
+        Ok(layout)
     }
 }
 

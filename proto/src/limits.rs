@@ -72,6 +72,15 @@ pub const MAX_BUMP_ITEMS: usize = 1 << 16;
 /// larger calls into batches of this size.
 pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 
+/// Most time-ordered ids in one `NextIds`. The reply is at most one run per tick (a run is at most
+/// 24 bytes), and a count this large spans at most 16 ticks of Sonyflake's 256 ids a tick — one
+/// tick of Twitter's 4,096 — so one call never borrows more than a few ticks ahead of the clock.
+pub const MAX_IDS_PER_CALL: u32 = 4_096;
+
+/// Most slot items in one `RaiseMarks`: all slots of one set's share, which an AllocSvr never
+/// approaches (it holds one).
+pub const MAX_RAISE_ITEMS: usize = 1_024;
+
 /// Most bytes of an encoded cluster map a set keeps as its cached copy (`PublishMap`): one Raft
 /// command, and handed out whole in data-plane replies to callers that are behind. A map of 64
 /// sets with 16 addresses each and a few thousand ranges and moves stays far below it.

@@ -7,8 +7,10 @@
 //! parameters with the one rule set of `seqsvr_proto::params`, the Raft timings against the lease,
 //! the peers — and refuses a bad configuration with the option named.
 
+use crate::domain::slots::SlotCommand;
 use clap::Parser;
 use seqsvr_proto::addr::{IdAddr, unique_ids};
+use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
 use seqsvr_proto::params::SetParams;
 use seqsvr_server::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
@@ -93,6 +95,30 @@ pub struct Config {
     /// Safety margin subtracted from (and added to) lease arithmetic.
     #[arg(long, default_value_t = 100)]
     pub margin_ms: u64,
+
+    /// Time-ordered ids: the bit layout, `twitter` (41 time bits of 1 ms, 10 slot bits, 12
+    /// sequence bits), `sonyflake` (39 of 10 ms, 16, 8) or SLOT_BITS/SEQ_BITS/TICK_MS. Set 0's is
+    /// fixed when its ids are set up (its first leader after this version starts); every other set
+    /// takes set 0's from the cluster map and ignores this.
+    #[arg(long, default_value = "twitter")]
+    pub id_layout: LayoutShape,
+
+    /// Time-ordered ids: tick 0 of the layout, Unix milliseconds (default 2020-01-01T00:00:00Z).
+    /// Must not be in the future. Set 0 only, like --id-layout.
+    #[arg(long, default_value_t = DEFAULT_EPOCH_MS)]
+    pub id_epoch_ms: u64,
+
+    /// Time-ordered ids: slots each set leases; set K has [K × N, (K + 1) × N), so the layout's
+    /// slots bound the number of sets (Twitter's 1,024 slots: 16 sets of 64). An AllocSvr holds
+    /// one. Set 0 only, like --id-layout.
+    #[arg(long, default_value_t = 64)]
+    pub id_slots_per_set: u64,
+
+    /// Time-ordered ids: how far past the store leader's clock a slot's mark may be raised. An
+    /// AllocSvr whose clock runs further ahead than this (less its raise window) cannot issue ids
+    /// and says why. Set 0 only, like --id-layout.
+    #[arg(long, default_value_t = 10_000)]
+    pub id_max_ahead_ms: u64,
 
     /// An AllocSvr that has not renewed for this long is declared dead and its sections move.
     #[arg(long, default_value_t = 2_000)]
@@ -204,6 +230,7 @@ impl Config {
         if self.detect_ms < self.renew_interval_ms * 2 {
             return err("--detect-ms must be at least twice --renew-interval-ms".into());
         }
+        self.validate_ids(unix_now_ms())?;
         if self.snapshot_logs == 0 {
             return err("--snapshot-logs must be > 0".into());
         }
@@ -215,6 +242,26 @@ impl Config {
                 "--bootstrap needs --peers to include this node ({})",
                 self.node_id
             ));
+        }
+        Ok(())
+    }
+
+    /// The time-ordered id flags at `now_ms`: the layout's rules with their arithmetic, a share
+    /// for set 0 at least, and an allowance between a second and an hour.
+    fn validate_ids(&self, now_ms: u64) -> Result<(), String> {
+        let layout = self.id_layout.with_epoch(self.id_epoch_ms);
+        layout
+            .validate(now_ms)
+            .map_err(|e| format!("--id-layout/--id-epoch-ms: {e}"))?;
+        if self.id_slots_per_set == 0 || self.id_slots_per_set > layout.slots() {
+            return Err(format!(
+                "--id-slots-per-set must be in 1..={} (the layout's {} slot bits)",
+                layout.slots(),
+                layout.slot_bits
+            ));
+        }
+        if !(1_000..=3_600_000).contains(&self.id_max_ahead_ms) {
+            return Err("--id-max-ahead-ms must be between 1000 (a second) and 3600000 (an hour)".into());
         }
         Ok(())
     }
@@ -246,6 +293,15 @@ impl Config {
         }
     }
 
+    /// The id setup set 0 writes once (`None` for the other sets, which take set 0's from the map).
+    pub fn id_setup(&self) -> Option<SlotCommand> {
+        (self.set_id == 0).then(|| SlotCommand::Setup {
+            layout: self.id_layout.with_epoch(self.id_epoch_ms),
+            per_set: self.id_slots_per_set,
+            max_ahead_ms: self.id_max_ahead_ms,
+        })
+    }
+
     /// The initial voters, by node id.
     pub fn peer_map(&self) -> BTreeMap<u64, String> {
         id_addr_map(&self.peers)
@@ -255,6 +311,12 @@ impl Config {
     pub fn dial_map(&self) -> BTreeMap<u64, String> {
         id_addr_map(&self.dial)
     }
+}
+
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn id_addr_map(list: &[IdAddr]) -> BTreeMap<u64, String> {

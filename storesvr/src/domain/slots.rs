@@ -316,16 +316,16 @@ impl IdState {
     }
 }
 
-/// The arbiter's slot decisions: each live incarnation that wants ids and holds no slot gets a
-/// free one (lowest first); a slot whose holder is not live is free. One slot a holder: a slot
-/// issues `ids_per_tick` ids a tick (4,096 a millisecond in Twitter's layout), more than one
-/// AllocSvr answers.
-pub fn plan_grants(ids: &IdState, live: &BTreeSet<Incarnation>) -> Vec<SlotMove> {
-    let holding: BTreeSet<Incarnation> = ids.iter().map(|(_, s)| s.holder).filter(|h| live.contains(h)).collect();
-    let mut wanting = live.iter().filter(|i| !holding.contains(i));
+/// The arbiter's slot decisions: each incarnation in `want` that holds no slot gets a free one
+/// (lowest first); a slot whose holder is not in `keep` (declared dead, superseded, gone) is free.
+/// One slot a holder: a slot issues `ids_per_tick` ids a tick (4,096 a millisecond in Twitter's
+/// layout), more than one AllocSvr answers.
+pub fn plan_grants(ids: &IdState, keep: &BTreeSet<Incarnation>, want: &BTreeSet<Incarnation>) -> Vec<SlotMove> {
+    let holding: BTreeSet<Incarnation> = ids.iter().map(|(_, s)| s.holder).filter(|h| keep.contains(h)).collect();
+    let mut wanting = want.iter().filter(|i| !holding.contains(i));
     let mut moves = Vec::new();
     for (slot, s) in ids.iter() {
-        if s.holder != NOBODY && live.contains(&s.holder) {
+        if s.holder != NOBODY && keep.contains(&s.holder) {
             continue;
         }
         let Some(&to) = wanting.next() else { break };
@@ -336,6 +336,28 @@ pub fn plan_grants(ids: &IdState, live: &BTreeSet<Incarnation>) -> Vec<SlotMove>
         });
     }
     moves
+}
+
+impl IdState {
+    /// The wire form of the setup (published with the cluster map, shown by Status).
+    pub fn setup_pb(&self) -> seqsvr_proto::pb::IdSetup {
+        seqsvr_proto::pb::IdSetup {
+            layout: Some(self.layout.to_pb()),
+            slots_per_set: self.per_set,
+            max_ahead_ms: self.max_ahead_ms,
+        }
+    }
+}
+
+/// The setup a published map carries, as the command that adopts it (`None` when it carries none
+/// or one that does not decode).
+pub fn setup_from_pb(p: &seqsvr_proto::pb::IdSetup) -> Option<SlotCommand> {
+    let layout = IdLayout::from_pb(p.layout.as_ref()?).ok()?;
+    Some(SlotCommand::Setup {
+        layout,
+        per_set: p.slots_per_set,
+        max_ahead_ms: p.max_ahead_ms,
+    })
 }
 
 #[cfg(test)]
@@ -463,16 +485,20 @@ mod tests {
     #[test]
     fn the_arbiter_gives_each_live_incarnation_one_slot_and_takes_back_dead_ones() {
         let mut ids = set_up(0);
-        let plan = plan_grants(ids.as_ref().unwrap(), &live(&[I1, I2]));
+        let both = live(&[I1, I2]);
+        let plan = plan_grants(ids.as_ref().unwrap(), &both, &both);
         assert_eq!(
             plan.iter().map(|m| (m.slot, m.to)).collect::<Vec<_>>(),
             [(0, I1), (1, I2)]
         );
-        apply(&mut ids, 0, &SlotCommand::Grant(plan), &live(&[I1, I2]));
-        assert_eq!(plan_grants(ids.as_ref().unwrap(), &live(&[I1, I2])), []);
+        apply(&mut ids, 0, &SlotCommand::Grant(plan), &both);
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &both), []);
+        // I1 stopped renewing but is not declared dead: it keeps its slot, nobody new wants one.
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &live(&[I2])), []);
         // I1 died: I3 takes its slot, I2 keeps its own.
         let i3 = Incarnation(3);
-        let plan = plan_grants(ids.as_ref().unwrap(), &live(&[I2, i3]));
+        let now = live(&[I2, i3]);
+        let plan = plan_grants(ids.as_ref().unwrap(), &now, &now);
         assert_eq!(
             plan,
             [SlotMove {

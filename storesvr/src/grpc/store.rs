@@ -234,6 +234,38 @@ impl pb::store_service_server::StoreService for StoreSvc {
         }
     }
 
+    async fn raise_marks(&self, req: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
+        let req = req.into_inner();
+        let skip_binding = self.ctx.config.unsafe_skip_binding;
+        let leader_ms = unix_now_ms();
+        let cmd = self
+            .ctx
+            .data(|d| protocol::ids::raise_command(&d.set, &req, leader_ms, skip_binding))?;
+        match self.ctx.write(cmd).await? {
+            Led::Elsewhere(hint) => Ok(Response::new(pb::RaiseMarksReply {
+                not_leader: Some(hint),
+                results: vec![],
+            })),
+            Led::Here(result) => {
+                let reply = protocol::ids::raised(&req, result)?;
+                let ahead = reply
+                    .results
+                    .iter()
+                    .filter(|r| r.outcome == pb::RaiseOutcome::TooFarAhead as i32)
+                    .count();
+                if ahead > 0 {
+                    // The holder's clock runs ahead of this leader's by more than the allowance.
+                    metrics::counter!("storesvr_slot_raises_too_far_ahead_total").increment(ahead as u64);
+                    tracing::warn!(
+                        incarnation = req.incarnation,
+                        "refused slot marks past this leader's clock plus the allowance: the AllocSvr's clock is ahead"
+                    );
+                }
+                Ok(Response::new(reply))
+            }
+        }
+    }
+
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
         let req = req.into_inner();
         let p = self.ctx.params()?;
@@ -316,10 +348,24 @@ impl pb::store_service_server::StoreService for StoreSvc {
                 max_seq_high: d.set.sections.iter().map(|s| s.max_seq).max().unwrap_or(0),
                 params: d.set.params.as_ref().map(SetParams::to_pb),
                 max_seq_sum: d.set.max_seq_sum(),
+                ids: d.set.ids.as_ref().map(|i| i.setup_pb()),
+                slots_held: d
+                    .set
+                    .ids
+                    .as_ref()
+                    .map_or(0, |i| i.iter().filter(|(_, s)| s.holder != NOBODY).count() as u64),
+                first_slot: d.set.ids.as_ref().map_or(0, |i| i.first),
             }
         });
         let applied = self.ctx.data(|d| d.last_applied.map(|l| l.index));
         self.expose(applied).await?;
         Ok(Response::new(reply))
     }
+}
+
+/// This replica's wall clock, Unix milliseconds (it caps slot marks; 0 before 1970).
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -30,6 +30,7 @@ use crate::domain::state::{
 };
 use crate::error::RpcError;
 
+pub mod ids;
 pub mod moves;
 #[cfg(test)]
 mod props;
@@ -262,7 +263,11 @@ pub fn renew_reply(
     } else {
         None
     };
+    let (id_layout, id_max_ahead_ms, slots) = ids::slots_of(set, incarnation);
     Ok(pb::RenewReply {
+        id_layout,
+        id_max_ahead_ms,
+        slots,
         not_leader: None,
         status: pb::RenewStatus::Ok as i32,
         grants,

@@ -22,6 +22,7 @@ use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phas
 use crate::domain::liveness::{self, Liveness};
 use crate::domain::moves::RangeCommand;
 use crate::domain::ranges::{OpId, RangeRun, RangeState};
+use crate::domain::slots::IdState;
 use crate::domain::state::{CachedMap, Command, CommandResult, SetParams, SetState, Span};
 use crate::error::RpcError;
 use crate::protocol::{check_ranges, unexpected};
@@ -86,9 +87,11 @@ fn move_pb(m: &MoveOp) -> pb::MoveInfo {
     }
 }
 
-/// The wire form of the map; set 0's addresses are its Raft members' (`own_stores`).
-pub fn map_pb(map: &ClusterMap, p: &SetParams, own_stores: &[String]) -> pb::ClusterMap {
+/// The wire form of the map; set 0's addresses are its Raft members' (`own_stores`), and its
+/// time-ordered id setup (`ids`) is every set's.
+pub fn map_pb(map: &ClusterMap, p: &SetParams, own_stores: &[String], ids: Option<&IdState>) -> pb::ClusterMap {
     pb::ClusterMap {
+        ids: ids.map(IdState::setup_pb),
         version: map.version,
         sets: map
             .sets
@@ -140,7 +143,7 @@ pub fn cluster_map_reply(
     own_stores: &[String],
 ) -> Result<pb::ClusterMapReply, RpcError> {
     let map = match set.map.as_ref() {
-        Some(m) => Some(map_pb(m, p, own_stores)),
+        Some(m) => Some(map_pb(m, p, own_stores, set.ids.as_ref())),
         None => cached(set)?,
     };
     match map {
@@ -196,7 +199,7 @@ pub fn map_for(
     if cached_v >= own_v {
         return Ok((version, copy));
     }
-    let Some(mut own) = set.map.as_ref().map(|m| map_pb(m, p, &own_stores())) else {
+    let Some(mut own) = set.map.as_ref().map(|m| map_pb(m, p, &own_stores(), set.ids.as_ref())) else {
         return Ok((version, copy));
     };
     for entry in &mut own.sets {

@@ -1,7 +1,8 @@
 //! The arbiter loop, on the leader only: every tick — and at once after a Release committed, so
 //! that released sections get their next owner without waiting for the tick — it keeps the
 //! leadership bookkeeping of the liveness view, writes the set's parameters once, and turns one
-//! arbiter decision (pure, in `domain::arbiter`) into a Raft write.
+//! arbiter decision (pure, in `domain::arbiter`) into a Raft write, then the slot decision for
+//! time-ordered ids (`protocol::ids::slots_tick`: the setup once, then grants).
 //!
 //! Deliberately left out: the decision itself (`protocol::arbiter_tick`, pure); a failed write is simply retried at the next tick.
 
@@ -30,17 +31,23 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
                 m.current_term,
             )
         };
-        let (became_leader, tick) = {
+        let (became_leader, tick, slots) = {
             let st = ctx.state.read().expect("state lock poisoned");
             let mut view = ctx.view();
-            protocol::arbiter_tick(
+            let now = ReplicaState::lease_now();
+            let (became_leader, tick) = protocol::arbiter_tick(
                 &st.set,
                 &mut view,
                 (is_leader, term),
-                ReplicaState::lease_now(),
+                now,
                 ctx.detect(),
                 &ctx.config.set_params(),
-            )
+            );
+            let slots = match tick {
+                Tick::Plan(_) => protocol::ids::slots_tick(&st.set, &view, now, ctx.detect(), ctx.config.id_setup()),
+                _ => None,
+            };
+            (became_leader, tick, slots)
         };
         if became_leader {
             tracing::info!(
@@ -59,10 +66,11 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
             }
             Tick::Plan(cmd) => cmd,
         };
-        if let Some(cmd) = cmd
-            && let Err(e) = ctx.writer.write(cmd, WRITE_TIMEOUT).await
-        {
-            tracing::warn!(?e, "arbiter write failed; retrying next tick");
+        for cmd in cmd.into_iter().chain(slots) {
+            if let Err(e) = ctx.writer.write(cmd, WRITE_TIMEOUT).await {
+                tracing::warn!(?e, "arbiter write failed; retrying next tick");
+                break;
+            }
         }
     }
 }

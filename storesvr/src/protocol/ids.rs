@@ -1,0 +1,215 @@
+//! The StoreService's side of time-ordered ids, sans-IO like the rest of `protocol`: setting a
+//! set's ids up, the arbiter's slot grants, what a renewal tells a holder about its slots, and the
+//! fenced `RaiseMarks` write.
+//!
+//! Set 0 sets its ids up from its own flags; every other set adopts set 0's setup from the
+//! published cluster map, so that all sets issue under one layout and disjoint slot shares. A set
+//! that has no published setup yet issues no ids (and says so in `Status`).
+//!
+//! Left out: issuing (the AllocSvr), and the leader's clock (the caller passes `leader_ms`).
+
+use std::time::Instant;
+
+use seqsvr_proto::limits::MAX_RAISE_ITEMS;
+use seqsvr_proto::{Epoch, Incarnation, pb};
+
+use crate::domain::liveness;
+use crate::domain::slots::{self, RaiseItem, RaiseOutcome, SlotCommand, SlotResult};
+use crate::domain::state::{Command, CommandResult, SetState};
+use crate::error::RpcError;
+use crate::protocol::{LeaderView, binding, not_bound, under, unexpected};
+
+/// What the arbiter writes about slots this tick, if anything: the setup while the set has none
+/// (set 0's from `own_setup`, the others' from their copy of the map), else the grants that give
+/// each renewing, non-draining incarnation one slot and free the slots of the dead.
+pub fn slots_tick(
+    set: &SetState,
+    view: &LeaderView,
+    now: Instant,
+    detect: std::time::Duration,
+    own_setup: Option<SlotCommand>,
+) -> Option<Command> {
+    set.params.as_ref()?;
+    let Some(ids) = set.ids.as_ref() else {
+        let adopted = || {
+            let map = crate::protocol::moves::cached(set).ok()??;
+            slots::setup_from_pb(map.ids.as_ref()?)
+        };
+        return own_setup.or_else(adopted).map(Command::Slots);
+    };
+    let alive = liveness::alive(set, &view.liveness, now, detect);
+    let want = alive
+        .renewing
+        .iter()
+        .filter(|i| set.allocsvrs.get(i).is_some_and(|r| !r.draining))
+        .copied()
+        .collect();
+    let moves = slots::plan_grants(ids, &alive.not_dead, &want);
+    if moves.is_empty() {
+        return None;
+    }
+    tracing::info!(?moves, "granting time-ordered id slots");
+    Some(Command::Slots(SlotCommand::Grant(moves)))
+}
+
+/// The slot part of a renewal reply: the layout, the allowance, and the slots `incarnation` holds
+/// with their epochs and marks.
+pub fn slots_of(set: &SetState, incarnation: Incarnation) -> (Option<pb::IdLayout>, u64, Vec<pb::SlotGrant>) {
+    let Some(ids) = set.ids.as_ref() else {
+        return (None, 0, Vec::new());
+    };
+    let grants = ids
+        .held_by(incarnation)
+        .map(|(slot, s)| pb::SlotGrant {
+            slot,
+            epoch: s.epoch.0,
+            mark: s.mark,
+        })
+        .collect();
+    (Some(ids.layout.to_pb()), ids.max_ahead_ms, grants)
+}
+
+/// The write a RaiseMarks asks for, made under the caller's secret; `leader_ms` is this leader's
+/// wall clock, which caps the marks (carried in the command so every replica decides alike).
+pub fn raise_command(
+    set: &SetState,
+    req: &pb::RaiseMarksRequest,
+    leader_ms: u64,
+    skip_binding: bool,
+) -> Result<Command, RpcError> {
+    if set.ids.is_none() {
+        return Err(RpcError::FailedPrecondition(
+            "this set has no time-ordered ids set up yet".into(),
+        ));
+    }
+    if req.items.is_empty() || req.items.len() > MAX_RAISE_ITEMS {
+        return Err(RpcError::InvalidArgument(format!(
+            "a RaiseMarks names 1 to {MAX_RAISE_ITEMS} slots, got {}",
+            req.items.len()
+        )));
+    }
+    let incarnation = Incarnation(req.incarnation);
+    if !set.allocsvrs.contains_key(&incarnation) {
+        return Err(RpcError::FailedPrecondition(format!(
+            "unknown incarnation {}: register first",
+            req.incarnation
+        )));
+    }
+    let presented = binding(set, "RaiseMarks", req.incarnation, &req.secret, skip_binding)?;
+    let items = req
+        .items
+        .iter()
+        .map(|i| RaiseItem {
+            slot: i.slot,
+            epoch: Epoch(i.epoch),
+            mark: i.mark,
+        })
+        .collect();
+    let cmd = Command::Slots(SlotCommand::Raise {
+        holder: incarnation,
+        items,
+        leader_ms,
+    });
+    Ok(under(presented, cmd))
+}
+
+/// The reply to a committed RaiseMarks.
+pub fn raised(req: &pb::RaiseMarksRequest, result: CommandResult) -> Result<pb::RaiseMarksReply, RpcError> {
+    match result {
+        CommandResult::Slots(SlotResult::Raised(results)) => Ok(pb::RaiseMarksReply {
+            not_leader: None,
+            results: results
+                .into_iter()
+                .map(|r| {
+                    let (outcome, limit) = match r.outcome {
+                        RaiseOutcome::Applied => (pb::RaiseOutcome::Applied, 0),
+                        RaiseOutcome::NoOp => (pb::RaiseOutcome::NoOp, 0),
+                        RaiseOutcome::StaleEpoch => (pb::RaiseOutcome::StaleEpoch, 0),
+                        RaiseOutcome::TooFarAhead { limit } => (pb::RaiseOutcome::TooFarAhead, limit),
+                        RaiseOutcome::NotOurs => (pb::RaiseOutcome::NotOurs, 0),
+                    };
+                    pb::RaiseResult {
+                        slot: r.slot,
+                        outcome: outcome as i32,
+                        mark: r.mark,
+                        epoch: r.epoch.0,
+                        limit,
+                    }
+                })
+                .collect(),
+        }),
+        CommandResult::NotBound => Err(not_bound("RaiseMarks", req.incarnation)),
+        CommandResult::Slots(SlotResult::Refused(m)) => Err(RpcError::FailedPrecondition(m)),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::testing::set_with;
+    use seqsvr_proto::id_layout::IdLayout;
+
+    fn setup() -> SlotCommand {
+        SlotCommand::Setup {
+            layout: IdLayout::twitter(0),
+            per_set: 8,
+            max_ahead_ms: 5_000,
+        }
+    }
+
+    #[test]
+    fn set_zero_sets_up_from_its_flags_and_then_grants_each_renewing_incarnation_a_slot() {
+        let (mut st, incs) = set_with(&[1, 2]);
+        let mut view = LeaderView::default();
+        let now = Instant::now();
+        view.liveness.observe_leadership(true, 1, now);
+        let first = slots_tick(&st, &view, now, std::time::Duration::from_secs(2), Some(setup()));
+        assert_eq!(first, Some(Command::Slots(setup())));
+        st.apply(&first.unwrap(), false);
+        for &i in &incs {
+            view.liveness.record(i, now);
+        }
+        let grant = slots_tick(&st, &view, now, std::time::Duration::from_secs(2), Some(setup())).unwrap();
+        assert!(matches!(
+            st.apply(&grant, false),
+            CommandResult::Slots(SlotResult::Granted { moved: 2 })
+        ));
+        let (layout, ahead, held) = slots_of(&st, incs[1]);
+        assert_eq!((layout, ahead), (Some(IdLayout::twitter(0).to_pb()), 5_000));
+        assert_eq!(
+            held,
+            [pb::SlotGrant {
+                slot: 1,
+                epoch: 1,
+                mark: 0
+            }]
+        );
+        assert_eq!(
+            slots_tick(&st, &view, now, std::time::Duration::from_secs(2), Some(setup())),
+            None
+        );
+    }
+
+    #[test]
+    fn a_raise_names_one_to_the_limit_of_slots_of_a_registered_incarnation() {
+        let (mut st, incs) = set_with(&[1]);
+        let req = |items: Vec<pb::SlotMark>, incarnation| pb::RaiseMarksRequest {
+            incarnation,
+            items,
+            secret: Vec::new(),
+        };
+        let one = vec![pb::SlotMark {
+            slot: 0,
+            epoch: 1,
+            mark: 9,
+        }];
+        let err = raise_command(&st, &req(one.clone(), incs[0].0), 0, false).unwrap_err();
+        assert!(format!("{err:?}").contains("no time-ordered ids"), "{err:?}");
+        st.apply(&Command::Slots(setup()), false);
+        assert!(raise_command(&st, &req(vec![], incs[0].0), 0, false).is_err());
+        let err = raise_command(&st, &req(one.clone(), 99), 0, false).unwrap_err();
+        assert!(format!("{err:?}").contains("unknown incarnation 99"), "{err:?}");
+        assert!(raise_command(&st, &req(one, incs[0].0), 0, false).is_ok());
+    }
+}
