@@ -77,6 +77,17 @@ pub struct Cli {
     /// TEST ONLY, breaks P1: keep cur_seq memory of a section across losing and regaining it.
     #[arg(long, hide = true)]
     pub unsafe_keep_memory: bool,
+    /// TEST ONLY, breaks U1: a slot's new holder issues from its own clock, not above the mark the
+    /// store reported (its floor).
+    #[arg(long, hide = true)]
+    pub unsafe_ids_ignore_floor: bool,
+    /// TEST ONLY, breaks U1: issue time-ordered ids above the acknowledged mark.
+    #[arg(long, hide = true)]
+    pub unsafe_ids_ignore_mark: bool,
+    /// TEST ONLY, a clock fault: the clock time-ordered ids are issued by runs this many
+    /// milliseconds off the host's (negative: behind). Leases keep the host's clock.
+    #[arg(long, hide = true, allow_hyphen_values = true, default_value_t = 0)]
+    pub test_clock_offset_ms: i64,
     /// TEST ONLY, a network fault: send every Release once more, at a random time between N
     /// and 2N ms after the first (a late duplicate, as a retry after a lost reply would be).
     #[arg(long, hide = true)]
@@ -93,12 +104,18 @@ pub struct UnsafeSwitches {
     pub serve_before_bump_ack: bool,
     /// Rule 5 off: memory of an earlier epoch is reused on regain.
     pub keep_memory: bool,
+    /// Time-ordered ids: issue from the clock, not above the floor; issue above the acknowledged
+    /// mark.
+    pub ids: crate::issuer::UnsafeIssuing,
 }
 
 impl UnsafeSwitches {
     /// Whether any negative control is on (logged loudly at start).
     pub fn any(&self) -> bool {
-        self.skip_lease_wait || self.serve_before_bump_ack || self.keep_memory
+        self.skip_lease_wait
+            || self.serve_before_bump_ack
+            || self.keep_memory
+            || self.ids != crate::issuer::UnsafeIssuing::default()
     }
 }
 
@@ -126,6 +143,8 @@ pub struct NodeConfig {
     /// The clock every lease deadline is read on: the host's, counting suspended time; tests and
     /// the simulator script one to suspend or skew a node.
     pub lease_clock: LeaseClock,
+    /// Test only: how far the time-ordered ids' clock is off the host's wall clock, ms.
+    pub id_clock_offset_ms: i64,
 }
 
 impl NodeConfig {
@@ -142,6 +161,7 @@ impl NodeConfig {
             serve_limits: serve_limits::allocsvr(),
             tls: None,
             lease_clock: LeaseClock::host(),
+            id_clock_offset_ms: 0,
         }
     }
 }
@@ -186,11 +206,16 @@ impl Cli {
                     skip_lease_wait: self.unsafe_skip_lease_wait,
                     serve_before_bump_ack: self.unsafe_serve_before_bump_ack,
                     keep_memory: self.unsafe_keep_memory,
+                    ids: crate::issuer::UnsafeIssuing {
+                        ignore_floor: self.unsafe_ids_ignore_floor,
+                        ignore_mark: self.unsafe_ids_ignore_mark,
+                    },
                 },
                 repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
                 serve_limits,
                 tls: tls.map(std::sync::Arc::new),
                 lease_clock: LeaseClock::host(),
+                id_clock_offset_ms: self.test_clock_offset_ms,
             },
             metrics_listen: self.metrics_listen,
         })

@@ -15,6 +15,10 @@ pub enum Error {
     /// RESOURCE_EXHAUSTED marked `exhausted` (`seqsvr_proto::refusal`).
     #[error("{0}")]
     Exhausted(String),
+    /// This node cannot answer now, another may (no id slot held, a clock behind the slot's last
+    /// tick, a mark not yet raised): retry, here after a moment or on another AllocSvr.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<Error> for tonic::Status {
@@ -23,6 +27,7 @@ impl From<Error> for tonic::Status {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
             // Marked, so that callers tell it from an overloaded server's RESOURCE_EXHAUSTED.
             Error::Exhausted(m) => seqsvr_proto::refusal::exhausted(m),
+            Error::Unavailable(m) => tonic::Status::unavailable(m),
         }
     }
 }

@@ -8,11 +8,12 @@
 //! - [`issuer`]: time-ordered ids from one leased slot, only between its floor and acknowledged
 //!   mark (pure, takes the clock's tick).
 //! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
+//! - [`ids`]: the id slots this node holds: learnt from renewals, raised, issued from.
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
 //! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
 //! - [`state`]: the state the service and the tasks share ([`state::AllocState`]), behind methods.
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
-//! - [`service`]: the `AllocService` gRPC data plane.
+//! - [`service`]: the `AllocService` gRPC data plane; [`id_service`] its `NextIds`.
 //! - [`node`]: the composition root: start, wire, shut down.
 //! - [`config`], [`error`], [`metrics`], [`rpc_metrics`] (per-method latency and error codes).
 //!
@@ -29,6 +30,8 @@
 pub mod config;
 pub mod error;
 pub mod grants;
+pub mod id_service;
+pub mod ids;
 pub mod issuer;
 pub mod lease;
 pub mod metrics;

@@ -40,6 +40,23 @@ pub struct Metrics {
     /// the wait (`path="release"`), and sections taken over after a lease wait (`"lease_wait"`).
     pub gain_ready_release: Histogram,
     pub gain_ready_lease_wait: Histogram,
+    /// Time-ordered ids issued.
+    pub ids_issued: Counter,
+    /// Ids issued with a tick ahead of this host's clock (borrowed).
+    pub ids_borrowed: Counter,
+    /// NextIds calls refused, by cause.
+    pub ids_refused_no_slot: Counter,
+    pub ids_refused_clock_behind: Counter,
+    pub ids_refused_mark_behind: Counter,
+    pub ids_refused_exhausted: Counter,
+    /// Ticks between the clock and the least-raised slot's acknowledged mark.
+    pub id_mark_headroom_ticks: Gauge,
+    /// RaiseMarks that failed (asked again next tick).
+    pub id_raise_failures: Counter,
+    /// Raises refused as too far ahead of the store leader's clock (this host's clock is ahead).
+    pub id_raises_too_far_ahead: Counter,
+    /// Years until the layout's time field runs out.
+    pub id_years_left: Gauge,
 }
 
 impl Metrics {
@@ -60,6 +77,16 @@ impl Metrics {
             lease_lost: counter!("allocsvr_lease_lost_total"),
             gain_ready_release: histogram!("allocsvr_gain_ready_seconds", "path" => "release"),
             gain_ready_lease_wait: histogram!("allocsvr_gain_ready_seconds", "path" => "lease_wait"),
+            ids_issued: counter!("allocsvr_ids_issued_total"),
+            ids_borrowed: counter!("allocsvr_ids_borrowed_total"),
+            ids_refused_no_slot: counter!("allocsvr_ids_refused_total", "cause" => "no_slot"),
+            ids_refused_clock_behind: counter!("allocsvr_ids_refused_total", "cause" => "clock_behind"),
+            ids_refused_mark_behind: counter!("allocsvr_ids_refused_total", "cause" => "mark_behind"),
+            ids_refused_exhausted: counter!("allocsvr_ids_refused_total", "cause" => "exhausted"),
+            id_mark_headroom_ticks: gauge!("allocsvr_id_mark_headroom_ticks"),
+            id_raise_failures: counter!("allocsvr_id_raise_failures_total"),
+            id_raises_too_far_ahead: counter!("allocsvr_id_raises_too_far_ahead_total"),
+            id_years_left: gauge!("allocsvr_id_years_left"),
         }
     }
 }

@@ -30,7 +30,7 @@ use crate::grants::{release_requests, released};
 use crate::service::Service;
 use crate::state::{AllocState, wake};
 use crate::store::Store;
-use crate::tasks::{bump, release, renew};
+use crate::tasks::{bump, raise, release, renew};
 
 /// A running AllocSvr: its [`Core`] behind a gRPC server.
 pub struct Node {
@@ -133,6 +133,7 @@ impl Core {
         let tasks = vec![
             tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone())),
             tokio::spawn(bump::bumper(shared.clone(), bump_queue, stop_rx.clone())),
+            tokio::spawn(raise::raiser(shared.clone(), stop_rx.clone())),
         ];
         Ok(Core {
             shared,
@@ -166,6 +167,7 @@ impl Core {
             t.abort();
         }
         self.shared.owned().set_lease_until(None);
+        self.shared.ids().drop_all("crashed");
         wake(&self.shared.owned().drop_all());
     }
 
@@ -179,6 +181,9 @@ impl Core {
             let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
         }
         self.shared.owned().set_lease_until(None);
+        // Its slots go with the incarnation: the leaving Release below makes the store forget it,
+        // which frees them for the next holder.
+        self.shared.ids().drop_all("shutting down");
         let dropped = self.shared.owned().drop_all();
         wake(&dropped);
         info!(sections = dropped.len(), "shutting down: stopped serving every section");

@@ -1,4 +1,5 @@
-//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq).
+//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq; NextIds in
+//! `id_service`).
 //!
 //! Hot path of a fetch: read lock on the section map, one short lock of the section, in which the
 //! lease end and `now` are read and the seq is incremented (ownership rule 7), reply. No `.await` while a
@@ -240,6 +241,11 @@ impl Service {
 
 #[tonic::async_trait]
 impl AllocService for Service {
+    async fn next_ids(&self, request: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
+        let reply = crate::id_service::next_ids(&self.shared, request.into_inner()).await?;
+        Ok(Response::new(reply))
+    }
+
     async fn fetch_next_seq(
         &self,
         request: Request<pb::FetchNextSeqRequest>,

@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use crate::config::{NodeConfig, UnsafeSwitches};
 use crate::grants::{GrantDiff, ranges};
+use crate::ids::IdSlots;
 use crate::lease::LeaseTimings;
 use crate::metrics::Metrics;
 use crate::owned::{Owned, Slot};
@@ -66,6 +67,8 @@ pub struct AllocState {
     kept: Mutex<HashMap<SectionId, Vec<u64>>>,
     metrics: Metrics,
     stopping: AtomicBool,
+    /// Slots held for time-ordered ids.
+    ids: IdSlots,
 }
 
 impl AllocState {
@@ -99,6 +102,7 @@ impl AllocState {
             kept: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
             stopping: AtomicBool::new(false),
+            ids: IdSlots::new(cfg.id_clock_offset_ms, cfg.unsafe_switches.ids),
         };
         (Arc::new(shared), bump_rx)
     }
@@ -136,6 +140,10 @@ impl AllocState {
 
     pub fn store(&self) -> &dyn Store {
         &*self.store
+    }
+
+    pub fn ids(&self) -> &IdSlots {
+        &self.ids
     }
 
     pub fn owned(&self) -> &Owned {
@@ -275,8 +283,10 @@ impl AllocState {
         self.kept.lock().unwrap().remove(&section)
     }
 
-    /// Stops serving everything at once and says why; returns what was dropped.
+    /// Stops serving everything at once (sections and id slots) and says why; returns the
+    /// sections dropped.
     pub fn drop_everything(&self, why: &str) -> Vec<Arc<Slot>> {
+        self.ids.drop_all(why);
         let dropped = self.owned.drop_all();
         if !dropped.is_empty() {
             warn!(sections = dropped.len(), why, "stopped serving every section");

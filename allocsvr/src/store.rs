@@ -6,7 +6,7 @@
 //! leader-following client over the network ([`StoreClient`]).
 //!
 //! [`Bound`] wraps any store and binds the node's calls to its registration: it draws a secret
-//! for each registration and sends it with every Renew, Release and Bump of that incarnation, so
+//! for each registration and sends it with every Renew, Release, Bump and RaiseMarks of that incarnation, so
 //! that nobody who did not see the Register can act in the node's name (docs/DESIGN.md, rule 1).
 //!
 //! Deliberately left out: routing to the leader and retrying on another replica, which belong to
@@ -42,6 +42,7 @@ pub trait Store: Send + Sync + 'static {
     fn release(&self, req: pb::ReleaseRequest, wait: Option<Duration>) -> Call<'_, pb::ReleaseReply>;
     fn bump(&self, req: pb::BumpRequest, wait: Duration) -> Call<'_, pb::BumpReply>;
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply>;
+    fn raise_marks(&self, req: pb::RaiseMarksRequest, wait: Duration) -> Call<'_, pb::RaiseMarksReply>;
 }
 
 fn failure(e: ControlError) -> StoreFailure {
@@ -78,6 +79,10 @@ impl Store for StoreClient {
 
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
         Box::pin(async move { StoreClient::load(self, req).await.map_err(failure) })
+    }
+
+    fn raise_marks(&self, req: pb::RaiseMarksRequest, wait: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        Box::pin(async move { within(self, Some(wait)).raise_marks(req).await.map_err(failure) })
     }
 }
 
@@ -165,6 +170,11 @@ impl Store for Bound {
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
         self.inner.load(req)
     }
+
+    fn raise_marks(&self, mut req: pb::RaiseMarksRequest, wait: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        req.secret = self.of(req.incarnation);
+        self.inner.raise_marks(req, wait)
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +226,10 @@ mod tests {
         }
         fn load(&self, _: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
             Box::pin(async { Ok(pb::LoadReply::default()) })
+        }
+        fn raise_marks(&self, req: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
+            self.note("raise_marks", req.incarnation, &req.secret);
+            Box::pin(async { Ok(pb::RaiseMarksReply::default()) })
         }
     }
 

@@ -8,6 +8,8 @@
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//! - [`Client::next_ids`] / [`Client::next_id`]: time-ordered ids, unique in the whole cluster, from
+//!   any AllocSvr that holds a slot (no routing; another is asked when one cannot answer).
 //! - [`MapView`]: the cluster map learned from replies (sent with the caller's map version in a
 //!   header; a server adds the map only when that version is older). It tells the client which set
 //!   serves a uid and where that set's AllocSvrs are, so seeds in one set reach every set, and a
@@ -43,6 +45,7 @@ mod client;
 mod coalesce;
 mod config;
 mod error;
+mod ids;
 mod map;
 mod retry;
 mod routing;
@@ -56,6 +59,7 @@ pub use client::{Client, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
+pub use ids::Ids;
 pub use map::MapView;
 pub use routing::RouteSet;
 pub use transport::{CallFuture, Conn, Connect};

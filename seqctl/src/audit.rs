@@ -45,7 +45,7 @@ pub async fn audit(cli: &crate::Cli, args: &AuditArgs) -> Result<String, Failure
 }
 
 /// `at_ms` as RFC 3339 UTC with milliseconds; the raw number when it is out of range.
-fn rfc3339(at_ms: u64) -> String {
+pub(crate) fn rfc3339(at_ms: u64) -> String {
     i128::from(at_ms)
         .checked_mul(1_000_000)
         .and_then(|ns| OffsetDateTime::from_unix_timestamp_nanos(ns).ok())

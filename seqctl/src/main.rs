@@ -15,6 +15,7 @@ mod backup;
 mod certs;
 mod data;
 mod drain;
+mod ids;
 mod moves;
 mod replica;
 mod status;
@@ -79,6 +80,11 @@ enum Cmd {
     Batch {
         #[arg(required = true)]
         uids: Vec<u64>,
+    },
+    /// Time-ordered ids: `next [N]` (needs --alloc), `decode ID` (--store, or the layout flags).
+    Id {
+        #[command(subcommand)]
+        action: ids::IdCmd,
     },
     /// Status of the StoreSvr set: members, leader, log indexes, AllocSvrs (needs --store).
     Status,
@@ -220,6 +226,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Fetch { uid } => data::fetch(cli, &[Uid(*uid)], false).await,
         Cmd::Get { uid } => data::get(cli, Uid(*uid)).await,
         Cmd::Batch { uids } => data::fetch(cli, &uids.iter().map(|&u| Uid(u)).collect::<Vec<_>>(), true).await,
+        Cmd::Id { action } => ids::id(cli, action).await,
         Cmd::Status => status::status(cli).await,
         Cmd::Routes => data::routes(cli).await,
         Cmd::Sets => moves::sets(cli).await,

@@ -127,10 +127,27 @@ pub async fn sets(cli: &crate::Cli) -> Result<String, Failure> {
         })
         .collect();
     Ok(format!(
-        "cluster map version {}\n{}",
+        "cluster map version {}\n{}\n{}",
         map.version,
+        id_slots_line(&map),
         table(&["set", "ranges", "leader", "stores", "allocsvrs", "health"], rows)
     ))
+}
+
+/// The cluster's time-ordered id layout and how slots are shared between sets.
+fn id_slots_line(map: &pb::ClusterMap) -> String {
+    let layout = map
+        .ids
+        .as_ref()
+        .and_then(|i| seqsvr_proto::id_layout::IdLayout::from_pb(i.layout.as_ref()?).ok());
+    match (layout, map.ids.as_ref()) {
+        (Some(l), Some(i)) => format!(
+            "time-ordered ids: layout {l}; set K leases slots [K*{n}, (K+1)*{n}) (at most {} sets)",
+            l.slots() / i.slots_per_set.max(1),
+            n = i.slots_per_set
+        ),
+        _ => "time-ordered ids: not set up".into(),
+    }
 }
 
 /// `uids LO..HI` of every map range of `set`.
@@ -561,8 +578,13 @@ fn map_json(map: &pb::ClusterMap) -> Value {
         .iter()
         .map(|r| json!({"section_begin": r.section_begin, "section_end": r.section_end, "set_id": r.set_id}))
         .collect();
+    let ids = map.ids.as_ref().map(|i| {
+        let l = i.layout.unwrap_or_default();
+        json!({"tick_ms": l.tick_ms, "epoch_ms": l.epoch_ms, "slot_bits": l.slot_bits, "seq_bits": l.seq_bits,
+               "slots_per_set": i.slots_per_set, "max_ahead_ms": i.max_ahead_ms})
+    });
     json!({"version": map.version, "section_size": map.section_size, "uid_limit": map.uid_limit,
-           "sets": sets, "ranges": ranges})
+           "sets": sets, "ranges": ranges, "ids": ids})
 }
 
 #[cfg(test)]

@@ -103,7 +103,34 @@ fn status_json(v: &pb::StatusReply, members: &[MemberView]) -> Value {
             "lease_ms": params.lease_ms, "renew_interval_ms": params.renew_interval_ms,
         },
         "members": members, "allocsvrs": allocsvrs,
+        "ids": v.ids.as_ref().map(|i| {
+            let layout = i.layout.unwrap_or_default();
+            json!({
+                "tick_ms": layout.tick_ms, "epoch_ms": layout.epoch_ms, "slot_bits": layout.slot_bits,
+                "seq_bits": layout.seq_bits, "slots_per_set": i.slots_per_set, "max_ahead_ms": i.max_ahead_ms,
+                "first_slot": v.first_slot, "slots_held": v.slots_held,
+            })
+        }),
     })
+}
+
+/// The time-ordered id line of the status: the layout and this set's share of slots.
+fn ids_line(v: &pb::StatusReply) -> String {
+    let Some(setup) = &v.ids else {
+        return "time-ordered ids: not set up (set 0 sets them up; other sets adopt its setup from the map)".into();
+    };
+    let layout = setup
+        .layout
+        .as_ref()
+        .and_then(|l| seqsvr_proto::id_layout::IdLayout::from_pb(l).ok());
+    let layout = layout.map_or("a layout that does not decode".into(), |l| l.to_string());
+    format!(
+        "time-ordered ids: layout {layout}; slots {}..{} of this set, {} held; marks at most {} ms ahead",
+        v.first_slot,
+        v.first_slot + setup.slots_per_set,
+        v.slots_held,
+        setup.max_ahead_ms
+    )
 }
 
 fn member_row((m, addr, own): &MemberView) -> Vec<String> {
@@ -159,7 +186,7 @@ fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
     let allocs_header = ["ALLOCSVR", "INCARNATION", "ADDR", "ALIVE", "LAST_RENEW_MS", "SECTIONS"];
     format!(
         "set {}: leader {} ({leader_addr}), term {}, committed {}, applied {}, route version {} (answered by node {})\n\
-         sections {} owned of {}; max_seq high {}, sum {}; step {}, lease {} ms\n\n{}\n\n{}",
+         sections {} owned of {}; max_seq high {}, sum {}; step {}, lease {} ms\n{}\n\n{}\n\n{}",
         v.set_id,
         v.leader_id,
         v.term,
@@ -173,6 +200,7 @@ fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
         v.max_seq_sum,
         params.step,
         params.lease_ms,
+        ids_line(v),
         table(&members_header, member_rows),
         table(&allocs_header, alloc_rows),
     )

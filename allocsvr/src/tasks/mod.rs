@@ -10,6 +10,7 @@
 //! - [`bump`]: drains the bounded bump queue into Bump RPCs, retries an unknown outcome with the
 //!   same `new_max` until it is acknowledged, refused, or the grant is gone, and wakes the fetches
 //!   waiting for it.
+//! - [`raise`]: raises the marks of the node's id slots a window ahead of the clock.
 //! - [`release`]: hands sections over (after a handover request, and at shutdown).
 //!
 //! Deliberately left out: what the grants mean (pure, in `grants`), the section arithmetic (pure,
@@ -17,6 +18,7 @@
 
 pub mod bump;
 pub mod gain;
+pub mod raise;
 pub mod release;
 pub mod renew;
 

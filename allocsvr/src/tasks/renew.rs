@@ -172,6 +172,9 @@ impl Renewer {
     fn confirmed(&mut self, reply: pb::RenewReply, t_send: Instant, incarnation: Incarnation) {
         let shared = &self.shared;
         shared.store_routes(reply.route_version, reply.routes.clone());
+        shared
+            .ids()
+            .apply_renewal(reply.id_layout.as_ref(), reply.id_max_ahead_ms, &reply.slots);
         shared.store_map(reply.map.clone());
         let generation = shared.owned().generation();
         let unchanged = self
@@ -254,7 +257,8 @@ impl Renewer {
 
     /// Drops everything once the lease has run out at `now`.
     fn expire_if_due(&mut self, now: Instant) {
-        if !self.lease.is_valid(now) && self.shared.owned().held_count() > 0 {
+        let holds = self.shared.owned().held_count() > 0 || self.shared.ids().held() > 0;
+        if !self.lease.is_valid(now) && holds {
             self.shared.metrics().lease_lost.increment(1);
             self.revoke("lease ran out");
         }

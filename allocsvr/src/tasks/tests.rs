@@ -164,6 +164,11 @@ impl Store for FakeStore {
         })
     }
 
+    fn raise_marks(&self, _: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        // This store sets up no ids, so no slot is ever held and no raise is sent.
+        Box::pin(async { Err(StoreFailure::Refused("no time-ordered ids here".into())) })
+    }
+
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
         Box::pin(async move {
             let sections = req

@@ -71,6 +71,11 @@ impl StoreClient {
         self.leader.call(req).await
     }
 
+    /// Fenced raise of id slots' high-water marks (a slot holder's write).
+    pub async fn raise_marks(&self, req: pb::RaiseMarksRequest) -> Result<pb::RaiseMarksReply, ControlError> {
+        self.leader.call(req).await
+    }
+
     /// Linearizable read of sections' `max_seq`, epoch and owner.
     pub async fn load(&self, req: pb::LoadRequest) -> Result<pb::LoadReply, ControlError> {
         self.leader.call(req).await
@@ -120,6 +125,7 @@ store_call!(pb::RenewRequest, pb::RenewReply, renew, with_hint);
 store_call!(pb::ReleaseRequest, pb::ReleaseReply, release, with_hint);
 store_call!(pb::BumpRequest, pb::BumpReply, bump, with_hint);
 store_call!(pb::LoadRequest, pb::LoadReply, load, with_hint);
+store_call!(pb::RaiseMarksRequest, pb::RaiseMarksReply, raise_marks, with_hint);
 store_call!(pb::GetRoutesRequest, pb::GetRoutesReply, get_routes, |_| None);
 store_call!(pb::StatusRequest, pb::StatusReply, status, |_| None);
 
@@ -194,6 +200,12 @@ mod tests {
         }
         async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
             Err(Status::unimplemented("status"))
+        }
+        async fn raise_marks(
+            &self,
+            _: Request<pb::RaiseMarksRequest>,
+        ) -> Result<Response<pb::RaiseMarksReply>, Status> {
+            Err(Status::unimplemented("raise_marks"))
         }
     }
 

@@ -101,6 +101,22 @@ impl AllocService for Echo {
             ..Default::default()
         }))
     }
+
+    /// Ids of the real shape (one run of `count` from a fixed id, the layout, the set), from
+    /// nothing: the baseline of the `NextIds` benchmark.
+    async fn next_ids(&self, request: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
+        let count = request.into_inner().count;
+        if count == 0 || count > seqsvr_proto::limits::MAX_IDS_PER_CALL {
+            return Err(Status::invalid_argument(format!(
+                "count must be 1 to 4096, got {count}"
+            )));
+        }
+        Ok(Response::new(pb::NextIdsReply {
+            runs: vec![pb::IdRun { first: 1 << 40, count }],
+            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
+            set_id: 0,
+        }))
+    }
 }
 
 /// Runs the echo server on `addr` until the process is killed (the benchmark kills it). With

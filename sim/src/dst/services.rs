@@ -179,6 +179,10 @@ impl StoreService for Replica {
         not_modelled("Bump over gRPC")
     }
 
+    async fn raise_marks(&self, _: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
+        not_modelled("RaiseMarks")
+    }
+
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
         self.ask(Req::Load(req.into_inner()), |r| match r {
             Rep::Load(x) => Some(x),

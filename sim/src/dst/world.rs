@@ -478,6 +478,15 @@ impl Store for SimStore {
         })
     }
 
+    fn raise_marks(&self, _: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        // The simulated sets set up no time-ordered ids, so no AllocSvr holds a slot to raise.
+        Box::pin(async {
+            Err(StoreFailure::Refused(
+                "time-ordered ids are not simulated by sim dst".into(),
+            ))
+        })
+    }
+
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
         boxed(self.call(Req::Load(req), None), |r| match r {
             Rep::Load(x) => Some(x),

@@ -1,0 +1,119 @@
+//! `NextIds`: time-ordered ids from whichever slot this node holds, with no routing (any AllocSvr
+//! that holds a slot answers; the ids are unique in the whole cluster).
+//!
+//! A call waits briefly, at most [`ID_WAIT`], when the answer is a moment away: for a raise of the
+//! slot's mark that a call asked for, or for the clock to reach a tick a few milliseconds ahead
+//! (after a short step back, or when a burst used up the borrowing allowance). Otherwise it is
+//! refused as UNAVAILABLE with the reason, so that the caller tries another AllocSvr.
+//!
+//! Left out: coalescing of callers (the client library's), the slot state (`ids`).
+
+use std::time::Duration;
+
+use seqsvr_proto::limits::MAX_IDS_PER_CALL;
+use seqsvr_proto::pb;
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::ids::{Issued, NoIds};
+use crate::issuer::Refusal;
+use crate::state::AllocState;
+
+/// Longest a call waits for a raise or the clock before it is refused.
+pub const ID_WAIT: Duration = Duration::from_millis(200);
+
+/// Longest single wait for the clock to reach a borrowed tick.
+const CLOCK_WAIT_MAX: Duration = Duration::from_millis(20);
+
+/// Answers one NextIds.
+pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb::NextIdsReply, Error> {
+    if req.count == 0 || req.count > MAX_IDS_PER_CALL {
+        return Err(Error::InvalidArgument(format!(
+            "count must be 1 to {MAX_IDS_PER_CALL}, got {}",
+            req.count
+        )));
+    }
+    let deadline = Instant::now() + ID_WAIT;
+    loop {
+        // Registered before the attempt, so that an acknowledgement between the attempt and the
+        // wait is not missed.
+        let raised = shared.ids().raised.notified();
+        let refusal = match shared.ids().issue(u64::from(req.count)) {
+            Ok(issued) => return Ok(reply(shared, issued)),
+            Err(NoIds::NoSlot) => {
+                shared.metrics().ids_refused_no_slot.increment(1);
+                return Err(Error::Unavailable(
+                    "this AllocSvr holds no id slot (yet): ask another one".into(),
+                ));
+            }
+            Err(NoIds::Refused(r)) => r,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match refusal {
+            Refusal::MarkBehind { .. } if !left.is_zero() => {
+                let _ = tokio::time::timeout(left, raised).await;
+            }
+            Refusal::ClockBehind { ticks } if !left.is_zero() => {
+                let tick_ms = shared.ids().layout().map_or(1, |l| l.tick_ms);
+                let wait = Duration::from_millis(ticks.saturating_mul(tick_ms));
+                if wait > CLOCK_WAIT_MAX || wait > left {
+                    return Err(refused(shared, refusal));
+                }
+                tokio::time::sleep(wait).await;
+            }
+            _ => return Err(refused(shared, refusal)),
+        }
+    }
+}
+
+fn reply(shared: &AllocState, issued: Issued) -> pb::NextIdsReply {
+    let m = shared.metrics();
+    let mut borrowed = 0;
+    for r in &issued.runs {
+        m.ids_issued.increment(r.count);
+        let tick = issued.layout.decompose(r.first).map_or(0, |p| p.tick);
+        if issued.now_tick.is_some_and(|now| tick > now) {
+            borrowed += r.count;
+        }
+    }
+    m.ids_borrowed.increment(borrowed);
+    pb::NextIdsReply {
+        runs: issued
+            .runs
+            .iter()
+            .map(|r| pb::IdRun {
+                first: r.first,
+                count: r.count as u32,
+            })
+            .collect(),
+        layout: Some(issued.layout.to_pb()),
+        set_id: shared.params().set_id,
+    }
+}
+
+/// The error for a refusal, counted by cause.
+fn refused(shared: &AllocState, refusal: Refusal) -> Error {
+    let m = shared.metrics();
+    match refusal {
+        Refusal::ClockBehind { ticks } => {
+            m.ids_refused_clock_behind.increment(1);
+            Error::Unavailable(format!(
+                "this AllocSvr's clock is {ticks} ticks behind the last id its slot may issue (it stepped \
+                 back, or the slot ran out of sequence numbers for now): retry, or ask another AllocSvr"
+            ))
+        }
+        Refusal::MarkBehind { mark, needed } => {
+            m.ids_refused_mark_behind.increment(1);
+            Error::Unavailable(format!(
+                "the slot's acknowledged mark (tick {mark}) is below tick {needed}, which this call needs, and \
+                 no raise was acknowledged within {} ms (the store is slow or unreachable, or this host's clock \
+                 runs ahead of the store leader's): retry, or ask another AllocSvr",
+                ID_WAIT.as_millis()
+            ))
+        }
+        Refusal::Exhausted => {
+            m.ids_refused_exhausted.increment(1);
+            Error::Exhausted("the id layout's time field is used up: no further time-ordered id can be issued".into())
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! The slots this node holds for time-ordered ids, shared by the renewal loop (which learns of
+//! grants), the raiser (which raises marks) and the service (which issues).
+//!
+//! A slot learnt under a new epoch starts a fresh [`SlotIssuer`] whose floor is the mark the
+//! renewal reported: the store raises a slot's epoch on every grant and refuses raises under an
+//! older one, so that mark is at or above every mark any earlier holder was acknowledged. A slot
+//! the renewal no longer lists, or whose raise comes back `STALE_EPOCH`, is dropped at once; so is
+//! every slot when the lease runs out or the incarnation is forgotten. None of this is what keeps
+//! ids unique (the floor and the acknowledged mark are), but it keeps a paused or cut-off holder
+//! from issuing ids whose time is far behind (docs/DESIGN.md, U3).
+//!
+//! The clock is the host's wall clock plus a test-only offset (`--test-clock-offset-ms`), read
+//! once per call.
+//!
+//! Left out: the Raft write (`tasks::raise`) and the gRPC reply (`service`).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::pb;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::issuer::{IdRun, Refusal, SlotIssuer, UnsafeIssuing};
+
+/// How far ahead of the clock the raiser keeps a slot's mark.
+pub const RAISE_WINDOW: Duration = Duration::from_secs(2);
+
+/// Most ticks an id may be ahead of the clock (borrowed when a tick's sequence runs out, or when
+/// the clock stepped back below the last tick used).
+pub const MAX_BORROW: Duration = Duration::from_millis(1_000);
+
+/// One held slot.
+struct Held {
+    epoch: u64,
+    issuer: SlotIssuer,
+}
+
+#[derive(Default)]
+struct Inner {
+    layout: Option<IdLayout>,
+    max_ahead_ms: u64,
+    slots: BTreeMap<u64, Held>,
+    /// Round-robin position over held slots.
+    next: usize,
+}
+
+/// The ids a call got, and from which slot.
+#[derive(Debug)]
+pub struct Issued {
+    pub runs: Vec<IdRun>,
+    pub layout: IdLayout,
+    pub slot: u64,
+    /// The clock's tick when they were issued (ids above it were borrowed).
+    pub now_tick: Option<u64>,
+}
+
+/// Why a call got no ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoIds {
+    /// No slot held (yet, or any more): another AllocSvr may have one.
+    NoSlot,
+    Refused(Refusal),
+}
+
+/// A raise to send: one slot's target under its epoch.
+pub type RaiseWanted = pb::SlotMark;
+
+/// The node's slots.
+pub struct IdSlots {
+    inner: Mutex<Inner>,
+    clock_offset_ms: i64,
+    unsafe_rules: UnsafeIssuing,
+    /// Wakes the raiser (a call found too little headroom).
+    pub raise_wanted: Notify,
+    /// Wakes calls waiting for a mark (a raise was acknowledged).
+    pub raised: Notify,
+}
+
+impl IdSlots {
+    pub fn new(clock_offset_ms: i64, unsafe_rules: UnsafeIssuing) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            clock_offset_ms,
+            unsafe_rules,
+            raise_wanted: Notify::new(),
+            raised: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This host's clock for ids, Unix milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        wall.saturating_add(self.clock_offset_ms).max(0) as u64
+    }
+
+    pub fn layout(&self) -> Option<IdLayout> {
+        self.lock().layout
+    }
+
+    pub fn held(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    /// A renewal's slot part: keeps the slots still granted under the same epoch, starts the newly
+    /// granted ones at their reported mark, drops the rest.
+    pub fn apply_renewal(&self, layout: Option<&pb::IdLayout>, max_ahead_ms: u64, grants: &[pb::SlotGrant]) {
+        let layout = match layout.map(IdLayout::from_pb) {
+            Some(Ok(l)) => l,
+            Some(Err(e)) => {
+                warn!(error = %e, "the store sent an id layout that does not decode; holding no slots");
+                self.drop_all("bad layout");
+                return;
+            }
+            None => return self.drop_all("the set has no time-ordered ids"),
+        };
+        let borrow = MAX_BORROW.as_millis() as u64 / layout.tick_ms;
+        let mut inner = self.lock();
+        if inner.layout.is_some_and(|l| l != layout) {
+            warn!(old = %inner.layout.unwrap(), new = %layout, "the id layout changed; dropping every slot");
+            inner.slots.clear();
+        }
+        inner.layout = Some(layout);
+        inner.max_ahead_ms = max_ahead_ms;
+        let before = inner.slots.len();
+        inner
+            .slots
+            .retain(|slot, h| grants.iter().any(|g| g.slot == *slot && g.epoch == h.epoch));
+        let dropped = before - inner.slots.len();
+        for g in grants {
+            if g.slot >= layout.slots() || inner.slots.contains_key(&g.slot) {
+                continue;
+            }
+            info!(slot = g.slot, epoch = g.epoch, floor = g.mark, "gained an id slot");
+            let issuer = SlotIssuer::new(layout, g.slot, g.mark, borrow);
+            inner.slots.insert(g.slot, Held { epoch: g.epoch, issuer });
+        }
+        if dropped > 0 {
+            info!(dropped, "let go of id slots");
+        }
+        drop(inner);
+        self.raise_wanted.notify_one();
+    }
+
+    /// Stops issuing from every slot.
+    pub fn drop_all(&self, why: &str) {
+        let mut inner = self.lock();
+        if !inner.slots.is_empty() {
+            warn!(slots = inner.slots.len(), why, "stopped issuing from every id slot");
+            inner.slots.clear();
+        }
+    }
+
+    /// Issues `count` ids from one held slot (round robin), all or none.
+    pub fn issue(&self, count: u64) -> Result<Issued, NoIds> {
+        let now_ms = self.now_ms();
+        let mut inner = self.lock();
+        let layout = inner.layout.ok_or(NoIds::NoSlot)?;
+        let n = inner.slots.len();
+        if n == 0 {
+            return Err(NoIds::NoSlot);
+        }
+        let start = inner.next % n;
+        inner.next = inner.next.wrapping_add(1);
+        let now = layout.tick_of(now_ms);
+        let mut last = Refusal::Exhausted;
+        // Try each slot once from the round-robin position: one whose mark lags may be beside one
+        // that can answer.
+        let slots: Vec<u64> = inner.slots.keys().copied().collect();
+        for k in 0..n {
+            let slot = slots[(start + k) % n];
+            let held = inner.slots.get_mut(&slot).expect("listed above");
+            match held.issuer.issue(now, count, self.unsafe_rules) {
+                Ok(runs) => {
+                    return Ok(Issued {
+                        runs,
+                        layout,
+                        slot,
+                        now_tick: now,
+                    });
+                }
+                Err(r) => last = r,
+            }
+        }
+        if matches!(last, Refusal::MarkBehind { .. }) {
+            self.raise_wanted.notify_one();
+        }
+        Err(NoIds::Refused(last))
+    }
+
+    /// The raises due now: every slot with less than half the window of headroom, to a window
+    /// ahead of the clock.
+    pub fn raises_due(&self) -> Vec<RaiseWanted> {
+        let now_ms = self.now_ms();
+        let inner = self.lock();
+        let Some(layout) = inner.layout else { return Vec::new() };
+        let window = (RAISE_WINDOW.as_millis() as u64 / layout.tick_ms).max(2);
+        let Some(now) = layout.tick_of(now_ms) else {
+            return Vec::new();
+        };
+        inner
+            .slots
+            .iter()
+            .filter_map(|(&slot, h)| {
+                let mark = h.issuer.wants_raise(now, window / 2, window)?;
+                Some(pb::SlotMark {
+                    slot,
+                    epoch: h.epoch,
+                    mark,
+                })
+            })
+            .collect()
+    }
+
+    /// Ticks of headroom of the least-raised slot (for the metric), or `None` with no slot.
+    pub fn min_headroom(&self) -> Option<u64> {
+        let now_ms = self.now_ms();
+        let inner = self.lock();
+        let now = inner.layout?.tick_of(now_ms)?;
+        inner.slots.values().map(|h| h.issuer.headroom(now)).min()
+    }
+
+    /// Applies a RaiseMarks reply: an acknowledged mark under the slot's epoch widens what it may
+    /// issue; `STALE_EPOCH` means the slot was granted again, so it is dropped. Returns the
+    /// results that said the clock is too far ahead.
+    pub fn on_raised(&self, results: &[pb::RaiseResult]) -> Vec<pb::RaiseResult> {
+        let mut inner = self.lock();
+        let mut too_far = Vec::new();
+        for r in results {
+            let outcome = pb::RaiseOutcome::try_from(r.outcome).unwrap_or(pb::RaiseOutcome::Unspecified);
+            match outcome {
+                pb::RaiseOutcome::Applied | pb::RaiseOutcome::NoOp => {
+                    if let Some(h) = inner.slots.get_mut(&r.slot)
+                        && h.epoch == r.epoch
+                    {
+                        h.issuer.acknowledged(r.mark);
+                    }
+                }
+                // The slot moved on past the epoch held (a raise sent under an older epoch that
+                // lands after the renewal taught the newer one is not a reason to let go).
+                pb::RaiseOutcome::StaleEpoch | pb::RaiseOutcome::NotOurs => {
+                    let moved_on = outcome == pb::RaiseOutcome::NotOurs
+                        || inner.slots.get(&r.slot).is_some_and(|h| r.epoch > h.epoch);
+                    if moved_on && inner.slots.remove(&r.slot).is_some() {
+                        info!(slot = r.slot, "id slot granted elsewhere; let go of it");
+                    }
+                }
+                pb::RaiseOutcome::TooFarAhead => too_far.push(*r),
+                pb::RaiseOutcome::Unspecified => warn!(slot = r.slot, "raise result without an outcome"),
+            }
+        }
+        drop(inner);
+        self.raised.notify_waiters();
+        too_far
+    }
+
+    /// The store's allowance past its leader's clock (for messages).
+    pub fn max_ahead_ms(&self) -> u64 {
+        self.lock().max_ahead_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> pb::IdLayout {
+        IdLayout::twitter(0).to_pb()
+    }
+
+    fn ack(slots: &IdSlots, slot: u64, epoch: u64, mark: u64) {
+        slots.on_raised(&[pb::RaiseResult {
+            slot,
+            outcome: pb::RaiseOutcome::Applied as i32,
+            mark,
+            epoch,
+            limit: 0,
+        }]);
+    }
+
+    #[test]
+    fn a_slot_issues_only_after_a_raise_and_only_above_its_floor() {
+        let slots = IdSlots::new(0, UnsafeIssuing::default());
+        assert_eq!(slots.issue(1).unwrap_err(), NoIds::NoSlot);
+        let now = slots.now_ms();
+        slots.apply_renewal(
+            Some(&layout()),
+            10_000,
+            &[pb::SlotGrant {
+                slot: 3,
+                epoch: 1,
+                mark: now - 5_000,
+            }],
+        );
+        assert!(matches!(
+            slots.issue(1),
+            Err(NoIds::Refused(Refusal::MarkBehind { .. }))
+        ));
+        let due = slots.raises_due();
+        assert_eq!(due.len(), 1);
+        assert!(due[0].mark >= now + 2_000 && due[0].epoch == 1, "{due:?}");
+        ack(&slots, 3, 1, due[0].mark);
+        let got = slots.issue(5).unwrap();
+        let parts = got.layout.decompose(got.runs[0].first).unwrap();
+        assert_eq!((parts.slot, got.runs[0].count), (3, 5));
+        assert!(parts.tick > now - 5_000);
+        assert!(slots.raises_due().is_empty(), "a window of headroom left");
+    }
+
+    #[test]
+    fn a_new_epoch_restarts_the_slot_at_the_reported_mark_and_a_stale_one_drops_it() {
+        let slots = IdSlots::new(0, UnsafeIssuing::default());
+        let now = slots.now_ms();
+        slots.apply_renewal(
+            Some(&layout()),
+            10_000,
+            &[pb::SlotGrant {
+                slot: 1,
+                epoch: 1,
+                mark: 0,
+            }],
+        );
+        ack(&slots, 1, 1, now + 2_000);
+        assert!(slots.issue(1).is_ok());
+        // Granted again under epoch 3 with a mark above the clock: nothing until it is raised.
+        slots.apply_renewal(
+            Some(&layout()),
+            10_000,
+            &[pb::SlotGrant {
+                slot: 1,
+                epoch: 3,
+                mark: now + 2_500,
+            }],
+        );
+        assert!(slots.issue(1).is_err());
+        ack(&slots, 1, 1, now + 9_000);
+        assert!(
+            slots.issue(1).is_err(),
+            "an acknowledgement under the old epoch counts for nothing"
+        );
+        slots.on_raised(&[pb::RaiseResult {
+            slot: 1,
+            outcome: pb::RaiseOutcome::StaleEpoch as i32,
+            mark: 0,
+            epoch: 4,
+            limit: 0,
+        }]);
+        assert_eq!(slots.held(), 0);
+    }
+}

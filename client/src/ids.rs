@@ -1,0 +1,130 @@
+//! Time-ordered ids: `NextIds` from any AllocSvr that holds a slot. No routing: ids are unique in
+//! the whole cluster whichever AllocSvr issues them, so a call goes to a random known AllocSvr
+//! (seeds, route-table owners and the map's AllocSvrs of every set) and, when that one cannot
+//! answer (no slot yet, its clock behind, unreachable), to another, under the call's deadline.
+//!
+//! A lost reply only wastes ids (they were never seen by anyone), so a timed-out attempt is simply
+//! retried: a call that fails is [`ClientError::Failed`], never `Unknown`.
+//!
+//! Left out: buffering ids ahead of the callers (each id a caller gets was issued for its call, so
+//! ids from one process sort the way its calls completed, within the layout's tick).
+
+use std::time::Duration;
+
+use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::limits::MAX_IDS_PER_CALL;
+use seqsvr_proto::{pb, refusal};
+use tokio::time::Instant;
+use tonic::Code;
+
+use crate::client::Client;
+use crate::error::{ClientError, FailureKind};
+use crate::retry::Budget;
+
+/// Ids one call returned, in increasing order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ids {
+    pub ids: Vec<u64>,
+    /// The layout they decode under.
+    pub layout: IdLayout,
+    /// The set that leases the slot they came from.
+    pub set_id: u64,
+    /// The AllocSvr that issued them.
+    pub addr: String,
+}
+
+impl Client {
+    /// One time-ordered id, unique in the whole cluster.
+    pub async fn next_id(&self) -> Result<u64, ClientError> {
+        Ok(self.next_ids(1).await?.ids[0])
+    }
+
+    /// `count` (1 to 4,096) time-ordered ids from one AllocSvr, in increasing order.
+    pub async fn next_ids(&self, count: u32) -> Result<Ids, ClientError> {
+        if count == 0 || count > MAX_IDS_PER_CALL {
+            return Err(ClientError::failed(
+                FailureKind::InvalidArgument,
+                format!("count must be 1 to {MAX_IDS_PER_CALL}, got {count}"),
+            ));
+        }
+        let cfg = self.config();
+        let mut budget = Budget::until(cfg, Instant::now() + cfg.deadline);
+        let mut last = String::new();
+        let mut avoid: Option<String> = None;
+        while let Some(timeout) = budget.start_attempt(Instant::now()) {
+            let addr = self.any_allocsvr(avoid.as_deref());
+            match self.next_ids_at(&addr, count, timeout).await {
+                Ok(reply) => return unpack(reply, count, addr),
+                Err(status) if status.code() == Code::InvalidArgument => {
+                    return Err(ClientError::failed(FailureKind::InvalidArgument, status.message()));
+                }
+                Err(status) if refusal::of(&status) == Some(refusal::Refusal::Exhausted) => {
+                    return Err(ClientError::failed(FailureKind::Exhausted, status.message()));
+                }
+                Err(status) => last = format!("{addr}: {}", status.message()),
+            }
+            avoid = Some(addr);
+            self.back_off(&mut budget, true).await;
+        }
+        Err(ClientError::failed(
+            FailureKind::Unavailable,
+            if last.is_empty() {
+                "no attempt before the deadline".into()
+            } else {
+                last
+            },
+        ))
+    }
+
+    /// A random AllocSvr address other than `avoid` when there is another.
+    fn any_allocsvr(&self, avoid: Option<&str>) -> String {
+        let routes = self.routes();
+        let mut addrs: Vec<&str> = routes.owner_addrs();
+        addrs.extend(self.inner.seeds.all().iter().map(String::as_str));
+        addrs.sort_unstable();
+        addrs.dedup();
+        if addrs.len() > 1
+            && let Some(a) = avoid
+        {
+            addrs.retain(|x| *x != a);
+        }
+        addrs[self.random_index(addrs.len())].to_string()
+    }
+
+    async fn next_ids_at(&self, addr: &str, count: u32, timeout: Duration) -> Result<pb::NextIdsReply, tonic::Status> {
+        let mut client = self.client_for(addr)?;
+        let mut req = tonic::Request::new(pb::NextIdsRequest { count });
+        req.set_timeout(timeout);
+        match tokio::time::timeout(timeout, client.next_ids(req)).await {
+            Ok(reply) => reply.map(tonic::Response::into_inner),
+            Err(_) => Err(tonic::Status::deadline_exceeded("timed out")),
+        }
+    }
+}
+
+/// The ids of a reply, checked: as many as asked for, in increasing order, under a layout.
+fn unpack(reply: pb::NextIdsReply, count: u32, addr: String) -> Result<Ids, ClientError> {
+    let bad = |why: String| ClientError::failed(FailureKind::Unavailable, format!("{addr} sent a bad reply: {why}"));
+    let layout = reply
+        .layout
+        .as_ref()
+        .ok_or_else(|| bad("no layout".into()))
+        .and_then(|l| IdLayout::from_pb(l).map_err(|e| bad(e.to_string())))?;
+    let ids: Vec<u64> = reply
+        .runs
+        .iter()
+        .flat_map(|r| (0..u64::from(r.count)).map(move |i| r.first.saturating_add(i)))
+        .collect();
+    if ids.len() != count as usize || ids.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(bad(format!(
+            "{} ids not in increasing order for a count of {count}",
+            ids.len()
+        )));
+    }
+    Ok(Ids {
+        ids,
+        layout,
+        set_id: reply.set_id,
+        addr,
+    })
+}
