@@ -1,0 +1,252 @@
+//! Time-ordered ids with real processes: two sets (one StoreSvr each; two AllocSvrs in set 0, one
+//! in set 1), the client library asking random AllocSvrs, while an AllocSvr is SIGKILLed and
+//! restarted on a clock 2 s behind (the classic Snowflake duplicate: a restart on a host whose
+//! clock is behind) and another is terminated. Every id any call returned is checked:
+//! - U1: no id twice;
+//! - U2: the ids of one slot under one holder strictly increase in the order the calls completed
+//!   (calls to one AllocSvr are made one after another here);
+//! - each set issues only from its own share of slots (set 1 adopted set 0's layout from the map).
+//!
+//! The negative control runs the same restart with `--unsafe-ids-ignore-floor` (the new holder
+//! starts at its own clock instead of above the slot's mark) and must see a repeated id.
+//!
+//! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
+//!
+//! Left out: clock steps of a running process (the simulators' part) and load.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use seqsvr_client::{Client, ClientConfig};
+use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
+use seqsvr_proto::id_layout::IdLayout;
+
+mod e2e;
+use e2e::seqctl::{Seqctl, text};
+use e2e::sibling_bin as bin;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    procs: Supervisor,
+    stores: [String; 2],
+    /// AllocSvr name → (address, set).
+    allocs: BTreeMap<String, (String, u64)>,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
+        let stores = [free_addr(), free_addr()];
+        for set in 0..2u64 {
+            let s = &stores[set as usize];
+            let args = vec![
+                "--node-id=1".to_string(),
+                format!("--set-id={set}"),
+                format!("--listen={s}"),
+                format!("--data-dir={}", dir.path().join(format!("store{set}")).display()),
+                format!("--peers=1={s}"),
+                "--bootstrap".into(),
+                "--new-replica".into(),
+                "--uid-limit=1000000".into(),
+                "--id-slots-per-set=8".into(),
+            ];
+            procs
+                .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
+                .unwrap();
+        }
+        let mut c = Self {
+            _dir: dir,
+            procs,
+            stores,
+            allocs: BTreeMap::new(),
+        };
+        for (name, set) in [("a1", 0), ("a2", 0), ("b1", 1)] {
+            c.start_alloc(name, set, &[]);
+        }
+        c
+    }
+
+    /// Starts AllocSvr `name` of `set` (node id from its name) with `extra` flags.
+    fn start_alloc(&mut self, name: &str, set: u64, extra: &[&str]) {
+        let addr = self.allocs.get(name).map_or_else(free_addr, |(a, _)| a.clone());
+        let node = match name {
+            "a1" => 1,
+            "a2" => 2,
+            _ => 3,
+        };
+        let mut args = vec![
+            format!("--node-id={node}"),
+            format!("--listen={addr}"),
+            format!("--store=1={}", self.stores[set as usize]),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let _ = self.procs.kill(name);
+        self.procs.spawn(ProcSpec::new(name, bin("allocsvr"), args)).unwrap();
+        self.allocs.insert(name.into(), (addr, set));
+    }
+
+    fn client(&self) -> Client {
+        let seeds: Vec<String> = self.allocs.values().map(|(a, _)| a.clone()).collect();
+        Client::new(ClientConfig {
+            deadline: Duration::from_secs(10),
+            ..ClientConfig::new(seeds)
+        })
+        .unwrap()
+    }
+
+    /// Adds set 1 to the map and waits until both sets have time-ordered ids set up.
+    async fn add_set_1(&self) {
+        let stores = format!("1={}", self.stores[1]);
+        let op = Seqctl::new(["--store", self.stores[0].as_str()]);
+        let add = op.output(&["set", "add", "1", "--stores", &stores]).await;
+        assert!(add.status.success(), "{}", text(&add));
+        for s in &self.stores {
+            let at = Seqctl::new(["--store", s.as_str()]);
+            poll_until(WAIT, || async {
+                at.json(&["status"]).await?["ids"].as_object().map(|_| ())
+            })
+            .await
+            .unwrap_or_else(|| panic!("the set at {s} never set its ids up"));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.procs.kill_all();
+    }
+}
+
+/// Every id returned, with where it came from, and the checks over them.
+#[derive(Default)]
+struct Ledger {
+    seen: HashSet<u64>,
+    repeats: Vec<u64>,
+    /// (AllocSvr, slot) → the last id it returned.
+    last: BTreeMap<(String, u64), u64>,
+    decreases: Vec<String>,
+    /// Slots each set issued from.
+    slots: BTreeMap<u64, std::collections::BTreeSet<u64>>,
+    calls: u64,
+}
+
+impl Ledger {
+    fn record(&mut self, layout: &IdLayout, addr: &str, set: u64, ids: &[u64]) {
+        self.calls += 1;
+        for &id in ids {
+            if !self.seen.insert(id) {
+                self.repeats.push(id);
+            }
+            let slot = layout.decompose(id).expect("an id decodes").slot;
+            self.slots.entry(set).or_default().insert(slot);
+            let key = (addr.to_string(), slot);
+            if let Some(&prev) = self.last.get(&key)
+                && id <= prev
+            {
+                self.decreases.push(format!("{addr} slot {slot}: {id} after {prev}"));
+            }
+            self.last.insert(key, id);
+        }
+    }
+}
+
+/// For `run`, calls of 1 or 100 ids, each to one AllocSvr of `c` in turn (direct, not through the
+/// client's choice, so a holder's order is the call order), and one through the client library's
+/// own choice each time; refusals are skipped.
+async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Duration) {
+    let direct: Vec<(String, u64, Client)> = c
+        .allocs
+        .values()
+        .map(|(addr, set)| {
+            let cfg = ClientConfig {
+                deadline: Duration::from_millis(500),
+                ..ClientConfig::new([addr.clone()])
+            };
+            (addr.clone(), *set, Client::new(cfg).unwrap())
+        })
+        .collect();
+    let until = std::time::Instant::now() + run;
+    let mut i = 0;
+    while std::time::Instant::now() < until {
+        let (addr, set, one) = &direct[i % direct.len()];
+        let count = if i % 3 == 0 { 100 } else { 1 };
+        if let Ok(got) = one.next_ids(count).await {
+            ledger.record(&got.layout, addr, *set, &got.ids);
+        }
+        if let Ok(got) = client.next_ids(1).await {
+            let set = c
+                .allocs
+                .values()
+                .find(|(a, _)| *a == got.addr)
+                .map_or(u64::MAX, |(_, s)| *s);
+            ledger.record(&got.layout, &got.addr, set, &got.ids);
+        }
+        i += 1;
+    }
+}
+
+/// Runs the scenario; `restart_extra` goes to the AllocSvr restarted on a clock behind.
+async fn scenario(restart_extra: &[&str]) -> Ledger {
+    let mut c = Cluster::start();
+    c.add_set_1().await;
+    let client = c.client();
+    poll_until(WAIT, || async { client.next_ids(1).await.ok() })
+        .await
+        .expect("no AllocSvr issued an id");
+    let mut ledger = Ledger::default();
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(4)).await;
+    // SIGKILL a1 and restart it at once on a clock 2 s behind, so that its clock reads the ticks
+    // it issued from before the kill: it registers again, which frees its slot, and the arbiter
+    // gives it the lowest free slot — its old one.
+    c.procs.kill("a1").unwrap();
+    let mut extra = vec!["--test-clock-offset-ms=-2000"];
+    extra.extend_from_slice(restart_extra);
+    c.start_alloc("a1", 0, &extra);
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(6)).await;
+    // SIGTERM a2: its slot goes free at once (the leaving Release).
+    c.procs.signal("a2", seqsvr_harness::Signal::SIGTERM).unwrap();
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(2)).await;
+    eprintln!(
+        "ids: {} distinct from {} calls, {} repeated, {} decreases; slots by set {:?}",
+        ledger.seen.len(),
+        ledger.calls,
+        ledger.repeats.len(),
+        ledger.decreases.len(),
+        ledger.slots
+    );
+    if restart_extra.is_empty() {
+        let panics = c.procs.scan_panics().unwrap();
+        assert!(panics.is_empty(), "panics: {panics:?}");
+    }
+    ledger
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_never_repeat_across_sets_kills_and_a_restart_on_a_clock_behind() {
+    let ledger = scenario(&[]).await;
+    assert!(
+        ledger.seen.len() > 10_000,
+        "too few ids to mean anything: {}",
+        ledger.seen.len()
+    );
+    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1: repeated ids");
+    assert_eq!(ledger.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
+    assert!(
+        ledger.slots[&0].iter().all(|s| *s < 8) && ledger.slots[&1].iter().all(|s| (8..16).contains(s)),
+        "each set issues from its own share: {:?}",
+        ledger.slots
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_negative_control_that_ignores_the_floor_repeats_an_id() {
+    let ledger = scenario(&["--unsafe-ids-ignore-floor"]).await;
+    assert!(
+        !ledger.repeats.is_empty(),
+        "a holder that starts at its own clock 2 s behind must repeat its slot's ids ({} ids seen)",
+        ledger.seen.len()
+    );
+}
