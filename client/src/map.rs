@@ -142,6 +142,7 @@ pub(crate) mod tests {
             }],
             section_size: 10,
             uid_limit: 100,
+            ids: None,
         }
     }
 

@@ -82,6 +82,7 @@ fn map() -> impl Strategy<Value = pb::ClusterMap> {
     let moves = prop::collection::vec((0u64..SECTIONS, 1u64..8, 0u64..4, 0u64..4, 0i32..10), 0..3);
     (0u64..8, sizes(), ranges, moves).prop_map(|(version, (ss, ul), ranges, moves)| pb::ClusterMap {
         version,
+        ids: None,
         section_size: ss,
         uid_limit: ul,
         sets: (0..4)

@@ -260,8 +260,14 @@ impl Config {
                 layout.slot_bits
             ));
         }
-        if !(1_000..=3_600_000).contains(&self.id_max_ahead_ms) {
-            return Err("--id-max-ahead-ms must be between 1000 (a second) and 3600000 (an hour)".into());
+        // An AllocSvr keeps its marks a 2 s window ahead of its clock; the allowance must leave
+        // room for that window and a second of skew.
+        if !(3_000..=3_600_000).contains(&self.id_max_ahead_ms) {
+            return Err(
+                "--id-max-ahead-ms must be between 3000 (an AllocSvr's 2 s raise window and a second of skew) and \
+                 3600000 (an hour)"
+                    .into(),
+            );
         }
         Ok(())
     }

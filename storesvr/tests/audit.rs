@@ -54,6 +54,7 @@ fn map(version: u64) -> pb::ClusterMap {
         moves: vec![],
         section_size: 100_000,
         uid_limit: 1_000_000,
+        ids: None,
     }
 }
 

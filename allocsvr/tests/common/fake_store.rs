@@ -257,6 +257,8 @@ impl StoreService for Svc {
             map_version: st.map.as_ref().map_or(0, |m| m.version),
             map: st.map.clone().filter(|m| req.map_version < m.version),
             renew_soon: false,
+            // This fake sets up no time-ordered ids: the node holds no slot.
+            ..Default::default()
         }))
     }
 
@@ -377,6 +379,12 @@ impl StoreService for Svc {
         Ok(Response::new(pb::GetRoutesReply {
             routes: Some(st.routes()),
         }))
+    }
+
+    async fn raise_marks(&self, _: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
+        Err(Status::failed_precondition(
+            "this fake store sets up no time-ordered ids",
+        ))
     }
 
     async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {

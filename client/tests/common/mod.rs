@@ -289,6 +289,10 @@ impl AllocService for Svc {
         }))
     }
 
+    async fn next_ids(&self, _: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
+        Err(Status::unimplemented("next_ids"))
+    }
+
     async fn batch_fetch_next_seq(
         &self,
         req: Request<pb::BatchFetchNextSeqRequest>,

@@ -101,6 +101,9 @@ impl StoreService for Store {
     async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusReply>, Status> {
         Ok(Response::new(self.0.status.lock().unwrap().clone()))
     }
+    async fn raise_marks(&self, _: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
+        Err(Status::unimplemented("raise_marks"))
+    }
 }
 
 struct Admin(Arc<ReplicaState>);

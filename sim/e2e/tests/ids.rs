@@ -37,6 +37,11 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Both sets, every StoreSvr with `store_extra` too.
+    fn start_with(store_extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
         let stores = [free_addr(), free_addr()];
@@ -53,6 +58,7 @@ impl Cluster {
                 "--uid-limit=1000000".into(),
                 "--id-slots-per-set=8".into(),
             ];
+            let args = [args, store_extra.iter().map(|s| s.to_string()).collect()].concat();
             procs
                 .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
                 .unwrap();
@@ -248,5 +254,52 @@ async fn the_negative_control_that_ignores_the_floor_repeats_an_id() {
         !ledger.repeats.is_empty(),
         "a holder that starts at its own clock 2 s behind must repeat its slot's ids ({} ids seen)",
         ledger.seen.len()
+    );
+}
+
+/// Restarts a1 on a clock 6 s ahead (the store allows marks 3 s past its clock) with `extra`,
+/// lets it be asked for 3 s, SIGKILLs it and restarts it on the right clock, and asks everyone
+/// for 8 s more: long enough for the right clock to reach the ticks the fast one read.
+async fn clock_ahead_scenario(extra: &[&str]) -> (Ledger, u64) {
+    let mut c = Cluster::start_with(&["--id-max-ahead-ms=3000"]);
+    c.add_set_1().await;
+    let client = c.client();
+    poll_until(WAIT, || async { client.next_ids(1).await.ok() })
+        .await
+        .expect("no AllocSvr issued an id");
+    let mut ledger = Ledger::default();
+    c.procs.kill("a1").unwrap();
+    let mut fast = vec!["--test-clock-offset-ms=6000"];
+    fast.extend_from_slice(extra);
+    c.start_alloc("a1", 0, &fast);
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(3)).await;
+    let from_fast = ledger.last.iter().filter(|((a, _), _)| *a == c.allocs["a1"].0).count() as u64;
+    c.procs.kill("a1").unwrap();
+    c.start_alloc("a1", 0, &[]);
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(8)).await;
+    eprintln!(
+        "clock ahead: {} distinct ids from {} calls, {} repeated; the fast AllocSvr answered from {from_fast} slots",
+        ledger.seen.len(),
+        ledger.calls,
+        ledger.repeats.len()
+    );
+    (ledger, from_fast)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_far_ahead_of_the_store_leader_issues_nothing_and_nothing_repeats() {
+    let (ledger, from_fast) = clock_ahead_scenario(&[]).await;
+    assert_eq!(from_fast, 0, "an AllocSvr whose clock is 6 s ahead must issue no id");
+    assert!(ledger.seen.len() > 5_000, "too few ids: {}", ledger.seen.len());
+    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_negative_control_that_issues_above_the_acknowledged_mark_repeats_an_id() {
+    let (ledger, from_fast) = clock_ahead_scenario(&["--unsafe-ids-ignore-mark"]).await;
+    assert!(from_fast > 0, "the control must let the fast AllocSvr issue");
+    assert!(
+        !ledger.repeats.is_empty(),
+        "issuing above the mark must repeat an id once the right clock gets there"
     );
 }

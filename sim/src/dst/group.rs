@@ -47,7 +47,8 @@ pub enum Req {
 #[derive(Debug)]
 pub enum Rep {
     Register(pb::RegisterReply),
-    Renew(pb::RenewReply),
+    /// Boxed: the largest reply, and most answers are not renewals.
+    Renew(Box<pb::RenewReply>),
     Release(pb::ReleaseReply),
     Bump(pb::BumpReply),
     Load(pb::LoadReply),
@@ -303,7 +304,7 @@ impl Group {
                 } else {
                     (0, None)
                 };
-                Step::Answer(Rep::Renew(protocol::renew_reply(
+                Step::Answer(Rep::Renew(Box::new(protocol::renew_reply(
                     set,
                     view,
                     q,
@@ -311,7 +312,7 @@ impl Group {
                     table,
                     now,
                     skip_binding,
-                )?))
+                )?)))
             }
             Req::Load(q) => {
                 let p = protocol::params_of(&self.set)?;

@@ -459,7 +459,7 @@ impl Store for SimStore {
 
     fn renew(&self, req: pb::RenewRequest, wait: Duration) -> Call<'_, pb::RenewReply> {
         boxed(self.call(Req::Renew(req), Some(wait)), |r| match r {
-            Rep::Renew(x) => Some(x),
+            Rep::Renew(x) => Some(*x),
             _ => None,
         })
     }
