@@ -166,6 +166,18 @@ pub fn apply(
     }
 }
 
+/// Why `cmd`, a setup, would be refused as set `set_id`'s first one (`None`: it would apply).
+pub fn setup_refusal(set_id: u64, cmd: &SlotCommand) -> Option<String> {
+    match cmd {
+        SlotCommand::Setup {
+            layout,
+            per_set,
+            max_ahead_ms,
+        } => setup(None, set_id, *layout, *per_set, *max_ahead_ms).err(),
+        _ => Some("not a setup".into()),
+    }
+}
+
 /// A fresh state for a first setup, `None` for a repeat of the same one, or why it is refused.
 fn setup(
     current: Option<&IdState>,

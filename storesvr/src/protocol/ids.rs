@@ -35,7 +35,18 @@ pub fn slots_tick(
             let map = crate::protocol::moves::cached(set).ok()??;
             slots::setup_from_pb(map.ids.as_ref()?)
         };
-        return own_setup.or_else(adopted).map(Command::Slots);
+        let setup = own_setup.or_else(adopted)?;
+        // A setup this set would refuse (its share lies past the layout's slots) is not written
+        // every tick: the set issues no ids, and says so once.
+        let set_id = set.params.as_ref().map_or(0, |p| p.set_id);
+        if let Some(why) = slots::setup_refusal(set_id, &setup) {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::error!(%why, "time-ordered ids cannot be set up in this set; it issues none");
+            }
+            return None;
+        }
+        return Some(Command::Slots(setup));
     };
     let alive = liveness::alive(set, &view.liveness, now, detect);
     let want = alive
