@@ -46,6 +46,14 @@ pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb
                     "this AllocSvr holds no id slot (yet): ask another one".into(),
                 ));
             }
+            Err(NoIds::ClockLagging(ms)) => {
+                shared.metrics().ids_refused_clock_lagging.increment(1);
+                return Err(Error::Unavailable(format!(
+                    "this AllocSvr's clock is {ms} ms behind the store leader's, more than the allowance of {} ms: \
+                     its ids would carry a time that far in the past; ask another AllocSvr",
+                    shared.ids().max_ahead_ms()
+                )));
+            }
             Err(NoIds::Refused(r)) => r,
         };
         let left = deadline.saturating_duration_since(Instant::now());

@@ -45,6 +45,9 @@ struct Inner {
     slots: BTreeMap<u64, Held>,
     /// Round-robin position over held slots.
     next: usize,
+    /// How far this clock was behind the store leader's at the last raise, when more than the
+    /// allowance: no ids are issued then.
+    lagging_ms: Option<u64>,
 }
 
 /// The ids a call got, and from which slot.
@@ -62,6 +65,9 @@ pub struct Issued {
 pub enum NoIds {
     /// No slot held (yet, or any more): another AllocSvr may have one.
     NoSlot,
+    /// This clock is this many ms behind the store leader's, more than the allowance: its ids'
+    /// times would lag that far (docs/DESIGN.md, U3).
+    ClockLagging(u64),
     Refused(Refusal),
 }
 
@@ -168,6 +174,9 @@ impl IdSlots {
         if n == 0 {
             return Err(NoIds::NoSlot);
         }
+        if let Some(ms) = inner.lagging_ms {
+            return Err(NoIds::ClockLagging(ms));
+        }
         let start = inner.next % n;
         inner.next = inner.next.wrapping_add(1);
         let now = layout.tick_of(now_ms);
@@ -231,8 +240,27 @@ impl IdSlots {
     /// Applies a RaiseMarks reply: an acknowledged mark under the slot's epoch widens what it may
     /// issue; `STALE_EPOCH` means the slot was granted again, so it is dropped. Returns the
     /// results that said the clock is too far ahead.
-    pub fn on_raised(&self, results: &[pb::RaiseResult]) -> Vec<pb::RaiseResult> {
+    ///
+    /// `leader_ms` is the leader's clock when it proposed the raise (0: an older leader that does
+    /// not say): a clock further behind it than the allowance stops issuing until it catches up.
+    /// The reply's travel time makes this clock read later, so a lag is never overstated.
+    pub fn on_raised(&self, results: &[pb::RaiseResult], leader_ms: u64) -> Vec<pb::RaiseResult> {
+        let now_ms = self.now_ms();
         let mut inner = self.lock();
+        if leader_ms > 0 {
+            let lag = leader_ms.saturating_sub(now_ms);
+            let was = inner.lagging_ms;
+            inner.lagging_ms = (lag > inner.max_ahead_ms).then_some(lag);
+            match (was, inner.lagging_ms) {
+                (None, Some(lag)) => warn!(
+                    lag_ms = lag,
+                    max_ahead_ms = inner.max_ahead_ms,
+                    "this host's clock is behind the store leader's by more than the allowance: issuing no ids"
+                ),
+                (Some(_), None) => info!("this host's clock agrees with the store leader's again: issuing ids"),
+                _ => {}
+            }
+        }
         let mut too_far = Vec::new();
         for r in results {
             let outcome = pb::RaiseOutcome::try_from(r.outcome).unwrap_or(pb::RaiseOutcome::Unspecified);
@@ -277,13 +305,16 @@ mod tests {
     }
 
     fn ack(slots: &IdSlots, slot: u64, epoch: u64, mark: u64) {
-        slots.on_raised(&[pb::RaiseResult {
-            slot,
-            outcome: pb::RaiseOutcome::Applied as i32,
-            mark,
-            epoch,
-            limit: 0,
-        }]);
+        slots.on_raised(
+            &[pb::RaiseResult {
+                slot,
+                outcome: pb::RaiseOutcome::Applied as i32,
+                mark,
+                epoch,
+                limit: 0,
+            }],
+            0,
+        );
     }
 
     #[test]
@@ -346,13 +377,43 @@ mod tests {
             slots.issue(1).is_err(),
             "an acknowledgement under the old epoch counts for nothing"
         );
-        slots.on_raised(&[pb::RaiseResult {
-            slot: 1,
-            outcome: pb::RaiseOutcome::StaleEpoch as i32,
-            mark: 0,
-            epoch: 4,
-            limit: 0,
-        }]);
+        slots.on_raised(
+            &[pb::RaiseResult {
+                slot: 1,
+                outcome: pb::RaiseOutcome::StaleEpoch as i32,
+                mark: 0,
+                epoch: 4,
+                limit: 0,
+            }],
+            0,
+        );
         assert_eq!(slots.held(), 0);
+    }
+
+    #[test]
+    fn a_clock_behind_the_leaders_by_more_than_the_allowance_issues_nothing_until_it_catches_up() {
+        let slots = IdSlots::new(-20_000, UnsafeIssuing::default());
+        let leader_now = slots.now_ms() + 20_000;
+        slots.apply_renewal(
+            Some(&layout()),
+            10_000,
+            &[pb::SlotGrant {
+                slot: 2,
+                epoch: 1,
+                mark: 0,
+            }],
+        );
+        let mark = slots.now_ms() + 2_000;
+        let applied = pb::RaiseResult {
+            slot: 2,
+            outcome: pb::RaiseOutcome::Applied as i32,
+            mark,
+            epoch: 1,
+            limit: 0,
+        };
+        slots.on_raised(&[applied], leader_now);
+        assert!(matches!(slots.issue(1), Err(NoIds::ClockLagging(lag)) if lag >= 19_000));
+        slots.on_raised(&[applied], slots.now_ms() + 5_000);
+        assert!(slots.issue(1).is_ok(), "within the allowance again");
     }
 }

@@ -47,6 +47,7 @@ pub struct Metrics {
     /// NextIds calls refused, by cause.
     pub ids_refused_no_slot: Counter,
     pub ids_refused_clock_behind: Counter,
+    pub ids_refused_clock_lagging: Counter,
     pub ids_refused_mark_behind: Counter,
     pub ids_refused_exhausted: Counter,
     /// Ticks between the clock and the least-raised slot's acknowledged mark.
@@ -81,6 +82,7 @@ impl Metrics {
             ids_borrowed: counter!("allocsvr_ids_borrowed_total"),
             ids_refused_no_slot: counter!("allocsvr_ids_refused_total", "cause" => "no_slot"),
             ids_refused_clock_behind: counter!("allocsvr_ids_refused_total", "cause" => "clock_behind"),
+            ids_refused_clock_lagging: counter!("allocsvr_ids_refused_total", "cause" => "clock_lagging"),
             ids_refused_mark_behind: counter!("allocsvr_ids_refused_total", "cause" => "mark_behind"),
             ids_refused_exhausted: counter!("allocsvr_ids_refused_total", "cause" => "exhausted"),
             id_mark_headroom_ticks: gauge!("allocsvr_id_mark_headroom_ticks"),

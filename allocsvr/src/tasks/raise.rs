@@ -61,7 +61,7 @@ pub async fn raise_once(shared: &AllocState) {
     };
     match shared.store().raise_marks(req, RAISE_WAIT).await {
         Ok(reply) => {
-            let too_far = shared.ids().on_raised(&reply.results);
+            let too_far = shared.ids().on_raised(&reply.results, reply.leader_ms);
             if let Some(r) = too_far.first() {
                 shared.metrics().id_raises_too_far_ahead.increment(too_far.len() as u64);
                 warn!(

@@ -7,7 +7,8 @@
 //!   (calls to one AllocSvr are made one after another here);
 //! - each set issues only from its own share of slots (set 1 adopted set 0's layout from the map).
 //!
-//! The negative control runs the same restart with `--unsafe-ids-ignore-floor` (the new holder
+//! Two more restart a1 on a clock 6 s ahead and 6 s behind the store leader's (3 s allowed): it issues
+//! nothing. The negative controls run the same restart with `--unsafe-ids-ignore-floor` (the new holder
 //! starts at its own clock instead of above the slot's mark) and must see a repeated id.
 //!
 //! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
@@ -257,10 +258,10 @@ async fn the_negative_control_that_ignores_the_floor_repeats_an_id() {
     );
 }
 
-/// Restarts a1 on a clock 6 s ahead (the store allows marks 3 s past its clock) with `extra`,
-/// lets it be asked for 3 s, SIGKILLs it and restarts it on the right clock, and asks everyone
-/// for 8 s more: long enough for the right clock to reach the ticks the fast one read.
-async fn clock_ahead_scenario(extra: &[&str]) -> (Ledger, u64) {
+/// Restarts a1 on a clock `offset_ms` off (the store allows 3 s either way) with `extra`, lets it
+/// be asked for `off_for`, SIGKILLs it and restarts it on the right clock, and asks everyone for
+/// 8 s more: long enough for the right clock to reach the ticks a fast one read.
+async fn clock_off_scenario(offset_ms: i64, off_for: Duration, extra: &[&str]) -> (Ledger, u64) {
     let mut c = Cluster::start_with(&["--id-max-ahead-ms=3000"]);
     c.add_set_1().await;
     let client = c.client();
@@ -269,16 +270,17 @@ async fn clock_ahead_scenario(extra: &[&str]) -> (Ledger, u64) {
         .expect("no AllocSvr issued an id");
     let mut ledger = Ledger::default();
     c.procs.kill("a1").unwrap();
-    let mut fast = vec!["--test-clock-offset-ms=6000"];
-    fast.extend_from_slice(extra);
-    c.start_alloc("a1", 0, &fast);
-    ask_each(&c, &client, &mut ledger, Duration::from_secs(3)).await;
+    let offset = format!("--test-clock-offset-ms={offset_ms}");
+    let mut off = vec![offset.as_str()];
+    off.extend_from_slice(extra);
+    c.start_alloc("a1", 0, &off);
+    ask_each(&c, &client, &mut ledger, off_for).await;
     let from_fast = ledger.last.iter().filter(|((a, _), _)| *a == c.allocs["a1"].0).count() as u64;
     c.procs.kill("a1").unwrap();
     c.start_alloc("a1", 0, &[]);
     ask_each(&c, &client, &mut ledger, Duration::from_secs(8)).await;
     eprintln!(
-        "clock ahead: {} distinct ids from {} calls, {} repeated; the fast AllocSvr answered from {from_fast} slots",
+        "clock {offset_ms:+} ms: {} distinct ids from {} calls, {} repeated; the AllocSvr off answered from {from_fast} slots",
         ledger.seen.len(),
         ledger.calls,
         ledger.repeats.len()
@@ -288,7 +290,7 @@ async fn clock_ahead_scenario(extra: &[&str]) -> (Ledger, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_far_ahead_of_the_store_leader_issues_nothing_and_nothing_repeats() {
-    let (ledger, from_fast) = clock_ahead_scenario(&[]).await;
+    let (ledger, from_fast) = clock_off_scenario(6_000, Duration::from_secs(3), &[]).await;
     assert_eq!(from_fast, 0, "an AllocSvr whose clock is 6 s ahead must issue no id");
     assert!(ledger.seen.len() > 5_000, "too few ids: {}", ledger.seen.len());
     assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1");
@@ -296,10 +298,21 @@ async fn a_clock_far_ahead_of_the_store_leader_issues_nothing_and_nothing_repeat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_negative_control_that_issues_above_the_acknowledged_mark_repeats_an_id() {
-    let (ledger, from_fast) = clock_ahead_scenario(&["--unsafe-ids-ignore-mark"]).await;
+    let (ledger, from_fast) = clock_off_scenario(6_000, Duration::from_secs(3), &["--unsafe-ids-ignore-mark"]).await;
     assert!(from_fast > 0, "the control must let the fast AllocSvr issue");
     assert!(
         !ledger.repeats.is_empty(),
         "issuing above the mark must repeat an id once the right clock gets there"
     );
+}
+
+/// U3's other side: a clock 6 s behind the store leader's (3 s allowed) would stamp its ids 6 s in
+/// the past; it issues nothing once its first raise tells it the leader's time. Asked for 10 s, so
+/// that its clock passes its slot's floor (the old holder's mark, about 2 s past the kill) and only
+/// the lag keeps it from issuing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_far_behind_the_store_leader_issues_nothing() {
+    let (ledger, from_slow) = clock_off_scenario(-6_000, Duration::from_secs(10), &[]).await;
+    assert_eq!(from_slow, 0, "an AllocSvr whose clock is 6 s behind must issue no id");
+    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1");
 }

@@ -244,10 +244,10 @@ impl pb::store_service_server::StoreService for StoreSvc {
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::RaiseMarksReply {
                 not_leader: Some(hint),
-                results: vec![],
+                ..Default::default()
             })),
             Led::Here(result) => {
-                let reply = protocol::ids::raised(&req, result)?;
+                let reply = protocol::ids::raised(&req, result, leader_ms)?;
                 let ahead = reply
                     .results
                     .iter()

@@ -125,10 +125,15 @@ pub fn raise_command(
 }
 
 /// The reply to a committed RaiseMarks.
-pub fn raised(req: &pb::RaiseMarksRequest, result: CommandResult) -> Result<pb::RaiseMarksReply, RpcError> {
+pub fn raised(
+    req: &pb::RaiseMarksRequest,
+    result: CommandResult,
+    leader_ms: u64,
+) -> Result<pb::RaiseMarksReply, RpcError> {
     match result {
         CommandResult::Slots(SlotResult::Raised(results)) => Ok(pb::RaiseMarksReply {
             not_leader: None,
+            leader_ms,
             results: results
                 .into_iter()
                 .map(|r| {
