@@ -1,4 +1,5 @@
-//! [`Coalescer`]: many concurrent `fetch_next_seq` callers share `BatchFetchNextSeq` RPCs.
+//! [`Coalescer`]: many concurrent `fetch_next_seq` callers share `BatchFetchNextSeq` RPCs, and
+//! many concurrent `next_id` callers share `NextIds` RPCs (one queue for all: no routing).
 //!
 //! Per owner address, callers join a bounded list of waiters; a drain task takes up to `max_batch`
 //! of them at a time and runs one batch fetch for them, with at most `max_in_flight` batches per
@@ -108,6 +109,8 @@ pub struct Coalescer {
     client: Client,
     cfg: CoalescerConfig,
     queues: Queues,
+    /// Callers of [`Coalescer::next_id`] (one queue: any AllocSvr answers for ids).
+    ids: Arc<crate::ids::IdQueue>,
 }
 
 impl Coalescer {
@@ -127,6 +130,7 @@ impl Coalescer {
             client,
             cfg,
             queues: Arc::new(Mutex::new(HashMap::new())),
+            ids: Arc::default(),
         })
     }
 
@@ -155,6 +159,14 @@ impl Coalescer {
                 "the batch carrying this request ended without an answer",
             ))
         })
+    }
+
+    /// One time-ordered id, sent in one `NextIds` with the other callers waiting now (up to 4,096
+    /// a call). Ids of one batch are handed out in the order the callers joined.
+    pub async fn next_id(&self) -> Result<u64, ClientError> {
+        let c = &self.cfg;
+        let limits = (c.queue_capacity, c.busy_batch, c.max_in_flight);
+        self.ids.next_id(&self.client, limits).await
     }
 
     /// Adds `waiter` to the queue of `addr` (made on first use, with its drain task), waking the
@@ -208,6 +220,7 @@ impl Drop for Coalescer {
         for (_, q) in lock(&self.queues).drain() {
             q.drain.wake.notify_one();
         }
+        self.ids.close();
     }
 }
 

@@ -128,3 +128,128 @@ fn unpack(reply: pb::NextIdsReply, count: u32, addr: String) -> Result<Ids, Clie
         addr,
     })
 }
+
+/// The waiters of [`crate::Coalescer::next_id`]: callers of any uid share one queue, since any
+/// AllocSvr answers for ids. A drain task takes up to [`MAX_IDS_PER_CALL`] of them into one
+/// `NextIds`, under the same policy as the seq batches (a lone caller goes out at once; while
+/// batches are in flight the next waits for `busy_batch` callers).
+#[derive(Debug, Default)]
+pub(crate) struct IdQueue {
+    waiting: std::sync::Mutex<Vec<IdWaiter>>,
+    wake: tokio::sync::Notify,
+    in_flight: std::sync::atomic::AtomicUsize,
+    started: std::sync::atomic::AtomicBool,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Debug)]
+struct IdWaiter {
+    deadline: Instant,
+    reply: tokio::sync::oneshot::Sender<Result<u64, ClientError>>,
+}
+
+impl IdQueue {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<IdWaiter>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One id for a caller, sent with the other callers waiting now.
+    pub(crate) async fn next_id(
+        self: &std::sync::Arc<Self>,
+        client: &Client,
+        limits: (usize, usize, usize),
+    ) -> Result<u64, ClientError> {
+        use std::sync::atomic::Ordering;
+        let (capacity, busy, _) = limits;
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(drain_ids(client.clone(), self.clone(), limits));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let mut waiting = self.waiting();
+            if waiting.len() >= capacity {
+                return Err(ClientError::failed(FailureKind::Unavailable, "coalescer queue is full"));
+            }
+            waiting.push(IdWaiter {
+                deadline: Instant::now() + client.config().deadline,
+                reply: tx,
+            });
+            let n = waiting.len();
+            if n == 1 || n == busy {
+                self.wake.notify_one();
+            }
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(ClientError::failed(
+                FailureKind::Unavailable,
+                "the id batch ended without an answer",
+            ))
+        })
+    }
+
+    /// Ends the drain task.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.wake.notify_one();
+    }
+}
+
+/// Takes waiting id callers off the queue in batches until the queue is closed.
+async fn drain_ids(client: Client, q: std::sync::Arc<IdQueue>, (_, busy, max_in_flight): (usize, usize, usize)) {
+    use std::sync::atomic::Ordering;
+    let max = MAX_IDS_PER_CALL as usize;
+    loop {
+        if q.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let batch = {
+            let mut waiting = q.waiting();
+            let running = q.in_flight.load(Ordering::Acquire);
+            let ready =
+                !waiting.is_empty() && (running == 0 || (running < max_in_flight && waiting.len() >= busy.min(max)));
+            ready.then(|| {
+                let take = waiting.len().min(max);
+                let rest = waiting.split_off(take);
+                std::mem::replace(&mut *waiting, rest)
+            })
+        };
+        let Some(batch) = batch else {
+            q.wake.notified().await;
+            continue;
+        };
+        q.in_flight.fetch_add(1, Ordering::AcqRel);
+        let (client, q) = (client.clone(), q.clone());
+        tokio::spawn(async move {
+            serve_ids(&client, batch).await;
+            q.in_flight.fetch_sub(1, Ordering::AcqRel);
+            q.wake.notify_one();
+        });
+    }
+}
+
+/// One `NextIds` for a batch of callers; each gets its own id, in the order they joined.
+async fn serve_ids(client: &Client, batch: Vec<IdWaiter>) {
+    let now = Instant::now();
+    let (live, expired): (Vec<IdWaiter>, Vec<IdWaiter>) = batch.into_iter().partition(|w| w.deadline > now);
+    for w in expired {
+        let _ = w.reply.send(Err(ClientError::failed(
+            FailureKind::Unavailable,
+            "deadline passed while queued; not sent",
+        )));
+    }
+    if live.is_empty() {
+        return;
+    }
+    match client.next_ids(live.len() as u32).await {
+        Ok(got) => {
+            for (w, id) in live.into_iter().zip(got.ids) {
+                let _ = w.reply.send(Ok(id));
+            }
+        }
+        Err(e) => {
+            for w in live {
+                let _ = w.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}

@@ -176,3 +176,29 @@ async fn wait_for_batches(a: &FakeAlloc, n: usize) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_id_callers_share_next_ids_calls_and_each_gets_its_own_id() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    a.state.delay_ms.store(20, Ordering::SeqCst);
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    let callers: Vec<_> = (0..300)
+        .map(|_| {
+            let c = coalescer.clone();
+            tokio::spawn(async move { c.next_id().await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for c in callers {
+        ids.push(c.await.unwrap().expect("every caller gets an id"));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=300).collect::<Vec<u64>>(), "each caller got a distinct id");
+    let rpcs = a.state.id_rpcs.load(Ordering::SeqCst);
+    assert!(rpcs <= 30, "300 calls took {rpcs} NextIds calls");
+    eprintln!(
+        "300 coalesced id calls took {rpcs} NextIds calls: {:?}",
+        a.state.id_counts.lock().unwrap()
+    );
+}

@@ -73,6 +73,11 @@ pub struct FakeState {
     pub map: Mutex<Option<pb::ClusterMap>>,
     /// How many replies carried the map.
     pub maps_sent: AtomicU64,
+    /// NextIds calls received, and the ids each asked for.
+    pub id_rpcs: AtomicU64,
+    pub id_counts: Mutex<Vec<u32>>,
+    /// The next time-ordered id this fake hands out (consecutive, from 1).
+    pub next_id: AtomicU64,
 }
 
 /// A running fake server; stopped when dropped.
@@ -289,8 +294,20 @@ impl AllocService for Svc {
         }))
     }
 
-    async fn next_ids(&self, _: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
-        Err(Status::unimplemented("next_ids"))
+    /// Consecutive ids from a counter, after the configured delay: enough to see callers share calls.
+    async fn next_ids(&self, req: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
+        let s = &self.0;
+        s.id_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let count = req.into_inner().count;
+        s.id_counts.lock().unwrap().push(count);
+        let first = s.next_id.fetch_add(u64::from(count), Ordering::SeqCst) + 1;
+        s.slow_reply().await;
+        Ok(Response::new(pb::NextIdsReply {
+            runs: vec![pb::IdRun { first, count }],
+            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
+            set_id: 0,
+        }))
     }
 
     async fn batch_fetch_next_seq(
