@@ -170,7 +170,8 @@ pub struct Config {
     #[command(flatten)]
     pub tls: seqsvr_auth::TlsArgs,
 
-    /// TEST ONLY (negative control): apply bumps without checking the epoch. Breaks P4.
+    /// TEST ONLY (negative control): apply bumps, and raises of id slot marks, without checking the
+    /// epoch. Breaks P4 and U1.
     #[arg(long, hide = true)]
     pub unsafe_skip_epoch_fence: bool,
 

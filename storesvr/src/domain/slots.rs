@@ -134,6 +134,18 @@ pub fn apply(
     cmd: &SlotCommand,
     registered: &BTreeSet<Incarnation>,
 ) -> SlotResult {
+    apply_with(ids, set_id, cmd, registered, false)
+}
+
+/// [`apply`] with the negative control `skip_fence` (`--unsafe-skip-epoch-fence`): a raise is
+/// applied whatever its epoch and holder, as a bump is under that control.
+pub fn apply_with(
+    ids: &mut Option<IdState>,
+    set_id: u64,
+    cmd: &SlotCommand,
+    registered: &BTreeSet<Incarnation>,
+    skip_fence: bool,
+) -> SlotResult {
     match (ids.as_mut(), cmd) {
         (
             current,
@@ -161,7 +173,7 @@ pub fn apply(
                 items,
                 leader_ms,
             },
-        ) => s.raise(*holder, items, *leader_ms),
+        ) => s.raise(*holder, items, *leader_ms, skip_fence),
         (Some(s), SlotCommand::Release { holder, items }) => s.release(*holder, items),
     }
 }
@@ -256,7 +268,7 @@ impl IdState {
         SlotResult::Granted { moved }
     }
 
-    fn raise(&mut self, holder: Incarnation, items: &[RaiseItem], leader_ms: u64) -> SlotResult {
+    fn raise(&mut self, holder: Incarnation, items: &[RaiseItem], leader_ms: u64, skip_fence: bool) -> SlotResult {
         let layout = self.layout;
         // The tick containing the leader's clock plus the allowance; before the epoch, tick 0.
         let limit = layout
@@ -274,7 +286,8 @@ impl IdState {
                         epoch: Epoch(0),
                     };
                 };
-                let outcome = if s.holder != holder || s.epoch != item.epoch || holder == NOBODY {
+                let fenced_out = s.holder != holder || s.epoch != item.epoch || holder == NOBODY;
+                let outcome = if fenced_out && !skip_fence {
                     RaiseOutcome::StaleEpoch
                 } else if item.mark > limit {
                     RaiseOutcome::TooFarAhead { limit }
@@ -288,7 +301,8 @@ impl IdState {
                     slot: item.slot,
                     outcome,
                     mark: s.mark,
-                    epoch: s.epoch,
+                    // Knowing no epochs, the unfenced store echoes the raise's own (as a bump's).
+                    epoch: if skip_fence { item.epoch } else { s.epoch },
                 }
             })
             .collect();

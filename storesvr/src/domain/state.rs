@@ -6,6 +6,8 @@
 //! (only `Vec` and `BTreeMap`), so every replica that applies the same log
 //! reaches the same state. It keeps:
 //! - P3: `max_seq` only grows (a bump with `new_max <= max_seq` is a no-op);
+//! - U1 (time-ordered ids): a slot's mark is raised only under its current epoch and holder
+//!   (`slots`), which the negative control `skip_epoch_fence` removes as it removes the bumps';
 //! - P4: a bump is applied only with the section's current epoch, and every
 //!   ownership change raises the epoch; a release takes effect only under the
 //!   epoch it names, so a late or repeated Release cannot touch a later grant;
@@ -47,7 +49,8 @@ pub const MAX_BUMP_STEPS: u64 = 4;
 /// catch each). Every replica of a group must run with the same ones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnsafeRules {
-    /// `--unsafe-skip-epoch-fence`: bumps are applied whatever their epoch or incarnation.
+    /// `--unsafe-skip-epoch-fence`: bumps, and raises of id slot marks, are applied whatever their
+    /// epoch or incarnation.
     pub skip_epoch_fence: bool,
     /// `--unsafe-unfenced-release`: a Release ignores the epoch it names (the old rule, under
     /// which a late or repeated Release could end a later grant to the same incarnation).
@@ -194,7 +197,14 @@ impl SetState {
             Command::CacheMap(m) => self.cache_map(m),
             Command::Slots(c) => {
                 let registered = self.allocsvrs.keys().copied().collect();
-                CommandResult::Slots(super::slots::apply(&mut self.ids, params.set_id, c, &registered))
+                let skip = rules.skip_epoch_fence;
+                CommandResult::Slots(super::slots::apply_with(
+                    &mut self.ids,
+                    params.set_id,
+                    c,
+                    &registered,
+                    skip,
+                ))
             }
             Command::Audited { note, cmd } => self.audited(note, cmd, rules),
             // `apply_with` unwraps one level; a second is not a command anyone sends.

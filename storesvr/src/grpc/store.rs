@@ -236,11 +236,12 @@ impl pb::store_service_server::StoreService for StoreSvc {
 
     async fn raise_marks(&self, req: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
         let req = req.into_inner();
-        let skip_binding = self.ctx.config.unsafe_skip_binding;
+        let c = &self.ctx.config;
+        let skips = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
         let leader_ms = unix_now_ms();
         let cmd = self
             .ctx
-            .data(|d| protocol::ids::raise_command(&d.set, &req, leader_ms, skip_binding))?;
+            .data(|d| protocol::ids::raise_command(&d.set, &req, leader_ms, skips))?;
         match self.ctx.write(cmd).await? {
             Led::Elsewhere(hint) => Ok(Response::new(pb::RaiseMarksReply {
                 not_leader: Some(hint),

@@ -82,11 +82,14 @@ pub fn slots_of(set: &SetState, incarnation: Incarnation) -> (Option<pb::IdLayou
 
 /// The write a RaiseMarks asks for, made under the caller's secret; `leader_ms` is this leader's
 /// wall clock, which caps the marks (carried in the command so every replica decides alike).
+///
+/// `skip_epoch_fence` (negative control) also skips the check that the incarnation is registered,
+/// as for a Bump.
 pub fn raise_command(
     set: &SetState,
     req: &pb::RaiseMarksRequest,
     leader_ms: u64,
-    skip_binding: bool,
+    (skip_epoch_fence, skip_binding): (bool, bool),
 ) -> Result<Command, RpcError> {
     if set.ids.is_none() {
         return Err(RpcError::FailedPrecondition(
@@ -100,7 +103,7 @@ pub fn raise_command(
         )));
     }
     let incarnation = Incarnation(req.incarnation);
-    if !set.allocsvrs.contains_key(&incarnation) {
+    if !skip_epoch_fence && !set.allocsvrs.contains_key(&incarnation) {
         return Err(RpcError::FailedPrecondition(format!(
             "unknown incarnation {}: register first",
             req.incarnation
@@ -220,12 +223,12 @@ mod tests {
             epoch: 1,
             mark: 9,
         }];
-        let err = raise_command(&st, &req(one.clone(), incs[0].0), 0, false).unwrap_err();
+        let err = raise_command(&st, &req(one.clone(), incs[0].0), 0, (false, false)).unwrap_err();
         assert!(format!("{err:?}").contains("no time-ordered ids"), "{err:?}");
         st.apply(&Command::Slots(setup()), false);
-        assert!(raise_command(&st, &req(vec![], incs[0].0), 0, false).is_err());
-        let err = raise_command(&st, &req(one.clone(), 99), 0, false).unwrap_err();
+        assert!(raise_command(&st, &req(vec![], incs[0].0), 0, (false, false)).is_err());
+        let err = raise_command(&st, &req(one.clone(), 99), 0, (false, false)).unwrap_err();
         assert!(format!("{err:?}").contains("unknown incarnation 99"), "{err:?}");
-        assert!(raise_command(&st, &req(one, incs[0].0), 0, false).is_ok());
+        assert!(raise_command(&st, &req(one, incs[0].0), 0, (false, false)).is_ok());
     }
 }
