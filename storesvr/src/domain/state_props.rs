@@ -21,6 +21,7 @@ use super::cluster_map::{MapCommand, MapResult, Phase as MapPhase};
 use super::command;
 use super::moves::{RangeCommand, Role, SidePhase};
 use super::ranges::RangeState;
+use super::slots::{RaiseItem, SlotCommand, SlotMove};
 use super::state::*;
 use proptest::prelude::*;
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
@@ -281,7 +282,42 @@ fn plain_command() -> impl Strategy<Value = Command> {
         1 => node().prop_map(|node_id| Command::Drain { node_id }),
         1 => (small_or_any(6), prop::collection::vec(any::<u8>(), 0..4))
             .prop_map(|(version, encoded)| Command::CacheMap(CachedMap { version, encoded })),
+        4 => slot_command().prop_map(Command::Slots),
     ]
+}
+
+/// Worker-slot commands: mostly the one setup both sets accept (4 slots a set), raises around the
+/// marks that exist, grants between the incarnations that exist.
+fn slot_command() -> impl Strategy<Value = SlotCommand> {
+    let slot = || prop_oneof![9 => 0u64..10, 1 => any::<u64>()];
+    let setup = (
+        prop_oneof![5 => Just(4u64), 1 => 0u64..600],
+        prop_oneof![5 => Just(5_000u64), 1 => any::<u64>()],
+    )
+        .prop_map(|(per_set, max_ahead_ms)| SlotCommand::Setup {
+            layout: seqsvr_proto::id_layout::IdLayout::twitter(0),
+            per_set,
+            max_ahead_ms,
+        });
+    let grant = prop::collection::vec((slot(), inc(), inc()), 0..3).prop_map(|m| {
+        SlotCommand::Grant(
+            m.into_iter()
+                .map(|(slot, from, to)| SlotMove { slot, from, to })
+                .collect(),
+        )
+    });
+    let item = (slot(), epoch(), small_or_any(20_000)).prop_map(|(slot, epoch, mark)| RaiseItem { slot, epoch, mark });
+    let raise =
+        (inc(), prop::collection::vec(item, 0..3), small_or_any(20_000)).prop_map(|(holder, items, leader_ms)| {
+            SlotCommand::Raise {
+                holder,
+                items,
+                leader_ms,
+            }
+        });
+    let release = (inc(), prop::collection::vec((slot(), epoch()), 0..3))
+        .prop_map(|(holder, items)| SlotCommand::Release { holder, items });
+    prop_oneof![2 => setup, 3 => grant, 5 => raise, 1 => release]
 }
 
 /// A sequence to apply: which set to initialize first (none: the set stays uninitialized unless a
@@ -311,7 +347,59 @@ pub(crate) fn check_step(
     check_ranges(after)?;
     check_versions(before, after)?;
     check_refusals(before, after, cmd, result)?;
+    check_slots(before, after, cmd)?;
     check_bumps(before, after, cmd, result)
+}
+
+/// Time-ordered ids: a setup never changes once made; per slot the epoch and the mark never go
+/// down; a mark rises only by a raise of the slot's holder under its current epoch, and never past
+/// the leader's clock plus the allowance; every holder is a registered incarnation.
+fn check_slots(before: &SetState, after: &SetState, cmd: &Command) -> Result<(), String> {
+    let Some(a) = &after.ids else {
+        return match &before.ids {
+            Some(_) => Err("the id setup was lost".into()),
+            None => Ok(()),
+        };
+    };
+    if let Some(b) = &before.ids
+        && (b.layout, b.per_set, b.max_ahead_ms, b.first, b.slots.len())
+            != (a.layout, a.per_set, a.max_ahead_ms, a.first, a.slots.len())
+    {
+        return Err(format!("the id setup changed: {b:?} -> {a:?}"));
+    }
+    for (slot, s) in a.iter() {
+        if s.holder != NOBODY && !after.allocsvrs.contains_key(&s.holder) {
+            return Err(format!("slot {slot} held by {}, which is not registered", s.holder));
+        }
+        let Some(old) = before.ids.as_ref().and_then(|b| b.get(slot)) else {
+            continue;
+        };
+        if s.epoch < old.epoch || s.mark < old.mark {
+            return Err(format!("slot {slot} went back: {old:?} -> {s:?}"));
+        }
+        if s.mark > old.mark {
+            let fenced = match cmd {
+                Command::Slots(SlotCommand::Raise {
+                    holder,
+                    items,
+                    leader_ms,
+                }) => items.iter().any(|i| {
+                    i.slot == slot
+                        && *holder == old.holder
+                        && i.epoch == old.epoch
+                        && i.mark == s.mark
+                        && a.layout
+                            .tick_of(leader_ms.saturating_add(a.max_ahead_ms))
+                            .is_some_and(|limit| i.mark <= limit)
+                }),
+                _ => false,
+            };
+            if !fenced {
+                return Err(format!("slot {slot}'s mark rose {} -> {} by {cmd:?}", old.mark, s.mark));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether applying `cmd` to `before` must append one audit record: an audited action that holds
