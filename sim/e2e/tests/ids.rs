@@ -37,10 +37,6 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start() -> Self {
-        Self::start_with(&[])
-    }
-
     /// Both sets, every StoreSvr with `store_extra` too.
     fn start_with(store_extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -102,6 +98,18 @@ impl Cluster {
             ..ClientConfig::new(seeds)
         })
         .unwrap()
+    }
+
+    /// Both sets started (StoreSvrs with `store_extra`), set 1 added, and a client that has had an
+    /// id: the cluster issuing.
+    async fn issuing(store_extra: &[&str]) -> (Self, Client) {
+        let c = Self::start_with(store_extra);
+        c.add_set_1().await;
+        let client = c.client();
+        poll_until(WAIT, || async { client.next_ids(1).await.ok() })
+            .await
+            .expect("no AllocSvr issued an id");
+        (c, client)
     }
 
     /// Adds set 1 to the map and waits until both sets have time-ordered ids set up.
@@ -197,12 +205,7 @@ async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Durati
 
 /// Runs the scenario; `restart_extra` goes to the AllocSvr restarted on a clock behind.
 async fn scenario(restart_extra: &[&str]) -> Ledger {
-    let mut c = Cluster::start();
-    c.add_set_1().await;
-    let client = c.client();
-    poll_until(WAIT, || async { client.next_ids(1).await.ok() })
-        .await
-        .expect("no AllocSvr issued an id");
+    let (mut c, client) = Cluster::issuing(&[]).await;
     let mut ledger = Ledger::default();
     ask_each(&c, &client, &mut ledger, Duration::from_secs(4)).await;
     // SIGKILL a1 and restart it at once on a clock 2 s behind, so that its clock reads the ticks
@@ -262,12 +265,7 @@ async fn the_negative_control_that_ignores_the_floor_repeats_an_id() {
 /// be asked for `off_for`, SIGKILLs it and restarts it on the right clock, and asks everyone for
 /// 8 s more: long enough for the right clock to reach the ticks a fast one read.
 async fn clock_off_scenario(offset_ms: i64, off_for: Duration, extra: &[&str]) -> (Ledger, u64) {
-    let mut c = Cluster::start_with(&["--id-max-ahead-ms=3000"]);
-    c.add_set_1().await;
-    let client = c.client();
-    poll_until(WAIT, || async { client.next_ids(1).await.ok() })
-        .await
-        .expect("no AllocSvr issued an id");
+    let (mut c, client) = Cluster::issuing(&["--id-max-ahead-ms=3000"]).await;
     let mut ledger = Ledger::default();
     c.procs.kill("a1").unwrap();
     let offset = format!("--test-clock-offset-ms={offset_ms}");
