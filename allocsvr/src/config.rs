@@ -88,6 +88,10 @@ pub struct Cli {
     /// milliseconds off the host's (negative: behind). Leases keep the host's clock.
     #[arg(long, hide = true, allow_hyphen_values = true, default_value_t = 0)]
     pub test_clock_offset_ms: i64,
+    /// TEST ONLY, a clock fault: re-read this file every 50 ms; a number of milliseconds in it is
+    /// the ids' clock offset from then on (the simulator steps a running process's clock so).
+    #[arg(long, hide = true)]
+    pub test_clock_file: Option<std::path::PathBuf>,
     /// TEST ONLY, a network fault: send every Release once more, at a random time between N
     /// and 2N ms after the first (a late duplicate, as a retry after a lost reply would be).
     #[arg(long, hide = true)]
@@ -143,8 +147,10 @@ pub struct NodeConfig {
     /// The clock every lease deadline is read on: the host's, counting suspended time; tests and
     /// the simulator script one to suspend or skew a node.
     pub lease_clock: LeaseClock,
-    /// Test only: how far the time-ordered ids' clock is off the host's wall clock, ms.
-    pub id_clock_offset_ms: i64,
+    /// The clock time-ordered ids are stamped with: the host's, off by a test-only offset.
+    pub id_clock: crate::id_clock::IdClock,
+    /// Test only: a file whose number of ms the ids' clock offset follows while the node runs.
+    pub id_clock_file: Option<std::path::PathBuf>,
 }
 
 impl NodeConfig {
@@ -161,7 +167,8 @@ impl NodeConfig {
             serve_limits: serve_limits::allocsvr(),
             tls: None,
             lease_clock: LeaseClock::host(),
-            id_clock_offset_ms: 0,
+            id_clock: crate::id_clock::IdClock::host(),
+            id_clock_file: None,
         }
     }
 }
@@ -215,7 +222,8 @@ impl Cli {
                 serve_limits,
                 tls: tls.map(std::sync::Arc::new),
                 lease_clock: LeaseClock::host(),
-                id_clock_offset_ms: self.test_clock_offset_ms,
+                id_clock: crate::id_clock::IdClock::with_offset(self.test_clock_offset_ms),
+                id_clock_file: self.test_clock_file,
             },
             metrics_listen: self.metrics_listen,
         })

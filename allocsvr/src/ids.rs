@@ -9,20 +9,20 @@
 //! ids unique (the floor and the acknowledged mark are), but it keeps a paused or cut-off holder
 //! from issuing ids whose time is far behind (docs/DESIGN.md, U3).
 //!
-//! The clock is the host's wall clock plus a test-only offset (`--test-clock-offset-ms`), read
-//! once per call.
+//! The clock is the host's wall clock plus a test-only offset (`id_clock`), read once per call.
 //!
 //! Left out: the Raft write (`tasks::raise`) and the gRPC reply (`service`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use seqsvr_proto::id_layout::IdLayout;
 use seqsvr_proto::pb;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use crate::id_clock::IdClock;
 use crate::issuer::{IdRun, Refusal, SlotIssuer, UnsafeIssuing};
 
 /// How far ahead of the clock the raiser keeps a slot's mark.
@@ -77,7 +77,7 @@ pub type RaiseWanted = pb::SlotMark;
 /// The node's slots.
 pub struct IdSlots {
     inner: Mutex<Inner>,
-    clock_offset_ms: i64,
+    clock: IdClock,
     unsafe_rules: UnsafeIssuing,
     /// Wakes the raiser (a call found too little headroom).
     pub raise_wanted: Notify,
@@ -86,10 +86,10 @@ pub struct IdSlots {
 }
 
 impl IdSlots {
-    pub fn new(clock_offset_ms: i64, unsafe_rules: UnsafeIssuing) -> Self {
+    pub fn new(clock: IdClock, unsafe_rules: UnsafeIssuing) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
-            clock_offset_ms,
+            clock,
             unsafe_rules,
             raise_wanted: Notify::new(),
             raised: Notify::new(),
@@ -102,10 +102,7 @@ impl IdSlots {
 
     /// This host's clock for ids, Unix milliseconds.
     pub fn now_ms(&self) -> u64 {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        wall.saturating_add(self.clock_offset_ms).max(0) as u64
+        self.clock.now_ms()
     }
 
     pub fn layout(&self) -> Option<IdLayout> {
@@ -319,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_slot_issues_only_after_a_raise_and_only_above_its_floor() {
-        let slots = IdSlots::new(0, UnsafeIssuing::default());
+        let slots = IdSlots::new(IdClock::with_offset(0), UnsafeIssuing::default());
         assert_eq!(slots.issue(1).unwrap_err(), NoIds::NoSlot);
         let now = slots.now_ms();
         slots.apply_renewal(
@@ -348,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_new_epoch_restarts_the_slot_at_the_reported_mark_and_a_stale_one_drops_it() {
-        let slots = IdSlots::new(0, UnsafeIssuing::default());
+        let slots = IdSlots::new(IdClock::with_offset(0), UnsafeIssuing::default());
         let now = slots.now_ms();
         slots.apply_renewal(
             Some(&layout()),
@@ -392,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_clock_behind_the_leaders_by_more_than_the_allowance_issues_nothing_until_it_catches_up() {
-        let slots = IdSlots::new(-20_000, UnsafeIssuing::default());
+        let slots = IdSlots::new(IdClock::with_offset(-20_000), UnsafeIssuing::default());
         let leader_now = slots.now_ms() + 20_000;
         slots.apply_renewal(
             Some(&layout()),

@@ -8,6 +8,7 @@
 //! - [`issuer`]: time-ordered ids from one leased slot, only between its floor and acknowledged
 //!   mark (pure, takes the clock's tick).
 //! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
+//! - [`id_clock`]: the wall clock ids are stamped with (a test may offset or step it).
 //! - [`ids`]: the id slots this node holds: learnt from renewals, raised, issued from.
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
 //! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
@@ -30,6 +31,7 @@
 pub mod config;
 pub mod error;
 pub mod grants;
+pub mod id_clock;
 pub mod id_service;
 pub mod ids;
 pub mod issuer;

@@ -129,6 +129,9 @@ impl Core {
             %advertise, "registered"
         );
         let (shared, bump_queue) = AllocState::new(cfg, params, advertise, store, incarnation);
+        if let Some(path) = &cfg.id_clock_file {
+            cfg.id_clock.follow(path.clone());
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(renew::renew_loop(shared.clone(), stop_rx.clone())),

@@ -102,7 +102,7 @@ impl AllocState {
             kept: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
             stopping: AtomicBool::new(false),
-            ids: IdSlots::new(cfg.id_clock_offset_ms, cfg.unsafe_switches.ids),
+            ids: IdSlots::new(cfg.id_clock.clone(), cfg.unsafe_switches.ids),
         };
         (Arc::new(shared), bump_rx)
     }

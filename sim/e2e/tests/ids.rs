@@ -146,12 +146,35 @@ struct Ledger {
     /// Slots each set issued from.
     slots: BTreeMap<u64, std::collections::BTreeSet<u64>>,
     calls: u64,
+    /// Ids issued per AllocSvr address.
+    by_addr: BTreeMap<String, u64>,
+    /// U3: ids whose time lies outside [call start − allowance, call end + borrowing].
+    off_time: Vec<String>,
+}
+
+/// U3's bounds as the scenarios set them: the store's allowance (`--id-max-ahead-ms`, 10 s by
+/// default) behind, the AllocSvr's 1 s of borrowing ahead.
+const ALLOWANCE_MS: u64 = 10_000;
+const BORROW_MS: u64 = 1_000;
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 impl Ledger {
-    fn record(&mut self, layout: &IdLayout, addr: &str, set: u64, ids: &[u64]) {
+    /// `ids` of a call that began at `started` and ended at `ended` (Unix ms, this host's clock).
+    fn record(&mut self, layout: &IdLayout, addr: &str, set: u64, ids: &[u64], (started, ended): (u64, u64)) {
         self.calls += 1;
+        *self.by_addr.entry(addr.to_string()).or_default() += ids.len() as u64;
         for &id in ids {
+            let at = layout.ms_of(layout.decompose(id).expect("an id decodes").tick);
+            if at + ALLOWANCE_MS < started || at > ended + BORROW_MS {
+                self.off_time
+                    .push(format!("{addr}: id {id} at {at} ms for a call in [{started}, {ended}]"));
+            }
             if !self.seen.insert(id) {
                 self.repeats.push(id);
             }
@@ -188,16 +211,18 @@ async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Durati
     while std::time::Instant::now() < until {
         let (addr, set, one) = &direct[i % direct.len()];
         let count = if i % 3 == 0 { 100 } else { 1 };
+        let started = unix_ms();
         if let Ok(got) = one.next_ids(count).await {
-            ledger.record(&got.layout, addr, *set, &got.ids);
+            ledger.record(&got.layout, addr, *set, &got.ids, (started, unix_ms()));
         }
+        let started = unix_ms();
         if let Ok(got) = client.next_ids(1).await {
             let set = c
                 .allocs
                 .values()
                 .find(|(a, _)| *a == got.addr)
                 .map_or(u64::MAX, |(_, s)| *s);
-            ledger.record(&got.layout, &got.addr, set, &got.ids);
+            ledger.record(&got.layout, &got.addr, set, &got.ids, (started, unix_ms()));
         }
         i += 1;
     }
@@ -244,6 +269,11 @@ async fn ids_never_repeat_across_sets_kills_and_a_restart_on_a_clock_behind() {
     );
     assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1: repeated ids");
     assert_eq!(ledger.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
+    assert_eq!(
+        ledger.off_time,
+        Vec::<String>::new(),
+        "U3: ids outside their time bounds"
+    );
     assert!(
         ledger.slots[&0].iter().all(|s| *s < 8) && ledger.slots[&1].iter().all(|s| (8..16).contains(s)),
         "each set issues from its own share: {:?}",
@@ -313,4 +343,41 @@ async fn a_clock_far_behind_the_store_leader_issues_nothing() {
     let (ledger, from_slow) = clock_off_scenario(-6_000, Duration::from_secs(10), &[]).await;
     assert_eq!(from_slow, 0, "an AllocSvr whose clock is 6 s behind must issue no id");
     assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1");
+}
+
+/// A running AllocSvr's clock steps back 10 s, forward an hour, and back to the right time (the
+/// store allows 10 s): while it is 10 s behind it may still issue (within the allowance) but only
+/// above the last tick it used, an hour ahead it issues nothing, and right again it issues. Across
+/// all of it no id repeats, no holder's ids go down, and every id's time is within U3's bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_clock_that_steps_back_and_forward_repeats_nothing() {
+    let (mut c, client) = Cluster::issuing(&[]).await;
+    let file = c._dir.path().join("a1.clock");
+    std::fs::write(&file, "0").unwrap();
+    let follow = format!("--test-clock-file={}", file.display());
+    c.start_alloc("a1", 0, &[&follow]);
+    let a1 = c.allocs["a1"].0.clone();
+    let mut ledger = Ledger::default();
+    ask_each(&c, &client, &mut ledger, Duration::from_secs(3)).await;
+    let mut from_a1 = vec![ledger.by_addr.get(&a1).copied().unwrap_or(0)];
+    for offset in ["-10000", "3600000", "0"] {
+        std::fs::write(&file, offset).unwrap();
+        ask_each(&c, &client, &mut ledger, Duration::from_secs(4)).await;
+        from_a1.push(ledger.by_addr.get(&a1).copied().unwrap_or(0));
+    }
+    eprintln!(
+        "clock steps: {} distinct ids from {} calls, {} repeated, {} decreases, {} off time; a1's running total \
+         after start, -10 s, +1 h, 0: {from_a1:?}",
+        ledger.seen.len(),
+        ledger.calls,
+        ledger.repeats.len(),
+        ledger.decreases.len(),
+        ledger.off_time.len()
+    );
+    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1/U4");
+    assert_eq!(ledger.decreases, Vec::<String>::new(), "U2");
+    assert_eq!(ledger.off_time, Vec::<String>::new(), "U3");
+    assert!(from_a1[0] > 0, "a1 issued before the steps");
+    assert_eq!(from_a1[2], from_a1[1], "an hour ahead, a1 issues nothing");
+    assert!(from_a1[3] > from_a1[2], "a1 issues again once its clock is right");
 }
