@@ -139,6 +139,12 @@ echo "uid 42 fetched three times (each seq above the one before):"
 $SEQCTL fetch 42
 $SEQCTL fetch 42 | tail -n +2
 $SEQCTL fetch 42 | tail -n +2
+echo "three time-ordered ids (unique in the whole cluster, from any AllocSvr):"
+until $SEQCTL id next 3 2>/dev/null; do
+  # An AllocSvr gets its id slot within a renewal or two of the set's ids being set up.
+  [ $SECONDS -ge $deadline ] && { echo "no time-ordered ids within 60 s; see the logs in $DATA" >&2; break; }
+  sleep 0.2
+done
 cat <<MSG
 
 The cluster is serving. Data and logs: $DATA
@@ -146,6 +152,8 @@ Try:
   $SEQCTL fetch 42
   $SEQCTL get 42
   $SEQCTL batch 1 2 3 100000 4000000000
+  $SEQCTL id next 5
+  $SEQCTL id decode \$($SEQCTL id next)
   $SEQCTL status
   $SEQCTL --json status
   $SEQCTL sets
