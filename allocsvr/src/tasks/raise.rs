@@ -28,11 +28,14 @@ const RAISE_WAIT: Duration = Duration::from_secs(2);
 /// Raises due marks until `stop`.
 pub async fn raiser(shared: Arc<AllocState>, mut stop: watch::Receiver<bool>) {
     loop {
+        // Holding no slot (the set has no ids yet, or none was granted), there is nothing to raise
+        // until a renewal brings one; it wakes the raiser.
+        let idle = shared.ids().held() == 0;
         tokio::select! {
             biased;
             _ = stop.changed() => return,
             () = shared.ids().raise_wanted.notified() => {}
-            () = tokio::time::sleep(RAISE_TICK) => {}
+            () = tokio::time::sleep(RAISE_TICK), if !idle => {}
         }
         if shared.is_stopping() {
             return;

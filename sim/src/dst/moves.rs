@@ -155,7 +155,13 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
     let mut done = None;
     for _ in 0..RESUMES {
         match phase(world, op).await {
-            Ok(None) => return, // never recorded: nothing moved
+            // No record: the begin never committed and nothing moved — or set 0, the map's home,
+            // was restored since from a backup older than the move, which forgets its record but
+            // not its effect (the restore goes ahead only when the backup's owners agree with the
+            // live map, so a move whose record vanished is one that had switched). The map's
+            // owner of the range tells the two apart.
+            Ok(None) if owner_of(world, section).await == Some(to) => done = Some(true),
+            Ok(None) => return,
             Ok(Some(pb::MovePhase::Done)) => done = Some(true),
             Ok(Some(pb::MovePhase::Cancelled)) => done = Some(false),
             Ok(Some(_)) => {
@@ -183,6 +189,15 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
         end_ns: rec.history.clock().now_ns(),
         done,
     }));
+}
+
+/// The set the map gives `section` to (`None`: no map read).
+async fn owner_of(world: &Arc<World>, section: u64) -> Option<u64> {
+    let map = mover(world).map().await.ok()?;
+    map.ranges
+        .iter()
+        .find(|r| r.section_begin <= section && section < r.section_end)
+        .map(|r| r.set_id)
 }
 
 /// The phase the map records for `op` (`None`: no record).
