@@ -137,19 +137,11 @@ impl Mover {
     /// Adds set `set_id` (its StoreSvr group already running) to the map, once the group at
     /// `stores` has shown that it is that set, with the cluster's section size and uid limit.
     ///
-    /// Set 0 sets its time-ordered ids up on its first leader's first ticks; the new set adopts
-    /// that setup from the map this call publishes, so it first waits (within the timeout) for
-    /// set 0's map to carry it. A set 0 that never sets ids up only costs the new set its ids.
+    /// The new set adopts set 0's time-ordered id setup from the map this call publishes; a set
+    /// added before set 0 set its ids up (its first leader's first ticks) adopts it at the next
+    /// map change.
     pub async fn add_set(&self, set_id: u64, stores: Vec<String>) -> Result<pb::ChangeMapReply, MoveError> {
-        let started = Instant::now();
-        let mut map = self.map().await?;
-        while map.ids.is_none() && started.elapsed() < self.timeouts.overall {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            map = self.map().await?;
-        }
-        if map.ids.is_none() {
-            tracing::warn!("set 0's map carries no time-ordered id setup: the new set will issue no ids");
-        }
+        let map = self.map().await?;
         if !map.sets.iter().any(|s| s.set_id == set_id && s.stores == stores) {
             let seeds = stores.iter().map(|a| Seed::parse(a)).collect::<Result<Vec<_>, _>>();
             let store = StoreClient::with_dialer(seeds.map_err(MoveError::Refused)?, self.timeouts, &self.dialer)

@@ -112,8 +112,15 @@ impl Cluster {
         (c, client)
     }
 
-    /// Adds set 1 to the map and waits until both sets have time-ordered ids set up.
+    /// Adds set 1 to the map, once set 0 has set its ids up (the map `set add` publishes then
+    /// carries the setup), and waits until both sets have.
     async fn add_set_1(&self) {
+        let set0 = Seqctl::new(["--store", self.stores[0].as_str()]);
+        poll_until(WAIT, || async {
+            set0.json(&["status"]).await?["ids"].as_object().map(|_| ())
+        })
+        .await
+        .expect("set 0 never set its ids up");
         let stores = format!("1={}", self.stores[1]);
         let op = Seqctl::new(["--store", self.stores[0].as_str()]);
         let add = op.output(&["set", "add", "1", "--stores", &stores]).await;

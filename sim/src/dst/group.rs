@@ -18,10 +18,8 @@
 
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, IdLayout};
 use seqsvr_proto::pb;
 use storesvr::domain::command;
-use storesvr::domain::slots::SlotCommand;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
 use storesvr::protocol::moves::{self as moves, FrozenSeen};
@@ -412,10 +410,9 @@ impl Group {
         answer.unwrap_or_else(Rep::Error)
     }
 
-    /// One arbiter tick on replica `r` (production `protocol::arbiter_tick`, then, when it plans
-    /// nothing, `protocol::ids::slots_tick`): the command to write. Set 0 sets its time-ordered
-    /// ids up as a StoreSvr with the default flags does, and set 1 adopts that setup from its map,
-    /// so the map a set add publishes carries it; no simulated client asks for ids.
+    /// One arbiter tick on replica `r` (production `protocol::arbiter_tick`): the command to write.
+    /// No set sets time-ordered ids up here (no simulated client asks for them), so the AllocSvrs
+    /// hold no slot and their raisers stay idle: the seeds' schedules are those of before ids.
     pub fn arbiter(&mut self, r: usize, now: Instant) -> Option<Command> {
         let rep = &mut self.replicas[r];
         if !rep.up {
@@ -425,15 +422,7 @@ impl Group {
         match protocol::arbiter_tick(&self.set, &mut rep.view, role, now, self.detect, &self.bootstrap).1 {
             Tick::Follower => None,
             Tick::Init(p) => Some(Command::Init(p)),
-            Tick::Plan(Some(cmd)) => Some(cmd),
-            Tick::Plan(None) => {
-                let own = (self.bootstrap.set_id == 0).then(|| SlotCommand::Setup {
-                    layout: IdLayout::twitter(DEFAULT_EPOCH_MS),
-                    per_set: 64,
-                    max_ahead_ms: 10_000,
-                });
-                protocol::ids::slots_tick(&self.set, &rep.view, now, self.detect, own)
-            }
+            Tick::Plan(cmd) => cmd,
         }
     }
 
