@@ -320,7 +320,9 @@ impl Config {
     }
 }
 
-fn unix_now_ms() -> u64 {
+/// This host's wall clock, Unix milliseconds (0 before 1970): the one reading of it the id
+/// checks, the RaiseMarks cap and restores share.
+pub(crate) fn unix_now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Parser;
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, RaftSnapshotBuilder, StoredMembership};
@@ -157,7 +157,7 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
         max_bumps_per_sec: args.max_bumps_per_sec,
     };
     let margin = choose_margin(step, margin_args, age_of(&header))?;
-    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id), unix_now_ms())?;
+    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id), crate::config::unix_now_ms())?;
     let report = report(args, &header, &margin, &raised);
     if args.dry_run {
         return Ok(format!("DRY RUN, nothing written\n{report}"));
@@ -295,15 +295,9 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, RestoreFailure> {
     std::fs::read(path).map_err(io_err(path))
 }
 
-fn unix_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The backup's age by this machine's clock, or how far in the future it claims to be (ms).
 fn age_of(header: &Header) -> Result<Duration, u64> {
-    let now_ms = unix_now_ms();
+    let now_ms = crate::config::unix_now_ms();
     now_ms
         .checked_sub(header.taken_at_unix_ms)
         .map(Duration::from_millis)

@@ -238,7 +238,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let req = req.into_inner();
         let c = &self.ctx.config;
         let skips = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
-        let leader_ms = unix_now_ms();
+        let leader_ms = crate::config::unix_now_ms();
         let cmd = self
             .ctx
             .data(|d| protocol::ids::raise_command(&d.set, &req, leader_ms, skips))?;
@@ -362,11 +362,4 @@ impl pb::store_service_server::StoreService for StoreSvc {
         self.expose(applied).await?;
         Ok(Response::new(reply))
     }
-}
-
-/// This replica's wall clock, Unix milliseconds (it caps slot marks; 0 before 1970).
-fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
