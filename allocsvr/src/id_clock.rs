@@ -6,6 +6,10 @@
 //! Ids never rest on this clock for uniqueness (`issuer`); it decides which tick an id gets, and
 //! whether this host is too far from the store leader's clock to issue at all.
 //!
+//! The deterministic simulator runs the AllocSvr on tokio's paused clock: there the wall clock is
+//! [`IdClock::on_tokio_time`], a fixed Unix time plus tokio's elapsed time, so that a seed's ids
+//! are the same on every replay.
+//!
 //! Left out: slewing (a step is all a test needs to break a Snowflake), and the lease clock, which
 //! is monotonic and never this one.
 
@@ -21,6 +25,9 @@ pub const FOLLOW_EVERY: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug, Default)]
 pub struct IdClock {
     offset_ms: Arc<AtomicI64>,
+    /// `None`: the host's wall clock. `Some((at, unix_ms))`: the clock read `unix_ms` at tokio's
+    /// instant `at` and runs with tokio's time (the simulator's).
+    origin: Option<(tokio::time::Instant, u64)>,
 }
 
 impl IdClock {
@@ -36,6 +43,23 @@ impl IdClock {
         c
     }
 
+    /// A clock that reads `unix_ms` now and runs with tokio's time (paused in the simulator).
+    pub fn on_tokio_time(unix_ms: u64) -> Self {
+        Self {
+            offset_ms: Arc::default(),
+            origin: Some((tokio::time::Instant::now(), unix_ms)),
+        }
+    }
+
+    /// A clock that shares `self`'s time source but has its own offset (a simulated host: each
+    /// one's clock can be stepped alone).
+    pub fn another_host(&self) -> Self {
+        Self {
+            offset_ms: Arc::default(),
+            origin: self.origin,
+        }
+    }
+
     pub fn set_offset(&self, offset_ms: i64) {
         self.offset_ms.store(offset_ms, Ordering::Relaxed);
     }
@@ -46,10 +70,18 @@ impl IdClock {
 
     /// Now, Unix milliseconds (0 before 1970).
     pub fn now_ms(&self) -> u64 {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        wall.saturating_add(self.offset_ms()).max(0) as u64
+        self.true_ms().saturating_add(self.offset_ms()).max(0) as u64
+    }
+
+    /// The time source without this clock's offset: the host's wall clock, or the simulation's
+    /// true time.
+    pub fn true_ms(&self) -> i64 {
+        match self.origin {
+            Some((at, unix_ms)) => unix_ms.saturating_add(at.elapsed().as_millis() as u64) as i64,
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        }
     }
 
     /// Follows `path` for the life of the process: whenever it holds a (signed) number of

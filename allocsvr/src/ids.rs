@@ -45,9 +45,45 @@ struct Inner {
     slots: BTreeMap<u64, Held>,
     /// Round-robin position over held slots.
     next: usize,
-    /// How far this clock was behind the store leader's at the last raise, when more than the
-    /// allowance: no ids are issued then.
+    /// The store leader's clock as the last RaiseMarks reply gave it, and when (on the monotonic
+    /// clock) that raise was *sent*: the leader's clock now is at most that reading plus the time
+    /// since. Every call compares this clock with it, so that a step back between two raises is
+    /// seen at the next call, not at the next raise (which a clock behind may never make due).
+    leader_ref: Option<(tokio::time::Instant, u64)>,
+    /// How far behind the leader's this clock was at the last call that looked, when more than
+    /// the allowance (kept to log the change once).
     lagging_ms: Option<u64>,
+}
+
+impl Inner {
+    /// How far this clock (`now_ms`) is behind the store leader's, estimated from the last raise
+    /// as the leader's reading plus the monotonic time since the raise was sent. Sent, not
+    /// answered: the estimate can only run ahead of the leader's clock (by the round trip), so a
+    /// lag is never understated and no id is stamped further behind the leader's time than the
+    /// allowance (docs/DESIGN.md, U3).
+    fn lag_ms(&self, now_ms: u64) -> u64 {
+        self.leader_ref.map_or(0, |(sent, leader_ms)| {
+            let leader_now = leader_ms.saturating_add(sent.elapsed().as_millis() as u64);
+            leader_now.saturating_sub(now_ms)
+        })
+    }
+
+    /// Notes whether this clock lags the leader's by more than the allowance, logging a change.
+    fn check_lag(&mut self, now_ms: u64) -> Option<u64> {
+        let lag = self.lag_ms(now_ms);
+        let was = self.lagging_ms;
+        self.lagging_ms = (lag > self.max_ahead_ms).then_some(lag);
+        match (was, self.lagging_ms) {
+            (None, Some(lag)) => warn!(
+                lag_ms = lag,
+                max_ahead_ms = self.max_ahead_ms,
+                "this host's clock is behind the store leader's by more than the allowance: issuing no ids"
+            ),
+            (Some(_), None) => info!("this host's clock agrees with the store leader's again: issuing ids"),
+            _ => {}
+        }
+        self.lagging_ms
+    }
 }
 
 /// The ids a call got, and from which slot.
@@ -171,7 +207,7 @@ impl IdSlots {
         if n == 0 {
             return Err(NoIds::NoSlot);
         }
-        if let Some(ms) = inner.lagging_ms {
+        if let Some(ms) = inner.check_lag(now_ms) {
             return Err(NoIds::ClockLagging(ms));
         }
         let start = inner.next % n;
@@ -239,24 +275,24 @@ impl IdSlots {
     /// results that said the clock is too far ahead.
     ///
     /// `leader_ms` is the leader's clock when it proposed the raise (0: an older leader that does
-    /// not say): a clock further behind it than the allowance stops issuing until it catches up.
-    /// The reply's travel time makes this clock read later, so a lag is never overstated.
-    pub fn on_raised(&self, results: &[pb::RaiseResult], leader_ms: u64) -> Vec<pb::RaiseResult> {
+    /// not say) and `sent` when the raise was sent: from then on every call checks this clock
+    /// against the leader's, and one further behind it than the allowance issues nothing until it
+    /// catches up.
+    pub fn on_raised(
+        &self,
+        results: &[pb::RaiseResult],
+        leader_ms: u64,
+        sent: tokio::time::Instant,
+    ) -> Vec<pb::RaiseResult> {
         let now_ms = self.now_ms();
         let mut inner = self.lock();
         if leader_ms > 0 {
-            let lag = leader_ms.saturating_sub(now_ms);
-            let was = inner.lagging_ms;
-            inner.lagging_ms = (lag > inner.max_ahead_ms).then_some(lag);
-            match (was, inner.lagging_ms) {
-                (None, Some(lag)) => warn!(
-                    lag_ms = lag,
-                    max_ahead_ms = inner.max_ahead_ms,
-                    "this host's clock is behind the store leader's by more than the allowance: issuing no ids"
-                ),
-                (Some(_), None) => info!("this host's clock agrees with the store leader's again: issuing ids"),
-                _ => {}
+            // A later-sent raise's reading is the better one; a late reply of an earlier raise
+            // must not replace it.
+            if inner.leader_ref.is_none_or(|(at, _)| at <= sent) {
+                inner.leader_ref = Some((sent, leader_ms));
             }
+            inner.check_lag(now_ms);
         }
         let mut too_far = Vec::new();
         for r in results {
@@ -311,6 +347,7 @@ mod tests {
                 limit: 0,
             }],
             0,
+            tokio::time::Instant::now(),
         );
     }
 
@@ -383,6 +420,7 @@ mod tests {
                 limit: 0,
             }],
             0,
+            tokio::time::Instant::now(),
         );
         assert_eq!(slots.held(), 0);
     }
@@ -408,9 +446,51 @@ mod tests {
             epoch: 1,
             limit: 0,
         };
-        slots.on_raised(&[applied], leader_now);
+        slots.on_raised(&[applied], leader_now, tokio::time::Instant::now());
         assert!(matches!(slots.issue(1), Err(NoIds::ClockLagging(lag)) if lag >= 19_000));
-        slots.on_raised(&[applied], slots.now_ms() + 5_000);
+        slots.on_raised(&[applied], slots.now_ms() + 5_000, tokio::time::Instant::now());
         assert!(slots.issue(1).is_ok(), "within the allowance again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_back_between_two_raises_stops_issuing_at_the_next_call() {
+        let clock = IdClock::on_tokio_time(1_800_000_000_000);
+        let slots = IdSlots::new(clock.clone(), UnsafeIssuing::default());
+        slots.apply_renewal(
+            Some(&layout()),
+            3_000,
+            &[pb::SlotGrant {
+                slot: 0,
+                epoch: 1,
+                mark: 0,
+            }],
+        );
+        let sent = tokio::time::Instant::now();
+        let leader_ms = clock.now_ms();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let applied = pb::RaiseResult {
+            slot: 0,
+            outcome: pb::RaiseOutcome::Applied as i32,
+            mark: clock.now_ms() + 2_000,
+            epoch: 1,
+            limit: 0,
+        };
+        slots.on_raised(&[applied], leader_ms, sent);
+        assert!(slots.issue(1).is_ok());
+        // The clock steps back 10 s, and then runs on for 9.5 s: past the borrow, below the mark,
+        // and never raised again (the headroom looks ample to a clock behind).
+        clock.set_offset(-10_000);
+        tokio::time::sleep(std::time::Duration::from_millis(9_500)).await;
+        assert!(slots.raises_due().is_empty());
+        assert!(
+            matches!(slots.issue(1), Err(NoIds::ClockLagging(lag)) if lag >= 10_000),
+            "ids stamped 9.5 s behind the leader's clock would break U3"
+        );
+        clock.set_offset(0);
+        assert!(
+            matches!(slots.issue(1), Err(NoIds::Refused(Refusal::MarkBehind { .. }))),
+            "the clock agrees again: what is missing now is a raise"
+        );
+        assert_eq!(slots.raises_due().len(), 1);
     }
 }

@@ -62,9 +62,10 @@ pub async fn raise_once(shared: &AllocState) {
         items,
         secret: Vec::new(),
     };
+    let sent = tokio::time::Instant::now();
     match shared.store().raise_marks(req, RAISE_WAIT).await {
         Ok(reply) => {
-            let too_far = shared.ids().on_raised(&reply.results, reply.leader_ms);
+            let too_far = shared.ids().on_raised(&reply.results, reply.leader_ms, sent);
             if let Some(r) = too_far.first() {
                 shared.metrics().id_raises_too_far_ahead.increment(too_far.len() as u64);
                 warn!(
