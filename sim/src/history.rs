@@ -144,6 +144,50 @@ pub struct MoveSpan {
     pub done: bool,
 }
 
+/// One `NextIds` call (time-ordered ids). A failed call issued nothing anyone saw, so there is no
+/// unknown outcome here: a lost reply only wastes ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdCall {
+    pub id: u64,
+    pub client: u32,
+    pub count: u64,
+    pub invoke_ns: u64,
+    pub complete_ns: u64,
+    pub outcome: Outcome,
+    /// The ids of an ok call as `(first, count)` runs of consecutive ids, in reply order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<(u64, u64)>,
+    /// The set whose slot issued them.
+    #[serde(default)]
+    pub set_id: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl IdCall {
+    /// Every id of an ok call, in reply order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        let ok = self.outcome == Outcome::Ok;
+        self.runs
+            .iter()
+            .filter(move |_| ok)
+            .flat_map(|&(first, count)| first..first.saturating_add(count))
+    }
+}
+
+/// What the id checkers need to know of a run with time-ordered ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdsInfo {
+    /// How ids decode.
+    pub layout: seqsvr_proto::id_layout::IdLayout,
+    /// The true time (Unix ms) at the run's time 0: the simulator's clock in `sim dst`, the
+    /// host's wall clock in `sim run` (the StoreSvrs read it; AllocSvr clocks are offset from it).
+    pub origin_ms: u64,
+    /// The allowance between an AllocSvr's clock and the store leader's (`--id-max-ahead-ms`):
+    /// ids are stamped within it of the true time (docs/DESIGN.md, U3).
+    pub max_skew_ms: u64,
+}
+
 /// Facts about the run the checkers need.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunInfo {
@@ -160,6 +204,9 @@ pub struct RunInfo {
     /// fetch invoked at or after this time. Written in a second info record at the end of a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_from_ns: Option<u64>,
+    /// Set when the run issued time-ordered ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<IdsInfo>,
 }
 
 /// One line of the history file.
@@ -171,6 +218,7 @@ pub enum Record {
     Poll(Poll),
     Fault(FaultSpan),
     Move(MoveSpan),
+    Ids(IdCall),
 }
 
 /// A whole history in memory, as the checkers take it.
@@ -181,6 +229,7 @@ pub struct History {
     pub polls: Vec<Poll>,
     pub faults: Vec<FaultSpan>,
     pub moves: Vec<MoveSpan>,
+    pub ids: Vec<IdCall>,
 }
 
 /// Why a history file could not be read.
@@ -205,6 +254,7 @@ impl History {
                 Record::Poll(p) => h.polls.push(p),
                 Record::Fault(f) => h.faults.push(f),
                 Record::Move(m) => h.moves.push(m),
+                Record::Ids(c) => h.ids.push(c),
             }
         }
         h

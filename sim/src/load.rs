@@ -60,6 +60,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
         fault_free: opts.events.is_none(),
         replay: opts.replay.clone(),
         verify_from_ns: None,
+        ids: None,
     };
     let history = Arc::new(
         HistoryWriter::create(&opts.history, clock, &info)

@@ -118,7 +118,7 @@ fn the_epoch_fence_keeps_a_woken_old_holder_from_issuing_beside_the_new_one() {
 #[test]
 fn without_the_epoch_fence_the_woken_old_holder_repeats_ids() {
     let rules = UnsafeRules {
-        skip_epoch_fence: true,
+        skip_slot_fence: true,
         ..UnsafeRules::default()
     };
     let (ids, repeats) = handover(rules);

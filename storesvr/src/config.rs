@@ -179,6 +179,11 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub unsafe_unfenced_release: bool,
 
+    /// TEST ONLY (negative control): apply raises of id slot marks without checking the epoch
+    /// (bumps keep their fence). Breaks U1.
+    #[arg(long, hide = true)]
+    pub unsafe_skip_slot_fence: bool,
+
     /// TEST ONLY (negative control): Raft messages of another set or group, or meant for another
     /// node, are handed to openraft like this group's own. Breaks P3 under a crossed `--peers`.
     #[arg(long, hide = true)]
@@ -202,6 +207,7 @@ impl Config {
             skip_epoch_fence: self.unsafe_skip_epoch_fence,
             unfenced_release: self.unsafe_unfenced_release,
             skip_binding: self.unsafe_skip_binding,
+            skip_slot_fence: self.unsafe_skip_slot_fence,
         }
     }
 }

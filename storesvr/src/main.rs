@@ -45,6 +45,9 @@ async fn run(config: Config) -> ExitCode {
             "UNSAFE: --unsafe-skip-binding is on; anyone may renew, release or bump in an AllocSvr's name (negative control only)"
         );
     }
+    if config.unsafe_skip_slot_fence {
+        tracing::warn!("UNSAFE: --unsafe-skip-slot-fence is on; id slot marks are raised unfenced (negative control only)");
+    }
     if config.unsafe_unfenced_release {
         tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");
     }

@@ -1,9 +1,12 @@
 //! After the final heal every uid touched during the run must be served again: an ok fetch of it
 //! invoked at or after the start of the verify phase. A uid left unserved means a section was
-//! stranded (no owner, a fence never lifted), which no per-call promise would notice.
+//! stranded (no owner, a fence never lifted), which no per-call promise would notice. Likewise,
+//! a run that asked for time-ordered ids must get some again after the heal: a slot no holder can
+//! raise, or a clock check that never lets go, would otherwise pass every U-promise by issuing
+//! nothing.
 
 use super::{Promise, Violation};
-use crate::history::{Call, Outcome};
+use crate::history::{Call, IdCall, Outcome};
 use std::collections::{BTreeMap, HashSet};
 
 pub fn check(calls: &[Call], verify_from_ns: u64) -> Vec<Violation> {
@@ -29,6 +32,24 @@ pub fn check(calls: &[Call], verify_from_ns: u64) -> Vec<Violation> {
             )
         })
         .collect()
+}
+
+/// Time-ordered ids: when any `NextIds` call ran before the verify phase, one must succeed in it.
+pub fn check_ids(calls: &[IdCall], verify_from_ns: u64) -> Vec<Violation> {
+    let Some(before) = calls.iter().filter(|c| c.invoke_ns < verify_from_ns).last() else {
+        return Vec::new();
+    };
+    let served = calls
+        .iter()
+        .any(|c| c.invoke_ns >= verify_from_ns && c.outcome == Outcome::Ok);
+    if served {
+        return Vec::new();
+    }
+    vec![Violation::new(
+        Promise::Liveness,
+        "no NextIds call succeeded after the final heal",
+        vec![before.id],
+    )]
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! Deliberately left out: any IO (the caller reads the history) and availability, which is a
 //! statistic ([`crate::stats`]) except for the final "served again after heal" check here.
 
+pub mod ids;
 pub mod liveness;
 pub mod one_set;
 pub mod p1_order;
@@ -37,6 +38,12 @@ pub enum Promise {
     OneSet,
     /// A uid touched during the run was not served again after the final heal.
     Liveness,
+    /// Time-ordered ids (docs/DESIGN.md): no id twice; one slot's ids increase; ids' times within
+    /// the allowance of the true time; no repeat after a clock step.
+    U1,
+    U2,
+    U3,
+    U4,
 }
 
 /// One broken promise, with the calls that show it.
@@ -125,6 +132,10 @@ pub struct Report {
     pub values_checked: usize,
     pub gets_checked: usize,
     pub p6: p6_waste::GapStats,
+    /// `NextIds` calls by outcome, and the ids they returned.
+    pub ids_ok: usize,
+    pub ids_failed: usize,
+    pub ids_checked: usize,
 }
 
 impl Report {
@@ -168,6 +179,13 @@ impl Report {
             self.p6.unexplained,
             self.p6.max_gap
         );
+        if self.ids_ok + self.ids_failed > 0 {
+            let _ = writeln!(
+                s,
+                "checked: {} ok / {} failed NextIds calls, {} ids",
+                self.ids_ok, self.ids_failed, self.ids_checked
+            );
+        }
         let _ = writeln!(s, "violations: {} {:?}", self.total_violations(), self.counts);
         s
     }
@@ -223,6 +241,17 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
     r.add(Promise::P6, p6);
     if let Some(from) = history.info.verify_from_ns {
         r.add(Promise::Liveness, liveness::check(&history.calls, from));
+    }
+    if let Some(info) = &history.info.ids {
+        r.ids_ok = history.ids.iter().filter(|c| c.outcome == crate::history::Outcome::Ok).count();
+        r.ids_failed = history.ids.len() - r.ids_ok;
+        r.ids_checked = history.ids.iter().map(|c| c.ids().count()).sum();
+        for (promise, found) in ids::check(&history.ids, info, &history.faults) {
+            r.add(promise, found);
+        }
+        if let Some(from) = history.info.verify_from_ns {
+            r.add(Promise::Liveness, liveness::check_ids(&history.ids, from));
+        }
     }
     Ok(r)
 }

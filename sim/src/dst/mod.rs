@@ -208,6 +208,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
         fault_free: false,
         replay: format!("sim dst --seed {seed}{}", opts.flags()),
         verify_from_ns: None,
+        ids: None,
     };
     let clock = RunClock::start();
     let rec = Arc::new(Recorder::new(Arc::new(HistoryWriter::in_memory(clock, &info))));

@@ -213,6 +213,7 @@ fn run_info(opts: &RunOpts) -> RunInfo {
         fault_free: !opts.faults,
         replay: opts.replay.clone(),
         verify_from_ns: None,
+        ids: None,
     }
 }
 

@@ -58,6 +58,16 @@ pub struct UnsafeRules {
     /// `--unsafe-skip-binding`: Renews, Releases and Bumps are not checked against the secret
     /// their incarnation registered with (anyone may act in its name, as before the binding).
     pub skip_binding: bool,
+    /// `--unsafe-skip-slot-fence`: raises of id slot marks alone are applied whatever their epoch
+    /// or holder (bumps keep their fence): the control that only the id checkers can catch.
+    pub skip_slot_fence: bool,
+}
+
+impl UnsafeRules {
+    /// Whether a raise of an id slot's mark skips its epoch and holder check.
+    pub fn slots_unfenced(&self) -> bool {
+        self.skip_epoch_fence || self.skip_slot_fence
+    }
 }
 
 /// Parameters fixed when the set is bootstrapped (one type and one rule set for every crate).
@@ -197,7 +207,7 @@ impl SetState {
             Command::CacheMap(m) => self.cache_map(m),
             Command::Slots(c) => {
                 let registered = self.allocsvrs.keys().copied().collect();
-                let skip = rules.skip_epoch_fence;
+                let skip = rules.slots_unfenced();
                 CommandResult::Slots(super::slots::apply_with(
                     &mut self.ids,
                     params.set_id,

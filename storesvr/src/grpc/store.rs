@@ -237,7 +237,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
     async fn raise_marks(&self, req: Request<pb::RaiseMarksRequest>) -> Result<Response<pb::RaiseMarksReply>, Status> {
         let req = req.into_inner();
         let c = &self.ctx.config;
-        let skips = (c.unsafe_skip_epoch_fence, c.unsafe_skip_binding);
+        let skips = (c.unsafe_rules().slots_unfenced(), c.unsafe_skip_binding);
         let leader_ms = crate::config::unix_now_ms();
         let cmd = self
             .ctx
