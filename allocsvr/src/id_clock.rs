@@ -45,18 +45,14 @@ impl IdClock {
 
     /// A clock that reads `unix_ms` now and runs with tokio's time (paused in the simulator).
     pub fn on_tokio_time(unix_ms: u64) -> Self {
-        Self {
-            offset_ms: Arc::default(),
-            origin: Some((tokio::time::Instant::now(), unix_ms)),
-        }
+        Self::on_tokio_time_since(tokio::time::Instant::now(), unix_ms)
     }
 
-    /// A clock that shares `self`'s time source but has its own offset (a simulated host: each
-    /// one's clock can be stepped alone).
-    pub fn another_host(&self) -> Self {
+    /// A clock that read `unix_ms` at `at` and runs with tokio's time.
+    pub fn on_tokio_time_since(at: tokio::time::Instant, unix_ms: u64) -> Self {
         Self {
             offset_ms: Arc::default(),
-            origin: self.origin,
+            origin: Some((at, unix_ms)),
         }
     }
 

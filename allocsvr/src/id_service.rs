@@ -96,6 +96,7 @@ fn reply(shared: &AllocState, issued: Issued) -> pb::NextIdsReply {
             .collect(),
         layout: Some(issued.layout.to_pb()),
         set_id: shared.params().set_id,
+        slot_epoch: issued.epoch,
     }
 }
 

@@ -92,6 +92,8 @@ pub struct Issued {
     pub runs: Vec<IdRun>,
     pub layout: IdLayout,
     pub slot: u64,
+    /// The epoch the slot is held under (with the slot, it names this holder).
+    pub epoch: u64,
     /// The clock's tick when they were issued (ids above it were borrowed).
     pub now_tick: Option<u64>,
 }
@@ -226,6 +228,7 @@ impl IdSlots {
                         runs,
                         layout,
                         slot,
+                        epoch: held.epoch,
                         now_tick: now,
                     });
                 }

@@ -29,6 +29,9 @@ pub struct Ids {
     pub layout: IdLayout,
     /// The set that leases the slot they came from.
     pub set_id: u64,
+    /// The epoch of the slot's grant to the issuing AllocSvr (0 from one that does not say):
+    /// with the slot, it names the holder.
+    pub slot_epoch: u64,
     /// The AllocSvr that issued them.
     pub addr: String,
 }
@@ -125,6 +128,7 @@ fn unpack(reply: pb::NextIdsReply, count: u32, addr: String) -> Result<Ids, Clie
         ids,
         layout,
         set_id: reply.set_id,
+        slot_epoch: reply.slot_epoch,
         addr,
     })
 }

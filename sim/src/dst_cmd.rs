@@ -34,6 +34,10 @@ pub struct DstArgs {
     /// Sets: 1 (default), or 2 with operator moves between them by the production move driver.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=2))]
     sets: u64,
+    /// Time-ordered ids beside the sequences: slots, marks, id clients, id clock faults and the
+    /// U1–U4 checkers (a seed's schedule then differs from its schedule without).
+    #[arg(long)]
+    ids: bool,
     #[command(flatten)]
     controls: crate::flags::NegativeControls,
 }
@@ -63,6 +67,10 @@ impl DstArgs {
         o.clock.monotonic = c.unsafe_monotonic_lease_clock;
         o.clock.drift_ppm = c.unsafe_clock_drift_ppm;
         o.skip_restore_map_check = c.unsafe_skip_restore_map_check;
+        o.store.skip_slot_fence = c.unsafe_skip_slot_fence;
+        o.alloc.ids.ignore_floor = c.unsafe_ids_ignore_floor;
+        o.alloc.ids.ignore_mark = c.unsafe_ids_ignore_mark;
+        o.ids = self.ids;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
@@ -73,6 +81,12 @@ pub fn run(args: DstArgs) -> ExitCode {
         && let Some(f) = args.controls.needs_two_sets()
     {
         eprintln!("sim dst: {f} needs --sets 2 (with one set there is no move, and no other set's map)");
+        return ExitCode::from(2);
+    }
+    if !args.ids
+        && let Some(f) = args.controls.needs_ids()
+    {
+        eprintln!("sim dst: {f} needs --ids (without it no id is issued, and no rule of ids is exercised)");
         return ExitCode::from(2);
     }
     let opts = args.options();
@@ -198,7 +212,8 @@ fn write_history(path: &std::path::Path, h: &sim::history::History) -> std::io::
         .chain(h.calls.iter().cloned().map(Record::Call))
         .chain(h.polls.iter().cloned().map(Record::Poll))
         .chain(h.faults.iter().cloned().map(Record::Fault))
-        .chain(h.moves.iter().cloned().map(Record::Move));
+        .chain(h.moves.iter().cloned().map(Record::Move))
+        .chain(h.ids.iter().cloned().map(Record::Ids));
     for r in records {
         serde_json::to_writer(&mut out, &r)?;
         out.write_all(b"\n")?;

@@ -62,6 +62,17 @@ pub struct NegativeControls {
     /// cluster map, so a range moved since the backup is served by two sets (or by none).
     #[arg(long)]
     pub unsafe_skip_restore_map_check: bool,
+    /// StoreSvr (with time-ordered ids): a raise of an id slot's mark is applied whatever its
+    /// epoch (bumps keep their fence), so a woken old holder raises beside the new one.
+    #[arg(long)]
+    pub unsafe_skip_slot_fence: bool,
+    /// AllocSvr (with time-ordered ids): a new holder starts issuing at its own clock, not above
+    /// the slot's floor.
+    #[arg(long)]
+    pub unsafe_ids_ignore_floor: bool,
+    /// AllocSvr (with time-ordered ids): ids are issued above the acknowledged mark.
+    #[arg(long)]
+    pub unsafe_ids_ignore_mark: bool,
 }
 
 impl NegativeControls {
@@ -72,6 +83,7 @@ impl NegativeControls {
             (self.unsafe_unfenced_release, "--unsafe-unfenced-release"),
             (self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
             (self.unsafe_skip_binding, "--unsafe-skip-binding"),
+            (self.unsafe_skip_slot_fence, "--unsafe-skip-slot-fence"),
         ])
     }
 
@@ -81,7 +93,21 @@ impl NegativeControls {
             (self.unsafe_skip_lease_wait, "--unsafe-skip-lease-wait"),
             (self.unsafe_serve_before_bump_ack, "--unsafe-serve-before-bump-ack"),
             (self.unsafe_keep_memory, "--unsafe-keep-memory"),
+            (self.unsafe_ids_ignore_floor, "--unsafe-ids-ignore-floor"),
+            (self.unsafe_ids_ignore_mark, "--unsafe-ids-ignore-mark"),
         ])
+    }
+
+    /// The first switch given that breaks a rule of time-ordered ids: only a run that issues ids
+    /// (`sim dst --ids`) can show what it breaks.
+    pub fn needs_ids(&self) -> Option<&'static str> {
+        [
+            (self.unsafe_skip_slot_fence, "--unsafe-skip-slot-fence"),
+            (self.unsafe_ids_ignore_floor, "--unsafe-ids-ignore-floor"),
+            (self.unsafe_ids_ignore_mark, "--unsafe-ids-ignore-mark"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
     }
 
     /// The first switch given that only the deterministic simulator can honour (it belongs to

@@ -160,6 +160,9 @@ pub struct IdCall {
     /// The set whose slot issued them.
     #[serde(default)]
     pub set_id: u64,
+    /// The epoch of that slot's grant to the AllocSvr that issued them (0: not said).
+    #[serde(default)]
+    pub slot_epoch: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

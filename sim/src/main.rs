@@ -166,6 +166,11 @@ impl RunArgs {
         {
             return Err(format!("{f} needs moves: give --sets 2 or more"));
         }
+        if let Some(f) = self.controls.needs_ids() {
+            return Err(format!(
+                "{f} breaks a rule of time-ordered ids, which `sim run` does not issue yet: use `sim dst --ids`"
+            ));
+        }
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
         }

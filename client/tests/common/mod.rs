@@ -307,6 +307,7 @@ impl AllocService for Svc {
             runs: vec![pb::IdRun { first, count }],
             layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
             set_id: 0,
+            slot_epoch: 1,
         }))
     }
 

@@ -115,6 +115,7 @@ impl AllocService for Echo {
             runs: vec![pb::IdRun { first: 1 << 40, count }],
             layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
             set_id: 0,
+            slot_epoch: 1,
         }))
     }
 }

@@ -4,11 +4,13 @@
 //! - **U1**: no id twice, anywhere: across sets, restarts and slot handovers. A repeat whose later
 //!   call completed after a clock fault began is reported as **U4** instead (no clock step may
 //!   cause a repeat), so that a report says which promise the seed broke.
-//! - **U2**: the ids of one slot strictly increase in issue order. Issue order is only known
+//! - **U2**: the ids of one holder strictly increase in issue order. A holder is a slot under one
+//!   grant's epoch (the reply names the epoch, every id its slot). Issue order is only known
 //!   between calls that did not overlap, so: within a call, and whenever call A completed before
-//!   call B began, every id A got from slot `s` is below every id B got from `s`. Across holders
-//!   this is what the floor promises (a new holder starts above every tick an earlier one could
-//!   have used).
+//!   call B began, every id A got from a holder is below every id B got from it. Not across
+//!   holders: an old holder that is cut off or paused may still issue ids below its mark while the
+//!   slot's next holder issues above it (unique, by the floor, but not in completion order; the
+//!   lease bounds how long, and U3 how far back in time).
 //! - **U3**: an id's time is within `max_skew` of the true time while its call ran,
 //!   `[true(invoke) − max_skew − tick, true(complete) + max_skew]`, and if A completed before B
 //!   began then `time(B) ≥ time(A) − 2·max_skew`. The allowance bounds both sides: a holder
@@ -45,7 +47,7 @@ struct Span {
 pub fn check(calls: &[IdCall], info: &IdsInfo, faults: &[FaultSpan]) -> Vec<(Promise, Vec<Violation>)> {
     vec![
         repeats(calls, faults),
-        (Promise::U2, per_slot_order(calls, &info.layout)),
+        (Promise::U2, per_holder_order(calls, &info.layout)),
         (Promise::U3, times(calls, info)),
     ]
     .into_iter()
@@ -90,10 +92,10 @@ fn repeats(calls: &[IdCall], faults: &[FaultSpan]) -> (Promise, Vec<Violation>) 
     (Promise::U1, found)
 }
 
-/// U2: within a call and between calls that did not overlap, one slot's ids increase.
-fn per_slot_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
+/// U2: within a call and between calls that did not overlap, one holder's ids increase.
+fn per_holder_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
     let mut found = Vec::new();
-    let mut by_slot: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
+    let mut by_holder: BTreeMap<(u64, u64), Vec<Span>> = BTreeMap::new();
     for c in calls.iter().filter(|c| c.outcome == Outcome::Ok) {
         let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
@@ -131,10 +133,10 @@ fn per_slot_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
                 });
         }
         for (slot, span) in spans {
-            by_slot.entry(slot).or_default().push(span);
+            by_holder.entry((slot, c.slot_epoch)).or_default().push(span);
         }
     }
-    for (slot, spans) in by_slot {
+    for ((slot, epoch), spans) in by_holder {
         let mut done: Vec<Span> = spans.clone();
         done.sort_by_key(|s| s.complete_ns);
         let mut probes = spans;
@@ -153,7 +155,7 @@ fn per_slot_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
                 found.push(Violation::new(
                     Promise::U2,
                     format!(
-                        "slot {slot}: id {} was issued after id {} of a call that had completed",
+                        "slot {slot} under epoch {epoch}: id {} was issued after id {} of a call that had completed",
                         p.min, b.max
                     ),
                     vec![b.call, p.call],
@@ -259,6 +261,7 @@ mod tests {
             outcome: Outcome::Ok,
             runs: vec![(first, n)],
             set_id: 0,
+            slot_epoch: 1,
             error: None,
         }
     }
@@ -303,10 +306,14 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_going_back_after_a_completed_call_breaks_u2() {
+    fn a_holder_going_back_after_a_completed_call_breaks_u2() {
         let calls = [call(1, 10, 0, ORIGIN + 10, 0, 5), call(2, 20, 0, ORIGIN + 9, 0, 5)];
         let found = counts(&calls, &[]);
         assert_eq!(found.get(&Promise::U2), Some(&1), "{found:?}");
+        // The slot's next holder (another epoch) may be above an old holder still issuing.
+        let mut handed_over = calls.clone();
+        handed_over[0].slot_epoch = 2;
+        assert!(counts(&handed_over, &[]).is_empty());
         // Overlapping calls may take a slot's ids in either order.
         let mut overlapping = calls.clone();
         overlapping[1].invoke_ns = 10_500_000;

@@ -152,13 +152,21 @@ impl Report {
     /// Human text: counts, then each reported violation with its calls as JSON lines.
     pub fn render(&self, history: &History) -> String {
         let index = history.call_index();
+        let id_index: HashMap<u64, &crate::history::IdCall> = history.ids.iter().map(|c| (c.id, c)).collect();
         let mut s = String::new();
         for v in &self.violations {
             let _ = writeln!(s, "VIOLATION {:?}: {}", v.promise, v.what);
+            let is_id_promise = matches!(v.promise, Promise::U1 | Promise::U2 | Promise::U3 | Promise::U4)
+                || (v.promise == Promise::Liveness && v.what.contains("NextIds"));
             for id in &v.calls {
-                match index.get(id) {
-                    Some(c) => {
-                        let _ = writeln!(s, "    {}", serde_json::to_string(c).unwrap_or_default());
+                let json = if is_id_promise {
+                    id_index.get(id).map(|c| serde_json::to_string(c).unwrap_or_default())
+                } else {
+                    index.get(id).map(|c| serde_json::to_string(c).unwrap_or_default())
+                };
+                match json {
+                    Some(j) => {
+                        let _ = writeln!(s, "    {j}");
                     }
                     None => {
                         let _ = writeln!(s, "    call {id} (not in history)");

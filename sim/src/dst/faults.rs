@@ -63,6 +63,16 @@ pub enum Kind {
     Forge(u64),
     /// Back up a set now, lose it later and restore it from that backup (`super::restore`).
     RestoreSet(super::restore::Plan),
+    /// An AllocSvr's wall clock (the one ids are stamped with) steps by this many ms, back (< 0)
+    /// or forward, and steps back to the true time when the fault heals (`--ids` only).
+    IdClockStep(usize, i64),
+    /// An AllocSvr's wall clock runs this many parts per thousand fast (> 0) or slow for the
+    /// fault, then steps back to the true time (`--ids` only).
+    IdClockDrift(usize, i64),
+    /// An AllocSvr is killed and started again at once on a clock this many ms behind: the
+    /// classic Snowflake duplicate (a restart on a host whose clock is behind, reusing its
+    /// worker id). The clock is put right when the fault heals (`--ids` only).
+    IdClockRestartBehind(usize, i64),
 }
 
 /// Share of seeds that draw one clock fault, on top of the others.
@@ -89,7 +99,10 @@ impl Fault {
             | Kind::LagAllocStore(i, _)
             | Kind::CutClientsAlloc(i)
             | Kind::SuspendAlloc(i, _)
-            | Kind::DriftAlloc(i, _) => alloc_set(i) == set,
+            | Kind::DriftAlloc(i, _)
+            | Kind::IdClockStep(i, _)
+            | Kind::IdClockDrift(i, _)
+            | Kind::IdClockRestartBehind(i, _) => alloc_set(i) == set,
             Kind::KillStoreLeader(s, _) | Kind::IsolateStoreLeader(s) => s == set,
             Kind::RestoreSet(p) => p.set == set,
             Kind::Forge(_) => set == 0,
@@ -111,10 +124,11 @@ impl Fault {
 /// two and a half leases (long enough to outlive a lease or not); then, in a share of the seeds,
 /// one clock fault (see [`clock_fault`]); in half the seeds, a forger after them (see
 /// [`forger_of`]); with two sets, up to three faults of set 1's processes ([`set1_faults`]); in
-/// a share of the seeds, a restore (`super::restore::plan`). Each later group is drawn from a
-/// generator of its own and listed after the earlier ones, so adding it left every earlier fault
-/// of every seed, and its index for `--faults`, where it was.
-pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets: bool) -> Vec<Fault> {
+/// a share of the seeds, a restore (`super::restore::plan`); with `--ids`, one to three faults of
+/// the AllocSvrs' id clocks ([`id_clock_faults`]). Each later group is drawn from a generator of
+/// its own and listed after the earlier ones, so adding it left every earlier fault of every
+/// seed, and its index for `--faults`, where it was.
+pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets: bool, ids: bool) -> Vec<Fault> {
     let mut all = process_and_network(seed, load_ms, allocs, lease_ms);
     all.extend(clock_fault(seed, load_ms, allocs, lease_ms));
     all.extend(forger_of(seed, load_ms));
@@ -128,7 +142,33 @@ pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets:
             for_ms,
         }),
     );
+    if ids {
+        let all_allocs = allocs + if two_sets { super::moves::SET1_ALLOCS } else { 0 };
+        all.extend(id_clock_faults(seed, load_ms, all_allocs));
+    }
     all
+}
+
+/// One to three faults of the AllocSvrs' id clocks (any set's): steps back and forward, small
+/// (within the allowance between an AllocSvr's clock and the store leader's, 3 s here) and large
+/// (10 s, an hour), slow and fast drift, and a restart on a clock behind.
+pub fn id_clock_faults(seed: u64, load_ms: u64, allocs: usize) -> Vec<Fault> {
+    const STEPS_MS: [i64; 8] = [-3_600_000, -10_000, -2_000, -500, 500, 2_000, 10_000, 3_600_000];
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1dc1_0c00_0000_0000);
+    let n = rng.random_range(1..=3);
+    (0..n)
+        .map(|_| {
+            let a = rng.random_range(0..allocs);
+            let at_ms = rng.random_range(300..load_ms.saturating_sub(300).max(301));
+            let for_ms = rng.random_range(100..load_ms.saturating_sub(at_ms).max(101));
+            let kind = match rng.random_range(0..5) {
+                0 | 1 => Kind::IdClockStep(a, STEPS_MS[rng.random_range(0..STEPS_MS.len())]),
+                2 => Kind::IdClockDrift(a, [-500, -50, 50, 500][rng.random_range(0..4)]),
+                _ => Kind::IdClockRestartBehind(a, [-3_600_000, -10_000, -2_000][rng.random_range(0..3)]),
+            };
+            Fault { kind, at_ms, for_ms }
+        })
+        .collect()
 }
 
 /// Up to three faults of set 1's processes (0–3, uniform): its AllocSvrs (slots `allocs..`, kills,
@@ -306,7 +346,35 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             "storesvr leader".into()
         }
         Kind::RestoreSet(plan) => super::restore::start(world, plan),
+        Kind::IdClockStep(i, ms) => {
+            let clock = world.id_clock(i);
+            clock.set_offset(clock.offset_ms() + ms);
+            format!("allocsvr-{i} (id clock {ms:+} ms)")
+        }
+        Kind::IdClockDrift(i, per_mille) => id_clock_drift(world, i, per_mille, Duration::from_millis(f.for_ms)),
+        Kind::IdClockRestartBehind(i, ms) => {
+            world.kill_alloc(i);
+            let clock = world.id_clock(i);
+            clock.set_offset(clock.offset_ms() + ms);
+            world.start_alloc(i);
+            format!("allocsvr-{i} (restarted, id clock {ms:+} ms)")
+        }
     }
+}
+
+/// AllocSvr `i`'s id clock gains (or loses) `per_mille` ms a second for `d`: an offset that grows
+/// every 50 ms (the real clock file is read as often).
+fn id_clock_drift(world: &std::sync::Arc<World>, i: usize, per_mille: i64, d: Duration) -> String {
+    let clock = world.id_clock(i);
+    tokio::spawn(async move {
+        let end = tokio::time::Instant::now() + d;
+        let every = allocsvr::id_clock::FOLLOW_EVERY;
+        while tokio::time::Instant::now() + every <= end {
+            tokio::time::sleep(every).await;
+            clock.set_offset(clock.offset_ms() + per_mille * every.as_millis() as i64 / 1_000);
+        }
+    });
+    format!("allocsvr-{i} (id clock {per_mille:+}‰)")
 }
 
 /// A store replica's name in the history: `storesvr-R` in set 0 (as before there were sets),
@@ -405,6 +473,10 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::Forge(_) => stop_forger(world),
         // The restore runs on its own (`super::restore::start`); the span only dates it.
         Kind::RestoreSet(_) => {}
+        // Put right by a step (the drift's task has ended by now: it stops at the fault's end).
+        Kind::IdClockStep(i, _) | Kind::IdClockDrift(i, _) | Kind::IdClockRestartBehind(i, _) => {
+            world.id_clock(i).set_offset(0);
+        }
     }
 }
 
@@ -426,8 +498,9 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
                 g.replicas[r].isolated = false;
             }
         }
-        for s in &st.allocs {
+        for (i, s) in st.allocs.iter().enumerate() {
             s.proc.resume();
+            world.id_clock(i).set_offset(0);
         }
         (0..st.allocs.len())
             .filter(|&i| !st.allocs[i].proc.is_alive())
@@ -454,7 +527,7 @@ mod tests {
             before.extend(clock_fault(seed, 8_000, 3, lease_ms));
             before.extend(forger_of(seed, 8_000));
             for two_sets in [false, true] {
-                let now = schedule(seed, 8_000, 3, lease_ms, two_sets);
+                let now = schedule(seed, 8_000, 3, lease_ms, two_sets, false);
                 assert_eq!(json(&now[..before.len()]), json(&before), "seed {seed}");
                 let added_ok = |f: &Fault| matches!(f.kind, Kind::RestoreSet(_)) || (two_sets && f.hits_set(1));
                 assert!(now[before.len()..].iter().all(added_ok), "seed {seed}: {now:?}");

@@ -41,6 +41,7 @@ pub enum Req {
     RangeStep(pb::RangeStepRequest),
     PublishMap(pb::PublishMapRequest),
     ExportStatus(pb::ExportStatusRequest),
+    RaiseMarks(pb::RaiseMarksRequest),
 }
 
 /// Its answer: a reply, "the leader is elsewhere", or an error status.
@@ -57,6 +58,7 @@ pub enum Rep {
     RangeStep(pb::RangeStepReply),
     PublishMap(pb::PublishMapReply),
     ExportStatus(pb::ExportStatusReply),
+    RaiseMarks(pb::RaiseMarksReply),
     /// Index of the replica believed to lead (`None`: no leader known).
     NotLeader(Option<usize>),
     Error(RpcError),
@@ -114,6 +116,24 @@ pub struct Group {
     /// How many times the set was restored: a new group each time, and a write of an earlier
     /// group that was still in flight never commits in a later one (`World::commit`).
     pub generation: u64,
+    /// Time-ordered ids: set 0's setup (as its `--id-*` flags give it; the other sets adopt it
+    /// from the cluster map), and the true Unix time at an instant, which every replica's wall
+    /// clock reads (no clock faults on the StoreSvrs).
+    pub ids: Option<GroupIds>,
+}
+
+/// What a group needs to run time-ordered ids.
+#[derive(Clone, Debug)]
+pub struct GroupIds {
+    pub setup: Option<storesvr::domain::slots::SlotCommand>,
+    pub origin: (Instant, u64),
+}
+
+impl GroupIds {
+    /// The replicas' wall clock at `now`, Unix ms.
+    pub fn unix_ms(&self, now: Instant) -> u64 {
+        self.origin.1 + now.saturating_duration_since(self.origin.0).as_millis() as u64
+    }
 }
 
 impl Group {
@@ -138,6 +158,7 @@ impl Group {
             stale_releases: 0,
             lost: false,
             generation: 0,
+            ids: None,
         }
     }
 
@@ -336,6 +357,15 @@ impl Group {
                 &protocol::params_of(&self.set)?,
                 q.clone(),
             )?)),
+            Req::RaiseMarks(q) => {
+                let unfenced = self.rules.slots_unfenced();
+                Step::Commit(protocol::ids::raise_command(
+                    &self.set,
+                    q,
+                    self.leader_ms(now),
+                    (unfenced, self.rules.skip_binding),
+                )?)
+            }
             Req::ExportStatus(q) => {
                 let p = protocol::params_of(&self.set)?;
                 let rep = &mut self.replicas[r];
@@ -403,6 +433,7 @@ impl Group {
             Req::ChangeMap(_) => moves::map_changed(result).map(Rep::ChangeMap),
             Req::RangeStep(_) => moves::stepped(result).map(Rep::RangeStep),
             Req::PublishMap(_) => moves::published(result).map(Rep::PublishMap),
+            Req::RaiseMarks(q) => protocol::ids::raised(q, result, self.leader_ms(now)).map(Rep::RaiseMarks),
             Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => {
                 Err(protocol::unexpected(result))
             }
@@ -410,19 +441,32 @@ impl Group {
         answer.unwrap_or_else(Rep::Error)
     }
 
-    /// One arbiter tick on replica `r` (production `protocol::arbiter_tick`): the command to write.
-    /// No set sets time-ordered ids up here (no simulated client asks for them), so the AllocSvrs
-    /// hold no slot and their raisers stay idle: the seeds' schedules are those of before ids.
-    pub fn arbiter(&mut self, r: usize, now: Instant) -> Option<Command> {
+    /// The wall clock of this group's leader (0 without ids: nothing reads it then).
+    fn leader_ms(&self, now: Instant) -> u64 {
+        self.ids.as_ref().map_or(0, |ids| ids.unix_ms(now))
+    }
+
+    /// One arbiter tick on replica `r` (production `tasks::arbiter`): the commands to write, in
+    /// order — the plan, then the slot decision for time-ordered ids. Without `--ids` no set sets
+    /// ids up, the AllocSvrs hold no slot and their raisers stay idle: the seeds' schedules are
+    /// those of before ids.
+    pub fn arbiter(&mut self, r: usize, now: Instant) -> Vec<Command> {
         let rep = &mut self.replicas[r];
         if !rep.up {
-            return None;
+            return Vec::new();
         }
         let role = (rep.leading, rep.term);
         match protocol::arbiter_tick(&self.set, &mut rep.view, role, now, self.detect, &self.bootstrap).1 {
-            Tick::Follower => None,
-            Tick::Init(p) => Some(Command::Init(p)),
-            Tick::Plan(cmd) => cmd,
+            Tick::Follower => Vec::new(),
+            Tick::Init(p) => vec![Command::Init(p)],
+            Tick::Plan(cmd) => {
+                let setup = self.ids.as_ref().and_then(|i| i.setup.clone());
+                let slots = self
+                    .ids
+                    .as_ref()
+                    .and_then(|_| protocol::ids::slots_tick(&self.set, &rep.view, now, self.detect, setup));
+                cmd.into_iter().chain(slots).collect()
+            }
         }
     }
 
@@ -473,7 +517,7 @@ pub(crate) mod tests {
         g.raft_tick(now, |_| 0);
         g.raft_tick(now + Duration::from_secs(1), |_| 0);
         let leader = g.leader().expect("a leader after the election timeout");
-        let init = g.arbiter(leader, now).expect("the first tick initializes the set");
+        let init = g.arbiter(leader, now).into_iter().next().expect("the first tick initializes the set");
         g.apply(&init, 0);
         (g, leader)
     }
@@ -549,7 +593,7 @@ pub(crate) mod tests {
             ..Default::default()
         });
         assert!(matches!(call(&mut src, s, renew, t0), Rep::Renew(_)));
-        let assign = src.arbiter(s, t0).expect("the arbiter assigns the sections");
+        let assign = src.arbiter(s, t0).into_iter().next().expect("the arbiter assigns the sections");
         src.apply(&assign, 0);
         assert!(src.set.sections.iter().all(|x| x.owner.0 == incarnation));
         let add = Change::AddSet(pb::AddSet {

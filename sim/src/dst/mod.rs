@@ -32,6 +32,7 @@ pub mod addrs;
 pub mod faults;
 pub mod forger;
 pub mod group;
+pub mod ids;
 pub mod moves;
 pub mod restore;
 pub mod services;
@@ -85,6 +86,10 @@ pub struct Options {
     pub clock: world::ClockControl,
     /// Negative control: a restore does not check the backup against the live cluster map.
     pub skip_restore_map_check: bool,
+    /// Time-ordered ids beside the sequences (`--ids`): set 0 sets ids up, the AllocSvrs hold
+    /// slots and raise marks, id clients call `NextIds`, the id clocks take faults, and U1–U4 are
+    /// checked. Off, a seed runs the schedule it ran before ids existed.
+    pub ids: bool,
 }
 
 impl Options {
@@ -106,11 +111,17 @@ impl Options {
         add(self.skip_move_wait, "unsafe-skip-move-wait");
         add(self.clock.monotonic, "unsafe-monotonic-lease-clock");
         add(self.skip_restore_map_check, "unsafe-skip-restore-map-check");
+        add(self.store.skip_slot_fence, "unsafe-skip-slot-fence");
+        add(self.alloc.ids.ignore_floor, "unsafe-ids-ignore-floor");
+        add(self.alloc.ids.ignore_mark, "unsafe-ids-ignore-mark");
         if let Some(ppm) = self.clock.drift_ppm {
             out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
         }
         if self.two_sets {
             out.push_str(" --sets 2");
+        }
+        if self.ids {
+            out.push_str(" --ids");
         }
         if let Some(only) = &self.only_faults {
             let list: Vec<String> = only.iter().map(usize::to_string).collect();
@@ -198,6 +209,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     let p = params(seed);
     let all = seed_faults(seed, &p, opts);
     let world = World::new(initial_state(seed, &p, opts), opts.alloc);
+    let ids = opts.ids.then(|| ids::set_up(&world, seed));
     world.set_clock_control(opts.clock);
     let info = RunInfo {
         seed,
@@ -208,7 +220,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
         fault_free: false,
         replay: format!("sim dst --seed {seed}{}", opts.flags()),
         verify_from_ns: None,
-        ids: None,
+        ids,
     };
     let clock = RunClock::start();
     let rec = Arc::new(Recorder::new(Arc::new(HistoryWriter::in_memory(clock, &info))));
@@ -233,6 +245,9 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     let stop = Arc::new(AtomicBool::new(false));
     let wp = workload_params(seed, &p);
     spawn_clients(&world, seed, &wp, &rec, &stop);
+    if opts.ids {
+        ids::spawn_clients(&world, seed, &rec, &stop);
+    }
     inject_all(&world, &all, &rec).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     faults::heal_all(&world);
@@ -242,13 +257,16 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     tokio::time::sleep(settle(&p)).await;
     let verify_from_ns = clock.now_ns();
     verify(&world, seed, &rec).await;
+    if opts.ids {
+        ids::verify(&world, seed, &rec).await;
+    }
     poller.abort();
     finish(world, rec, info, verify_from_ns, all, opts)
 }
 
 /// The seed's faults, or the subset `--faults` keeps (the others stay where they were).
 fn seed_faults(seed: u64, p: &SetParams, opts: &Options) -> Vec<Fault> {
-    let all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms, opts.two_sets);
+    let all = faults::schedule(seed, LOAD_MS, ALLOCS, p.lease_ms, opts.two_sets, opts.ids);
     match &opts.only_faults {
         None => all,
         Some(only) => all
@@ -334,7 +352,7 @@ fn workload_params(seed: u64, p: &SetParams) -> WorkloadParams {
     }
 }
 
-fn client(world: &Arc<World>, seed: u64, id: u32, deadline: Duration) -> Client {
+pub(crate) fn client(world: &Arc<World>, seed: u64, id: u32, deadline: Duration) -> Client {
     let cfg = ClientConfig {
         seeds: world.lock().allocs.iter().map(|s| s.addr.clone()).collect(),
         deadline,
@@ -403,13 +421,16 @@ pub(crate) fn spawn_store(world: &Arc<World>) {
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(storesvr::replica::ARBITER_TICK).await;
-                    let (cmd, term) = {
+                    let (cmds, term) = {
                         let mut st = w.lock();
                         let g = &mut st.groups[set as usize];
                         (g.arbiter(r, tokio::time::Instant::now().into_std()), g.term_of(r))
                     };
-                    if let Some(cmd) = cmd {
-                        w.commit(set, r, term, &cmd).await;
+                    // In order, stopping at the first that did not commit (as the store's loop).
+                    for cmd in cmds {
+                        if w.commit(set, r, term, &cmd).await.is_none() {
+                            break;
+                        }
                     }
                 }
             });
@@ -642,7 +663,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
 /// Drops the failing `seed`'s faults one at a time, keeping each drop after which the seed still
 /// fails: the options of a shorter failing run (often one or two faults).
 pub fn shrink(seed: u64, opts: &Options) -> Options {
-    let n = faults::schedule(seed, LOAD_MS, ALLOCS, params(seed).lease_ms, opts.two_sets).len();
+    let n = faults::schedule(seed, LOAD_MS, ALLOCS, params(seed).lease_ms, opts.two_sets, opts.ids).len();
     let mut keep: BTreeSet<usize> = opts.only_faults.clone().unwrap_or_else(|| (0..n).collect());
     for i in keep.clone() {
         let mut fewer = keep.clone();

@@ -182,7 +182,10 @@ async fn attempt(
         .map(NodeId)
         .find(|n| !backup.replica_ids_ever.contains(n))
         .unwrap_or(NodeId(u64::MAX));
-    let (restored, _) = restore(&backup, margin.seqs, node, 0).map_err(|e| other(e.to_string()))?;
+    // The restoring host's wall clock (the true time: StoreSvr clocks take no faults): time-ordered
+    // id marks are raised past it (with `--ids`; without, no set has slots and it is not read).
+    let now_ms = super::world::ID_ORIGIN_MS + world.start.elapsed().as_millis() as u64;
+    let (restored, _) = restore(&backup, margin.seqs, node, now_ms).map_err(|e| other(e.to_string()))?;
     Ok((restored, skipped))
 }
 

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use allocsvr::id_clock::IdClock;
 use allocsvr::store::{Call, Store, StoreFailure};
 use allocsvr::{Core, NodeConfig, UnsafeSwitches};
 use rand::rngs::StdRng;
@@ -163,7 +164,13 @@ pub struct World {
     /// Each AllocSvr slot's lease clock (its host's: a restarted process keeps it) and the
     /// clock faults' negative controls.
     clocks: Mutex<(Vec<Script>, ClockControl)>,
+    /// Each AllocSvr slot's wall clock for time-ordered ids (its host's: a restarted process
+    /// keeps it, and whatever step a fault left on it), all on the simulated time.
+    id_clocks: Mutex<Vec<IdClock>>,
 }
+
+/// The true Unix time when a seed starts: fixed, so that every replay stamps the same ids.
+pub const ID_ORIGIN_MS: u64 = 1_800_000_000_000;
 
 /// The real store client's default attempt and overall limits, for the calls that give none
 /// (Register, Load); a call that gives its own wait makes one attempt of that length, as the real
@@ -180,7 +187,18 @@ impl World {
             start: Instant::now(),
             switches,
             clocks: Mutex::new((Vec::new(), ClockControl::default())),
+            id_clocks: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The wall clock AllocSvr slot `i` stamps ids with: [`ID_ORIGIN_MS`] at the world's start,
+    /// running with the simulated time, plus whatever offset a clock fault set.
+    pub fn id_clock(&self, i: usize) -> IdClock {
+        let mut clocks = self.id_clocks.lock().unwrap_or_else(|e| e.into_inner());
+        while clocks.len() <= i {
+            clocks.push(IdClock::on_tokio_time_since(self.start, ID_ORIGIN_MS));
+        }
+        clocks[i].clone()
     }
 
     /// The lease clock of AllocSvr slot `i`: the simulated time until a clock fault scripts it.
@@ -338,6 +356,7 @@ impl World {
             );
             cfg.unsafe_switches = world.switches;
             cfg.lease_clock = world.lease_clock(i).into();
+            cfg.id_clock = world.id_clock(i);
             cfg.start_timeout = Duration::from_secs(3_600);
             let Ok(core) = Core::start(&cfg, store, addr).await else {
                 return;
@@ -478,12 +497,10 @@ impl Store for SimStore {
         })
     }
 
-    fn raise_marks(&self, _: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
-        // The simulated sets set up no time-ordered ids, so no AllocSvr holds a slot to raise.
-        Box::pin(async {
-            Err(StoreFailure::Refused(
-                "time-ordered ids are not simulated by sim dst".into(),
-            ))
+    fn raise_marks(&self, req: pb::RaiseMarksRequest, wait: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        boxed(self.call(Req::RaiseMarks(req), Some(wait)), |r| match r {
+            Rep::RaiseMarks(x) => Some(x),
+            _ => None,
         })
     }
 
