@@ -46,7 +46,9 @@ async fn run(config: Config) -> ExitCode {
         );
     }
     if config.unsafe_skip_slot_fence {
-        tracing::warn!("UNSAFE: --unsafe-skip-slot-fence is on; id slot marks are raised unfenced (negative control only)");
+        tracing::warn!(
+            "UNSAFE: --unsafe-skip-slot-fence is on; id slot marks are raised unfenced (negative control only)"
+        );
     }
     if config.unsafe_unfenced_release {
         tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");

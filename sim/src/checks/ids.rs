@@ -330,7 +330,10 @@ mod tests {
         let calls = [call(1, 10_000, 0, ORIGIN + 14_000, 0, 1)];
         assert_eq!(counts(&calls, &[]).get(&Promise::U3), Some(&1));
         // Within the allowance either way.
-        let calls = [call(1, 10_000, 0, ORIGIN + 7_500, 0, 1), call(2, 20_000, 1, ORIGIN + 22_900, 0, 1)];
+        let calls = [
+            call(1, 10_000, 0, ORIGIN + 7_500, 0, 1),
+            call(2, 20_000, 1, ORIGIN + 22_900, 0, 1),
+        ];
         assert!(counts(&calls, &[]).is_empty());
     }
 }

@@ -36,7 +36,7 @@ pub fn check(calls: &[Call], verify_from_ns: u64) -> Vec<Violation> {
 
 /// Time-ordered ids: when any `NextIds` call ran before the verify phase, one must succeed in it.
 pub fn check_ids(calls: &[IdCall], verify_from_ns: u64) -> Vec<Violation> {
-    let Some(before) = calls.iter().filter(|c| c.invoke_ns < verify_from_ns).last() else {
+    let Some(before) = calls.iter().rfind(|c| c.invoke_ns < verify_from_ns) else {
         return Vec::new();
     };
     let served = calls

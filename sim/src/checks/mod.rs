@@ -251,7 +251,11 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         r.add(Promise::Liveness, liveness::check(&history.calls, from));
     }
     if let Some(info) = &history.info.ids {
-        r.ids_ok = history.ids.iter().filter(|c| c.outcome == crate::history::Outcome::Ok).count();
+        r.ids_ok = history
+            .ids
+            .iter()
+            .filter(|c| c.outcome == crate::history::Outcome::Ok)
+            .count();
         r.ids_failed = history.ids.len() - r.ids_ok;
         r.ids_checked = history.ids.iter().map(|c| c.ids().count()).sum();
         for (promise, found) in ids::check(&history.ids, info, &history.faults) {

@@ -517,7 +517,11 @@ pub(crate) mod tests {
         g.raft_tick(now, |_| 0);
         g.raft_tick(now + Duration::from_secs(1), |_| 0);
         let leader = g.leader().expect("a leader after the election timeout");
-        let init = g.arbiter(leader, now).into_iter().next().expect("the first tick initializes the set");
+        let init = g
+            .arbiter(leader, now)
+            .into_iter()
+            .next()
+            .expect("the first tick initializes the set");
         g.apply(&init, 0);
         (g, leader)
     }
@@ -593,7 +597,11 @@ pub(crate) mod tests {
             ..Default::default()
         });
         assert!(matches!(call(&mut src, s, renew, t0), Rep::Renew(_)));
-        let assign = src.arbiter(s, t0).into_iter().next().expect("the arbiter assigns the sections");
+        let assign = src
+            .arbiter(s, t0)
+            .into_iter()
+            .next()
+            .expect("the arbiter assigns the sections");
         src.apply(&assign, 0);
         assert!(src.set.sections.iter().all(|x| x.owner.0 == incarnation));
         let add = Change::AddSet(pb::AddSet {
