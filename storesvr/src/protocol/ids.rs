@@ -21,7 +21,9 @@ use crate::protocol::{LeaderView, binding, not_bound, under, unexpected};
 
 /// What the arbiter writes about slots this tick, if anything: the setup while the set has none
 /// (set 0's from `own_setup`, the others' from their copy of the map), else the grants that give
-/// each renewing, non-draining incarnation one slot and free the slots of the dead.
+/// each renewing, non-draining incarnation one slot, taking it from the dead and then from the
+/// draining (a drained AllocSvr's slot goes to one that stays once no free slot is left; until
+/// then the draining one keeps issuing, and its SIGTERM frees it).
 pub fn slots_tick(
     set: &SetState,
     view: &LeaderView,
@@ -49,13 +51,15 @@ pub fn slots_tick(
         return Some(Command::Slots(setup));
     };
     let alive = liveness::alive(set, &view.liveness, now, detect);
-    let want = alive
-        .renewing
-        .iter()
-        .filter(|i| set.allocsvrs.get(i).is_some_and(|r| !r.draining))
-        .copied()
-        .collect();
-    let moves = slots::plan_grants(ids, &alive.not_dead, &want);
+    let staying = |i: &&Incarnation| set.allocsvrs.get(i).is_some_and(|r| !r.draining);
+    let want = alive.renewing.iter().filter(staying).copied().collect();
+    // Free slots first, the dead's next: a draining holder gives its slot up only to a taker
+    // that found no other.
+    let mut moves = slots::plan_grants(ids, &alive.not_dead, &want);
+    if moves.len() < want.iter().filter(|i| ids.held_by(**i).next().is_none()).count() {
+        let keep = alive.not_dead.iter().filter(staying).copied().collect();
+        moves = slots::plan_grants(ids, &keep, &want);
+    }
     if moves.is_empty() {
         return None;
     }
@@ -208,6 +212,37 @@ mod tests {
             slots_tick(&st, &view, now, std::time::Duration::from_secs(2), Some(setup())),
             None
         );
+    }
+
+    #[test]
+    fn a_draining_holder_gives_its_slot_up_only_when_no_free_slot_is_left() {
+        let (mut st, incs) = set_with(&[1, 2, 3]);
+        let mut view = LeaderView::default();
+        let now = Instant::now();
+        view.liveness.observe_leadership(true, 1, now);
+        let two_slots = SlotCommand::Setup {
+            layout: IdLayout::twitter(0),
+            per_set: 2,
+            max_ahead_ms: 5_000,
+        };
+        st.apply(&Command::Slots(two_slots), false);
+        for &i in &incs[..2] {
+            view.liveness.record(i, now);
+        }
+        let detect = std::time::Duration::from_secs(2);
+        let grant = slots_tick(&st, &view, now, detect, None).unwrap();
+        st.apply(&grant, false);
+        assert_eq!(slots_of(&st, incs[0]).2.len(), 1);
+        // The first holder drains: with nobody waiting, it keeps its slot.
+        st.allocsvrs.get_mut(&incs[0]).unwrap().draining = true;
+        assert_eq!(slots_tick(&st, &view, now, detect, None), None);
+        // A third AllocSvr renews and no slot is free: the draining one's goes to it.
+        view.liveness.record(incs[2], now);
+        let grant = slots_tick(&st, &view, now, detect, None).expect("a grant");
+        st.apply(&grant, false);
+        assert!(slots_of(&st, incs[0]).2.is_empty(), "the draining holder let go");
+        assert_eq!(slots_of(&st, incs[2]).2.len(), 1);
+        assert_eq!(slots_of(&st, incs[1]).2.len(), 1, "the staying holder kept its slot");
     }
 
     #[test]
