@@ -11,6 +11,7 @@ mod flags;
 mod load_cmd;
 
 use clap::{Parser, Subcommand};
+use seqsvr_proto::id_layout::DEFAULT_EPOCH_MS;
 use sim::checks::{self, Report};
 use sim::history::History;
 use sim::run::RunOpts;
@@ -109,6 +110,14 @@ struct RunArgs {
     election_min_ms: u64,
     #[arg(long, default_value_t = 600)]
     election_max_ms: u64,
+    /// Time-ordered ids beside the sequences: set 0 sets ids up (3 s allowance, 8 slots a set),
+    /// id clients call `NextIds`, each AllocSvr's id clock follows a file the id clock faults
+    /// step, drift and restart behind, and U1–U4 are checked.
+    #[arg(long)]
+    ids: bool,
+    /// The ids' layout with `--ids`: `twitter`, `sonyflake` or SLOT_BITS/SEQ_BITS/TICK_MS.
+    #[arg(long, default_value = "twitter", requires = "ids")]
+    id_layout: seqsvr_proto::id_layout::LayoutShape,
     #[command(flatten)]
     controls: flags::NegativeControls,
 }
@@ -166,10 +175,22 @@ impl RunArgs {
         {
             return Err(format!("{f} needs moves: give --sets 2 or more"));
         }
-        if let Some(f) = self.controls.needs_ids() {
-            return Err(format!(
-                "{f} breaks a rule of time-ordered ids, which `sim run` does not issue yet: use `sim dst --ids`"
-            ));
+        if !self.ids
+            && let Some(f) = self.controls.needs_ids()
+        {
+            return Err(format!("{f} breaks a rule of time-ordered ids: give --ids"));
+        }
+        if !self.ids
+            && let Some(k) = self
+                .must_include
+                .iter()
+                .chain(&self.fault_kinds)
+                .find(|k| k.is_id_clock())
+        {
+            return Err(format!("{} moves an id clock: it needs --ids", k.name()));
+        }
+        if self.ids {
+            self.check_id_layout()?;
         }
         if self.election_min_ms == 0 || self.election_min_ms > self.election_max_ms {
             return Err("--election-min-ms must be in 1..=--election-max-ms".into());
@@ -192,6 +213,24 @@ impl RunArgs {
         }
         if self.no_faults && (self.ci || !self.must_include.is_empty() || !self.fault_kinds.is_empty()) {
             return Err("--no-faults excludes --ci, --must-include and --fault-kinds".into());
+        }
+        Ok(())
+    }
+
+    /// The `--id-layout` must be one the StoreSvrs accept, with room for every set's slots.
+    fn check_id_layout(&self) -> Result<(), String> {
+        let layout = self.id_layout.with_epoch(DEFAULT_EPOCH_MS);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        layout.validate(now_ms).map_err(|e| format!("--id-layout: {e}"))?;
+        let per_set = sim::run::ids::SLOTS_PER_SET;
+        if layout.slots() < per_set * self.sets {
+            return Err(format!(
+                "--id-layout: {} slots do not give {} sets {per_set} each",
+                layout.slots(),
+                self.sets
+            ));
         }
         Ok(())
     }
@@ -224,9 +263,11 @@ impl RunArgs {
                 election_max_ms: self.election_max_ms,
                 store_extra: self.controls.store_flags(),
                 alloc_extra: self.controls.alloc_flags(),
+                id_clock_dir: None,
             },
             sets: self.sets,
             replay,
+            ids: self.ids.then(|| self.id_layout.with_epoch(DEFAULT_EPOCH_MS)),
         }
     }
 }
@@ -295,6 +336,11 @@ fn print_plan(args: RunArgs) -> ExitCode {
             String::new()
         } else {
             format!(" delay {:?}", f.delay)
+        };
+        let delay = match f.kind {
+            FaultKind::IdClockDrift => format!("{delay} clock {:+}‰", f.clock_ms),
+            k if k.is_id_clock() => format!("{delay} clock {:+} ms", f.clock_ms),
+            _ => delay,
         };
         let delay = match f.phases {
             None => delay,

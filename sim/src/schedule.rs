@@ -15,6 +15,12 @@
 //! source's owner paused (the forced path), or overlapping a second fault (a kill, pause, cut or
 //! partition) drawn with it. Those are the only faults that overlap.
 //!
+//! With time-ordered ids (`sim run --ids`), a share of the seeded draws are faults of an
+//! AllocSvr's id clock ([`ID_CLOCK`]): steps, drifts and a restart on a clock behind. They and
+//! their parameters are drawn from a generator of their own, so the other faults of an `--ids`
+//! run are those the seed draws without it, in the same order, and a seed without `--ids` keeps
+//! its plan.
+//!
 //! Deliberately left out: overlapping faults other than a move and its companion. They find more
 //! bugs but make each one harder to explain; a later version can add a "storm" phase.
 
@@ -78,6 +84,17 @@ pub enum FaultKind {
     MovePausedOwner,
     /// A move overlapping a [`Companion`] fault that starts with it.
     MoveUnderFault,
+    /// An AllocSvr's id clock (the wall clock ids are stamped with) steps by
+    /// [`PlannedFault::clock_ms`] ms, back (< 0) or forward, and back to the true time after the
+    /// hold (`--ids` only).
+    IdClockStep,
+    /// An AllocSvr's id clock runs [`PlannedFault::clock_ms`] parts per thousand fast (> 0) or
+    /// slow for the hold, then steps back to the true time (`--ids` only).
+    IdClockDrift,
+    /// SIGKILL an AllocSvr and start it again at once on an id clock [`PlannedFault::clock_ms`]
+    /// behind (< 0): the classic Snowflake duplicate, a restart on a host whose clock is behind.
+    /// The clock is put right after the hold (`--ids` only).
+    IdClockRestartBehind,
 }
 
 /// The second fault of a [`FaultKind::MoveUnderFault`], started together with the move.
@@ -105,7 +122,27 @@ pub const MOVES: [FaultKind; 4] = [
     FaultKind::MoveUnderFault,
 ];
 
+/// The kinds that move an AllocSvr's id clock (`--ids` only). Not in [`FaultKind::ALL`]: the
+/// seeded draws of a run without ids never pick them.
+pub const ID_CLOCK: [FaultKind; 3] = [
+    FaultKind::IdClockStep,
+    FaultKind::IdClockDrift,
+    FaultKind::IdClockRestartBehind,
+];
+
+/// The steps of an [`FaultKind::IdClockStep`], ms: within the allowance between an AllocSvr's
+/// clock and the store leader's (3 s in `sim run --ids`) and beyond it.
+pub const ID_CLOCK_STEPS_MS: [i64; 8] = [-3_600_000, -10_000, -2_000, -500, 500, 2_000, 10_000, 3_600_000];
+/// The rates of an [`FaultKind::IdClockDrift`], parts per thousand.
+pub const ID_CLOCK_DRIFTS: [i64; 4] = [-500, -50, 50, 500];
+/// How far behind an [`FaultKind::IdClockRestartBehind`] restarts, ms.
+pub const ID_CLOCK_BEHIND_MS: [i64; 3] = [-3_600_000, -10_000, -2_000];
+/// Share of the seeded draws of an `--ids` run that are id clock faults.
+const ID_CLOCK_SHARE: f64 = 0.25;
+
 impl FaultKind {
+    /// Every kind the seeded draws pick from (moves only with two sets or more); the id clock
+    /// kinds, drawn apart, are in [`ID_CLOCK`].
     pub const ALL: [FaultKind; 19] = [
         FaultKind::KillAllocOwner,
         FaultKind::KillStoreLeader,
@@ -128,14 +165,34 @@ impl FaultKind {
         FaultKind::MoveUnderFault,
     ];
 
+    /// Every kind there is: [`FaultKind::ALL`], then [`ID_CLOCK`].
+    pub const EVERY: [FaultKind; 22] = {
+        let mut every = [FaultKind::KillAllocOwner; 22];
+        let mut i = 0;
+        while i < 19 {
+            every[i] = Self::ALL[i];
+            i += 1;
+        }
+        while i < 22 {
+            every[i] = ID_CLOCK[i - 19];
+            i += 1;
+        }
+        every
+    };
+
     /// True for the kinds that move ranges between sets.
     pub fn is_move(self) -> bool {
         MOVES.contains(&self)
     }
 
+    /// True for the kinds that move an AllocSvr's id clock (they need ids).
+    pub fn is_id_clock(self) -> bool {
+        ID_CLOCK.contains(&self)
+    }
+
     /// The kind with this [`FaultKind::name`].
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Self::EVERY.into_iter().find(|k| k.name() == name)
     }
 
     /// Stable name used in histories, reports and options.
@@ -160,6 +217,10 @@ impl FaultKind {
             FaultKind::MoveKillCli => "move-kill-cli",
             FaultKind::MovePausedOwner => "move-paused-owner",
             FaultKind::MoveUnderFault => "move-under-fault",
+            // `checks::ids` reports a repeat after a fault named `id-clock…` as U4.
+            FaultKind::IdClockStep => "id-clock-step",
+            FaultKind::IdClockDrift => "id-clock-drift",
+            FaultKind::IdClockRestartBehind => "id-clock-restart-behind",
         }
     }
 }
@@ -167,7 +228,7 @@ impl FaultKind {
 /// Fault kinds as option values (`--fault-kinds kill-alloc-owner,…`), named by [`FaultKind::name`].
 impl clap::ValueEnum for FaultKind {
     fn value_variants<'a>() -> &'a [Self] {
-        &Self::ALL
+        &Self::EVERY
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
@@ -208,6 +269,8 @@ pub struct ScheduleParams {
     pub kinds: Vec<FaultKind>,
     /// Sets in the cluster.
     pub sets: u64,
+    /// The run issues time-ordered ids: id clock faults join the seeded draws.
+    pub ids: bool,
 }
 
 /// One planned fault.
@@ -226,6 +289,8 @@ pub struct PlannedFault {
     pub phases: Option<HoldPhases>,
     /// The overlapping fault of a [`FaultKind::MoveUnderFault`]; `None` otherwise.
     pub companion: Option<Companion>,
+    /// An id clock fault's step or restart offset (ms) or drift (parts per thousand); 0 otherwise.
+    pub clock_ms: i64,
 }
 
 /// How long requests are sent into the lag of a [`FaultKind::LagAllocToStore`] before the links
@@ -267,10 +332,27 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
         (true, false) => &one_set,
     };
     let mut forced = p.must_include.iter().copied();
+    // The id clock faults' own generator: the other draws stay what they are without ids.
+    let mut clock_rng = StdRng::seed_from_u64(seed ^ 0x1dc1_0c00_0000_0000);
     let mut t = p.warmup;
     let mut out = Vec::new();
     loop {
-        let kind = forced.next().unwrap_or_else(|| pool[rng.random_range(0..pool.len())]);
+        let kind = forced.next().unwrap_or_else(|| {
+            if p.ids && p.kinds.is_empty() && clock_rng.random_bool(ID_CLOCK_SHARE) {
+                ID_CLOCK[clock_rng.random_range(0..ID_CLOCK.len())]
+            } else {
+                pool[rng.random_range(0..pool.len())]
+            }
+        });
+        if kind.is_id_clock() {
+            let (f, quiet) = id_clock_fault(kind, t, recovery, &mut clock_rng);
+            if t + f.hold + quiet > end {
+                break;
+            }
+            out.push(f);
+            t += f.hold + quiet;
+            continue;
+        }
         let base_ms = hold_ms(kind, p, &mut rng);
         // The hold ends past the detection interval by enough for the arbiter to move the
         // sections and the new owner to load them (a renew interval, 500 ms by default, plus an
@@ -313,10 +395,37 @@ pub fn plan(seed: u64, p: &ScheduleParams) -> Vec<PlannedFault> {
             delay,
             phases,
             companion,
+            clock_ms: 0,
         });
         t += hold + quiet;
     }
     out
+}
+
+/// An id clock fault at `t` and the quiet time after it, all drawn from `rng` (the id clock
+/// faults' generator).
+fn id_clock_fault(kind: FaultKind, t: Duration, recovery: Duration, rng: &mut StdRng) -> (PlannedFault, Duration) {
+    let clock_ms = match kind {
+        FaultKind::IdClockStep => ID_CLOCK_STEPS_MS[rng.random_range(0..ID_CLOCK_STEPS_MS.len())],
+        FaultKind::IdClockDrift => ID_CLOCK_DRIFTS[rng.random_range(0..ID_CLOCK_DRIFTS.len())],
+        _ => ID_CLOCK_BEHIND_MS[rng.random_range(0..ID_CLOCK_BEHIND_MS.len())],
+    };
+    // Long enough for a 500 ‰ drift to pass the 3 s allowance, and for a restarted AllocSvr to
+    // register, take a slot and issue on its clock behind.
+    let hold = Duration::from_millis(rng.random_range(1_000..=8_000));
+    let pick = rng.random::<u64>();
+    let quiet = recovery + Duration::from_millis(rng.random_range(500..=2_000));
+    let f = PlannedFault {
+        at: t,
+        kind,
+        hold,
+        pick,
+        delay: Duration::ZERO,
+        phases: None,
+        companion: None,
+        clock_ms,
+    };
+    (f, quiet)
 }
 
 /// How long a fault of `kind` stays (for a move: what it waits for besides the move itself).
@@ -349,6 +458,8 @@ fn hold_ms(kind: FaultKind, p: &ScheduleParams, rng: &mut StdRng) -> u64 {
         FaultKind::MoveRange | FaultKind::MoveUnderFault => 0,
         // Between the kill of `seqctl` and the resume.
         FaultKind::MoveKillCli => rng.random_range(500..=3_000),
+        // Drawn by `id_clock_fault` from the id clock faults' generator.
+        FaultKind::IdClockStep | FaultKind::IdClockDrift | FaultKind::IdClockRestartBehind => 0,
     }
 }
 
@@ -377,6 +488,7 @@ mod tests {
             must_include: vec![],
             kinds: vec![],
             sets: 1,
+            ids: false,
         }
     }
 
@@ -550,10 +662,76 @@ mod tests {
 
     #[test]
     fn kind_names_round_trip() {
-        for k in FaultKind::ALL {
+        for k in FaultKind::EVERY {
             assert_eq!(FaultKind::from_name(k.name()), Some(k));
         }
         assert_eq!(FaultKind::from_name("nope"), None);
+        for k in ID_CLOCK {
+            // What `checks::ids` reports a repeat after as U4.
+            assert!(crate::checks::ids::is_clock_fault(k.name()), "{k:?}");
+        }
+    }
+
+    #[test]
+    fn with_ids_the_other_faults_are_those_drawn_without_and_clock_faults_join_them() {
+        let strip = |s: &[PlannedFault]| -> Vec<(FaultKind, Duration, u64, Duration)> {
+            s.iter()
+                .filter(|f| !f.kind.is_id_clock())
+                .map(|f| (f.kind, f.hold, f.pick, f.delay))
+                .collect()
+        };
+        for sets in [1, 2] {
+            let p = ScheduleParams { sets, ..params(1_800) };
+            let with = ScheduleParams { ids: true, ..p.clone() };
+            for seed in 0..20 {
+                let (plain, ids) = (plan(seed, &p), plan(seed, &with));
+                assert!(plain.iter().all(|f| !f.kind.is_id_clock()), "seed {seed}");
+                let others = strip(&ids);
+                assert_eq!(others[..], strip(&plain)[..others.len()], "seed {seed}");
+                for w in ids.windows(2) {
+                    assert!(
+                        w[0].at + w[0].hold + p.lease + p.detect <= w[1].at,
+                        "seed {seed}: {w:?}"
+                    );
+                }
+                for f in &ids {
+                    let table: &[i64] = match f.kind {
+                        FaultKind::IdClockStep => &ID_CLOCK_STEPS_MS,
+                        FaultKind::IdClockDrift => &ID_CLOCK_DRIFTS,
+                        FaultKind::IdClockRestartBehind => &ID_CLOCK_BEHIND_MS,
+                        _ => &[0],
+                    };
+                    assert!(table.contains(&f.clock_ms), "seed {seed}: {f:?}");
+                }
+            }
+            let long = plan(
+                3,
+                &ScheduleParams {
+                    ids: true,
+                    ..params(3_000)
+                },
+            );
+            for k in ID_CLOCK {
+                assert!(long.iter().any(|f| f.kind == k), "{k:?} never drawn");
+            }
+        }
+    }
+
+    #[test]
+    fn id_clock_kinds_can_be_required_and_are_drawn_when_given() {
+        let p = ScheduleParams {
+            ids: true,
+            must_include: ID_CLOCK.to_vec(),
+            kinds: vec![FaultKind::IdClockStep],
+            ..params(300)
+        };
+        let s = plan(1, &p);
+        let head: Vec<FaultKind> = s.iter().take(3).map(|f| f.kind).collect();
+        assert_eq!(head, ID_CLOCK);
+        assert!(
+            s.len() > 10 && s[3..].iter().all(|f| f.kind == FaultKind::IdClockStep),
+            "{s:?}"
+        );
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct SetArgs {
     pub store_extra: Vec<String>,
     /// Extra flags for every AllocSvr (negative controls).
     pub alloc_extra: Vec<String>,
+    /// With time-ordered ids: the directory of the AllocSvrs' clock files (`crate::run::ids`),
+    /// each followed by its AllocSvr (`--test-clock-file`) across restarts.
+    pub id_clock_dir: Option<PathBuf>,
 }
 
 /// Every address and proxy of one run.
@@ -199,6 +202,12 @@ impl Topology {
             // ranges back and forth inside that window).
             format!("--test-repeat-releases-after-ms={REPEAT_RELEASES_AFTER_MS}"),
         ];
+        if let Some(dir) = &set.id_clock_dir {
+            args.push(format!(
+                "--test-clock-file={}",
+                crate::run::ids::clock_file(dir, id).display()
+            ));
+        }
         args.extend(set.alloc_extra.iter().cloned());
         ProcSpec::new(alloc_name(id), bin, args)
     }

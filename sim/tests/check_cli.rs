@@ -106,3 +106,37 @@ fn moves_without_a_second_set_and_too_many_sets_exit_two() {
     assert_eq!(ok.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&ok.stdout).contains("move-range"));
 }
+
+#[test]
+fn id_controls_clock_faults_and_layouts_need_ids() {
+    let cases: [&[&str]; 5] = [
+        &["--unsafe-ids-ignore-floor"],
+        &["--unsafe-skip-slot-fence"],
+        &["--fault-kinds", "id-clock-step"],
+        &["--must-include", "id-clock-restart-behind"],
+        &["--id-layout", "sonyflake"],
+    ];
+    for args in cases {
+        let out = sim().args(["plan", "--seed", "1"]).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty(), "{args:?}: no message");
+        let ok = sim()
+            .args(["plan", "--seed", "1", "--ids"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(ok.status.code(), Some(0), "--ids {args:?}");
+    }
+    // 16 slots cannot give 3 sets 8 each.
+    let out = sim()
+        .args(["plan", "--seed", "1", "--ids", "--sets", "3", "--id-layout", "4/8/1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let plan = sim()
+        .args(["plan", "--seed", "1", "--ids", "--duration", "300s"])
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(plan.contains("id-clock-") && plan.contains(" clock "), "{plan}");
+}

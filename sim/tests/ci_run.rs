@@ -6,6 +6,10 @@
 //! faults hitting the intended targets (an owner with its sections, a self-declared leader).
 //!
 //! About 2 minutes on a debug build (120 s of workload, about 12 faults). Needs `cargo build --workspace --bins` first.
+//!
+//! A third, shorter run (60 s of workload) issues time-ordered ids beside the sequences (`--ids`)
+//! through an AllocSvr restarted on a clock 2 s behind, an owner killed, a clock stepped 10 s
+//! back and an owner paused past its lease, and checks U1–U4 over every id.
 
 mod common;
 
@@ -105,5 +109,62 @@ fn two_sets_with_moves_keep_every_promise() {
         "fewer than 3 moves done: {}",
         run.explain()
     );
+    run.clean_up();
+}
+
+/// Time-ordered ids (`--ids`) through the id clock faults: an AllocSvr SIGKILLed and restarted on a
+/// clock 2 s behind (the classic Snowflake duplicate: its new incarnation must issue above the
+/// slot's floor), an owner killed, an AllocSvr's clock stepped 10 s back (beyond the 3 s
+/// allowance: it must stop issuing) and an owner paused past its lease, then the seed's draws.
+/// Every promise must hold, U1–U4 over every id included, and ids must be issued again after the
+/// heal. About 90 s on a debug build.
+#[test]
+fn ids_keep_u1_to_u4_through_a_restart_behind_and_clock_steps() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let run = common::sim_run(
+        "ci-ids",
+        &[
+            "--seed",
+            "5",
+            "--duration",
+            "60s",
+            "--ids",
+            "--must-include",
+            "id-clock-restart-behind,kill-alloc-owner,id-clock-step,pause-alloc-1.5-lease",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(run.code, Some(0), "{}", run.explain());
+    let out = &run.stdout;
+    assert!(out.contains("sim: PASS (seed 5)"), "{}", run.explain());
+    for promise in ["U1", "U2", "U3", "U4"] {
+        assert!(
+            out.contains(&format!("\"{promise}\": 0")),
+            "the {promise} checker did not run: {}",
+            run.explain()
+        );
+    }
+    let (ok, ids) = common::ids_checked(out);
+    assert!(
+        ok > 500 && ids > 10_000,
+        "too few NextIds calls or ids to mean anything ({ok} ok, {ids} ids): {}",
+        run.explain()
+    );
+    assert!(out.contains("sim: ids are issued again"), "{}", run.explain());
+    let faults: Vec<&str> = out.lines().filter(|l| l.trim_start().starts_with("fault ")).collect();
+    for (kind, target) in [
+        ("id-clock-restart-behind", "(restarted, id clock -2000 ms)"),
+        ("id-clock-step", "(id clock -10000 ms)"),
+        ("kill-alloc-owner", "(owner of sections "),
+        ("pause-alloc-1.5-lease", "(owner of sections "),
+    ] {
+        assert!(
+            faults
+                .iter()
+                .any(|l| l.contains(&format!(" {kind} ")) && l.contains(target)),
+            "no {kind} on {target}: {}",
+            run.explain()
+        );
+    }
     run.clean_up();
 }

@@ -251,6 +251,9 @@ pub(super) async fn restart_crashed(lab: &Lab) -> usize {
 
 pub(super) async fn heal_everything(lab: &Lab) -> anyhow::Result<()> {
     lab.topo.heal_all();
+    if let Some(dir) = &lab.clock_dir {
+        super::ids::reset_clocks(dir, lab.topo.sets)?;
+    }
     let mut cluster = lab.cluster.lock().await;
     let names: Vec<String> = cluster.names().map(String::from).collect();
     for n in names {

@@ -76,6 +76,9 @@ pub(super) async fn inject(lab: &Lab, f: &PlannedFault) -> anyhow::Result<String
         FaultKind::MoveRange | FaultKind::MoveKillCli | FaultKind::MovePausedOwner | FaultKind::MoveUnderFault => {
             moves::move_fault(lab, f, &|c| companion(lab, c)).await
         }
+        FaultKind::IdClockStep | FaultKind::IdClockDrift | FaultKind::IdClockRestartBehind => {
+            super::ids::clock_fault(lab, f).await
+        }
     }
 }
 

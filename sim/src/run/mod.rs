@@ -14,10 +14,14 @@
 //! `faults` injects the schedule, `moves` drives the operator moves, and `crate::verify` is what
 //! `sim load` shares with it.
 //!
+//! With `--ids`, time-ordered ids run beside the sequences ([`ids`]): id clients, the AllocSvrs'
+//! id clocks behind files the id clock faults write, and U1–U4 checked.
+//!
 //! Deliberately left out: StoreSvr membership changes.
 
 mod cluster;
 mod faults;
+pub mod ids;
 mod moves;
 mod targets;
 
@@ -67,6 +71,8 @@ pub struct RunOpts {
     /// StoreSvr groups (sets); moves need two or more.
     pub sets: u64,
     pub replay: String,
+    /// Time-ordered ids with this layout (`--ids`): id clients, id clock faults, U1–U4.
+    pub ids: Option<seqsvr_proto::id_layout::IdLayout>,
 }
 
 /// The verdict of a run that completed (a harness failure is an `Err` instead).
@@ -109,6 +115,8 @@ struct Lab {
     hot: Arc<Vec<u64>>,
     /// Stale calls made so far (their client ids).
     stale_calls: AtomicU64,
+    /// With ids: where the AllocSvrs' clock files are (`ids`).
+    clock_dir: Option<PathBuf>,
 }
 
 fn workload_params(opts: &RunOpts) -> WorkloadParams {
@@ -150,6 +158,9 @@ async fn start_workload(
         };
         let worker = run_pinned(conn, id, pinned, hot.clone(), rec.clone(), stop.clone());
         workers.push(tokio::spawn(worker));
+    }
+    if opts.ids.is_some() {
+        workers.extend(ids::start_clients(lab, opts.seed, client_cfg, rec, stop).await?);
     }
     Ok(workers)
 }
@@ -228,6 +239,20 @@ fn print_where(opts: &RunOpts, history_path: &Path, max_path: &Path) {
     println!("sim: seed {} replay with: {}", opts.seed, opts.replay);
 }
 
+/// `--ids`: set 0's id setup for every StoreSvr, a clock file for every AllocSvr (at the true time).
+fn turn_on_ids(opts: &mut RunOpts, dir: &Path) -> anyhow::Result<()> {
+    let Some(layout) = opts.ids else { return Ok(()) };
+    opts.set.store_extra.extend(ids::store_flags(&layout));
+    opts.set.id_clock_dir = Some(dir.to_path_buf());
+    ids::reset_clocks(dir, opts.sets).context("clock files")?;
+    println!(
+        "sim: time-ordered ids, layout {layout}, allowance {} ms; AllocSvr clocks in {}",
+        ids::MAX_AHEAD_MS,
+        dir.join("allocsvr-N.clock").display()
+    );
+    Ok(())
+}
+
 /// `--tls`: certificates in the run's data dir, and every process started with its role's.
 fn turn_on_tls(opts: &mut RunOpts, dir: &Path) -> anyhow::Result<()> {
     let certs = dir.join("certs");
@@ -245,6 +270,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     if opts.tls {
         turn_on_tls(&mut opts, &dir)?;
     }
+    turn_on_ids(&mut opts, &dir)?;
     println!("sim: replay with: {}", opts.replay);
     let topo = Topology::new(opts.sets).await?;
     let (cluster, stores) = start_cluster(&opts, &dir, &topo).await?;
@@ -252,6 +278,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
 
     let clock = RunClock::start();
     let mut info = run_info(&opts);
+    info.ids = opts.ids.map(|layout| ids::info(layout, clock));
     let history_path = dir.join("history.jsonl");
     let history = Arc::new(HistoryWriter::create(&history_path, clock, &info)?);
     let rec = Arc::new(Recorder::new(history.clone()));
@@ -273,6 +300,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
         rec: rec.clone(),
         hot: Arc::new(hot_uids(&workload_params(&opts))),
         stale_calls: AtomicU64::new(0),
+        clock_dir: opts.set.id_clock_dir.clone(),
     });
     let client_cfg = ClientConfig {
         tls: crate::tls::client(),
@@ -293,6 +321,9 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let touched = touched_uids(&rec);
     println!("sim: healed; verifying {} touched uids are served again", touched.len());
     verify_served(&probe, &rec, &touched).await;
+    if opts.ids.is_some() {
+        ids::verify(&client_cfg, &rec).await?;
+    }
     background_stop.store(true, Ordering::Relaxed);
     poller.await.context("poller")?;
     progress.await.context("progress")?;
@@ -343,6 +374,7 @@ pub fn schedule_for(opts: &RunOpts) -> Vec<PlannedFault> {
             must_include: opts.must_include.clone(),
             kinds: opts.fault_kinds.clone(),
             sets: opts.sets,
+            ids: opts.ids.is_some(),
         },
     )
 }

@@ -109,3 +109,24 @@ pub fn ok_calls(stdout: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// `(ok NextIds calls, ids)` from the `checked: N ok / M failed NextIds calls, K ids` line.
+#[allow(dead_code)] // `ci_run` uses it, `negative_controls` (which shares this module) does not
+pub fn ids_checked(stdout: &str) -> (u64, u64) {
+    let Some(line) = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("checked: "))
+        .find(|l| l.contains("NextIds"))
+    else {
+        return (0, 0);
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| {
+        words
+            .get(i)
+            .and_then(|w| w.trim_end_matches(',').parse().ok())
+            .unwrap_or(0)
+    };
+    // "N ok / M failed NextIds calls, K ids"
+    (num(0), num(words.len().saturating_sub(2)))
+}
