@@ -1,6 +1,7 @@
-//! The baseline of `alloc-bench`: a bare tonic `AllocService` that answers at once, from nothing.
+//! The baseline of `alloc-bench` and `ids-bench`: a bare tonic `AllocService` that answers at once,
+//! from nothing.
 //!
-//! It runs as a child process of the benchmark (`alloc-bench --serve-echo ADDR`) so that the
+//! It runs as a child process of the benchmark (`alloc-bench --serve-echo ADDR`, [`start`]) so that the
 //! comparison is fair: one server process with tokio's default multi-thread runtime, as the real
 //! `allocsvr` binary has, and the same TCP options (`TCP_NODELAY`). Replies have the shape of the
 //! real ones (outcome, seq, route version, one `Owner` per distinct section) so that both pay the
@@ -10,7 +11,9 @@
 //! the real server either), and any state: the seq is `uid + 1`.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::{AllocService, AllocServiceServer};
@@ -118,6 +121,24 @@ impl AllocService for Echo {
             slot_epoch: 1,
         }))
     }
+}
+
+/// Starts the echo as a child of `procs`: `exe` (the running benchmark, which must take the hidden
+/// `--serve-echo ADDR` and `--serve-echo-tls DIR` flags and call [`serve`]) on a free 127.0.0.1
+/// port, over TLS when the run is (`crate::tls`); returns its address and pid once it listens.
+pub async fn start(procs: &mut seqsvr_harness::Supervisor, exe: &Path) -> Result<(String, u32), String> {
+    let addr = seqsvr_harness::free_addr();
+    let mut args = vec![format!("--serve-echo={addr}")];
+    if let Some(dir) = crate::tls::dir() {
+        args.push(format!("--serve-echo-tls={}", dir.display()));
+    }
+    let pid = procs
+        .spawn(seqsvr_harness::ProcSpec::new("echo", exe, args))
+        .map_err(|e| format!("cannot start echo: {e}"))?;
+    if !seqsvr_harness::wait_listening(&addr, Duration::from_secs(10)).await {
+        return Err("echo server did not listen within 10 s".into());
+    }
+    Ok((addr, pid))
 }
 
 /// Runs the echo server on `addr` until the process is killed (the benchmark kills it). With

@@ -11,6 +11,9 @@
 //!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots); [`tls`]: `--tls`, every
 //!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes.
 //! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
+//! - `ids-bench` (fifth binary): time-ordered ids (`NextIds`) against the echo and a Snowflake
+//!   server others wrote; [`ids`]: its load, waiting for a slot, one slot's in-process ceiling,
+//!   its table and verdicts; [`ferroid`]: ferroid-tonic-server, started and driven.
 //!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
@@ -19,6 +22,8 @@ pub mod cluster;
 pub mod costs;
 pub mod echo;
 pub mod exit;
+pub mod ferroid;
+pub mod ids;
 pub mod load;
 pub mod peers;
 pub mod plot;

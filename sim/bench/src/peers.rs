@@ -401,19 +401,25 @@ where
     Err(CasError::GaveUp)
 }
 
+/// A plaintext gRPC connection to a peer at `addr` (`TCP_NODELAY`, bounded connect and call times).
+pub(crate) async fn plain_channel(addr: &str) -> Result<Channel, String> {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| format!("bad address {addr}: {e}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))
+}
+
 /// `n` KV clients of the etcd at `addr`, each over its own connection.
 pub async fn etcd_clients(addr: &str, n: usize) -> Result<Vec<KvClient<Channel>>, String> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| format!("bad etcd address {addr}: {e}"))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| format!("cannot connect to etcd at {addr}: {e}"))?;
-        out.push(KvClient::new(ch));
+        out.push(KvClient::new(
+            plain_channel(addr).await.map_err(|e| format!("etcd: {e}"))?,
+        ));
     }
     Ok(out)
 }
@@ -475,13 +481,14 @@ pub async fn etcd_load(
 // Starting the peers.
 
 /// Where `name` is on `PATH`, if anywhere.
-fn on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-fn version(bin: &Path) -> String {
+/// The first line `bin --version` prints.
+pub(crate) fn version(bin: &Path) -> String {
     std::process::Command::new(bin)
         .arg("--version")
         .output()

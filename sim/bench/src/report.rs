@@ -83,13 +83,18 @@ impl Case {
 
 /// Header of the per-run table ([`row`]).
 pub fn header() -> String {
+    header_for("seqs/s")
+}
+
+/// [`header`] with another name for what the calls hand out (`ids/s`).
+pub fn header_for(unit: &str) -> String {
     format!(
         "{:<13} {:>4} {:<6} {:>9} {:>10} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7} {:>9} {:>6}",
         "case",
         "conc",
         "server",
         "calls/s",
-        "seqs/s",
+        unit,
         "p50 µs",
         "p99 µs",
         "p99.9 µs",

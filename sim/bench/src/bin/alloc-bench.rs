@@ -555,17 +555,7 @@ async fn start(
     dir: &Path,
 ) -> Result<Cluster, Failure> {
     let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
-
-    let echo_addr = seqsvr_harness::free_addr();
-    let mut echo_args = vec![format!("--serve-echo={echo_addr}")];
-    if let Some(dir) = seqsvr_bench::tls::dir() {
-        echo_args.push(format!("--serve-echo-tls={}", dir.display()));
-    }
-    let echo = ProcSpec::new("echo", exe, echo_args);
-    let echo_pid = procs.spawn(echo).map_err(|e| spawn_err("echo", e))?;
-    if !seqsvr_harness::wait_listening(&echo_addr, Duration::from_secs(10)).await {
-        return Err(harness("echo server did not listen within 10 s"));
-    }
+    let (echo_addr, echo_pid) = echo::start(procs, exe).await.map_err(harness)?;
 
     let cluster::Stores {
         addrs: store_addrs,

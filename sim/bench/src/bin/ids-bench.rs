@@ -1,0 +1,414 @@
+//! `ids-bench`: time-ordered ids (`AllocService.NextIds`) side by side, in one run, with a bare
+//! tonic echo and with a Snowflake gRPC server that others wrote (ferroid-tonic-server 2.0.0).
+//!
+//! 1. Starts a local cluster: 3 `storesvr` (set 0, Twitter id layout) + ONE `allocsvr`, and waits
+//!    until the AllocSvr holds an id slot and answers a `NextIds`.
+//! 2. Starts the baseline echo (`ids-bench --serve-echo ADDR`: `seqsvr_bench::echo`, whose
+//!    `NextIds` answers one run of `count` ids from nothing) and, when it is installed
+//!    (`sim/bench/install-ferroid.sh`), ferroid-tonic-server on 127.0.0.1 with one generator, as the
+//!    AllocSvr holds one slot: twice, as shipped and with `TCP_NODELAY` on its accepted sockets (an
+//!    LD_PRELOAD shim; as shipped each call waits ~40 ms for a delayed ACK: `seqsvr_bench::ferroid`).
+//!    Without it, ferroid is skipped with a line saying how to install it.
+//! 3. At `count` 1 and 100 ids per call and 1, 16, 64, 256 callers (closed loop, one channel per 32
+//!    callers, at most 8): the servers one after another, in an order that rotates from point to
+//!    point and run to run, so that drift on a shared machine hits each alike. A ferroid call is
+//!    one `StreamIds` of `count` ids read to its end.
+//! 4. Per run, the in-process ceiling of one slot: `SlotIssuer` in a tight loop on this thread,
+//!    next to the layout's limit (4,096 ids per millisecond per slot).
+//!
+//! The summary gives medians over `--runs`, ids/s (count × calls), p50/p99, server CPU per call,
+//! the ratios AllocSvr/ferroid and AllocSvr/echo, and says which targets are met. Targets are
+//! printed, not asserted: exit code 0 when measuring worked, 2 bad options or missing binaries,
+//! 3 the harness failed (a process died, no slot, a server answered nothing).
+//!
+//! Every process is started through the harness's `Supervisor` and killed by pid when the run ends
+//! (also on panic); everything listens on 127.0.0.1; every load loop stops by itself.
+//!
+//! Deliberately left out: `--tls` (alloc-bench measures what TLS costs a call), more than one
+//! AllocSvr, ferroid with more generators than the AllocSvr has slots (`--ferroid-workers` can
+//! ask for it), and open-loop load.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use seqsvr_bench::cluster::{self, Binaries};
+use seqsvr_bench::exit::{Failure, harness};
+use seqsvr_bench::ids::{self, Ceiling, Point, Run, Server};
+use seqsvr_bench::load::{Pids, Sample, Window};
+use seqsvr_bench::report::{median, verdict};
+use seqsvr_bench::{echo, ferroid, procfs, report};
+use seqsvr_harness::Supervisor;
+use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
+use tonic::transport::Channel;
+
+/// Uids per section and step: the StoreSvr defaults alloc-bench uses (NextIds touches no uid).
+const SECTION_SIZE: u64 = 100_000;
+const STEP: u64 = 10_000;
+/// Ids per call.
+const COUNTS: [u32; 2] = [1, 100];
+const CONCURRENCIES: [usize; 4] = [1, 16, 64, 256];
+/// Most channels per server; task `t` uses channel `t % n`.
+const MAX_CHANNELS: usize = 8;
+/// How long the in-process ceiling loop runs per count and run.
+const CEILING_WINDOW: Duration = Duration::from_secs(1);
+/// Longest wait for the AllocSvr to hold a slot and issue.
+const ISSUING_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ids-bench",
+    about = "NextIds against a bare tonic echo and ferroid-tonic-server"
+)]
+struct Args {
+    /// Read options from this TOML file (`some_option = value`); flags and environment variables
+    /// override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    window: seqsvr_bench::args::Window,
+    #[command(flatten)]
+    quiet: seqsvr_bench::args::Quiet,
+    /// Times every point is measured (each time against all three servers); medians are shown.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The ferroid-tonic-server binary (default: on PATH, else where install-ferroid.sh puts it).
+    #[arg(long, value_name = "PATH")]
+    ferroid_bin: Option<PathBuf>,
+    /// ferroid's `--num-workers`: Snowflake generators (machine ids) in its one process.
+    #[arg(long, default_value_t = 1)]
+    ferroid_workers: usize,
+    /// The TCP_NODELAY shim for ferroid (default: `../lib/ferroid-nodelay.so` from its binary's dir).
+    #[arg(long, value_name = "PATH")]
+    ferroid_shim: Option<PathBuf>,
+    /// Internal: serve the echo baseline on ADDR until killed.
+    #[arg(long, hide = true)]
+    serve_echo: Option<SocketAddr>,
+}
+
+impl Args {
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=600).contains(&self.window.seconds) {
+            return Err("--seconds must be in 1..=600".into());
+        }
+        if self.window.warmup_ms > 60_000 {
+            return Err("--warmup-ms must be at most 60000".into());
+        }
+        if !(1..=9).contains(&self.runs) {
+            return Err("--runs must be in 1..=9".into());
+        }
+        if !(1..=1_024).contains(&self.ferroid_workers) {
+            return Err("--ferroid-workers must be in 1..=1024".into());
+        }
+        self.quiet.validate()
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Args = seqsvr_server::cli::parse("IDS_BENCH");
+    if let Some(addr) = args.serve_echo {
+        return echo::serve(addr, SECTION_SIZE, None);
+    }
+    if let Err(e) = args.validate() {
+        eprintln!("ids-bench: {e}");
+        return ExitCode::from(2);
+    }
+    seqsvr_bench::exit::run("ids-bench", bench(&args))
+}
+
+/// The running servers, channels to each, and what the samples need to know about them.
+struct Servers {
+    alloc_pid: u32,
+    store_pids: Vec<u32>,
+    echo_pid: u32,
+    /// The ferroid variants running ([`Server::Ferroid`], [`Server::FerroidNodelay`]), each with
+    /// its clients.
+    ferroids: Vec<(Server, ferroid::Server, Vec<FerroidClient>)>,
+    alloc: Vec<AllocServiceClient<Channel>>,
+    echo: Vec<AllocServiceClient<Channel>>,
+    /// Every process this benchmark started (the rest of the machine's busy time is foreign load).
+    ours: Vec<u32>,
+    layout: IdLayout,
+    slots_held: u64,
+}
+
+type FerroidClient = ferroid::pb::id_generator_client::IdGeneratorClient<Channel>;
+
+impl Servers {
+    fn pids<'a>(&'a self, server: u32, others: &'a [u32]) -> Pids<'a> {
+        Pids {
+            server,
+            others,
+            ours: &self.ours,
+        }
+    }
+
+    /// One load of `server` at this point; `None` for a ferroid that is not running.
+    async fn measure(&self, server: Server, count: u32, c: usize, window: Window) -> Option<Sample> {
+        let n = cluster::channel_count(c).min(MAX_CHANNELS);
+        Some(match server {
+            Server::Alloc => {
+                let pids = self.pids(self.alloc_pid, &self.store_pids);
+                ids::next_ids(&self.alloc[..n], c, count, window, pids).await
+            }
+            Server::Echo => ids::next_ids(&self.echo[..n], c, count, window, self.pids(self.echo_pid, &[])).await,
+            Server::Ferroid | Server::FerroidNodelay => {
+                let (_, f, clients) = self.ferroids.iter().find(|(s, ..)| *s == server)?;
+                ferroid::load(&clients[..n], c, count, window, self.pids(f.pid, &[])).await
+            }
+        })
+    }
+}
+
+/// Starts the cluster, the echo and ferroid; returns once the AllocSvr issues ids.
+async fn start(args: &Args, procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Servers, Failure> {
+    let exe = std::env::current_exe().map_err(|e| harness(format!("cannot find own binary: {e}")))?;
+    let (echo_addr, echo_pid) = echo::start(procs, &exe).await.map_err(harness)?;
+    let layout_flag = ["--id-layout=twitter".to_string()];
+    let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &layout_flag)
+        .await
+        .map_err(harness)?;
+    let node = cluster::start_allocsvr(procs, &bins.allocsvr, 1, &stores).map_err(harness)?;
+    if !seqsvr_harness::wait_listening(&node.addr, Duration::from_secs(20)).await {
+        return Err(harness("the allocsvr did not listen within 20 s"));
+    }
+    let alloc = cluster::channels(&node.addr, MAX_CHANNELS).await.map_err(harness)?;
+    let started = std::time::Instant::now();
+    let (slots_held, layout) = ids::wait_issuing(&stores.leader, &alloc[0], ISSUING_LIMIT)
+        .await
+        .map_err(harness)?;
+    println!(
+        "cluster: 3 storesvr + 1 allocsvr; ids: {layout}, {slots_held} slot(s) held, first id {:.1} s after the allocsvr started; logs in {}",
+        started.elapsed().as_secs_f64(),
+        dir.join("logs").display()
+    );
+    let echo = cluster::channels(&echo_addr, MAX_CHANNELS).await.map_err(harness)?;
+    let mut ours = vec![echo_pid, node.pid];
+    ours.extend(&stores.pids);
+    let ferroids = start_ferroids(args, procs, dir).await?;
+    ours.extend(ferroids.iter().map(|(_, f, _)| f.pid));
+    Ok(Servers {
+        alloc_pid: node.pid,
+        store_pids: stores.pids,
+        echo_pid,
+        ferroids,
+        alloc,
+        echo,
+        ours,
+        layout,
+        slots_held,
+    })
+}
+
+/// ferroid as shipped and with the TCP_NODELAY shim, each skipped with a line saying why when its
+/// binary or the shim is missing.
+async fn start_ferroids(
+    args: &Args,
+    procs: &mut Supervisor,
+    dir: &Path,
+) -> Result<Vec<(Server, ferroid::Server, Vec<FerroidClient>)>, Failure> {
+    let Some(bin) = ferroid::find(args.ferroid_bin.as_deref()) else {
+        let at = args.ferroid_bin.as_ref().map(|p| format!(" at {}", p.display()));
+        println!(
+            "ferroid: not measured ({} not found{}; install it with ./sim/bench/install-ferroid.sh, or pass --ferroid-bin PATH)",
+            ferroid::BINARY,
+            at.unwrap_or_default()
+        );
+        return Ok(Vec::new());
+    };
+    let shim = ferroid::shim(&bin, args.ferroid_shim.as_deref());
+    if shim.is_none() {
+        println!(
+            "ferroid with TCP_NODELAY: not measured (no {}; ./sim/bench/install-ferroid.sh builds it)",
+            ferroid::SHIM
+        );
+    }
+    let mut out = Vec::new();
+    for (server, preload) in [(Server::Ferroid, None), (Server::FerroidNodelay, shim.as_deref())] {
+        if server == Server::FerroidNodelay && preload.is_none() {
+            continue;
+        }
+        let f = ferroid::start(procs, dir, &bin, args.ferroid_workers, preload)
+            .await
+            .map_err(|e| harness(format!("ferroid: {e}")))?;
+        let other = if f.version.ends_with(ferroid::VERSION) {
+            String::new()
+        } else {
+            format!(" (not {}, which docs/BENCHMARKS.md is about)", ferroid::VERSION)
+        };
+        println!(
+            "{} = {}: {}{other} at {} (pid {}, {} worker(s)), {}{}",
+            server.name(),
+            server.title(),
+            f.version,
+            f.addr,
+            f.pid,
+            f.workers,
+            bin.display(),
+            preload.map_or(String::new(), |p| format!(", LD_PRELOAD={}", p.display()))
+        );
+        let clients = ferroid::clients(&f.addr, MAX_CHANNELS).await.map_err(harness)?;
+        out.push((server, f, clients));
+    }
+    Ok(out)
+}
+
+async fn bench(args: &Args) -> Result<bool, Failure> {
+    let bins = cluster::binaries().map_err(Failure::Usage)?;
+    let bin_dir = bins.storesvr.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tmp = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
+    }
+    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
+    print_machine(args, tmp.path());
+    let mut procs =
+        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
+    let s = start(args, &mut procs, &bins, tmp.path()).await?;
+    let window = Window {
+        warmup: Duration::from_millis(args.window.warmup_ms),
+        measure: Duration::from_secs(args.window.seconds),
+    };
+    let mut points: Vec<Point> = COUNTS
+        .iter()
+        .flat_map(|&count| {
+            CONCURRENCIES.map(|concurrency| Point {
+                count,
+                concurrency,
+                runs: Vec::new(),
+            })
+        })
+        .collect();
+    let mut ceilings: Vec<Ceiling> = Vec::new();
+    let (mut noisy, mut samples) = (0, 0);
+    for run in 0..args.runs {
+        println!("\n== run {}/{} ==", run + 1, args.runs);
+        println!("{}", report::header_for("ids/s"));
+        for (i, p) in points.iter_mut().enumerate() {
+            cluster::wait_quiet(&s.ours, args.quiet.quiet_below, args.quiet.wait()).await;
+            let mut measured = Vec::new();
+            // Rotate who goes first, point to point and run to run.
+            for k in 0..Server::ALL.len() {
+                let server = Server::ALL[(i + run + k) % Server::ALL.len()];
+                let Some(sample) = s.measure(server, p.count, p.concurrency, window).await else {
+                    continue;
+                };
+                println!(
+                    "{}",
+                    report::row(&format!("ids{}", p.count), p.concurrency, server.name(), &sample)
+                );
+                check(&mut procs, server, &sample)?;
+                noisy += usize::from(sample.foreign_pct() > args.quiet.quiet_below);
+                samples += 1;
+                measured.push((server, sample));
+            }
+            p.runs.push(Run(measured));
+        }
+        for count in COUNTS {
+            let layout = s.layout;
+            let c = tokio::task::spawn_blocking(move || ids::issuer_ceiling(layout, count.into(), CEILING_WINDOW))
+                .await
+                .map_err(|e| harness(format!("ceiling loop: {e}")))?
+                .map_err(harness)?;
+            println!(
+                "one slot in process, count {count}: {:.0} ids/s ({:.0} ns per call)",
+                c.ids_per_sec, c.ns_per_call
+            );
+            ceilings.push(c);
+        }
+    }
+    summarize(&s, &points, &ceilings);
+    println!(
+        "\nsamples measured while processes this benchmark did not start used > {} % of a core: {noisy} of {samples}",
+        args.quiet.quiet_below
+    );
+    println!("load average at the end: {}", load_average());
+    drop(procs);
+    Ok(true)
+}
+
+/// Fails when a started process exited or a server completed no call.
+fn check(procs: &mut Supervisor, server: Server, s: &Sample) -> Result<(), Failure> {
+    cluster::check_alive(procs).map_err(harness)?;
+    if s.calls == 0 {
+        return Err(harness(format!(
+            "{} completed no call ({} errors, {} not OK)",
+            server.name(),
+            s.errors,
+            s.not_ok
+        )));
+    }
+    Ok(())
+}
+
+/// The table of medians, the ceiling, the ratios and the verdicts.
+fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling]) {
+    let runs = points.first().map_or(0, |p| p.runs.len());
+    println!("\n== summary: medians of {runs} run(s); ids/s = count × calls per second; latency in µs ==");
+    println!("{}", ids::summary_header());
+    for p in points {
+        ids::summary_rows(p, &p.summary()).iter().for_each(|l| println!("{l}"));
+    }
+    println!("servers:");
+    for server in Server::ALL {
+        println!("  {:<6} {}", server.name(), server.title());
+    }
+    println!("\nratios (medians of the per-run ratios): AllocSvr ids/s over each server's; AllocSvr p99 over echo's");
+    println!("{}", ids::ratio_header());
+    for p in points {
+        println!("{}", ids::ratio_row(p, &p.summary()));
+    }
+    let limit = ids::layout_limit(&s.layout);
+    for count in COUNTS {
+        let of =
+            |f: fn(&Ceiling) -> f64| median(ceilings.iter().filter(|c| c.count == u64::from(count)).map(f).collect());
+        println!(
+            "one slot in process (SlotIssuer, one thread), count {count}: {:.0} ids/s ({:.0} ns per call)",
+            of(|c| c.ids_per_sec),
+            of(|c| c.ns_per_call)
+        );
+    }
+    println!(
+        "the layout's limit per slot ({}): {} ids per {} ms tick = {limit:.0} ids/s; the AllocSvr holds {} slot(s)",
+        s.layout,
+        s.layout.ids_per_tick(),
+        s.layout.tick_ms,
+        s.slots_held
+    );
+    let verdicts = ids::verdicts(points);
+    println!("\ntargets (printed, not asserted):");
+    for (met, what) in &verdicts {
+        println!("  {:<8} {what}", verdict(*met));
+    }
+    let met = verdicts.iter().filter(|(m, _)| *m).count();
+    println!("{met} of {} targets met", verdicts.len());
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn print_machine(args: &Args, dir: &Path) {
+    println!(
+        "machine: {} cores ({}), shared by the benchmark and every server; load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        procfs::cpu_model(),
+        load_average()
+    );
+    println!(
+        "options: --seconds {} --warmup-ms {} --runs {} --ferroid-workers {}; data dir {}",
+        args.window.seconds,
+        args.window.warmup_ms,
+        args.runs,
+        args.ferroid_workers,
+        dir.display()
+    );
+}
