@@ -76,6 +76,9 @@ pub struct Owned {
     lease_until_nanos: AtomicU64,
     /// Counts every change of the map, so that the renewal can skip diffing unchanged grants.
     generation: AtomicU64,
+    /// Held sections, kept under the write lock: counting 2^20 slots on every renewal cost a
+    /// debug build 50–100 ms, enough to miss a renewal while gaining a large set.
+    held: AtomicUsize,
 }
 
 impl Owned {
@@ -88,6 +91,7 @@ impl Owned {
             clock_base: now,
             lease_until_nanos: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -152,7 +156,7 @@ impl Owned {
 
     /// Number of held sections.
     pub fn held_count(&self) -> usize {
-        self.slots.read().unwrap().iter().flatten().count()
+        self.held.load(Ordering::Acquire)
     }
 
     /// The epoch of the slot held for each section of the set, by position (for diffing grants).
@@ -175,8 +179,18 @@ impl Owned {
             let Some(i) = self.index(section).filter(|i| *i < slots.len()) else {
                 continue;
             };
-            if let Some(old) = std::mem::replace(&mut slots[i], new) {
-                dropped.push(old);
+            let gains = new.is_some();
+            match std::mem::replace(&mut slots[i], new) {
+                Some(old) => {
+                    dropped.push(old);
+                    if !gains {
+                        self.held.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                None if gains => {
+                    self.held.fetch_add(1, Ordering::AcqRel);
+                }
+                None => {}
             }
         }
         dropped
@@ -189,6 +203,7 @@ impl Owned {
             Some(held) if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, slot)) => {
                 *held = None;
                 self.generation.fetch_add(1, Ordering::AcqRel);
+                self.held.fetch_sub(1, Ordering::AcqRel);
                 true
             }
             _ => false,
@@ -199,6 +214,52 @@ impl Owned {
     pub fn drop_all(&self) -> Vec<Arc<Slot>> {
         let mut slots = self.slots.write().unwrap();
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.held.store(0, Ordering::Release);
         slots.iter_mut().filter_map(Option::take).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::section::SectionSpec;
+
+    fn slot(section: u64, epoch: u64, now: Instant) -> Arc<Slot> {
+        let spec = SectionSpec {
+            section_size: 10,
+            step: 100,
+            unsafe_serve_before_ack: false,
+        };
+        Arc::new(Slot::new(
+            Section::new(SectionId(section), Epoch(epoch), spec, now),
+            Incarnation(1),
+            now,
+        ))
+    }
+
+    /// The count is kept, not counted: every way in and out of the map must move it.
+    #[test]
+    fn the_held_count_follows_gains_replacements_drops_and_removals() {
+        let now = Instant::now();
+        let owned = Owned::new(10, 4, now);
+        let a = slot(10, 1, now);
+        owned.replace(vec![
+            (SectionId(10), Some(a.clone())),
+            (SectionId(11), Some(slot(11, 1, now))),
+        ]);
+        assert_eq!(owned.held_count(), 2);
+        // Outside the set's range: ignored, not counted.
+        owned.replace(vec![(SectionId(99), Some(slot(99, 1, now)))]);
+        assert_eq!(owned.held_count(), 2);
+        // A new epoch replaces a slot: still two.
+        owned.replace(vec![(SectionId(10), Some(slot(10, 2, now)))]);
+        assert_eq!(owned.held_count(), 2);
+        assert!(!owned.remove_if_held(&a), "a replaced slot is not held");
+        assert_eq!(owned.held_count(), 2);
+        owned.replace(vec![(SectionId(11), None), (SectionId(12), None)]);
+        assert_eq!(owned.held_count(), 1);
+        owned.replace(vec![(SectionId(13), Some(slot(13, 1, now)))]);
+        assert_eq!(owned.drop_all().len(), 2);
+        assert_eq!(owned.held_count(), 0);
     }
 }

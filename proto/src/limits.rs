@@ -12,7 +12,8 @@
 //! Replies that grow with the number of sections, at the largest set (2^20 sections):
 //! - Load: up to 46 bytes a section, 46 MiB for all; bounded per request ([`MAX_LOAD_SECTIONS`])
 //!   and asked for in chunks ([`LOAD_CHUNK_SECTIONS`]).
-//! - Bump: bounded per request ([`MAX_BUMP_ITEMS`]); the AllocSvr chunks by it.
+//! - Bump: bounded per request ([`MAX_BUMP_ITEMS`]); the AllocSvr sends at most
+//!   [`BUMP_CHUNK_ITEMS`] in one.
 //! - Status: counts only, no list per section; does not grow.
 //! - Renew's grants (runs of equal owner, epoch and no-wait) and the route table (runs of equal
 //!   owner) are NOT bounded here: ~16 bytes a grant and ~40 bytes a route entry (256-byte
@@ -63,10 +64,18 @@ pub const LOAD_CHUNK_SECTIONS: u64 = 1 << 16;
 /// fields of (tag + 10-byte varint) plus tag and length.
 pub const BUMP_ITEM_MAX_BYTES: usize = 4 * 11 + 2;
 
-/// Most items in one Bump; the store refuses more and the AllocSvr sends no more. 65,536 items
-/// make a request or reply of at most 2.9 MiB and a Raft command of at most 2 MiB (3 varints
-/// each), and cover a default set (42,950 sections) in the one entry ownership rule 5 of docs/DESIGN.md asks for.
+/// Most items in one Bump; the store refuses more. 65,536 items make a request or reply of at
+/// most 2.9 MiB and a Raft command of at most 2 MiB (3 varints each). AllocSvrs send smaller
+/// Bumps ([`BUMP_CHUNK_ITEMS`]); the store keeps accepting this many from older ones.
 pub const MAX_BUMP_ITEMS: usize = 1 << 16;
+
+/// Most items the AllocSvr puts in one Bump (the store accepts up to [`MAX_BUMP_ITEMS`], so
+/// AllocSvrs of either size work with any store). One Bump is one Raft entry, and an entry is
+/// the smallest unit replication can send: openraft gives it one heartbeat interval (100 ms) to
+/// be carried, decoded and flushed by the follower, or sends it again. 65,536 items (about
+/// 0.5 MB) missed that in a debug build on 2 busy cores, for ever; 8,192 (about 64 KB) make an
+/// entry an eighth of that. A gain of 2^20 sections is 128 Bumps, one after the other.
+pub const BUMP_CHUNK_ITEMS: usize = 1 << 13;
 
 /// Most uids in one `BatchFetchNextSeq`; the AllocSvr refuses more and the client library splits
 /// larger calls into batches of this size.
@@ -145,6 +154,16 @@ pub const MAX_ENTRY_COMMANDS: usize = 4_096;
 /// twice the largest possible Bump (≤ 2 MiB) and a sixteenth of [`PEER_MESSAGE_BYTES`].
 pub const MAX_ENTRY_BYTES: usize = 4 << 20;
 
+/// Bytes of entries the StoreSvr sends in one AppendEntries, at least one entry whatever its size.
+/// openraft asks the log for up to 300 entries at once, gives their AppendEntries one heartbeat
+/// interval (100 ms) or reads, decodes and sends the same range again, forever; the follower's
+/// election timer waits on the same stream. CI's `big_set` run of 2026-11-27 (debug build, 2
+/// cores) showed the loop this closes: one 65,536-item Bump missed its 100 ms, the AllocSvr
+/// retried it as a new entry, the next AppendEntries carried several of them, missed again, and
+/// the group churned through 50 terms without committing for a minute. The log store cuts the
+/// range at this many bytes before decoding (`LogStore::limited_get_log_entries`).
+pub const APPEND_ENTRIES_BYTES: usize = 256 << 10;
+
 /// Bytes an entry adds around its commands, at most: log id (3 varints), payload tag and the
 /// command count (postcard), plus the AppendEntries and gRPC framing around one entry
 /// (vote, previous log id, commit index: 8 varints; 5 bytes of gRPC frame; protobuf tag and length).
@@ -163,6 +182,9 @@ const _: () = {
     assert!(MAX_BUMP_ITEMS * 30 + 64 < MAX_ENTRY_BYTES);
     assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < PEER_MESSAGE_BYTES);
     assert!(MAX_ENTRY_BYTES + ENTRY_FRAMING_BYTES < MAX_LOG_RECORD_BYTES);
+    assert!(APPEND_ENTRIES_BYTES < PEER_MESSAGE_BYTES);
+    assert!(BUMP_CHUNK_ITEMS <= MAX_BUMP_ITEMS);
+    assert!(BUMP_CHUNK_ITEMS * 30 + 64 < APPEND_ENTRIES_BYTES);
     assert!(MAX_LOG_RECORD_BYTES <= u32::MAX as usize);
     assert!(BACKUP_CHUNK_BYTES + 1024 < STORE_MESSAGE_BYTES);
     assert!(BACKUP_CHUNK_BYTES <= MAX_BACKUP_BYTES);

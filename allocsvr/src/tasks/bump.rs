@@ -1,6 +1,6 @@
 //! The bumper: raises sections' durable ceilings through the store.
 //!
-//! It drains the bounded bump queue into Bump RPCs of at most [`MAX_BUMP_ITEMS`] sections and
+//! It drains the bounded bump queue into Bump RPCs of at most [`BUMP_CHUNK_ITEMS`] sections and
 //! retries a Bump whose outcome is unknown with the same `new_max` (so a retry can never raise a
 //! ceiling twice) until it is acknowledged, refused, or the section is no longer this node's to
 //! bump: lease gone, slot dropped or replaced, another incarnation, shutting down. A section is
@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsvr_proto::limits::MAX_BUMP_ITEMS;
+use seqsvr_proto::limits::BUMP_CHUNK_ITEMS;
 use seqsvr_proto::{Incarnation, pb};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -34,13 +34,13 @@ pub async fn bumper(shared: Arc<AllocState>, mut queue: BumpQueue, mut stop: wat
             _ = stop.changed() => return,
             m = queue.recv() => match m { Some(m) => m, None => return },
         };
-        while batch.len() < MAX_BUMP_ITEMS {
+        while batch.len() < BUMP_CHUNK_ITEMS {
             match queue.try_recv() {
                 Ok(more) => batch.extend(more),
                 Err(_) => break,
             }
         }
-        for chunk in batch.chunks(MAX_BUMP_ITEMS) {
+        for chunk in batch.chunks(BUMP_CHUNK_ITEMS) {
             run_bump(&shared, chunk, wait).await;
         }
     }

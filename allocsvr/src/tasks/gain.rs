@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsvr_proto::limits::{LOAD_CHUNK_SECTIONS, MAX_BUMP_ITEMS};
+use seqsvr_proto::limits::LOAD_CHUNK_SECTIONS;
 use seqsvr_proto::pb;
 use tracing::{info, warn};
 
@@ -35,7 +35,6 @@ pub async fn gain(shared: Arc<AllocState>, slots: Vec<Arc<Slot>>) {
 
 /// Splits gained slots into runs of at most [`LOAD_CHUNK_SECTIONS`], in section order.
 pub fn load_chunks(mut slots: Vec<Arc<Slot>>) -> Vec<Vec<Arc<Slot>>> {
-    const _: () = assert!(LOAD_CHUNK_SECTIONS as usize <= MAX_BUMP_ITEMS);
     slots.sort_unstable_by_key(|s| s.id);
     let mut chunks = Vec::with_capacity(slots.len().div_ceil(LOAD_CHUNK_SECTIONS as usize));
     let mut rest = slots.into_iter().peekable();
@@ -45,7 +44,7 @@ pub fn load_chunks(mut slots: Vec<Arc<Slot>>) -> Vec<Vec<Arc<Slot>>> {
     chunks
 }
 
-/// Loads one chunk (a single Load), sets the bases and queues the chunk for one Bump.
+/// Loads one chunk (a single Load), sets the bases and queues the chunk for its Bumps (the bumper splits it).
 async fn gain_chunk(shared: &Arc<AllocState>, slots: Vec<Arc<Slot>>) {
     let Some(reply) = load(shared, &slots).await else {
         let dropped: Vec<_> = slots.into_iter().filter(|s| shared.owned().remove_if_held(s)).collect();

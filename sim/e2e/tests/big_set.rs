@@ -33,8 +33,10 @@ const BIG_SECTION_SIZE: u64 = 4_096;
 /// The defaults of `storesvr` (`--uid-limit`, `--section-size`): 42,950 sections.
 const DEFAULT_UID_LIMIT: u64 = 1 << 32;
 const DEFAULT_SECTION_SIZE: u64 = 100_000;
-/// Start to first served fetch must stay under this in a debug build on a shared 2-core machine.
-const SERVE_WITHIN: Duration = Duration::from_secs(60);
+/// Start to first served fetch must stay under this in a debug build on a shared 2-core machine:
+/// 13–19 s alone, 40–58 s beside three busy loops (2026-11-27). The test checks size limits, not
+/// speed; before the entry and Bump caps of `seqsvr_proto::limits` a busy machine never got there.
+const SERVE_WITHIN: Duration = Duration::from_secs(120);
 const STORES: [u64; 3] = [1, 2, 3];
 
 /// Three StoreSvr replicas and one AllocSvr; every process is SIGKILLed on drop.

@@ -22,6 +22,7 @@ use crate::storage::kv::KvStore;
 use crate::storage::segment_log::{SEGMENT_BYTES, SegmentLog};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, RaftLogReader};
+use seqsvr_proto::limits::APPEND_ENTRIES_BYTES;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -172,13 +173,26 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => Some(*i),
             Bound::Unbounded => None,
         };
-        self.log
-            .read(start, end.unwrap_or(u64::MAX))
-            .map_err(read_err)?
-            .into_iter()
-            .map(|(_, v)| postcard::from_bytes(&v).map_err(read_err))
-            .collect()
+        decode(self.log.read(start, end.unwrap_or(u64::MAX)).map_err(read_err)?)
     }
+
+    /// What replication sends in one AppendEntries: at most [`APPEND_ENTRIES_BYTES`] of entries
+    /// (at least one), cut before decoding. openraft asks for up to 300 entries at once and
+    /// gives their AppendEntries one heartbeat interval, or reads and sends the same range again.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        decode(
+            self.log
+                .read_limited(start, end, APPEND_ENTRIES_BYTES)
+                .map_err(read_err)?,
+        )
+    }
+}
+
+fn decode(records: Vec<(u64, Vec<u8>)>) -> Result<Vec<Entry>, StorageError> {
+    records
+        .into_iter()
+        .map(|(_, v)| postcard::from_bytes(&v).map_err(read_err))
+        .collect()
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {

@@ -444,14 +444,26 @@ impl SegmentLog {
 
     /// Payloads of the entries in `[from, to)` that exist, in order.
     pub fn read(&self, from: u64, to: u64) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        self.read_limited(from, to, usize::MAX)
+    }
+
+    /// Like [`read`](Self::read), but stops before the payloads would pass `max_bytes`; the first
+    /// entry is returned whatever its size, so a non-empty range never reads as empty.
+    pub fn read_limited(&self, from: u64, to: u64, max_bytes: usize) -> io::Result<Vec<(u64, Vec<u8>)>> {
         let inner = self.lock();
         let mut out = Vec::new();
+        let mut bytes = 0usize;
         let lo = from.max(inner.floor);
         for seg in &inner.segments {
             for i in seg.position(lo)..seg.position(to) {
                 let (index, offset) = seg.records[i];
                 let start = offset + HEADER as u64;
-                let mut payload = vec![0u8; (seg.end_of(i) - start) as usize];
+                let len = (seg.end_of(i) - start) as usize;
+                bytes = bytes.saturating_add(len);
+                if bytes > max_bytes && !out.is_empty() {
+                    return Ok(out);
+                }
+                let mut payload = vec![0u8; len];
                 seg.file.read_exact_at(&mut payload, start)?;
                 out.push((index, payload));
             }
@@ -543,6 +555,32 @@ mod tests {
         assert_eq!(log.read(0, 100).unwrap(), entries(5, 5));
         assert_eq!(log.read(6, 8).unwrap(), entries(6, 2));
         assert_eq!(log.last().unwrap(), Some((9, b"entry 9".to_vec())));
+    }
+
+    #[test]
+    fn a_limited_read_stops_before_the_byte_limit_and_returns_at_least_one_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two segments of small files, so the limit is checked across a segment's end.
+        let log = SegmentLog::open_with_segment_bytes(dir.path(), 64).unwrap();
+        log.append(&entries(1, 9)).unwrap();
+        // "entry N" is 7 bytes.
+        assert_eq!(
+            log.read_limited(1, 10, 21).unwrap(),
+            entries(1, 3),
+            "exactly the limit fits"
+        );
+        assert_eq!(log.read_limited(1, 10, 20).unwrap(), entries(1, 2));
+        assert_eq!(
+            log.read_limited(4, 10, 1).unwrap(),
+            entries(4, 1),
+            "one entry above the limit"
+        );
+        assert_eq!(log.read_limited(3, 10, 10_000).unwrap(), entries(3, 7));
+        assert_eq!(
+            log.read_limited(10, 20, 1).unwrap(),
+            Vec::new(),
+            "an empty range stays empty"
+        );
     }
 
     #[test]
