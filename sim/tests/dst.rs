@@ -1,9 +1,9 @@
-//! The deterministic simulator (`sim dst`) in CI: a seed replays bit for bit, a thousand seeds
-//! keep every promise, and each negative control it can see is found within a bounded number of
+//! The deterministic simulator (`sim dst`) in CI: a seed replays bit for bit, 500 one-set and 150
+//! two-set seeds keep every promise (`dst_ids` runs 200 more with time-ordered ids beside), and each negative control it can see is found within a bounded number of
 //! seeds (the first failing seed is printed; run with `--nocapture` to see the numbers).
 //!
-//! Each test runs seeds on two threads. On the 2-core CI machine, in a debug build, the thousand
-//! seeds take about a minute and a half (12 seeds/s).
+//! Each test runs seeds on two threads. On the 2-core CI machine, in a debug build, one-set seeds
+//! run at about 12 a second. Long runs (100,000 seeds) are commands in docs/SIMULATOR.md.
 
 use std::collections::BTreeSet;
 
@@ -59,9 +59,9 @@ fn all_pass(label: &str, range: std::ops::Range<u64>, opts: &Options) -> dst::Ra
 
 /// One set: with the restores (no map to check: `--skip-map-check`'s path), every promise holds.
 #[test]
-fn a_thousand_seeds_keep_every_promise() {
-    let r = all_pass("dst", 0..1_000, &Options::default());
-    assert!(r.restored_seeds > 100, "too few one-set restores: {}", r.restored_seeds);
+fn one_set_seeds_keep_every_promise() {
+    let r = all_pass("dst", 0..500, &Options::default());
+    assert!(r.restored_seeds > 50, "too few one-set restores: {}", r.restored_seeds);
     assert_eq!(r.set1_fault_seeds, 0, "one set has no set 1 to hit");
 }
 
@@ -251,16 +251,16 @@ fn two_sets() -> Options {
     }
 }
 
-/// `--sets 2`: the production move driver moves ranges between two sets under the faults; 300
+/// `--sets 2`: the production move driver moves ranges between two sets under the faults; 150
 /// seeds keep every promise (one set at a time included), and the moves do happen and finish:
 /// every move not cancelled by its plan ends done, and some planned cancels do cancel (the others
 /// came after the seal, and the move was resumed to its end).
 #[test]
 fn two_sets_with_moves_keep_every_promise() {
-    let r = all_pass("dst --sets 2", 0..300, &two_sets());
+    let r = all_pass("dst --sets 2", 0..150, &two_sets());
     // Set 1 is hit too, and restores both go ahead (no move since the backup) and are refused
     // (a move since the backup, or one running).
-    assert!(r.set1_fault_seeds > 150, "set 1 hit in {} seeds", r.set1_fault_seeds);
+    assert!(r.set1_fault_seeds > 75, "set 1 hit in {} seeds", r.set1_fault_seeds);
     assert!(
         r.restored_seeds > 10 && r.refused_restore_seeds > 10,
         "restores: {} seeds restored, {} refused",
