@@ -11,6 +11,8 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 pub struct Metrics {
     /// Seqs handed out.
     pub fetch_ok: Counter,
+    /// Seqs handed out in blocks (`Reserve`); each block is also one `fetch_ok`.
+    pub block_seqs: Counter,
     /// Fetches answered NOT_OWNER.
     pub fetch_not_owner: Counter,
     /// Fetches answered NOT_READY.
@@ -65,6 +67,7 @@ impl Metrics {
     pub fn new() -> Self {
         Self {
             fetch_ok: counter!("allocsvr_fetch_total", "outcome" => "ok"),
+            block_seqs: counter!("allocsvr_block_seqs_total"),
             fetch_not_owner: counter!("allocsvr_fetch_total", "outcome" => "not_owner"),
             fetch_not_ready: counter!("allocsvr_fetch_total", "outcome" => "not_ready"),
             bump_rpcs: counter!("allocsvr_bump_rpcs_total"),

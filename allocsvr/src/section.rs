@@ -75,6 +75,9 @@ pub struct Section {
     hi: u64,
     /// `new_max` of the bump in flight, if any: at most one per section.
     bump_in_flight: Option<u64>,
+    /// The highest ceiling a block found missing ([`Section::try_take`]): a bump is due while
+    /// `max_seq` is below it, even with more than the watermark of headroom left.
+    wanted: u64,
     /// Serving starts at this instant (lease wait of a gained section).
     serve_after: Instant,
 }
@@ -92,6 +95,7 @@ impl Section {
             cur: Vec::new(),
             hi: 0,
             bump_in_flight: None,
+            wanted: 0,
             serve_after,
         }
     }
@@ -167,6 +171,15 @@ impl Section {
     /// Hands out the next seq of the uid at `offset`, checking the lease (`lease_until`, read by
     /// the caller inside the same lock) and the gain wait against `now`.
     pub fn try_next(&mut self, offset: usize, now: Instant, lease_until: Option<Instant>) -> Next {
+        self.try_take(offset, 1, now, lease_until)
+    }
+
+    /// Hands out `n` consecutive seqs of the uid at `offset` (a block): `Served(first)` means
+    /// `[first, first + n)`, all above the uid's earlier seqs, and its `cur_seq` is now the last.
+    /// `n` is 1 to the step (the caller checks): one bump of a step then always makes room,
+    /// since `cur_seq` never passes `max_seq`. The whole block is below the acknowledged ceiling
+    /// (P2) or nothing is taken.
+    pub fn try_take(&mut self, offset: usize, n: u64, now: Instant, lease_until: Option<Instant>) -> Next {
         let base = match self.servable(now, lease_until) {
             Ok(base) => base,
             Err(why) => return why,
@@ -175,20 +188,29 @@ impl Section {
             (offset as u64) < self.spec.section_size,
             "offset {offset} outside section"
         );
+        debug_assert!(
+            (1..=self.spec.step).contains(&n),
+            "block of {n} with step {}",
+            self.spec.step
+        );
         let ceiling = self.ceiling();
         let cur = self.cur.get(offset).copied().unwrap_or(base);
-        let next = match cur.checked_add(1) {
-            Some(next) if next <= ceiling => next,
+        let last = match cur.checked_add(n) {
+            Some(last) if last <= ceiling => last,
             _ if self.max_seq.checked_add(self.spec.step).is_none() => return Next::Exhausted,
-            _ => return Next::NeedBump,
+            Some(last) => {
+                self.wanted = self.wanted.max(last);
+                return Next::NeedBump;
+            }
+            None => return Next::Exhausted,
         };
         if self.cur.is_empty() {
             self.cur = vec![base; self.spec.section_size as usize];
         }
-        self.cur[offset] = next;
-        self.hi = self.hi.max(next);
-        debug_assert!(next <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
-        Next::Served(next)
+        self.cur[offset] = last;
+        self.hi = self.hi.max(last);
+        debug_assert!(last <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
+        Next::Served(cur + 1)
     }
 
     /// Where the `cur_seq` array lives (0 before the first fetch allocated it), for
@@ -216,14 +238,14 @@ impl Section {
         (self.spec.step / 2).max(1)
     }
 
-    /// Starts a bump when the headroom `max_seq - hi` fell below the watermark and none is in
-    /// flight; returns its `new_max` (`max_seq + step`), which the caller must send and, when the
+    /// Starts a bump when the headroom `max_seq - hi` fell below the watermark, or a block found
+    /// too little of it, and none is in flight; returns its `new_max` (`max_seq + step`), which the caller must send and, when the
     /// reply is lost, resend unchanged (rule 6).
     pub fn maybe_prefetch(&mut self) -> Option<u64> {
         if self.base.is_none() || self.bump_in_flight.is_some() {
             return None;
         }
-        if self.max_seq.saturating_sub(self.hi) >= self.watermark() {
+        if self.max_seq.saturating_sub(self.hi) >= self.watermark() && self.max_seq >= self.wanted {
             return None;
         }
         let new_max = self.max_seq.checked_add(self.spec.step)?;
@@ -289,6 +311,36 @@ mod tests {
         let mut s = Section::new(SectionId(3), Epoch(1), spec(false), now);
         s.loaded(base, None);
         s
+    }
+
+    /// A block is all below the acknowledged ceiling or not taken; one that finds too little
+    /// room asks for a bump even with the watermark's headroom left, and one bump makes room.
+    #[test]
+    fn a_block_is_taken_whole_below_the_ceiling_and_one_bump_makes_room_for_it() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(10));
+        let mut s = loaded(100, t0);
+        assert_eq!(s.maybe_prefetch(), Some(104));
+        s.bump_acked(104);
+        assert_eq!(s.try_take(0, 2, t0, lease), Next::Served(101), "[101, 103)");
+        assert_eq!(s.cur_seq(0, t0, lease), Peek::Value(102));
+        assert_eq!(s.try_take(1, 1, t0, lease), Next::Served(101), "another uid: its own cur_seq");
+        // Headroom 2, the watermark (STEP / 2): no bump for fetches yet.
+        assert_eq!(s.maybe_prefetch(), None);
+        assert_eq!(s.try_take(0, 3, t0, lease), Next::NeedBump, "103..=105 passes 104: nothing taken");
+        assert_eq!(s.cur_seq(0, t0, lease), Peek::Value(102));
+        assert_eq!(s.maybe_prefetch(), Some(108), "the block's need starts a bump");
+        assert_eq!(s.try_take(0, 3, t0, lease), Next::NeedBump, "not before the ack (P2)");
+        s.bump_acked(108);
+        assert_eq!(s.try_take(0, 3, t0, lease), Next::Served(103), "[103, 106)");
+        assert_eq!(s.try_next(0, t0, lease), Next::Served(106), "the next seq follows the block");
+        // A whole step from the top of the ceiling: exactly one bump makes room.
+        assert_eq!(s.try_take(1, STEP, t0, lease), Next::Served(102), "[102, 106)");
+        assert_eq!(s.try_take(0, STEP, t0, lease), Next::NeedBump);
+        assert_eq!(s.maybe_prefetch(), Some(112));
+        s.bump_acked(112);
+        assert_eq!(s.try_take(0, STEP, t0, lease), Next::Served(107), "[107, 111)");
+        assert_eq!(s.hi(), 110);
     }
 
     #[test]
@@ -435,7 +487,8 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Fetch(usize),
+        /// A block of this many seqs of a uid (1: a fetch).
+        Fetch(usize, u64),
         Prefetch,
         Ack,
         LoseAck,
@@ -443,7 +496,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            6 => (0..SIZE as usize).prop_map(Op::Fetch),
+            4 => (0..SIZE as usize).prop_map(|u| Op::Fetch(u, 1)),
+            2 => (0..SIZE as usize, 1..=STEP).prop_map(|(u, n)| Op::Fetch(u, n)),
             2 => Just(Op::Prefetch),
             2 => Just(Op::Ack),
             1 => Just(Op::LoseAck),
@@ -452,7 +506,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn seqs_per_uid_strictly_increase_and_never_exceed_max_seq(
+        fn seqs_and_blocks_per_uid_strictly_increase_and_never_exceed_max_seq(
             base in 0u64..1_000,
             ops in proptest::collection::vec(op(), 1..300),
         ) {
@@ -464,14 +518,15 @@ mod tests {
             let mut served = 0;
             for op in ops {
                 match op {
-                    Op::Fetch(uid) => match s.try_next(uid, t0, lease) {
-                        Next::Served(seq) => {
-                            prop_assert!(seq > last[uid], "seq {} after {}", seq, last[uid]);
-                            prop_assert!(seq <= acked, "seq {} above acked {}", seq, acked);
-                            last[uid] = seq;
-                            served += 1;
+                    Op::Fetch(uid, n) => match s.try_take(uid, n, t0, lease) {
+                        Next::Served(first) => {
+                            prop_assert!(first > last[uid], "block at {} after {}", first, last[uid]);
+                            let end = first + n - 1;
+                            prop_assert!(end <= acked, "block to {} above acked {}", end, acked);
+                            last[uid] = end;
+                            served += n;
                         }
-                        Next::NeedBump => prop_assert!(last[uid] + 1 > acked),
+                        Next::NeedBump => prop_assert!(last[uid] + n > acked),
                         other => prop_assert!(false, "unexpected {:?}", other),
                     },
                     Op::Prefetch => {

@@ -1,4 +1,4 @@
-//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq; NextIds in
+//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq, Reserve; NextIds in
 //! `id_service`).
 //!
 //! Hot path of a fetch: read lock on the section map, one short lock of the section, in which the
@@ -37,6 +37,7 @@ use crate::state::AllocState;
 pub const BUMP_WAIT: Duration = Duration::from_millis(500);
 /// Most uids in one BatchFetchNextSeq: the shared table's, which the client library splits by.
 pub const MAX_BATCH: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
+use seqsvr_proto::limits::MAX_BLOCK;
 /// Bound on re-checks while waiting for a bump (each is woken by an ack or an abandon).
 const MAX_WAKEUPS: u32 = 8;
 
@@ -83,6 +84,19 @@ impl Service {
         Ok(Uid(uid))
     }
 
+    /// A block's size: 1 to the smaller of [`MAX_BLOCK`] and the set's step (one bump's room).
+    fn check_block(&self, count: u32) -> Result<u64, Error> {
+        let step = self.shared.params().step;
+        let most = step.min(u64::from(MAX_BLOCK));
+        let n = u64::from(count);
+        if n == 0 || n > most {
+            return Err(Error::InvalidArgument(format!(
+                "a block needs 1..={most} seqs (the smaller of the limit {MAX_BLOCK} and the set's step {step}), got {count}"
+            )));
+        }
+        Ok(n)
+    }
+
     fn owner(&self, slot: &Slot) -> pb::Owner {
         pb::Owner {
             section: slot.id.0,
@@ -93,7 +107,8 @@ impl Service {
         }
     }
 
-    fn fetch_once(&self, uid: Uid) -> Step {
+    /// Takes `n` seqs of `uid` (1 for a fetch, more for a block): `Served` names the first.
+    fn fetch_once(&self, uid: Uid, n: u64) -> Step {
         let size = self.shared.params().section_size;
         let (section, offset) = (uid.section(size), uid.offset(size));
         let (step, prefetch) = self.shared.owned().with(section, |slot| {
@@ -101,7 +116,7 @@ impl Service {
                 return (Step::NotOwner, None);
             };
             let mut s = slot.section.lock().unwrap();
-            let next = s.try_next(offset, self.shared.lease_now(), self.shared.owned().lease_until());
+            let next = s.try_take(offset, n, self.shared.lease_now(), self.shared.owned().lease_until());
             let step = match next {
                 Next::Served(seq) => Step::Served {
                     seq,
@@ -123,9 +138,9 @@ impl Service {
     /// Fetches one uid, waiting for an in-flight bump until `deadline` at most. A call that waits
     /// gives back its slot of the server's in-flight limit first (`in_flight`): the limit is kept
     /// small to bound the calls competing for the CPU, and a wait for the store uses none.
-    async fn fetch(&self, uid: Uid, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
+    async fn fetch(&self, uid: Uid, n: u64, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
         for wakeup in 0..MAX_WAKEUPS {
-            let slot = match self.fetch_once(uid) {
+            let slot = match self.fetch_once(uid, n) {
                 Step::Wait(slot) => slot,
                 other => return other,
             };
@@ -136,7 +151,7 @@ impl Service {
             tokio::pin!(notified);
             notified.as_mut().enable();
             // The bump may have been acknowledged between the first try and `enable`.
-            match self.fetch_once(uid) {
+            match self.fetch_once(uid, n) {
                 Step::Wait(_) => {}
                 other => return other,
             }
@@ -255,7 +270,7 @@ impl AllocService for Service {
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let step = self
-            .fetch(uid, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
+            .fetch(uid, 1, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
             .await;
         self.count(&step);
         let (outcome, seq, owner) = match step {
@@ -270,6 +285,39 @@ impl AllocService for Service {
         Ok(Response::new(pb::FetchNextSeqReply {
             outcome: outcome as i32,
             seq,
+            route_version,
+            routes,
+            owner,
+            map_version,
+            map,
+        }))
+    }
+
+    async fn reserve(&self, request: Request<pb::ReserveRequest>) -> Result<Response<pb::ReserveReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
+        let req = request.into_inner();
+        let uid = self.check_uid(req.uid)?;
+        let n = self.check_block(req.count)?;
+        let step = self
+            .fetch(uid, n, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
+            .await;
+        self.count(&step);
+        let (outcome, first, owner) = match step {
+            Step::Served { seq, owner } => {
+                self.shared.metrics().block_seqs.increment(n);
+                (pb::Outcome::Ok, seq, Some(owner))
+            }
+            Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
+            Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
+            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
+        };
+        let (route_version, routes) = self
+            .shared
+            .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
+        Ok(Response::new(pb::ReserveReply {
+            outcome: outcome as i32,
+            first,
             route_version,
             routes,
             owner,
@@ -335,7 +383,7 @@ impl AllocService for Service {
         // ceiling), and the waiting ones are served here in request order.
         for i in std::mem::take(&mut batch.waiting) {
             let uid = req.uids[i];
-            let step = self.fetch(Uid(uid), deadline, &in_flight).await;
+            let step = self.fetch(Uid(uid), 1, deadline, &in_flight).await;
             batch.settle(i, step);
         }
         self.count_batch(&batch);

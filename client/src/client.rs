@@ -74,6 +74,27 @@ pub struct Fetched {
     pub owner: Option<Owner>,
 }
 
+/// A block of seqs handed out by `Reserve`: `[first, first + count)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block {
+    /// The uid it was asked for.
+    pub uid: Uid,
+    /// The first seq of the block, never 0; every seq of the block is strictly above every seq
+    /// this uid was given before, and the uid's next seq is above the block.
+    pub first: u64,
+    /// How many seqs the block holds.
+    pub count: u32,
+    /// Who served it, when the server said.
+    pub owner: Option<Owner>,
+}
+
+impl Block {
+    /// The seqs of the block, in order.
+    pub fn seqs(&self) -> std::ops::Range<u64> {
+        self.first..self.first + u64::from(self.count)
+    }
+}
+
 /// The answer of `GetCurSeq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CurSeq {
@@ -102,17 +123,19 @@ pub(crate) struct Inner {
     pub(crate) rng: Mutex<StdRng>,
 }
 
-/// The two single-uid RPCs, which share one reply shape.
+/// The single-uid RPCs, which share one reply shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Fetch,
     Get,
+    /// A block of this many seqs.
+    Reserve(u32),
 }
 
 impl Op {
     /// Whether executing the RPC may consume a number (then a lost reply is an unknown outcome).
     fn consumes(self) -> bool {
-        self == Op::Fetch
+        matches!(self, Op::Fetch | Op::Reserve(_))
     }
 }
 
@@ -277,6 +300,19 @@ impl Client {
     pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
         let (value, owner) = self.single(Op::Fetch, uid).await?;
         Ok(Fetched { uid, seq: value, owner })
+    }
+
+    /// A block of `count` consecutive seqs of `uid` (1 to the smaller of the set's step and
+    /// [`seqsvr_proto::limits::MAX_BLOCK`]; larger is INVALID_ARGUMENT from the server). Errors
+    /// as for [`Self::fetch_next_seq`]: an unknown outcome may have taken the block.
+    pub async fn reserve(&self, uid: Uid, count: u32) -> Result<Block, ClientError> {
+        let (first, owner) = self.single(Op::Reserve(count), uid).await?;
+        Ok(Block {
+            uid,
+            first,
+            count,
+            owner,
+        })
     }
 
     /// The last seq handed out for `uid` (P5). A read: a lost reply is a `Failed`, never `Unknown`.
@@ -464,6 +500,25 @@ impl Client {
                         SingleReply {
                             outcome: r.outcome(),
                             value: r.seq,
+                            routes: r.routes,
+                            owner: r.owner,
+                            map: r.map,
+                        }
+                    })
+                }
+                Op::Reserve(count) => {
+                    let mut req = tonic::Request::new(pb::ReserveRequest {
+                        uid: uid.0,
+                        count,
+                        route_version,
+                    });
+                    req.set_timeout(timeout);
+                    map_header::write(req.metadata_mut(), map_version);
+                    client.reserve(req).await.map(|r| {
+                        let r = r.into_inner();
+                        SingleReply {
+                            outcome: r.outcome(),
+                            value: r.first,
                             routes: r.routes,
                             owner: r.owner,
                             map: r.map,

@@ -55,7 +55,7 @@ mod routing_props;
 pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
-pub use client::{Client, CurSeq, Fetched, Owner};
+pub use client::{Block, Client, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};

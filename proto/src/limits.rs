@@ -86,6 +86,13 @@ pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 /// tick of Twitter's 4,096 — so one call never borrows more than a few ticks ahead of the clock.
 pub const MAX_IDS_PER_CALL: u32 = 4_096;
 
+/// Most seqs in one block (`Reserve`). A block is also bounded by the set's `step`: one bump
+/// raises a ceiling by a step, so a block of at most a step is served after at most one bump,
+/// and no caller can make a section bump several steps at once (`MAX_BUMP_STEPS` of the store).
+/// A million keeps a block's arithmetic far from 2^64 and is more than any Leaf-style client
+/// buys at once (their segments are a few thousand).
+pub const MAX_BLOCK: u32 = 1_000_000;
+
 /// Most slot items in one `RaiseMarks`: all slots of one set's share, which an AllocSvr never
 /// approaches (it holds one).
 pub const MAX_RAISE_ITEMS: usize = 1_024;

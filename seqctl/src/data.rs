@@ -1,11 +1,11 @@
-//! `seqctl fetch`, `get`, `batch` (through the client library, as an application would) and
+//! `seqctl fetch`, `get`, `batch`, `reserve` (through the client library, as an application would) and
 //! `routes` (a set's route table).
 //!
 //! Left out: anything that changes the cluster.
 
 use std::time::Duration;
 
-use seqsvr_client::{Client, ClientConfig, CurSeq, Fetched, Owner};
+use seqsvr_client::{Block, Client, ClientConfig, CurSeq, Fetched, Owner};
 use seqsvr_proto::{Uid, pb};
 use serde_json::{Value, json};
 
@@ -20,6 +20,12 @@ pub(crate) async fn fetch(cli: &Cli, uids: &[Uid], batch: bool) -> Result<String
         vec![client.fetch_next_seq(uids[0]).await?]
     };
     Ok(render_fetched(cli.json, &got))
+}
+
+/// `reserve UID COUNT`: a block of seqs, `[first, first + count)`.
+pub(crate) async fn reserve(cli: &Cli, uid: Uid, count: u32) -> Result<String, Failure> {
+    let b = alloc_client(cli)?.reserve(uid, count).await?;
+    Ok(render_block(cli.json, &b))
 }
 
 pub(crate) async fn get(cli: &Cli, uid: Uid) -> Result<String, Failure> {
@@ -94,6 +100,39 @@ fn render_fetched(as_json: bool, got: &[Fetched]) -> String {
         })
         .collect();
     table(&["UID", "SEQ", "SECTION", "NODE", "INCARNATION", "EPOCH"], rows)
+}
+
+fn render_block(as_json: bool, b: &Block) -> String {
+    let last = b.seqs().end - 1;
+    if as_json {
+        return json!({
+            "uid": b.uid.0, "first": b.first, "last": last, "count": b.count, "owner": owner_json(&b.owner),
+        })
+        .to_string();
+    }
+    let [s, n, i, e] = owner_cells(&b.owner);
+    table(
+        &[
+            "UID",
+            "FIRST",
+            "LAST",
+            "COUNT",
+            "SECTION",
+            "NODE",
+            "INCARNATION",
+            "EPOCH",
+        ],
+        vec![vec![
+            b.uid.0.to_string(),
+            b.first.to_string(),
+            last.to_string(),
+            b.count.to_string(),
+            s,
+            n,
+            i,
+            e,
+        ]],
+    )
 }
 
 fn render_cur(as_json: bool, c: &CurSeq) -> String {

@@ -76,6 +76,13 @@ enum Cmd {
     Fetch { uid: u64 },
     /// Read the current seq of a uid (needs --alloc).
     Get { uid: u64 },
+    /// Reserve a block of COUNT consecutive seqs of a uid, all above its earlier ones (needs
+    /// --alloc). COUNT is 1 to the smaller of the set's step and 1,000,000.
+    Reserve {
+        uid: u64,
+        #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+    },
     /// Fetch the next seq of many uids in one batch (needs --alloc).
     Batch {
         #[arg(required = true)]
@@ -225,6 +232,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
     match &cli.cmd {
         Cmd::Fetch { uid } => data::fetch(cli, &[Uid(*uid)], false).await,
         Cmd::Get { uid } => data::get(cli, Uid(*uid)).await,
+        Cmd::Reserve { uid, count } => data::reserve(cli, Uid(*uid), *count).await,
         Cmd::Batch { uids } => data::fetch(cli, &uids.iter().map(|&u| Uid(u)).collect::<Vec<_>>(), true).await,
         Cmd::Id { action } => ids::id(cli, action).await,
         Cmd::Status => status::status(cli).await,

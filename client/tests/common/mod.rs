@@ -275,6 +275,11 @@ impl AllocService for Svc {
         }))
     }
 
+    /// Blocks are the real AllocSvr's to test (sim/e2e); this fake's callers never ask for one.
+    async fn reserve(&self, _req: Request<pb::ReserveRequest>) -> Result<Response<pb::ReserveReply>, Status> {
+        Err(Status::unimplemented("the fake AllocSvr serves no blocks"))
+    }
+
     async fn get_cur_seq(&self, req: Request<pb::GetCurSeqRequest>) -> Result<Response<pb::GetCurSeqReply>, Status> {
         let s = &self.0;
         s.get_rpcs.fetch_add(1, Ordering::SeqCst);

@@ -62,6 +62,18 @@ impl AllocService for Echo {
         }))
     }
 
+    async fn reserve(&self, request: Request<pb::ReserveRequest>) -> Result<Response<pb::ReserveReply>, Status> {
+        let req = request.into_inner();
+        Ok(Response::new(pb::ReserveReply {
+            outcome: pb::Outcome::Ok as i32,
+            first: req.uid + 1,
+            route_version: req.route_version,
+            routes: None,
+            owner: Some(self.owner(req.uid)),
+            ..Default::default()
+        }))
+    }
+
     async fn get_cur_seq(
         &self,
         request: Request<pb::GetCurSeqRequest>,
