@@ -77,6 +77,9 @@ pub struct Cli {
     /// TEST ONLY, breaks P1: keep cur_seq memory of a section across losing and regaining it.
     #[arg(long, hide = true)]
     pub unsafe_keep_memory: bool,
+    /// TEST ONLY, breaks P1: a block of seqs starts at the uid's last seq instead of above it.
+    #[arg(long, hide = true)]
+    pub unsafe_block_overlap: bool,
     /// TEST ONLY, breaks U1: a slot's new holder issues from its own clock, not above the mark the
     /// store reported (its floor).
     #[arg(long, hide = true)]
@@ -111,6 +114,8 @@ pub struct UnsafeSwitches {
     /// Time-ordered ids: issue from the clock, not above the floor; issue above the acknowledged
     /// mark.
     pub ids: crate::issuer::UnsafeIssuing,
+    /// A block (`Reserve`) starts at the uid's last seq, overlapping what it was given before.
+    pub block_overlap: bool,
 }
 
 impl UnsafeSwitches {
@@ -119,6 +124,7 @@ impl UnsafeSwitches {
         self.skip_lease_wait
             || self.serve_before_bump_ack
             || self.keep_memory
+            || self.block_overlap
             || self.ids != crate::issuer::UnsafeIssuing::default()
     }
 }
@@ -217,6 +223,7 @@ impl Cli {
                         ignore_floor: self.unsafe_ids_ignore_floor,
                         ignore_mark: self.unsafe_ids_ignore_mark,
                     },
+                    block_overlap: self.unsafe_block_overlap,
                 },
                 repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
                 serve_limits,

@@ -229,6 +229,7 @@ mod tests {
             section_size: 10,
             step: 100,
             unsafe_serve_before_ack: false,
+            unsafe_block_overlap: false,
         };
         Arc::new(Slot::new(
             Section::new(SectionId(section), Epoch(epoch), spec, now),

@@ -57,6 +57,9 @@ pub struct SectionSpec {
     pub step: u64,
     /// Negative control `--unsafe-serve-before-bump-ack`: treat an in-flight bump as acknowledged.
     pub unsafe_serve_before_ack: bool,
+    /// Negative control `--unsafe-block-overlap`: a block of more than one seq starts at the
+    /// uid's `cur_seq` (handed out already) instead of above it.
+    pub unsafe_block_overlap: bool,
 }
 
 /// One owned section under one epoch.
@@ -210,6 +213,10 @@ impl Section {
         self.cur[offset] = last;
         self.hi = self.hi.max(last);
         debug_assert!(last <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
+        if self.spec.unsafe_block_overlap && n > 1 {
+            self.cur[offset] = last - 1;
+            return Next::Served(cur);
+        }
         Next::Served(cur + 1)
     }
 
@@ -304,6 +311,7 @@ mod tests {
             section_size: SIZE,
             step: STEP,
             unsafe_serve_before_ack,
+            unsafe_block_overlap: false,
         }
     }
 
@@ -324,16 +332,28 @@ mod tests {
         s.bump_acked(104);
         assert_eq!(s.try_take(0, 2, t0, lease), Next::Served(101), "[101, 103)");
         assert_eq!(s.cur_seq(0, t0, lease), Peek::Value(102));
-        assert_eq!(s.try_take(1, 1, t0, lease), Next::Served(101), "another uid: its own cur_seq");
+        assert_eq!(
+            s.try_take(1, 1, t0, lease),
+            Next::Served(101),
+            "another uid: its own cur_seq"
+        );
         // Headroom 2, the watermark (STEP / 2): no bump for fetches yet.
         assert_eq!(s.maybe_prefetch(), None);
-        assert_eq!(s.try_take(0, 3, t0, lease), Next::NeedBump, "103..=105 passes 104: nothing taken");
+        assert_eq!(
+            s.try_take(0, 3, t0, lease),
+            Next::NeedBump,
+            "103..=105 passes 104: nothing taken"
+        );
         assert_eq!(s.cur_seq(0, t0, lease), Peek::Value(102));
         assert_eq!(s.maybe_prefetch(), Some(108), "the block's need starts a bump");
         assert_eq!(s.try_take(0, 3, t0, lease), Next::NeedBump, "not before the ack (P2)");
         s.bump_acked(108);
         assert_eq!(s.try_take(0, 3, t0, lease), Next::Served(103), "[103, 106)");
-        assert_eq!(s.try_next(0, t0, lease), Next::Served(106), "the next seq follows the block");
+        assert_eq!(
+            s.try_next(0, t0, lease),
+            Next::Served(106),
+            "the next seq follows the block"
+        );
         // A whole step from the top of the ceiling: exactly one bump makes room.
         assert_eq!(s.try_take(1, STEP, t0, lease), Next::Served(102), "[102, 106)");
         assert_eq!(s.try_take(0, STEP, t0, lease), Next::NeedBump);

@@ -314,6 +314,7 @@ impl AllocState {
                 section_size: self.params.section_size,
                 step: self.params.step,
                 unsafe_serve_before_ack: self.unsafe_switches.serve_before_bump_ack,
+                unsafe_block_overlap: self.unsafe_switches.block_overlap,
             };
             let slot = Arc::new(Slot::new(
                 Section::new(g.id, g.epoch, spec, serve_after),

@@ -38,6 +38,10 @@ pub struct DstArgs {
     /// U1–U4 checkers (a seed's schedule then differs from its schedule without).
     #[arg(long)]
     ids: bool,
+    /// Blocks of seqs: a share of the routing clients' fetches are `Reserve(uid, n)`, checked as
+    /// n fetches each (a seed's schedule then differs from its schedule without).
+    #[arg(long)]
+    blocks: bool,
     #[command(flatten)]
     controls: crate::flags::NegativeControls,
 }
@@ -71,6 +75,8 @@ impl DstArgs {
         o.alloc.ids.ignore_floor = c.unsafe_ids_ignore_floor;
         o.alloc.ids.ignore_mark = c.unsafe_ids_ignore_mark;
         o.ids = self.ids;
+        o.blocks = self.blocks;
+        o.alloc.block_overlap = c.unsafe_block_overlap;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
@@ -81,6 +87,10 @@ pub fn run(args: DstArgs) -> ExitCode {
         && let Some(f) = args.controls.needs_two_sets()
     {
         eprintln!("sim dst: {f} needs --sets 2 (with one set there is no move, and no other set's map)");
+        return ExitCode::from(2);
+    }
+    if !args.blocks && args.controls.unsafe_block_overlap {
+        eprintln!("sim dst: --unsafe-block-overlap needs --blocks (without it no block is served)");
         return ExitCode::from(2);
     }
     if !args.ids

@@ -30,6 +30,9 @@ pub enum CallKind {
     BatchFetch,
     /// `GetCurSeq(uid)`.
     Get,
+    /// `Reserve(uid, n)`: a block, recorded as the uid n times with the block's n values in
+    /// order, so every checker sees it as n fetches that completed together.
+    Reserve,
 }
 
 /// How a call ended, as far as the caller can know.
@@ -95,7 +98,7 @@ impl Call {
 
     /// True for the kinds that hand out numbers.
     pub fn is_fetch(&self) -> bool {
-        matches!(self.kind, CallKind::Fetch | CallKind::BatchFetch)
+        matches!(self.kind, CallKind::Fetch | CallKind::BatchFetch | CallKind::Reserve)
     }
 }
 

@@ -117,6 +117,7 @@ fn workload_params(opts: &LoadOpts) -> WorkloadParams {
         uid_limit: opts.uid_limit,
         hot_per_section: 4,
         max_batch: 16,
+        max_block: 0,
     }
 }
 

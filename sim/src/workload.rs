@@ -32,6 +32,8 @@ pub struct WorkloadParams {
     pub hot_per_section: u64,
     /// Largest batch.
     pub max_batch: usize,
+    /// Largest block (`Reserve`); 0: no blocks, and the calls drawn are those of before blocks.
+    pub max_block: u32,
 }
 
 /// Counters for the progress line.
@@ -121,6 +123,38 @@ impl Recorder {
             (f.seq, f.owner)
         })
         .await;
+    }
+
+    /// One `Reserve(uid, n)`, recorded as the uid n times with the block's values.
+    pub async fn reserve(&self, client: &Client, client_id: u32, uid: u64, n: u32) {
+        self.touch(&[uid]);
+        let (id, invoke_ns) = self.history.begin();
+        let r = client.reserve(Uid(uid), n).await;
+        let complete_ns = self.history.clock().now_ns();
+        let base = Call {
+            id,
+            client: client_id,
+            kind: CallKind::Reserve,
+            uids: vec![uid; n as usize],
+            invoke_ns,
+            complete_ns,
+            outcome: Outcome::Ok,
+            values: vec![],
+            owners: vec![],
+            error: None,
+        };
+        self.record(match r {
+            Ok(b) => Call {
+                values: b.seqs().collect(),
+                owners: b.owner.iter().map(owner_tag).collect(),
+                ..base
+            },
+            Err(e) => Call {
+                outcome: error_outcome(&e),
+                error: Some(e.to_string()),
+                ..base
+            },
+        });
     }
 
     /// One `GetCurSeq`, recorded.
@@ -276,7 +310,13 @@ pub async fn run_client(
         let roll = rng.random_range(0..100);
         if roll < 60 {
             let uid = pick_uid(&mut rng);
-            rec.fetch(&client, client_id, uid).await;
+            // Drawn only with blocks on, so that runs without them keep their schedules.
+            if p.max_block > 0 && rng.random_bool(0.3) {
+                let n = rng.random_range(1..=p.max_block);
+                rec.reserve(&client, client_id, uid, n).await;
+            } else {
+                rec.fetch(&client, client_id, uid).await;
+            }
         } else if roll < 80 {
             let n = rng.random_range(2..=p.max_batch.max(2));
             let uids: Vec<u64> = (0..n).map(|_| pick_uid(&mut rng)).collect();
@@ -417,6 +457,7 @@ mod tests {
             uid_limit: 1_050,
             hot_per_section: 3,
             max_batch: 8,
+            max_block: 0,
         }
     }
 

@@ -220,7 +220,7 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         }
         if c.outcome == crate::history::Outcome::Ok {
             match c.kind {
-                CallKind::Fetch | CallKind::BatchFetch => r.values_checked += c.values.len(),
+                CallKind::Fetch | CallKind::BatchFetch | CallKind::Reserve => r.values_checked += c.values.len(),
                 CallKind::Get => r.gets_checked += 1,
             }
         }

@@ -90,7 +90,14 @@ pub struct Options {
     /// slots and raise marks, id clients call `NextIds`, the id clocks take faults, and U1–U4 are
     /// checked. Off, a seed runs the schedule it ran before ids existed.
     pub ids: bool,
+    /// Blocks (`--blocks`): a share of the routing clients' fetches are `Reserve(uid, n)` of up to
+    /// [`MAX_BLOCK`] seqs (or the set's step), checked as n fetches each. Off, a seed runs the
+    /// schedule it ran before blocks existed.
+    pub blocks: bool,
 }
+
+/// Largest block `--blocks` draws: the seeds' steps are 10 to 50.
+pub const MAX_BLOCK: u64 = 16;
 
 impl Options {
     /// The flags that reproduce these options on the command line.
@@ -114,6 +121,7 @@ impl Options {
         add(self.store.skip_slot_fence, "unsafe-skip-slot-fence");
         add(self.alloc.ids.ignore_floor, "unsafe-ids-ignore-floor");
         add(self.alloc.ids.ignore_mark, "unsafe-ids-ignore-mark");
+        add(self.alloc.block_overlap, "unsafe-block-overlap");
         if let Some(ppm) = self.clock.drift_ppm {
             out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
         }
@@ -122,6 +130,9 @@ impl Options {
         }
         if self.ids {
             out.push_str(" --ids");
+        }
+        if self.blocks {
+            out.push_str(" --blocks");
         }
         if let Some(only) = &self.only_faults {
             let list: Vec<String> = only.iter().map(usize::to_string).collect();
@@ -243,7 +254,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     };
     let poller = tokio::spawn(poll(world.clone(), rec.clone()));
     let stop = Arc::new(AtomicBool::new(false));
-    let wp = workload_params(seed, &p);
+    let wp = workload_params(seed, &p, opts.blocks);
     spawn_clients(&world, seed, &wp, &rec, &stop);
     if opts.ids {
         ids::spawn_clients(&world, seed, &rec, &stop);
@@ -340,7 +351,7 @@ fn groups(p: &SetParams, opts: &Options) -> Vec<Group> {
         .collect()
 }
 
-fn workload_params(seed: u64, p: &SetParams) -> WorkloadParams {
+fn workload_params(seed: u64, p: &SetParams, blocks: bool) -> WorkloadParams {
     WorkloadParams {
         seed,
         clients: CLIENTS,
@@ -349,6 +360,8 @@ fn workload_params(seed: u64, p: &SetParams) -> WorkloadParams {
         uid_limit: p.uid_limit,
         hot_per_section: 2,
         max_batch: 4,
+        // Blocks up to a step (one bump's room) but short enough for a history of values.
+        max_block: if blocks { p.step.min(MAX_BLOCK) as u32 } else { 0 },
     }
 }
 

@@ -128,6 +128,7 @@ fn workload_params(opts: &RunOpts) -> WorkloadParams {
         uid_limit: opts.set.uid_limit,
         hot_per_section: 4,
         max_batch: 16,
+        max_block: 0,
     }
 }
 
