@@ -73,8 +73,7 @@ pub struct NegativeControls {
     /// AllocSvr (with time-ordered ids): ids are issued above the acknowledged mark.
     #[arg(long)]
     pub unsafe_ids_ignore_mark: bool,
-    /// `sim dst --blocks` only (the real-process runs draw no blocks yet): the AllocSvr starts a
-    /// block at the uid's last seq instead of above it.
+    /// AllocSvr (with `--blocks`): a block starts at the uid's last seq instead of above it.
     #[arg(long)]
     pub unsafe_block_overlap: bool,
 }
@@ -116,13 +115,12 @@ impl NegativeControls {
     }
 
     /// The first switch given that only the deterministic simulator can honour (it belongs to
-    /// what `sim dst` simulates: lease clocks, restores, blocks), for `sim run` to refuse.
+    /// what `sim dst` simulates: lease clocks and restores), for `sim run` to refuse.
     pub fn dst_only(&self) -> Option<&'static str> {
         [
             (self.unsafe_monotonic_lease_clock, "--unsafe-monotonic-lease-clock"),
             (self.unsafe_clock_drift_ppm.is_some(), "--unsafe-clock-drift-ppm"),
             (self.unsafe_skip_restore_map_check, "--unsafe-skip-restore-map-check"),
-            (self.unsafe_block_overlap, "--unsafe-block-overlap"),
         ]
         .into_iter()
         .find_map(|(set, name)| set.then_some(name))

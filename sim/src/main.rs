@@ -115,6 +115,10 @@ struct RunArgs {
     /// step, drift and restart behind, and U1–U4 are checked.
     #[arg(long)]
     ids: bool,
+    /// Blocks of seqs beside the fetches: 30 % of the routing clients' fetches are
+    /// `Reserve(uid, n)` of up to 16 seqs (or the step), each checked as n fetches.
+    #[arg(long)]
+    blocks: bool,
     /// The ids' layout with `--ids`: `twitter`, `sonyflake` or SLOT_BITS/SEQ_BITS/TICK_MS.
     #[arg(long, default_value = "twitter", requires = "ids")]
     id_layout: seqsvr_proto::id_layout::LayoutShape,
@@ -169,6 +173,9 @@ impl RunArgs {
             return Err(format!(
                 "{f} is a switch of `sim dst` (it changes what that mode simulates)"
             ));
+        }
+        if self.controls.unsafe_block_overlap && !self.blocks {
+            return Err("--unsafe-block-overlap needs --blocks (without it no block is served)".into());
         }
         if self.sets == 1
             && let Some(f) = self.controls.needs_two_sets()
@@ -268,6 +275,11 @@ impl RunArgs {
             sets: self.sets,
             replay,
             ids: self.ids.then(|| self.id_layout.with_epoch(DEFAULT_EPOCH_MS)),
+            max_block: if self.blocks {
+                self.shape.step.min(sim::dst::MAX_BLOCK) as u32
+            } else {
+                0
+            },
         }
     }
 }

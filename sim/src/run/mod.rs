@@ -73,6 +73,8 @@ pub struct RunOpts {
     pub replay: String,
     /// Time-ordered ids with this layout (`--ids`): id clients, id clock faults, U1–U4.
     pub ids: Option<seqsvr_proto::id_layout::IdLayout>,
+    /// Largest block of the routing clients' `Reserve` calls (`--blocks`); 0: none.
+    pub max_block: u32,
 }
 
 /// The verdict of a run that completed (a harness failure is an `Err` instead).
@@ -128,7 +130,7 @@ fn workload_params(opts: &RunOpts) -> WorkloadParams {
         uid_limit: opts.set.uid_limit,
         hot_per_section: 4,
         max_batch: 16,
-        max_block: 0,
+        max_block: opts.max_block,
     }
 }
 
