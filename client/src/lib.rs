@@ -8,6 +8,9 @@
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//! - [`Client::reserve`]: a block of a uid's seqs in one call. [`ProcessOrderedBlocks`] reserves
+//!   blocks ahead and hands values out from memory: unique everywhere, increasing within the
+//!   process only (Leaf-segment's client mode; its name says what it does not promise).
 //! - [`Client::next_ids`] / [`Client::next_id`]: time-ordered ids, unique in the whole cluster, from
 //!   any AllocSvr that holds a slot (no routing; another is asked when one cannot answer).
 //! - [`MapView`]: the cluster map learned from replies (sent with the caller's map version in a
@@ -37,7 +40,7 @@
 //! # }
 //! ```
 //!
-//! Deliberately left out: any cache of seqs, and learning routes from StoreSvr (the data plane hands
+//! Deliberately left out: any cache of seqs outside [`ProcessOrderedBlocks`], and learning routes from StoreSvr (the data plane hands
 //! them out, so an application needs only AllocSvr addresses).
 
 mod batch;
@@ -46,6 +49,7 @@ mod coalesce;
 mod config;
 mod error;
 mod ids;
+mod local_blocks;
 mod map;
 mod retry;
 mod routing;
@@ -60,6 +64,7 @@ pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
 pub use ids::Ids;
+pub use local_blocks::ProcessOrderedBlocks;
 pub use map::MapView;
 pub use routing::RouteSet;
 pub use transport::{CallFuture, Conn, Connect};

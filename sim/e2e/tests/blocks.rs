@@ -7,6 +7,9 @@
 //! - blocks asked for at once by many callers of one uid never overlap, and a block completed
 //!   before another began is entirely below it;
 //! - all of it across a SIGKILL of the uid's owner (the next owner starts above every block);
+//! - `ProcessOrderedBlocks` (blocks reserved ahead, values handed out from memory): two of them
+//!   on one uid hand out values that are unique and increasing within each, and — what its name
+//!   warns of — not ordered between them;
 //! - bad input (a block of 0 or above the step, a uid outside the space) gets INVALID_ARGUMENT
 //!   from the server and exit 2 from `seqctl`, and takes nothing.
 //!
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use e2e::seqctl::{Seqctl, text};
 use e2e::{Cluster, Role, SECTION_SIZE, STEP, UID_LIMIT, poll};
-use seqsvr_client::{Block, Client, FailureKind};
+use seqsvr_client::{Block, Client, FailureKind, ProcessOrderedBlocks};
 use seqsvr_proto::{NodeId, Uid, pb};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -168,4 +171,46 @@ async fn bad_blocks_get_invalid_argument_and_exit_2_and_take_nothing() {
     assert_eq!(b["count"], 1000);
     assert!(b["first"].as_u64().unwrap() > before, "{b}");
     assert_eq!(b["last"].as_u64().unwrap(), b["first"].as_u64().unwrap() + 999, "{b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_ordered_blocks_are_unique_and_increase_within_each_process_only() {
+    let c = Cluster::start();
+    c.wait_settled(START_WITHIN).await;
+    let uid = Uid(123);
+    // Two "processes": each its own client and buffers, on the same uid, at the same time.
+    let order: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for p in 0..2 {
+        let blocks = ProcessOrderedBlocks::new(c.client().await, 50).expect("config");
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for _ in 0..300 {
+                let v = blocks.next(uid).await.expect("next");
+                assert!(v > last, "process {p}: {v} after {last}");
+                last = v;
+                order.lock().await.push((p, v));
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("process");
+    }
+    let order = order.lock().await.clone();
+    let mut values: Vec<u64> = order.iter().map(|(_, v)| *v).collect();
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values.len(), 600, "a value handed out twice");
+    // What the name warns of: in the order the values were handed out, one process's value can
+    // be below a value the other handed out earlier.
+    let crossed = order.windows(2).any(|w| w[0].0 != w[1].0 && w[1].1 < w[0].1);
+    assert!(
+        crossed,
+        "the two processes never went out of order: the test shows nothing"
+    );
+    // The cluster handed out whole blocks: the uid's next fetch is above every buffered value.
+    let f = c.client().await.fetch_next_seq(uid).await.expect("fetch");
+    assert!(f.seq > *values.last().unwrap());
 }
