@@ -244,6 +244,27 @@ impl Service {
             .increment((batch.outcomes.len() - ok - not_owner) as u64);
     }
 
+    /// One FetchNextSeq (`n` = 1) or Reserve: waits for a bump until [`BUMP_WAIT`], counts the
+    /// outcome, and gives the reply's outcome, first seq (0 unless OK) and owner; an exhausted
+    /// section is RESOURCE_EXHAUSTED.
+    async fn take(
+        &self,
+        uid: Uid,
+        n: u64,
+        in_flight: &InFlight,
+    ) -> Result<(pb::Outcome, u64, Option<pb::Owner>), Status> {
+        let step = self
+            .fetch(uid, n, tokio::time::Instant::now() + BUMP_WAIT, in_flight)
+            .await;
+        self.count(&step);
+        Ok(match step {
+            Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
+            Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
+            Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
+            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
+        })
+    }
+
     fn count(&self, step: &Step) {
         let m = self.shared.metrics();
         match step {
@@ -269,16 +290,7 @@ impl AllocService for Service {
         let in_flight = InFlight::of(&request);
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let step = self
-            .fetch(uid, 1, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
-            .await;
-        self.count(&step);
-        let (outcome, seq, owner) = match step {
-            Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
-            Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
-            Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
-            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
-        };
+        let (outcome, seq, owner) = self.take(uid, 1, &in_flight).await?;
         let (route_version, routes) = self
             .shared
             .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
@@ -299,19 +311,10 @@ impl AllocService for Service {
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let n = self.check_block(req.count)?;
-        let step = self
-            .fetch(uid, n, tokio::time::Instant::now() + BUMP_WAIT, &in_flight)
-            .await;
-        self.count(&step);
-        let (outcome, first, owner) = match step {
-            Step::Served { seq, owner } => {
-                self.shared.metrics().block_seqs.increment(n);
-                (pb::Outcome::Ok, seq, Some(owner))
-            }
-            Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
-            Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
-            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
-        };
+        let (outcome, first, owner) = self.take(uid, n, &in_flight).await?;
+        if outcome == pb::Outcome::Ok {
+            self.shared.metrics().block_seqs.increment(n);
+        }
         let (route_version, routes) = self
             .shared
             .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);

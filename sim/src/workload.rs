@@ -127,34 +127,11 @@ impl Recorder {
 
     /// One `Reserve(uid, n)`, recorded as the uid n times with the block's values.
     pub async fn reserve(&self, client: &Client, client_id: u32, uid: u64, n: u32) {
-        self.touch(&[uid]);
-        let (id, invoke_ns) = self.history.begin();
-        let r = client.reserve(Uid(uid), n).await;
-        let complete_ns = self.history.clock().now_ns();
-        let base = Call {
-            id,
-            client: client_id,
-            kind: CallKind::Reserve,
-            uids: vec![uid; n as usize],
-            invoke_ns,
-            complete_ns,
-            outcome: Outcome::Ok,
-            values: vec![],
-            owners: vec![],
-            error: None,
-        };
-        self.record(match r {
-            Ok(b) => Call {
-                values: b.seqs().collect(),
-                owners: b.owner.iter().map(owner_tag).collect(),
-                ..base
-            },
-            Err(e) => Call {
-                outcome: error_outcome(&e),
-                error: Some(e.to_string()),
-                ..base
-            },
-        });
+        let call = client.reserve(Uid(uid), n);
+        self.record_one(client_id, vec![uid; n as usize], CallKind::Reserve, call, |b| {
+            (b.seqs().collect(), b.owner)
+        })
+        .await;
     }
 
     /// One `GetCurSeq`, recorded.
@@ -174,7 +151,24 @@ impl Recorder {
         call: impl std::future::Future<Output = Result<T, ClientError>>,
         value_and_owner: impl FnOnce(T) -> (u64, Option<Owner>),
     ) {
-        self.touch(&[uid]);
+        self.record_one(client_id, vec![uid], kind, call, |v| {
+            let (value, owner) = value_and_owner(v);
+            (vec![value], owner)
+        })
+        .await;
+    }
+
+    /// Runs one call and records it with its values (one per entry of `uids`) and owner, or its
+    /// error.
+    async fn record_one<T>(
+        &self,
+        client_id: u32,
+        uids: Vec<u64>,
+        kind: CallKind,
+        call: impl std::future::Future<Output = Result<T, ClientError>>,
+        values_and_owner: impl FnOnce(T) -> (Vec<u64>, Option<Owner>),
+    ) {
+        self.touch(&uids);
         let (id, invoke_ns) = self.history.begin();
         let r = call.await;
         let complete_ns = self.history.clock().now_ns();
@@ -182,7 +176,7 @@ impl Recorder {
             id,
             client: client_id,
             kind,
-            uids: vec![uid],
+            uids,
             invoke_ns,
             complete_ns,
             outcome: Outcome::Ok,
@@ -192,9 +186,9 @@ impl Recorder {
         };
         self.record(match r {
             Ok(v) => {
-                let (value, owner) = value_and_owner(v);
+                let (values, owner) = values_and_owner(v);
                 Call {
-                    values: vec![value],
+                    values,
                     owners: owner.iter().map(owner_tag).collect(),
                     ..base
                 }

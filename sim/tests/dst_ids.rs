@@ -21,26 +21,12 @@ fn ids_two_sets() -> Options {
     }
 }
 
-/// Runs `range` and asserts that every seed passed and issued ids.
-fn all_pass(label: &str, range: std::ops::Range<u64>, opts: &Options) {
+/// Runs `range` and asserts that every seed ran and passed.
+fn all_pass(label: &str, range: std::ops::Range<u64>, opts: &Options) -> dst::RangeResult {
     let r = dst::run_range(range.clone(), 2, opts, false);
-    println!(
-        "{label}: {} seeds, {} failed, {:.1} s",
-        r.seeds_run,
-        r.failures.len(),
-        r.elapsed.as_secs_f64()
-    );
-    let failed: Vec<String> = r
-        .failures
-        .iter()
-        .map(|o| format!("seed {}: {:?}", o.seed, o.report.counts))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{label}: promises broken: {failed:?} (replay with `sim dst --seed S{}`)",
-        opts.flags()
-    );
-    assert_eq!(r.seeds_run, range.end - range.start);
+    println!("{}", r.summary(label));
+    r.all_passed(&range, opts).unwrap_or_else(|e| panic!("{label}: {e}"));
+    r
 }
 
 #[test]

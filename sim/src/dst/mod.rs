@@ -608,6 +608,43 @@ impl RangeResult {
     pub fn seeds_per_second(&self) -> f64 {
         self.seeds_run as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// One line for a log: seeds run and failed, time and rate, seeds with faults on set 1, and
+    /// restores done and refused.
+    pub fn summary(&self, label: &str) -> String {
+        format!(
+            "{label}: {} seeds, {} failed, {:.1} s, {:.1} seeds/s; set-1 faults in {} seeds, restores in {} \
+             seeds, refused in {}",
+            self.seeds_run,
+            self.failures.len(),
+            self.elapsed.as_secs_f64(),
+            self.seeds_per_second(),
+            self.set1_fault_seeds,
+            self.restored_seeds,
+            self.refused_restore_seeds
+        )
+    }
+
+    /// `Err` naming every failing seed and how to replay one (with `opts`' flags), or when fewer
+    /// seeds ran than `range` holds; `Ok` when every seed of `range` ran and passed.
+    pub fn all_passed(&self, range: &std::ops::Range<u64>, opts: &Options) -> Result<(), String> {
+        if !self.failures.is_empty() {
+            let failed: Vec<String> = self
+                .failures
+                .iter()
+                .map(|o| format!("seed {}: {:?}", o.seed, o.report.counts))
+                .collect();
+            return Err(format!(
+                "promises broken: {failed:?} (replay with `sim dst --seed S{}`)",
+                opts.flags()
+            ));
+        }
+        let asked = range.end - range.start;
+        if self.seeds_run != asked {
+            return Err(format!("{} of {asked} seeds ran", self.seeds_run));
+        }
+        Ok(())
+    }
 }
 
 /// Runs seeds `range` on `threads` threads (each seed alone on one). With `stop_at_first`, no new
