@@ -61,6 +61,16 @@ fn fifty_two_set_seeds_with_ids_keep_every_promise() {
     all_pass("dst --ids --sets 2", 0..50, &ids_two_sets());
 }
 
+/// Seed 69469 restarts an AllocSvr (`id-clock-restart-behind`) while its host is suspended. The
+/// harness once ran the new process at once, beside the suspension's scripted lease clock (still,
+/// then a jump by the whole suspension): its gain wait ended 2.5 s early and it served next to the
+/// owner before it (P1, P4). A process started on a suspended host is now held with the host.
+#[test]
+fn a_process_restarted_on_a_suspended_host_waits_for_the_host() {
+    let out = dst::run_seed(69_469, &ids());
+    assert!(out.report.violations.is_empty(), "seed 69469: {:?}", out.report.counts);
+}
+
 /// Runs seeds from 0 with `opts` until one fails; asserts it is found below `bound` and breaks
 /// one of `promises`. Returns the seed.
 fn found_within(label: &str, opts: &Options, bound: u64, promises: &[&str]) -> u64 {

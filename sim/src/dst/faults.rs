@@ -401,7 +401,7 @@ fn cut_store_after(world: &std::sync::Arc<World>, i: usize, after: Duration) {
 /// so that the jump is there whichever task runs first at the resume.
 fn suspend(world: &std::sync::Arc<World>, i: usize, d: Duration) -> String {
     let (now, clock) = (tokio::time::Instant::now(), world.lease_clock(i));
-    world.pause_alloc(i, now + d);
+    world.suspend_host(i, now + d);
     clock.set_rate_from(now, 0);
     clock.set_rate_from(now + d, SAME_RATE_PPM);
     let ms = d.as_millis();
@@ -498,7 +498,8 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
                 g.replicas[r].isolated = false;
             }
         }
-        for (i, s) in st.allocs.iter().enumerate() {
+        for (i, s) in st.allocs.iter_mut().enumerate() {
+            s.host_suspended_until = None;
             s.proc.resume();
             world.id_clock(i).set_offset(0);
         }

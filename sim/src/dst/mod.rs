@@ -319,6 +319,7 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
                 proc: Proc::none(),
                 core: None,
                 server: None,
+                host_suspended_until: None,
             })
             .collect(),
         skip_fence: opts.store.skip_epoch_fence,

@@ -126,6 +126,12 @@ pub struct AllocSlot {
     pub proc: Arc<Proc>,
     pub core: Option<Core>,
     pub server: Option<AllocServiceServer<allocsvr::service::Service>>,
+    /// Until when the slot's host is suspended (`suspend-alloc`): a process started there meanwhile
+    /// is held as the one before it was. Without that, a restart during a suspension ran a process
+    /// beside a lease clock scripted to stand still and then jump by the whole suspension — lease
+    /// time racing ahead of real time in a process that was never stopped, which no host can do —
+    /// and its gain wait ended early (seed 69469 of `sim dst --ids`, P1 and P4).
+    pub host_suspended_until: Option<Instant>,
 }
 
 /// Everything of one seed behind one lock.
@@ -338,6 +344,9 @@ impl World {
             if slot.proc.is_alive() {
                 return;
             }
+            if let Some(until) = slot.host_suspended_until {
+                proc.pause_until(until);
+            }
             slot.proc = proc.clone();
             (slot.node_id, slot.addr.clone())
         };
@@ -407,6 +416,15 @@ impl World {
 
     pub fn pause_alloc(&self, i: usize, until: Instant) {
         self.lock().allocs[i].proc.pause_until(until);
+    }
+
+    /// Suspends the host of slot `i` until `until`: its process is held, and so is any process
+    /// started there before then.
+    pub fn suspend_host(&self, i: usize, until: Instant) {
+        let mut st = self.lock();
+        let slot = &mut st.allocs[i];
+        slot.host_suspended_until = Some(slot.host_suspended_until.map_or(until, |t| t.max(until)));
+        slot.proc.pause_until(until);
     }
 }
 
