@@ -65,6 +65,11 @@ pub struct Cli {
     /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
     #[arg(long, default_value_t = serve_limits::allocsvr().rpc_timeout.as_millis() as u64)]
     pub rpc_timeout_ms: u64,
+    /// Named counters' keys held in memory at most, over all owned sections (about 60 bytes
+    /// each). A section that would add a key past it forgets its own keys; each of those then
+    /// restarts above everything the section issued (a gap, never a repeat).
+    #[arg(long, default_value_t = DEFAULT_MAX_LIVE_KEYS)]
+    pub max_live_keys: usize,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
     #[command(flatten)]
     pub tls: seqsvr_auth::TlsArgs,
@@ -129,6 +134,9 @@ impl UnsafeSwitches {
     }
 }
 
+/// Default of `--max-live-keys`: about 240 MB of keys.
+pub const DEFAULT_MAX_LIVE_KEYS: usize = 4_000_000;
+
 /// Validated configuration of one AllocSvr process.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -157,6 +165,8 @@ pub struct NodeConfig {
     pub id_clock: crate::id_clock::IdClock,
     /// Test only: a file whose number of ms the ids' clock offset follows while the node runs.
     pub id_clock_file: Option<std::path::PathBuf>,
+    /// Counter keys held in memory at most (see `section`).
+    pub max_live_keys: usize,
 }
 
 impl NodeConfig {
@@ -175,6 +185,7 @@ impl NodeConfig {
             lease_clock: LeaseClock::host(),
             id_clock: crate::id_clock::IdClock::host(),
             id_clock_file: None,
+            max_live_keys: DEFAULT_MAX_LIVE_KEYS,
         }
     }
 }
@@ -204,6 +215,9 @@ impl Cli {
             rpc_timeout: Duration::from_millis(self.rpc_timeout_ms),
         };
         serve_limits.check()?;
+        if self.max_live_keys == 0 {
+            return Err("--max-live-keys must be > 0".into());
+        }
         let tls = self
             .tls
             .load(Some(seqsvr_auth::Role::AllocSvr))
@@ -231,6 +245,7 @@ impl Cli {
                 lease_clock: LeaseClock::host(),
                 id_clock: crate::id_clock::IdClock::with_offset(self.test_clock_offset_ms),
                 id_clock_file: self.test_clock_file,
+                max_live_keys: self.max_live_keys,
             },
             metrics_listen: self.metrics_listen,
         })

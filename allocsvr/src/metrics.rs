@@ -13,6 +13,11 @@ pub struct Metrics {
     pub fetch_ok: Counter,
     /// Seqs handed out in blocks (`Reserve`); each block is also one `fetch_ok`.
     pub block_seqs: Counter,
+    /// Values of named counters handed out (singly, in blocks and in batches); each call is also
+    /// counted in `fetch_ok`.
+    pub key_seqs: Counter,
+    /// Counter keys held in memory (all owned sections), and how many the node may hold.
+    pub keys_live: Gauge,
     /// Fetches answered NOT_OWNER.
     pub fetch_not_owner: Counter,
     /// Fetches answered NOT_READY.
@@ -68,6 +73,8 @@ impl Metrics {
         Self {
             fetch_ok: counter!("allocsvr_fetch_total", "outcome" => "ok"),
             block_seqs: counter!("allocsvr_block_seqs_total"),
+            key_seqs: counter!("allocsvr_key_seqs_total"),
+            keys_live: gauge!("allocsvr_keys_live"),
             fetch_not_owner: counter!("allocsvr_fetch_total", "outcome" => "not_owner"),
             fetch_not_ready: counter!("allocsvr_fetch_total", "outcome" => "not_ready"),
             bump_rpcs: counter!("allocsvr_bump_rpcs_total"),

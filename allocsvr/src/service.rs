@@ -1,5 +1,10 @@
-//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq, Reserve; NextIds in
-//! `id_service`).
+//! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq, Reserve, and the
+//! named counters' CounterNext, CounterReserve, CounterGet, CounterBatch; NextIds in `id_service`).
+//!
+//! A counter key is served exactly as a uid is, at its position in the uid space
+//! (`seqsvr_proto::keys`), which this server computes itself from the key (a caller's idea of it
+//! is never trusted: a key placed in two sections would have two sequences); the section holds
+//! the key's own `cur_seq` by name.
 //!
 //! Hot path of a fetch: read lock on the section map, one short lock of the section, in which the
 //! lease end and `now` are read and the seq is incremented (ownership rule 7), reply. No `.await` while a
@@ -30,7 +35,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::owned::Slot;
-use crate::section::{Next, Peek, prefetch};
+use crate::section::{Counter, Next, Peek, prefetch};
 use crate::state::AllocState;
 
 /// Longest time a fetch waits for an in-flight bump before answering NOT_READY.
@@ -56,13 +61,42 @@ enum Step {
 }
 
 impl Step {
-    /// The error for a uid whose section cannot hand out any more numbers.
-    fn exhausted(uid: Uid, section: SectionId, max_seq: u64) -> Error {
+    /// The error for a uid or key whose section cannot hand out any more numbers.
+    fn exhausted(who: Who<'_>, section: SectionId, max_seq: u64) -> Error {
         Error::Exhausted(format!(
-            "uid {} (section {}) has used up the 64-bit sequence space (max_seq {max_seq}): \
+            "{who} (section {}) has used up the 64-bit sequence space (max_seq {max_seq}): \
              no further seq can be handed out for it",
-            uid.0, section.0
+            section.0
         ))
+    }
+}
+
+/// Whose number a call asks for: a uid, or a counter key at its position in the uid space.
+#[derive(Debug, Clone, Copy)]
+struct Who<'a> {
+    pos: Uid,
+    key: Option<&'a str>,
+}
+
+impl<'a> Who<'a> {
+    fn uid(uid: Uid) -> Self {
+        Self { pos: uid, key: None }
+    }
+
+    fn counter(&self, section_size: u64) -> Counter<'a> {
+        match self.key {
+            Some(key) => Counter::Key(key),
+            None => Counter::Uid(self.pos.offset(section_size)),
+        }
+    }
+}
+
+impl std::fmt::Display for Who<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.key {
+            Some(key) => write!(f, "key {key:?}"),
+            None => write!(f, "uid {}", self.pos.0),
+        }
     }
 }
 
@@ -107,16 +141,25 @@ impl Service {
         }
     }
 
-    /// Takes `n` seqs of `uid` (1 for a fetch, more for a block): `Served` names the first.
-    fn fetch_once(&self, uid: Uid, n: u64) -> Step {
+    /// The counter key in `bytes` and its place, or INVALID_ARGUMENT naming the rule it broke.
+    fn check_key<'k>(&self, bytes: &'k [u8]) -> Result<Who<'k>, Error> {
+        let key = seqsvr_proto::keys::check_key(bytes).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(Who {
+            pos: seqsvr_proto::keys::position(key, self.shared.params().uid_limit),
+            key: Some(key),
+        })
+    }
+
+    /// Takes `n` seqs of `who` (1 for a fetch, more for a block): `Served` names the first.
+    fn fetch_once(&self, who: Who<'_>, n: u64) -> Step {
         let size = self.shared.params().section_size;
-        let (section, offset) = (uid.section(size), uid.offset(size));
+        let (section, counter) = (who.pos.section(size), who.counter(size));
         let (step, prefetch) = self.shared.owned().with(section, |slot| {
             let Some(slot) = slot else {
                 return (Step::NotOwner, None);
             };
             let mut s = slot.section.lock().unwrap();
-            let next = s.try_take(offset, n, self.shared.lease_now(), self.shared.owned().lease_until());
+            let next = s.try_take(counter, n, self.shared.lease_now(), self.shared.owned().lease_until());
             let step = match next {
                 Next::Served(seq) => Step::Served {
                     seq,
@@ -138,9 +181,9 @@ impl Service {
     /// Fetches one uid, waiting for an in-flight bump until `deadline` at most. A call that waits
     /// gives back its slot of the server's in-flight limit first (`in_flight`): the limit is kept
     /// small to bound the calls competing for the CPU, and a wait for the store uses none.
-    async fn fetch(&self, uid: Uid, n: u64, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
+    async fn fetch(&self, who: Who<'_>, n: u64, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
         for wakeup in 0..MAX_WAKEUPS {
-            let slot = match self.fetch_once(uid, n) {
+            let slot = match self.fetch_once(who, n) {
                 Step::Wait(slot) => slot,
                 other => return other,
             };
@@ -151,7 +194,7 @@ impl Service {
             tokio::pin!(notified);
             notified.as_mut().enable();
             // The bump may have been acknowledged between the first try and `enable`.
-            match self.fetch_once(uid, n) {
+            match self.fetch_once(who, n) {
                 Step::Wait(_) => {}
                 other => return other,
             }
@@ -249,20 +292,55 @@ impl Service {
     /// section is RESOURCE_EXHAUSTED.
     async fn take(
         &self,
-        uid: Uid,
+        who: Who<'_>,
         n: u64,
         in_flight: &InFlight,
     ) -> Result<(pb::Outcome, u64, Option<pb::Owner>), Status> {
         let step = self
-            .fetch(uid, n, tokio::time::Instant::now() + BUMP_WAIT, in_flight)
+            .fetch(who, n, tokio::time::Instant::now() + BUMP_WAIT, in_flight)
             .await;
         self.count(&step);
         Ok(match step {
             Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
             Step::NotOwner => (pb::Outcome::NotOwner, 0, None),
             Step::NotReady | Step::Wait(_) => (pb::Outcome::NotReady, 0, None),
-            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(uid, section, max_seq).into()),
+            Step::Exhausted(section, max_seq) => return Err(Step::exhausted(who, section, max_seq).into()),
         })
+    }
+
+    /// `cur_seq` of `who` (P5): the outcome, the value and the owner.
+    fn peek(&self, who: Who<'_>) -> (pb::Outcome, u64, Option<pb::Owner>) {
+        let size = self.shared.params().section_size;
+        let (section, counter) = (who.pos.section(size), who.counter(size));
+        self.shared.owned().with(section, |slot| {
+            let Some(slot) = slot else {
+                return (pb::Outcome::NotOwner, 0, None);
+            };
+            let s = slot.section.lock().unwrap();
+            match s.cur_seq(counter, self.shared.lease_now(), self.shared.owned().lease_until()) {
+                Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
+                Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
+            }
+        })
+    }
+
+    /// A counter call's reply around its outcome, value and owner.
+    fn counter_reply(
+        &self,
+        (map_version, map): (u64, Option<pb::ClusterMap>),
+        caller_routes: u64,
+        (outcome, value, owner): (pb::Outcome, u64, Option<pb::Owner>),
+    ) -> pb::CounterReply {
+        let (route_version, routes) = self.shared.routes_for(caller_routes, outcome == pb::Outcome::NotOwner);
+        pb::CounterReply {
+            outcome: outcome as i32,
+            value,
+            route_version,
+            routes,
+            owner,
+            map_version,
+            map,
+        }
     }
 
     fn count(&self, step: &Step) {
@@ -290,7 +368,7 @@ impl AllocService for Service {
         let in_flight = InFlight::of(&request);
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let (outcome, seq, owner) = self.take(uid, 1, &in_flight).await?;
+        let (outcome, seq, owner) = self.take(Who::uid(uid), 1, &in_flight).await?;
         let (route_version, routes) = self
             .shared
             .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
@@ -311,7 +389,7 @@ impl AllocService for Service {
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let n = self.check_block(req.count)?;
-        let (outcome, first, owner) = self.take(uid, n, &in_flight).await?;
+        let (outcome, first, owner) = self.take(Who::uid(uid), n, &in_flight).await?;
         if outcome == pb::Outcome::Ok {
             self.shared.metrics().block_seqs.increment(n);
         }
@@ -329,6 +407,97 @@ impl AllocService for Service {
         }))
     }
 
+    async fn counter_next(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        let map = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
+        let req = request.into_inner();
+        let who = self.check_key(&req.key)?;
+        no_count(req.count, "CounterNext")?;
+        let taken = self.take(who, 1, &in_flight).await?;
+        if taken.0 == pb::Outcome::Ok {
+            self.shared.metrics().key_seqs.increment(1);
+        }
+        Ok(Response::new(self.counter_reply(map, req.route_version, taken)))
+    }
+
+    async fn counter_reserve(
+        &self,
+        request: Request<pb::CounterRequest>,
+    ) -> Result<Response<pb::CounterReply>, Status> {
+        let map = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
+        let req = request.into_inner();
+        let who = self.check_key(&req.key)?;
+        let n = self.check_block(req.count)?;
+        let taken = self.take(who, n, &in_flight).await?;
+        if taken.0 == pb::Outcome::Ok {
+            self.shared.metrics().key_seqs.increment(n);
+            self.shared.metrics().block_seqs.increment(n);
+        }
+        Ok(Response::new(self.counter_reply(map, req.route_version, taken)))
+    }
+
+    async fn counter_get(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        let map = self.shared.map_for(map_header::read(request.metadata()));
+        let req = request.into_inner();
+        let who = self.check_key(&req.key)?;
+        no_count(req.count, "CounterGet")?;
+        let peeked = self.peek(who);
+        Ok(Response::new(self.counter_reply(map, req.route_version, peeked)))
+    }
+
+    async fn counter_batch(
+        &self,
+        request: Request<pb::CounterBatchRequest>,
+    ) -> Result<Response<pb::CounterBatchReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
+        let in_flight = InFlight::of(&request);
+        let req = request.into_inner();
+        if req.keys.is_empty() || req.keys.len() > MAX_BATCH {
+            return Err(
+                Error::InvalidArgument(format!("a batch needs 1..={MAX_BATCH} keys, got {}", req.keys.len())).into(),
+            );
+        }
+        let mut whos = Vec::with_capacity(req.keys.len());
+        for (i, key) in req.keys.iter().enumerate() {
+            whos.push(
+                self.check_key(key)
+                    .map_err(|e| Error::InvalidArgument(format!("keys[{i}]: {e}")))?,
+            );
+        }
+        // Key by key in request order (a repeated key gets increasing values); a key that waits
+        // for a bump waits here, within the batch's one BUMP_WAIT.
+        let deadline = tokio::time::Instant::now() + BUMP_WAIT;
+        let mut batch = Batch::new(whos.len());
+        for (i, who) in whos.into_iter().enumerate() {
+            let step = match self.fetch_once(who, 1) {
+                Step::Wait(_) => self.fetch(who, 1, deadline, &in_flight).await,
+                step => step,
+            };
+            batch.settle(i, step);
+        }
+        self.count_batch(&batch);
+        let ok = batch.outcomes.iter().filter(|&&o| o == pb::Outcome::Ok as i32).count();
+        self.shared.metrics().key_seqs.increment(ok as u64);
+        let Batch {
+            outcomes,
+            seqs,
+            owners,
+            any_not_owner,
+            ..
+        } = batch;
+        let (route_version, routes) = self.shared.routes_for(req.route_version, any_not_owner);
+        Ok(Response::new(pb::CounterBatchReply {
+            outcomes,
+            values: seqs,
+            route_version,
+            routes,
+            owners,
+            map_version,
+            map,
+        }))
+    }
+
     async fn get_cur_seq(
         &self,
         request: Request<pb::GetCurSeqRequest>,
@@ -336,18 +505,7 @@ impl AllocService for Service {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let size = self.shared.params().section_size;
-        let (section, offset) = (uid.section(size), uid.offset(size));
-        let (outcome, cur_seq, owner) = self.shared.owned().with(section, |slot| {
-            let Some(slot) = slot else {
-                return (pb::Outcome::NotOwner, 0, None);
-            };
-            let s = slot.section.lock().unwrap();
-            match s.cur_seq(offset, self.shared.lease_now(), self.shared.owned().lease_until()) {
-                Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
-                Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
-            }
-        });
+        let (outcome, cur_seq, owner) = self.peek(Who::uid(uid));
         let (route_version, routes) = self
             .shared
             .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
@@ -386,7 +544,7 @@ impl AllocService for Service {
         // ceiling), and the waiting ones are served here in request order.
         for i in std::mem::take(&mut batch.waiting) {
             let uid = req.uids[i];
-            let step = self.fetch(Uid(uid), 1, deadline, &in_flight).await;
+            let step = self.fetch(Who::uid(Uid(uid)), 1, deadline, &in_flight).await;
             batch.settle(i, step);
         }
         self.count_batch(&batch);
@@ -408,6 +566,16 @@ impl AllocService for Service {
             map,
         }))
     }
+}
+
+/// CounterNext and CounterGet take no count: a caller that sends one meant CounterReserve.
+fn no_count(count: u32, rpc: &str) -> Result<(), Error> {
+    if count != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{rpc} takes no count (got {count}): a block of values is CounterReserve"
+        )));
+    }
+    Ok(())
 }
 
 /// A batch reply being filled in, by request index.

@@ -30,7 +30,7 @@ use crate::ids::IdSlots;
 use crate::lease::LeaseTimings;
 use crate::metrics::Metrics;
 use crate::owned::{Owned, Slot};
-use crate::section::{Section, SectionSpec};
+use crate::section::{KeyBudget, Section, SectionSpec};
 use crate::store::Store;
 
 /// Most messages waiting for the bumper. A message is one prefetch (one section) or one loaded
@@ -69,6 +69,8 @@ pub struct AllocState {
     stopping: AtomicBool,
     /// Slots held for time-ordered ids.
     ids: IdSlots,
+    /// Counter keys held, over every owned section, and the most allowed.
+    keys: KeyBudget,
 }
 
 impl AllocState {
@@ -103,6 +105,7 @@ impl AllocState {
             metrics: Metrics::new(),
             stopping: AtomicBool::new(false),
             ids: IdSlots::new(cfg.id_clock.clone(), cfg.unsafe_switches.ids),
+            keys: KeyBudget::new(cfg.max_live_keys),
         };
         (Arc::new(shared), bump_rx)
     }
@@ -273,6 +276,9 @@ impl AllocState {
         }
         wake(dropped);
         self.metrics.sections_held.set(self.owned.held_count() as f64);
+        self.metrics
+            .keys_live
+            .set(self.keys.live.load(std::sync::atomic::Ordering::Relaxed) as f64);
     }
 
     /// Memory kept from an earlier epoch (only under `--unsafe-keep-memory`).
@@ -317,7 +323,7 @@ impl AllocState {
                 unsafe_block_overlap: self.unsafe_switches.block_overlap,
             };
             let slot = Arc::new(Slot::new(
-                Section::new(g.id, g.epoch, spec, serve_after),
+                Section::new(g.id, g.epoch, spec, serve_after).with_key_budget(self.keys.clone()),
                 incarnation,
                 t_obs,
             ));

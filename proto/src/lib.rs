@@ -11,6 +11,7 @@
 //! - [`backup`]: the backup file's layout (header, opaque state, checksum), pure bytes.
 //! - [`limits`]: every message size and per-request count, shared by servers and clients.
 //! - [`addr`]: `host:port` and `id=host:port`, parsed once for every flag and client.
+//! - [`keys`]: which strings name a counter and where a key lives in the uid space.
 //! - [`id_layout`]: how a time-ordered id's 63 bits split into time, slot and sequence.
 //! - [`params`]: a set's parameters and the one set of rules they must keep.
 //! - [`refusal`]: how RESOURCE_EXHAUSTED says "overloaded, retry" apart from "sequence space
@@ -24,6 +25,7 @@
 pub mod addr;
 pub mod backup;
 pub mod id_layout;
+pub mod keys;
 pub mod limits;
 pub mod map_header;
 pub mod params;

@@ -280,6 +280,26 @@ impl AllocService for Svc {
         Err(Status::unimplemented("the fake AllocSvr serves no blocks"))
     }
 
+    /// Counters, like blocks, are the real AllocSvr's to test (sim/e2e).
+    async fn counter_next(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    }
+
+    async fn counter_reserve(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    }
+
+    async fn counter_get(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    }
+
+    async fn counter_batch(
+        &self,
+        _req: Request<pb::CounterBatchRequest>,
+    ) -> Result<Response<pb::CounterBatchReply>, Status> {
+        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    }
+
     async fn get_cur_seq(&self, req: Request<pb::GetCurSeqRequest>) -> Result<Response<pb::GetCurSeqReply>, Status> {
         let s = &self.0;
         s.get_rpcs.fetch_add(1, Ordering::SeqCst);

@@ -34,6 +34,18 @@ pub struct Echo {
 }
 
 impl Echo {
+    /// A counter reply of the real shape; the value is the key's length + 1 (no hashing: the
+    /// echo is the cost of the call alone).
+    fn counter(&self, req: pb::CounterRequest) -> pb::CounterReply {
+        pb::CounterReply {
+            outcome: pb::Outcome::Ok as i32,
+            value: req.key.len() as u64 + 1,
+            route_version: req.route_version,
+            owner: Some(self.owner(0)),
+            ..Default::default()
+        }
+    }
+
     fn owner(&self, uid: u64) -> pb::Owner {
         pb::Owner {
             section: uid / self.section_size,
@@ -113,6 +125,41 @@ impl AllocService for Echo {
             route_version: req.route_version,
             routes: None,
             owners,
+            ..Default::default()
+        }))
+    }
+
+    async fn counter_next(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        Ok(Response::new(self.counter(request.into_inner())))
+    }
+
+    async fn counter_reserve(
+        &self,
+        request: Request<pb::CounterRequest>,
+    ) -> Result<Response<pb::CounterReply>, Status> {
+        Ok(Response::new(self.counter(request.into_inner())))
+    }
+
+    async fn counter_get(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        Ok(Response::new(self.counter(request.into_inner())))
+    }
+
+    async fn counter_batch(
+        &self,
+        request: Request<pb::CounterBatchRequest>,
+    ) -> Result<Response<pb::CounterBatchReply>, Status> {
+        let req = request.into_inner();
+        if req.keys.is_empty() || req.keys.len() > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch needs 1..={MAX_BATCH} keys, got {}",
+                req.keys.len()
+            )));
+        }
+        Ok(Response::new(pb::CounterBatchReply {
+            outcomes: vec![pb::Outcome::Ok as i32; req.keys.len()],
+            values: req.keys.iter().map(|k| k.len() as u64 + 1).collect(),
+            route_version: req.route_version,
+            owners: vec![self.owner(0)],
             ..Default::default()
         }))
     }
