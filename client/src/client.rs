@@ -95,6 +95,35 @@ impl Block {
     }
 }
 
+/// A value of a named counter (`CounterNext`, `CounterGet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// From `counter_next`: strictly above every value the key was given before, never 0. From
+    /// `counter_get`: the key's last value, or a ceiling of its section after an ownership
+    /// change (0 if never served).
+    pub value: u64,
+    /// Who answered, when the server said.
+    pub owner: Option<Owner>,
+}
+
+/// A block of a named counter's values (`CounterReserve`): `[first, first + count)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterBlock {
+    /// Never 0; every value of the block is above every value the key was given before, and the
+    /// key's next value is above the block.
+    pub first: u64,
+    pub count: u32,
+    /// Who served it, when the server said.
+    pub owner: Option<Owner>,
+}
+
+impl CounterBlock {
+    /// The values of the block, in order.
+    pub fn values(&self) -> std::ops::Range<u64> {
+        self.first..self.first + u64::from(self.count)
+    }
+}
+
 /// The answer of `GetCurSeq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CurSeq {
@@ -123,19 +152,40 @@ pub(crate) struct Inner {
     pub(crate) rng: Mutex<StdRng>,
 }
 
-/// The single-uid RPCs, which share one reply shape.
+/// The single-uid and single-key RPCs, which share one reply shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+enum Op<'a> {
     Fetch,
     Get,
     /// A block of this many seqs.
     Reserve(u32),
+    /// The named counter's next value, a block of its values, its last value.
+    KeyNext(&'a str),
+    KeyReserve(&'a str, u32),
+    KeyGet(&'a str),
 }
 
-impl Op {
+impl Op<'_> {
     /// Whether executing the RPC may consume a number (then a lost reply is an unknown outcome).
     fn consumes(self) -> bool {
-        matches!(self, Op::Fetch | Op::Reserve(_))
+        !self.reads()
+    }
+
+    /// A read: 0 is a valid answer.
+    fn reads(self) -> bool {
+        matches!(self, Op::Get | Op::KeyGet(_))
+    }
+
+    /// The uid the call is routed by: a key's position under the known route tables (the server
+    /// places the key itself; before any table is known, a seed is asked and its NOT_OWNER
+    /// brings one).
+    fn routed_by(self, uid: Uid, routes: &RouteSet) -> Uid {
+        match self {
+            Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => {
+                seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1))
+            }
+            Op::Fetch | Op::Get | Op::Reserve(_) => uid,
+        }
     }
 }
 
@@ -325,12 +375,33 @@ impl Client {
         })
     }
 
-    async fn single(&self, op: Op, uid: Uid) -> Result<(u64, Option<Owner>), ClientError> {
+    /// The next value of the named counter `key` (1 to 256 bytes of UTF-8; otherwise
+    /// INVALID_ARGUMENT from the server). Errors as for [`Self::fetch_next_seq`].
+    pub async fn counter_next(&self, key: &str) -> Result<Counted, ClientError> {
+        let (value, owner) = self.single(Op::KeyNext(key), Uid(0)).await?;
+        Ok(Counted { value, owner })
+    }
+
+    /// A block of `count` values of the named counter `key` (count as for [`Self::reserve`]).
+    /// Errors as for [`Self::fetch_next_seq`]: an unknown outcome may have taken the block.
+    pub async fn counter_reserve(&self, key: &str, count: u32) -> Result<CounterBlock, ClientError> {
+        let (first, owner) = self.single(Op::KeyReserve(key, count), Uid(0)).await?;
+        Ok(CounterBlock { first, count, owner })
+    }
+
+    /// The last value of the named counter `key` (P5). A read: a lost reply is a `Failed`.
+    pub async fn counter_get(&self, key: &str) -> Result<Counted, ClientError> {
+        let (value, owner) = self.single(Op::KeyGet(key), Uid(0)).await?;
+        Ok(Counted { value, owner })
+    }
+
+    async fn single(&self, op: Op<'_>, uid: Uid) -> Result<(u64, Option<Owner>), ClientError> {
         let cfg = &self.inner.cfg;
         let mut budget = Budget::until(cfg, Instant::now() + cfg.deadline);
         let mut state = Unsettled::default();
         loop {
             let routes = self.routes();
+            let uid = op.routed_by(uid, &routes);
             let Target { addr, version } = match target_addr(&routes, uid, &self.inner.seeds, |n| self.random_index(n))
             {
                 Ok(t) => t,
@@ -352,7 +423,7 @@ impl Client {
             let changed = self.learn_from(reply.map.as_ref(), reply.routes);
             let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
-                pb::Outcome::Ok if op == Op::Get || reply.value != 0 => {
+                pb::Outcome::Ok if op.reads() || reply.value != 0 => {
                     let Some(why) = Self::refused_answer(&self.routes(), uid, reply.owner.as_ref()) else {
                         return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
                     };
@@ -387,7 +458,7 @@ impl Client {
     /// moved), backing off when that changed nothing.
     async fn after_failed_attempt(
         &self,
-        op: Op,
+        op: Op<'_>,
         addr: &str,
         e: AttemptError,
         timeout: Duration,
@@ -479,7 +550,7 @@ impl Client {
     /// One RPC to `addr` with the caller's `(route_version, map_version)`.
     async fn send_single(
         &self,
-        op: Op,
+        op: Op<'_>,
         addr: &str,
         uid: Uid,
         (route_version, map_version): (u64, u64),
@@ -519,6 +590,34 @@ impl Client {
                         SingleReply {
                             outcome: r.outcome(),
                             value: r.first,
+                            routes: r.routes,
+                            owner: r.owner,
+                            map: r.map,
+                        }
+                    })
+                }
+                Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => {
+                    let count = match op {
+                        Op::KeyReserve(_, count) => count,
+                        _ => 0,
+                    };
+                    let mut req = tonic::Request::new(pb::CounterRequest {
+                        key: key.as_bytes().to_vec(),
+                        count,
+                        route_version,
+                    });
+                    req.set_timeout(timeout);
+                    map_header::write(req.metadata_mut(), map_version);
+                    let reply = match op {
+                        Op::KeyNext(_) => client.counter_next(req).await,
+                        Op::KeyReserve(..) => client.counter_reserve(req).await,
+                        _ => client.counter_get(req).await,
+                    };
+                    reply.map(|r| {
+                        let r = r.into_inner();
+                        SingleReply {
+                            outcome: r.outcome(),
+                            value: r.value,
                             routes: r.routes,
                             owner: r.owner,
                             map: r.map,

@@ -11,6 +11,9 @@
 //! - [`Client::reserve`]: a block of a uid's seqs in one call. [`ProcessOrderedBlocks`] reserves
 //!   blocks ahead and hands values out from memory: unique everywhere, increasing within the
 //!   process only (Leaf-segment's client mode; its name says what it does not promise).
+//! - [`Client::counter_next`], [`Client::counter_reserve`], [`Client::counter_get`]: named
+//!   counters (`"orders"`), each key its own strictly increasing sequence, routed by the key's
+//!   place in the uid space (`seqsvr_proto::keys`).
 //! - [`Client::next_ids`] / [`Client::next_id`]: time-ordered ids, unique in the whole cluster, from
 //!   any AllocSvr that holds a slot (no routing; another is asked when one cannot answer).
 //! - [`MapView`]: the cluster map learned from replies (sent with the caller's map version in a
@@ -59,7 +62,7 @@ mod routing_props;
 pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
-pub use client::{Block, Client, CurSeq, Fetched, Owner};
+pub use client::{Block, Client, CounterBlock, Counted, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};

@@ -64,7 +64,7 @@ pub(crate) fn alloc_client(cli: &Cli) -> Result<Client, Failure> {
     Ok(Client::new(cfg)?)
 }
 
-fn owner_json(o: &Option<Owner>) -> Value {
+pub(crate) fn owner_json(o: &Option<Owner>) -> Value {
     match o {
         Some(o) => json!({
             "section": o.section.0, "node_id": o.node_id.0, "incarnation": o.incarnation.0, "epoch": o.epoch.0,
@@ -73,7 +73,7 @@ fn owner_json(o: &Option<Owner>) -> Value {
     }
 }
 
-fn owner_cells(o: &Option<Owner>) -> [String; 4] {
+pub(crate) fn owner_cells(o: &Option<Owner>) -> [String; 4] {
     match o {
         Some(o) => [o.section.0, o.node_id.0, o.incarnation.0, o.epoch.0].map(|v| v.to_string()),
         None => ["-", "-", "-", "-"].map(String::from),

@@ -13,6 +13,7 @@
 mod audit;
 mod backup;
 mod certs;
+mod counters;
 mod data;
 mod drain;
 mod ids;
@@ -87,6 +88,11 @@ enum Cmd {
     Batch {
         #[arg(required = true)]
         uids: Vec<u64>,
+    },
+    /// Named counters: `next KEY`, `reserve KEY COUNT`, `get KEY` (needs --alloc).
+    Counter {
+        #[command(subcommand)]
+        action: counters::CounterCmd,
     },
     /// Time-ordered ids: `next [N]` (needs --alloc), `decode ID` (--store, or the layout flags).
     Id {
@@ -234,6 +240,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Get { uid } => data::get(cli, Uid(*uid)).await,
         Cmd::Reserve { uid, count } => data::reserve(cli, Uid(*uid), *count).await,
         Cmd::Batch { uids } => data::fetch(cli, &uids.iter().map(|&u| Uid(u)).collect::<Vec<_>>(), true).await,
+        Cmd::Counter { action } => counters::counter(cli, action).await,
         Cmd::Id { action } => ids::id(cli, action).await,
         Cmd::Status => status::status(cli).await,
         Cmd::Routes => data::routes(cli).await,
