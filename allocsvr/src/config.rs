@@ -85,6 +85,13 @@ pub struct Cli {
     /// TEST ONLY, breaks P1: a block of seqs starts at the uid's last seq instead of above it.
     #[arg(long, hide = true)]
     pub unsafe_block_overlap: bool,
+    /// TEST ONLY, breaks P6 for keys: every counter key of a section shares one `cur_seq`.
+    #[arg(long, hide = true)]
+    pub unsafe_keys_share_seq: bool,
+    /// TEST ONLY, breaks P1 for keys: keys forgotten for the memory bound restart at the
+    /// section's loaded base, below values they were given.
+    #[arg(long, hide = true)]
+    pub unsafe_keys_forget_to_base: bool,
     /// TEST ONLY, breaks U1: a slot's new holder issues from its own clock, not above the mark the
     /// store reported (its floor).
     #[arg(long, hide = true)]
@@ -121,6 +128,9 @@ pub struct UnsafeSwitches {
     pub ids: crate::issuer::UnsafeIssuing,
     /// A block (`Reserve`) starts at the uid's last seq, overlapping what it was given before.
     pub block_overlap: bool,
+    /// Counter keys of a section share one `cur_seq`; forgotten keys restart at the base.
+    pub keys_share_seq: bool,
+    pub keys_forget_to_base: bool,
 }
 
 impl UnsafeSwitches {
@@ -130,6 +140,8 @@ impl UnsafeSwitches {
             || self.serve_before_bump_ack
             || self.keep_memory
             || self.block_overlap
+            || self.keys_share_seq
+            || self.keys_forget_to_base
             || self.ids != crate::issuer::UnsafeIssuing::default()
     }
 }
@@ -238,6 +250,8 @@ impl Cli {
                         ignore_mark: self.unsafe_ids_ignore_mark,
                     },
                     block_overlap: self.unsafe_block_overlap,
+                    keys_share_seq: self.unsafe_keys_share_seq,
+                    keys_forget_to_base: self.unsafe_keys_forget_to_base,
                 },
                 repeat_releases_after: self.test_repeat_releases_after_ms.map(Duration::from_millis),
                 serve_limits,

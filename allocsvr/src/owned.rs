@@ -230,6 +230,8 @@ mod tests {
             step: 100,
             unsafe_serve_before_ack: false,
             unsafe_block_overlap: false,
+            unsafe_keys_share_seq: false,
+            unsafe_keys_forget_to_base: false,
         };
         Arc::new(Slot::new(
             Section::new(SectionId(section), Epoch(epoch), spec, now),

@@ -99,6 +99,11 @@ pub struct SectionSpec {
     /// Negative control `--unsafe-block-overlap`: a block of more than one seq starts at the
     /// uid's `cur_seq` (handed out already) instead of above it.
     pub unsafe_block_overlap: bool,
+    /// Negative controls of counter keys: every key of the section shares one `cur_seq`
+    /// (`--unsafe-keys-share-seq`); forgotten keys restart at the loaded base, below values they
+    /// were given (`--unsafe-keys-forget-to-base`).
+    pub unsafe_keys_share_seq: bool,
+    pub unsafe_keys_forget_to_base: bool,
 }
 
 /// One owned section under one epoch.
@@ -212,7 +217,9 @@ impl Section {
     /// Forgets every key: each restarts above everything this section issued. Returns how many.
     pub fn forget_keys(&mut self) -> usize {
         let n = self.keys.len();
-        self.key_floor = self.key_floor.max(self.hi);
+        if !self.spec.unsafe_keys_forget_to_base {
+            self.key_floor = self.key_floor.max(self.hi);
+        }
         self.keys = HashMap::new();
         self.key_bytes = 0;
         if let Some(b) = &self.budget {
@@ -222,13 +229,23 @@ impl Section {
     }
 
     fn current(&self, who: Counter<'_>, base: u64) -> u64 {
+        let who = self.unsafe_shared(who);
         match who {
             Counter::Uid(offset) => self.cur.get(offset).copied().unwrap_or(base),
             Counter::Key(key) => self.keys.get(key).copied().unwrap_or(self.key_floor),
         }
     }
 
+    /// Every key as one under `--unsafe-keys-share-seq`.
+    fn unsafe_shared<'k>(&self, who: Counter<'k>) -> Counter<'k> {
+        match who {
+            Counter::Key(_) if self.spec.unsafe_keys_share_seq => Counter::Key(""),
+            who => who,
+        }
+    }
+
     fn set_current(&mut self, who: Counter<'_>, base: u64, value: u64) {
+        let who = self.unsafe_shared(who);
         match who {
             Counter::Uid(offset) => {
                 if self.cur.is_empty() {
@@ -434,6 +451,8 @@ mod tests {
             step: STEP,
             unsafe_serve_before_ack,
             unsafe_block_overlap: false,
+            unsafe_keys_share_seq: false,
+            unsafe_keys_forget_to_base: false,
         }
     }
 

@@ -321,6 +321,8 @@ impl AllocState {
                 step: self.params.step,
                 unsafe_serve_before_ack: self.unsafe_switches.serve_before_bump_ack,
                 unsafe_block_overlap: self.unsafe_switches.block_overlap,
+                unsafe_keys_share_seq: self.unsafe_switches.keys_share_seq,
+                unsafe_keys_forget_to_base: self.unsafe_switches.keys_forget_to_base,
             };
             let slot = Arc::new(Slot::new(
                 Section::new(g.id, g.epoch, spec, serve_after).with_key_budget(self.keys.clone()),

@@ -62,7 +62,7 @@ mod routing_props;
 pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
-pub use client::{Block, Client, CounterBlock, Counted, CurSeq, Fetched, Owner};
+pub use client::{Block, Client, Counted, CounterBlock, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};

@@ -59,8 +59,26 @@ pub(crate) async fn counter(cli: &Cli, cmd: &CounterCmd) -> Result<String, Failu
     let [s, n, i, e] = owner_cells(&owner);
     Ok(match (last, count) {
         (Some(last), Some(count)) => table(
-            &["KEY", "FIRST", "LAST", "COUNT", "SECTION", "NODE", "INCARNATION", "EPOCH"],
-            vec![vec![key.clone(), value.to_string(), last.to_string(), count.to_string(), s, n, i, e]],
+            &[
+                "KEY",
+                "FIRST",
+                "LAST",
+                "COUNT",
+                "SECTION",
+                "NODE",
+                "INCARNATION",
+                "EPOCH",
+            ],
+            vec![vec![
+                key.clone(),
+                value.to_string(),
+                last.to_string(),
+                count.to_string(),
+                s,
+                n,
+                i,
+                e,
+            ]],
         ),
         _ => table(
             &["KEY", "VALUE", "SECTION", "NODE", "INCARNATION", "EPOCH"],

@@ -42,6 +42,11 @@ pub struct DstArgs {
     /// n fetches each (a seed's schedule then differs from its schedule without).
     #[arg(long)]
     blocks: bool,
+    /// Named counters: a share of the routing clients' single calls ask one of 24 keys instead of
+    /// a uid, each checked as a sequence of its own (a seed's schedule then differs from its
+    /// schedule without).
+    #[arg(long)]
+    keys: bool,
     #[command(flatten)]
     controls: crate::flags::NegativeControls,
 }
@@ -77,6 +82,9 @@ impl DstArgs {
         o.ids = self.ids;
         o.blocks = self.blocks;
         o.alloc.block_overlap = c.unsafe_block_overlap;
+        o.keys = self.keys;
+        o.alloc.keys_share_seq = c.unsafe_keys_share_seq;
+        o.alloc.keys_forget_to_base = c.unsafe_keys_forget_to_base;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
@@ -91,6 +99,12 @@ pub fn run(args: DstArgs) -> ExitCode {
     }
     if !args.blocks && args.controls.unsafe_block_overlap {
         eprintln!("sim dst: --unsafe-block-overlap needs --blocks (without it no block is served)");
+        return ExitCode::from(2);
+    }
+    if !args.keys
+        && let Some(f) = args.controls.needs_keys()
+    {
+        eprintln!("sim dst: {f} needs --keys (without it no counter key is asked for)");
         return ExitCode::from(2);
     }
     if !args.ids

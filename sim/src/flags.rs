@@ -76,6 +76,13 @@ pub struct NegativeControls {
     /// AllocSvr (with `--blocks`): a block starts at the uid's last seq instead of above it.
     #[arg(long)]
     pub unsafe_block_overlap: bool,
+    /// AllocSvr (with `--keys`): every counter key of a section shares one `cur_seq`.
+    #[arg(long)]
+    pub unsafe_keys_share_seq: bool,
+    /// AllocSvr (with `--keys`): keys forgotten for the memory bound restart at the section's
+    /// loaded base instead of above everything it issued.
+    #[arg(long)]
+    pub unsafe_keys_forget_to_base: bool,
 }
 
 impl NegativeControls {
@@ -99,6 +106,8 @@ impl NegativeControls {
             (self.unsafe_ids_ignore_floor, "--unsafe-ids-ignore-floor"),
             (self.unsafe_ids_ignore_mark, "--unsafe-ids-ignore-mark"),
             (self.unsafe_block_overlap, "--unsafe-block-overlap"),
+            (self.unsafe_keys_share_seq, "--unsafe-keys-share-seq"),
+            (self.unsafe_keys_forget_to_base, "--unsafe-keys-forget-to-base"),
         ])
     }
 
@@ -109,6 +118,17 @@ impl NegativeControls {
             (self.unsafe_skip_slot_fence, "--unsafe-skip-slot-fence"),
             (self.unsafe_ids_ignore_floor, "--unsafe-ids-ignore-floor"),
             (self.unsafe_ids_ignore_mark, "--unsafe-ids-ignore-mark"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+
+    /// The first switch given that breaks a rule of counter keys: only a run that asks keys
+    /// (`--keys`) can show what it breaks.
+    pub fn needs_keys(&self) -> Option<&'static str> {
+        [
+            (self.unsafe_keys_share_seq, "--unsafe-keys-share-seq"),
+            (self.unsafe_keys_forget_to_base, "--unsafe-keys-forget-to-base"),
         ]
         .into_iter()
         .find_map(|(set, name)| set.then_some(name))

@@ -37,6 +37,7 @@ pub mod checks;
 pub mod dst;
 pub mod history;
 pub mod id_workload;
+pub mod keys;
 pub mod load;
 pub mod proxy;
 pub mod run;

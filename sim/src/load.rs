@@ -118,6 +118,7 @@ fn workload_params(opts: &LoadOpts) -> WorkloadParams {
         hot_per_section: 4,
         max_batch: 16,
         max_block: 0,
+        keys: 0,
     }
 }
 

@@ -52,8 +52,13 @@ pub(crate) async fn verify_served(probe: &Client, rec: &Recorder, touched: &[u64
     let mut left: Vec<u64> = touched.to_vec();
     while !left.is_empty() && Instant::now() < deadline {
         let mut served = HashSet::new();
-        for chunk in left.chunks(500) {
+        let (keys, uids): (Vec<u64>, Vec<u64>) = left.iter().partition(|&&s| s & crate::keys::KEY_SUBJECT != 0);
+        for chunk in uids.chunks(500) {
             served.extend(rec.batch(probe, 0, chunk).await);
+        }
+        for subject in keys {
+            rec.fetch_subject(probe, 0, subject).await;
+            served.insert(subject);
         }
         left.retain(|u| !served.contains(u));
         if !left.is_empty() {

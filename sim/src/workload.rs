@@ -34,6 +34,9 @@ pub struct WorkloadParams {
     pub max_batch: usize,
     /// Largest block (`Reserve`); 0: no blocks, and the calls drawn are those of before blocks.
     pub max_block: u32,
+    /// Named counters asked for ([`crate::keys`]); 0: none, and the calls drawn are those of
+    /// before keys.
+    pub keys: u32,
 }
 
 /// Counters for the progress line.
@@ -132,6 +135,53 @@ impl Recorder {
             (b.seqs().collect(), b.owner)
         })
         .await;
+    }
+
+    /// One `CounterNext` of key `i`, recorded under the key's subject.
+    pub async fn counter_next(&self, client: &Client, client_id: u32, i: u64) {
+        let key = crate::keys::name(i);
+        self.single(
+            client_id,
+            crate::keys::subject(i),
+            CallKind::Fetch,
+            client.counter_next(&key),
+            |c| (c.value, c.owner),
+        )
+        .await;
+    }
+
+    /// One `CounterReserve(key i, n)`, recorded as the key's subject n times with the values.
+    pub async fn counter_reserve(&self, client: &Client, client_id: u32, i: u64, n: u32) {
+        let key = crate::keys::name(i);
+        let call = client.counter_reserve(&key, n);
+        let subject = crate::keys::subject(i);
+        self.record_one(client_id, vec![subject; n as usize], CallKind::Reserve, call, |b| {
+            (b.values().collect(), b.owner)
+        })
+        .await;
+    }
+
+    /// One `CounterGet` of key `i`, recorded.
+    pub async fn counter_get(&self, client: &Client, client_id: u32, i: u64) {
+        let key = crate::keys::name(i);
+        self.single(
+            client_id,
+            crate::keys::subject(i),
+            CallKind::Get,
+            client.counter_get(&key),
+            |c| (c.value, c.owner),
+        )
+        .await;
+    }
+
+    /// The next value of a uid or key subject (the verify phase's fetch).
+    pub async fn fetch_subject(&self, client: &Client, client_id: u32, subject: u64) {
+        if subject & crate::keys::KEY_SUBJECT != 0 {
+            self.counter_next(client, client_id, subject & !crate::keys::KEY_SUBJECT)
+                .await;
+        } else {
+            self.fetch(client, client_id, subject).await;
+        }
     }
 
     /// One `GetCurSeq`, recorded.
@@ -302,7 +352,22 @@ pub async fn run_client(
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let roll = rng.random_range(0..100);
-        if roll < 60 {
+        // Drawn only with keys on, so that runs without them keep their schedules.
+        let key = (p.keys > 0 && rng.random_bool(0.4)).then(|| rng.random_range(0..u64::from(p.keys)));
+        if let Some(i) = key
+            && roll < 60
+        {
+            if p.max_block > 0 && rng.random_bool(0.3) {
+                let n = rng.random_range(1..=p.max_block);
+                rec.counter_reserve(&client, client_id, i, n).await;
+            } else {
+                rec.counter_next(&client, client_id, i).await;
+            }
+        } else if let Some(i) = key
+            && roll >= 80
+        {
+            rec.counter_get(&client, client_id, i).await;
+        } else if roll < 60 {
             let uid = pick_uid(&mut rng);
             // Drawn only with blocks on, so that runs without them keep their schedules.
             if p.max_block > 0 && rng.random_bool(0.3) {
@@ -452,6 +517,7 @@ mod tests {
             hot_per_section: 3,
             max_batch: 8,
             max_block: 0,
+            keys: 0,
         }
     }
 

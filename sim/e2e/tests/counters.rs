@@ -76,7 +76,9 @@ async fn every_key_counts_on_its_own_and_stays_above_itself_across_an_owner_kill
             }
             last.insert(k, v);
             // A uid at the key's position is another sequence: fetching it moves nothing of the key.
-            let _ = client.fetch_next_seq(seqsvr_proto::keys::position(k, e2e::UID_LIMIT)).await;
+            let _ = client
+                .fetch_next_seq(seqsvr_proto::keys::position(k, e2e::UID_LIMIT))
+                .await;
         }
     }
     let sections: std::collections::BTreeSet<u64> = keys
@@ -105,15 +107,27 @@ async fn every_key_counts_on_its_own_and_stays_above_itself_across_an_owner_kill
     let all = std::mem::take(&mut *taken.lock().await);
     check_ranges(&all, before);
     let hot_last = all.iter().map(|(_, _, r)| r.end - 1).max().unwrap();
-    assert_eq!(client.counter_get(hot).await.expect("get").value, hot_last, "P5 for a key");
+    assert_eq!(
+        client.counter_get(hot).await.expect("get").value,
+        hot_last,
+        "P5 for a key"
+    );
 
     // The hot key's owner dies: the next owner starts every key above what it was given.
-    let owner = client.counter_next(hot).await.expect("next").owner.expect("owner").node_id;
+    let owner = client
+        .counter_next(hot)
+        .await
+        .expect("next")
+        .owner
+        .expect("owner")
+        .node_id;
     c.kill(Role::Alloc, owner.0);
     let other = NodeId(if owner.0 == 1 { 2 } else { 1 });
-    let v = poll("a value of the hot key from the next owner", Duration::from_secs(15), || async {
-        client.counter_next(hot).await.ok()
-    })
+    let v = poll(
+        "a value of the hot key from the next owner",
+        Duration::from_secs(15),
+        || async { client.counter_next(hot).await.ok() },
+    )
     .await;
     assert_eq!(v.owner.map(|o| o.node_id), Some(other));
     assert!(v.value > hot_last + 1, "{} after {}", v.value, hot_last + 1);
@@ -171,7 +185,10 @@ async fn bad_keys_and_counts_get_invalid_argument_and_exit_2_and_take_nothing() 
         }
     }
     for (count, names) in [(0, "1..=1000"), (step + 1, "step 1000"), (u32::MAX, "step 1000")] {
-        let err = raw.counter_reserve(req(key.as_bytes(), count)).await.expect_err("bad block");
+        let err = raw
+            .counter_reserve(req(key.as_bytes(), count))
+            .await
+            .expect_err("bad block");
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
         assert!(err.message().contains(names), "{err}");
     }
@@ -204,8 +221,15 @@ async fn bad_keys_and_counts_get_invalid_argument_and_exit_2_and_take_nothing() 
     );
 
     // And the good calls, as JSON.
-    let n = seqctl.json(&["counter", "next", key]).await.expect("counter next --json");
-    assert_eq!((n["key"].as_str(), n["value"].as_u64()), (Some(key), Some(first + 1)), "{n}");
+    let n = seqctl
+        .json(&["counter", "next", key])
+        .await
+        .expect("counter next --json");
+    assert_eq!(
+        (n["key"].as_str(), n["value"].as_u64()),
+        (Some(key), Some(first + 1)),
+        "{n}"
+    );
     let b = seqctl
         .json(&["counter", "reserve", key, "1000"])
         .await

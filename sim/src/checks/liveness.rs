@@ -7,6 +7,7 @@
 
 use super::{Promise, Violation};
 use crate::history::{Call, IdCall, Outcome};
+use crate::keys::label;
 use std::collections::{BTreeMap, HashSet};
 
 pub fn check(calls: &[Call], verify_from_ns: u64) -> Vec<Violation> {
@@ -27,7 +28,7 @@ pub fn check(calls: &[Call], verify_from_ns: u64) -> Vec<Violation> {
         .map(|(uid, last)| {
             Violation::new(
                 Promise::Liveness,
-                format!("uid {uid} was not served again after the final heal"),
+                format!("{} was not served again after the final heal", label(uid)),
                 vec![last],
             )
         })

@@ -232,7 +232,7 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         }
         r.add(
             Promise::P2,
-            p2_durable::check(&history.calls, history.info.section_size, max)?,
+            p2_durable::check(&history.calls, history.info.section_size, history.info.uid_limit, max)?,
         );
     }
     r.add(Promise::P3, p3_monotonic::check(&history.polls));
@@ -244,6 +244,7 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         &history.faults,
         history.info.fault_free,
         history.info.section_size,
+        history.info.uid_limit,
     );
     r.p6 = stats;
     r.add(Promise::P6, p6);

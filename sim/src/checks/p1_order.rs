@@ -7,6 +7,7 @@
 
 use super::{Obs, Promise, Violation, ok_obs_by_uid, sweep_completed_before};
 use crate::history::Call;
+use crate::keys::label;
 
 /// All P1 violations of the history, ordered by uid then time.
 pub fn check(calls: &[Call]) -> Vec<Violation> {
@@ -24,7 +25,7 @@ fn check_uid(uid: u64, obs: &[Obs], out: &mut Vec<Violation>) {
     for o in obs.iter().filter(|o| o.value == 0) {
         out.push(Violation::new(
             Promise::P1,
-            format!("uid {uid}: ok fetch returned seq 0"),
+            format!("{}: ok fetch returned seq 0", label(uid)),
             vec![o.call],
         ));
     }
@@ -35,8 +36,14 @@ fn check_uid(uid: u64, obs: &[Obs], out: &mut Vec<Violation>) {
             out.push(Violation::new(
                 Promise::P1,
                 format!(
-                    "uid {uid}: seq went from {} (call {} completed at {} ns) to {} (call {} invoked at {} ns)",
-                    a.value, a.call, a.complete_ns, b.value, b.call, b.invoke_ns
+                    "{}: seq went from {} (call {} completed at {} ns) to {} (call {} invoked at {} ns)",
+                    label(uid),
+                    a.value,
+                    a.call,
+                    a.complete_ns,
+                    b.value,
+                    b.call,
+                    b.invoke_ns
                 ),
                 vec![a.call, b.call],
             ));
@@ -48,7 +55,7 @@ fn check_uid(uid: u64, obs: &[Obs], out: &mut Vec<Violation>) {
         if w[0].value == w[1].value {
             out.push(Violation::new(
                 Promise::P1,
-                format!("uid {uid}: seq {} handed out twice", w[0].value),
+                format!("{}: seq {} handed out twice", label(uid), w[0].value),
                 vec![w[0].call, w[1].call],
             ));
         }

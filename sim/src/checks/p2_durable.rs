@@ -7,23 +7,28 @@
 
 use super::{CheckError, Promise, Violation};
 use crate::history::Call;
+use crate::keys::{label, section_of};
 use std::collections::BTreeMap;
 
 /// All P2 violations. A section with no final `max_seq` is a harness problem, not a violation.
 pub fn check(
     calls: &[Call],
     section_size: u64,
+    uid_limit: u64,
     final_max_seqs: &BTreeMap<u64, u64>,
 ) -> Result<Vec<Violation>, CheckError> {
     let mut out = Vec::new();
     for c in calls {
         for (uid, value) in c.ok_values() {
-            let section = uid / section_size;
+            let section = section_of(uid, section_size, uid_limit);
             let max = *final_max_seqs.get(&section).ok_or(CheckError::MissingMaxSeq(section))?;
             if value > max {
                 out.push(Violation::new(
                     Promise::P2,
-                    format!("uid {uid}: value {value} above the final max_seq {max} of section {section}"),
+                    format!(
+                        "{}: value {value} above the final max_seq {max} of section {section}",
+                        label(uid)
+                    ),
                     vec![c.id],
                 ));
             }
@@ -60,7 +65,7 @@ mod tests {
             ),
         ];
         for (name, calls, want) in cases {
-            assert_eq!(ids(&check(&calls, 10, &max).unwrap()), want, "{name}");
+            assert_eq!(ids(&check(&calls, 10, 1_000, &max).unwrap()), want, "{name}");
         }
     }
 
@@ -68,7 +73,7 @@ mod tests {
     fn missing_section_is_a_harness_error() {
         let max: BTreeMap<u64, u64> = [(0, 100)].into();
         assert_eq!(
-            check(&[fetch(1, 25, 0, 1, 1)], 10, &max),
+            check(&[fetch(1, 25, 0, 1, 1)], 10, 1_000, &max),
             Err(CheckError::MissingMaxSeq(2))
         );
     }

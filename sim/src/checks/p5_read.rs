@@ -7,6 +7,7 @@
 
 use super::{Promise, Violation, ok_obs_by_uid, sweep_completed_before};
 use crate::history::Call;
+use crate::keys::label;
 
 pub fn check(calls: &[Call]) -> Vec<Violation> {
     let fetches = ok_obs_by_uid(calls, true);
@@ -23,8 +24,11 @@ pub fn check(calls: &[Call]) -> Vec<Violation> {
                 out.push(Violation::new(
                     Promise::P5,
                     format!(
-                        "uid {uid}: get returned {} below seq {} fetched by call {} before the get began",
-                        g.value, f.value, f.call
+                        "{}: get returned {} below seq {} fetched by call {} before the get began",
+                        label(uid),
+                        g.value,
+                        f.value,
+                        f.call
                     ),
                     vec![f.call, g.call],
                 ));

@@ -13,6 +13,7 @@
 
 use super::{Promise, Violation};
 use crate::history::{Call, FaultSpan, Outcome, OwnerTag};
+use crate::keys::{label, section_of};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -45,21 +46,21 @@ fn owner_for(owners: &[OwnerTag], section: Option<u64>) -> Option<(u64, u64)> {
     pick.map(|o| (o.incarnation, o.epoch))
 }
 
-/// `section_size` (0 = unknown) lets a batch reply's owners be matched to a uid.
+/// Without sections: a batch reply's owners are matched to a uid only when there is one.
 pub fn check(calls: &[Call], faults: &[FaultSpan], fault_free: bool) -> (Vec<Violation>, GapStats) {
-    check_with_sections(calls, faults, fault_free, 0)
+    check_with_sections(calls, faults, fault_free, 0, 0)
 }
 
 /// Every ok value per uid (with who served it), and the invoke times of the calls per uid that
 /// failed or whose outcome is unknown (each may have used up a number).
-fn collect(calls: &[Call], section_size: u64) -> (HashMap<u64, Vec<Seen>>, HashMap<u64, Vec<u64>>) {
+fn collect(calls: &[Call], section_size: u64, uid_limit: u64) -> (HashMap<u64, Vec<Seen>>, HashMap<u64, Vec<u64>>) {
     let mut seen: HashMap<u64, Vec<Seen>> = HashMap::new();
     let mut doubtful: HashMap<u64, Vec<u64>> = HashMap::new();
     for c in calls.iter().filter(|c| c.is_fetch()) {
         match c.outcome {
             Outcome::Ok => {
                 for (uid, value) in c.ok_values() {
-                    let section = (section_size > 0).then(|| uid / section_size);
+                    let section = (section_size > 0).then(|| section_of(uid, section_size, uid_limit));
                     seen.entry(uid).or_default().push(Seen {
                         call: c.id,
                         invoke_ns: c.invoke_ns,
@@ -79,13 +80,16 @@ fn collect(calls: &[Call], section_size: u64) -> (HashMap<u64, Vec<Seen>>, HashM
     (seen, doubtful)
 }
 
+/// `section_size` (0 = unknown) and `uid_limit` (where keys are placed) let a batch reply's
+/// owners be matched to a uid or key.
 pub fn check_with_sections(
     calls: &[Call],
     faults: &[FaultSpan],
     fault_free: bool,
     section_size: u64,
+    uid_limit: u64,
 ) -> (Vec<Violation>, GapStats) {
-    let (mut seen, mut doubtful) = collect(calls, section_size);
+    let (mut seen, mut doubtful) = collect(calls, section_size, uid_limit);
     let mut stats = GapStats::default();
     let mut out = Vec::new();
     let mut uids: Vec<_> = seen.keys().copied().collect();
@@ -123,8 +127,10 @@ pub fn check_with_sections(
                 out.push(Violation::new(
                     Promise::P6,
                     format!(
-                        "uid {uid}: seq jumped from {} to {} under one owner with no fault",
-                        a.value, b.value
+                        "{}: seq jumped from {} to {} under one owner with no fault",
+                        label(uid),
+                        a.value,
+                        b.value
                     ),
                     vec![a.call, b.call],
                 ));

@@ -94,6 +94,12 @@ pub struct Options {
     /// [`MAX_BLOCK`] seqs (or the set's step), checked as n fetches each. Off, a seed runs the
     /// schedule it ran before blocks existed.
     pub blocks: bool,
+    /// Named counters (`--keys`): a share of the routing clients' single calls ask one of
+    /// [`crate::keys::KEYS`] keys instead of a uid (next, blocks with `--blocks`, get), each key
+    /// checked as a subject of its own; every AllocSvr holds at most
+    /// [`crate::keys::MAX_LIVE_KEYS`], so keys are forgotten and come back. Off, a seed runs the
+    /// schedule it ran before keys existed.
+    pub keys: bool,
 }
 
 /// Largest block `--blocks` draws: the seeds' steps are 10 to 50.
@@ -122,6 +128,8 @@ impl Options {
         add(self.alloc.ids.ignore_floor, "unsafe-ids-ignore-floor");
         add(self.alloc.ids.ignore_mark, "unsafe-ids-ignore-mark");
         add(self.alloc.block_overlap, "unsafe-block-overlap");
+        add(self.alloc.keys_share_seq, "unsafe-keys-share-seq");
+        add(self.alloc.keys_forget_to_base, "unsafe-keys-forget-to-base");
         if let Some(ppm) = self.clock.drift_ppm {
             out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
         }
@@ -130,6 +138,9 @@ impl Options {
         }
         if self.ids {
             out.push_str(" --ids");
+        }
+        if self.keys {
+            out.push_str(" --keys");
         }
         if self.blocks {
             out.push_str(" --blocks");
@@ -254,7 +265,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     };
     let poller = tokio::spawn(poll(world.clone(), rec.clone()));
     let stop = Arc::new(AtomicBool::new(false));
-    let wp = workload_params(seed, &p, opts.blocks);
+    let wp = workload_params(seed, &p, opts.blocks, opts.keys);
     spawn_clients(&world, seed, &wp, &rec, &stop);
     if opts.ids {
         ids::spawn_clients(&world, seed, &rec, &stop);
@@ -352,7 +363,7 @@ fn groups(p: &SetParams, opts: &Options) -> Vec<Group> {
         .collect()
 }
 
-fn workload_params(seed: u64, p: &SetParams, blocks: bool) -> WorkloadParams {
+fn workload_params(seed: u64, p: &SetParams, blocks: bool, keys: bool) -> WorkloadParams {
     WorkloadParams {
         seed,
         clients: CLIENTS,
@@ -363,6 +374,7 @@ fn workload_params(seed: u64, p: &SetParams, blocks: bool) -> WorkloadParams {
         max_batch: 4,
         // Blocks up to a step (one bump's room) but short enough for a history of values.
         max_block: if blocks { p.step.min(MAX_BLOCK) as u32 } else { 0 },
+        keys: if keys { crate::keys::KEYS } else { 0 },
     }
 }
 
@@ -530,8 +542,8 @@ async fn verify(world: &Arc<World>, seed: u64, rec: &Arc<Recorder>) {
         .iter()
         .copied()
         .collect();
-    for uid in touched {
-        rec.fetch(&client, CLIENTS, uid).await;
+    for subject in touched {
+        rec.fetch_subject(&client, CLIENTS, subject).await;
     }
 }
 

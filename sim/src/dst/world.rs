@@ -367,6 +367,7 @@ impl World {
             cfg.lease_clock = world.lease_clock(i).into();
             cfg.id_clock = world.id_clock(i);
             cfg.start_timeout = Duration::from_secs(3_600);
+            cfg.max_live_keys = crate::keys::MAX_LIVE_KEYS;
             let Ok(core) = Core::start(&cfg, store, addr).await else {
                 return;
             };

@@ -75,6 +75,8 @@ pub struct RunOpts {
     pub ids: Option<seqsvr_proto::id_layout::IdLayout>,
     /// Largest block of the routing clients' `Reserve` calls (`--blocks`); 0: none.
     pub max_block: u32,
+    /// Named counters asked for beside the uids (`--keys`; 0: none).
+    pub keys: u32,
 }
 
 /// The verdict of a run that completed (a harness failure is an `Err` instead).
@@ -131,6 +133,7 @@ fn workload_params(opts: &RunOpts) -> WorkloadParams {
         hot_per_section: 4,
         max_batch: 16,
         max_block: opts.max_block,
+        keys: opts.keys,
     }
 }
 
