@@ -182,3 +182,24 @@ fn a_target_serving_before_the_source_owner_is_gone_is_caught() {
         &["OneSet", "P1"],
     );
 }
+
+/// Named counters broken: with `--unsafe-keys-share-seq` every key of a section counts on one
+/// shared `cur_seq`, so a key's values skip what the section's other keys took. No value repeats
+/// and each key still rises, so only P6 can see it: a run without faults (where every AllocSvr
+/// keeps every key, and a gap is a violation) must find a key whose value jumped.
+#[test]
+fn keys_sharing_one_cur_seq_skip_values_and_are_caught() {
+    expect_violation(
+        "neg-keys-share-seq",
+        &[
+            "--seed",
+            "7",
+            "--duration",
+            "15s",
+            "--no-faults",
+            "--keys",
+            "--unsafe-keys-share-seq",
+        ],
+        &["P6"],
+    );
+}
