@@ -6,6 +6,9 @@
 //! marked *maybe taken* and retried, and if no later round gives it a value it ends as
 //! [`ClientError::Unknown`]. Rounds are bounded by the deadline and `max_attempts`.
 //!
+//! Named counters' keys go the same way (`CounterBatch`), routed by their place in the uid space
+//! (`seqsvr_proto::keys::position`, under the newest table's uid limit).
+//!
 //! Deliberately left out: retrying only the part of a batch that a transport error hit more finely
 //! than per RPC — the whole RPC's uids are retried, which is safe because gaps are allowed (P6 counts
 //! them as waste only under faults).
@@ -17,7 +20,7 @@ use futures::future::join_all;
 use seqsvr_proto::{Uid, pb};
 use tokio::time::Instant;
 
-use crate::client::{AttemptError, Client, Fetched, Owner, Unsettled};
+use crate::client::{AttemptError, Client, Counted, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
 use crate::routing::{RouteSet, target_addr};
@@ -29,6 +32,51 @@ pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
 
 /// Most uids in one call of [`Client::batch_fetch`]: bounds the memory and the RPCs of one call.
 pub const MAX_UIDS_PER_CALL: usize = 100_000;
+
+/// What one batch asks for: uids, or counter keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Items<'a> {
+    Uids(&'a [Uid]),
+    Keys(&'a [&'a str]),
+}
+
+impl Items<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Items::Uids(u) => u.len(),
+            Items::Keys(k) => k.len(),
+        }
+    }
+
+    /// The uid item `i` is routed by: a key's position under the table's uid limit.
+    fn routed_by(&self, i: usize, routes: &RouteSet) -> Uid {
+        match self {
+            Items::Uids(u) => u[i],
+            Items::Keys(k) => seqsvr_proto::keys::position(k[i], routes.uid_limit().unwrap_or(1)),
+        }
+    }
+
+    /// How item `i` reads in an error.
+    fn label(&self, i: usize) -> String {
+        match self {
+            Items::Uids(u) => format!("uid {}", u[i]),
+            Items::Keys(k) => format!("key {:?}", k[i]),
+        }
+    }
+}
+
+/// The part of a `BatchFetchNextSeqReply` or `CounterBatchReply` a round reads.
+struct BatchReply {
+    outcomes: Vec<i32>,
+    values: Vec<u64>,
+    routes: Option<pb::RouteTable>,
+    owners: Vec<pb::Owner>,
+    map: Option<pb::ClusterMap>,
+}
 
 /// One uid's progress through the rounds.
 #[derive(Default)]
@@ -90,17 +138,43 @@ impl Client {
             ));
         }
         let deadline = Instant::now() + self.inner.cfg.deadline;
-        Ok(self.batch_fetch_until(uids, deadline).await)
+        Ok(self.batch_fetch_until(Items::Uids(uids), deadline).await)
+    }
+
+    /// The next value of every named counter in `keys`, one result per key, in request order
+    /// (`CounterBatch`, split by owner like [`Client::batch_fetch_each`]). A key listed twice gets
+    /// two distinct values. The outer error is for the call as a whole: nothing was sent.
+    pub async fn counter_batch(&self, keys: &[&str]) -> Result<Vec<Result<Counted, ClientError>>, ClientError> {
+        if keys.len() > MAX_UIDS_PER_CALL {
+            return Err(ClientError::failed(
+                FailureKind::InvalidArgument,
+                format!("{} keys in one call; at most {MAX_UIDS_PER_CALL}", keys.len()),
+            ));
+        }
+        if let Some(Err(e)) = keys
+            .iter()
+            .map(|k| seqsvr_proto::keys::check_key(k.as_bytes()))
+            .find(Result::is_err)
+        {
+            return Err(ClientError::failed(FailureKind::InvalidArgument, e.to_string()));
+        }
+        let deadline = Instant::now() + self.inner.cfg.deadline;
+        let results = self.batch_fetch_until(Items::Keys(keys), deadline).await;
+        Ok(results.into_iter().map(|r| r.map(Counted::from)).collect())
     }
 
     /// The rounds of a batch fetch, ending at `deadline` (used by the coalescer with its callers' own).
-    pub(crate) async fn batch_fetch_until(&self, uids: &[Uid], deadline: Instant) -> Vec<Result<Fetched, ClientError>> {
-        let mut slots: Vec<Slot> = uids.iter().map(|_| Slot::default()).collect();
-        let mut pending: Vec<usize> = (0..uids.len()).collect();
+    pub(crate) async fn batch_fetch_until(
+        &self,
+        items: Items<'_>,
+        deadline: Instant,
+    ) -> Vec<Result<Fetched, ClientError>> {
+        let mut slots: Vec<Slot> = (0..items.len()).map(|_| Slot::default()).collect();
+        let mut pending: Vec<usize> = (0..items.len()).collect();
         let mut budget = Budget::until(&self.inner.cfg, deadline);
         while !pending.is_empty() {
             let routes = self.routes();
-            let groups = self.group_by_owner(&routes, uids, &pending, &mut slots);
+            let groups = self.group_by_owner(&routes, items, &pending, &mut slots);
             let map_version = routes.map_version();
             pending.clear();
             if groups.is_empty() {
@@ -116,11 +190,11 @@ impl Client {
             let per_owner = groups.iter().map(|(addr, (version, idx))| async move {
                 let mut out = Vec::new();
                 for chunk in idx.chunks(MAX_UIDS_PER_RPC) {
-                    let batch: Vec<u64> = chunk.iter().map(|&i| uids[i].0).collect();
                     out.push((
                         *addr,
                         chunk,
-                        self.send_batch(addr, batch, (*version, map_version), timeout).await,
+                        self.send_batch(addr, items, chunk, (*version, map_version), timeout)
+                            .await,
                     ));
                 }
                 out
@@ -132,7 +206,7 @@ impl Client {
                     unreachable.push(addr);
                 }
                 match result {
-                    Ok(reply) => self.on_reply(addr, uids, chunk, reply, &mut slots, &mut round),
+                    Ok(reply) => self.on_reply(addr, items, chunk, reply, &mut slots, &mut round),
                     Err(e) => round.on_failed_attempt(addr, chunk, e, timeout, &mut slots),
                 }
             }
@@ -163,7 +237,7 @@ impl Client {
     fn group_by_owner<'a>(
         &'a self,
         routes: &'a RouteSet,
-        uids: &[Uid],
+        items: Items<'_>,
         pending: &[usize],
         slots: &mut [Slot],
     ) -> BTreeMap<&'a str, (u64, Vec<usize>)> {
@@ -171,7 +245,9 @@ impl Client {
         // simulator replays a seed bit for bit); a batch spans a few owners, so this costs nothing.
         let mut groups: BTreeMap<&str, (u64, Vec<usize>)> = BTreeMap::new();
         for &i in pending {
-            match target_addr(routes, uids[i], &self.inner.seeds, |n| self.random_index(n)) {
+            match target_addr(routes, items.routed_by(i, routes), &self.inner.seeds, |n| {
+                self.random_index(n)
+            }) {
                 Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),
                 Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
             }
@@ -183,19 +259,19 @@ impl Client {
     fn on_reply(
         &self,
         addr: &str,
-        uids: &[Uid],
+        items: Items<'_>,
         chunk: &[usize],
-        mut reply: pb::BatchFetchNextSeqReply,
+        mut reply: BatchReply,
         slots: &mut [Slot],
         round: &mut Round,
     ) {
         round.rerouted |= self.inner.routes.offer_map(reply.map.as_ref());
         round.rerouted |= self.inner.routes.offer(reply.routes.take());
-        if reply.outcomes.len() != chunk.len() || reply.seqs.len() != chunk.len() {
+        if reply.outcomes.len() != chunk.len() || reply.values.len() != chunk.len() {
             let why = format!(
-                "{addr}: malformed batch reply ({} outcomes, {} seqs for {} uids)",
+                "{addr}: malformed batch reply ({} outcomes, {} values for {} items)",
                 reply.outcomes.len(),
-                reply.seqs.len(),
+                reply.values.len(),
                 chunk.len()
             );
             round.retry_maybe_taken(chunk, &why, slots);
@@ -204,7 +280,8 @@ impl Client {
         let routes = self.routes();
         let owners = OwnerIndex::new(&reply.owners, routes.section_size());
         for (k, &i) in chunk.iter().enumerate() {
-            let (uid, seq) = (uids[i], reply.seqs[k]);
+            let (uid, seq) = (items.routed_by(i, &routes), reply.values[k]);
+            let what = items.label(i);
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
                 pb::Outcome::Ok if seq != 0 => {
@@ -220,18 +297,18 @@ impl Client {
                 }
                 pb::Outcome::Exhausted => {
                     // Final for this uid alone: its section can never serve it again.
-                    let why = format!("{addr}: uid {uid}'s section has used up its sequence space");
+                    let why = format!("{addr}: {what}'s section has used up its sequence space");
                     slots[i].done = Some(Err(ClientError::failed(FailureKind::Exhausted, why)));
                     continue;
                 }
-                pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of uid {uid}"),
+                pb::Outcome::NotOwner => state.last = format!("{addr}: not the owner of {what}"),
                 pb::Outcome::NotReady => {
-                    state.last = format!("{addr}: owner of uid {uid} is not ready");
+                    state.last = format!("{addr}: owner of {what} is not ready");
                     round.wait = true;
                 }
                 pb::Outcome::Ok | pb::Outcome::Unspecified => {
                     state.maybe_taken = true;
-                    state.last = format!("{addr}: malformed outcome for uid {uid}");
+                    state.last = format!("{addr}: malformed outcome for {what}");
                     round.wait = true;
                 }
             }
@@ -242,16 +319,50 @@ impl Client {
     async fn send_batch(
         &self,
         addr: &str,
-        uids: Vec<u64>,
+        items: Items<'_>,
+        chunk: &[usize],
         (route_version, map_version): (u64, u64),
         timeout: Duration,
-    ) -> Result<pb::BatchFetchNextSeqReply, AttemptError> {
+    ) -> Result<BatchReply, AttemptError> {
         let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
-        let mut req = tonic::Request::new(pb::BatchFetchNextSeqRequest { uids, route_version });
-        req.set_timeout(timeout);
-        seqsvr_proto::map_header::write(req.metadata_mut(), map_version);
-        match tokio::time::timeout(timeout, client.batch_fetch_next_seq(req)).await {
-            Ok(Ok(reply)) => Ok(reply.into_inner()),
+        let call = async {
+            match items {
+                Items::Uids(uids) => {
+                    let uids = chunk.iter().map(|&i| uids[i].0).collect();
+                    let mut req = tonic::Request::new(pb::BatchFetchNextSeqRequest { uids, route_version });
+                    req.set_timeout(timeout);
+                    seqsvr_proto::map_header::write(req.metadata_mut(), map_version);
+                    client.batch_fetch_next_seq(req).await.map(|r| {
+                        let r = r.into_inner();
+                        BatchReply {
+                            outcomes: r.outcomes,
+                            values: r.seqs,
+                            routes: r.routes,
+                            owners: r.owners,
+                            map: r.map,
+                        }
+                    })
+                }
+                Items::Keys(keys) => {
+                    let keys = chunk.iter().map(|&i| keys[i].as_bytes().to_vec()).collect();
+                    let mut req = tonic::Request::new(pb::CounterBatchRequest { keys, route_version });
+                    req.set_timeout(timeout);
+                    seqsvr_proto::map_header::write(req.metadata_mut(), map_version);
+                    client.counter_batch(req).await.map(|r| {
+                        let r = r.into_inner();
+                        BatchReply {
+                            outcomes: r.outcomes,
+                            values: r.values,
+                            routes: r.routes,
+                            owners: r.owners,
+                            map: r.map,
+                        }
+                    })
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(status)) => Err(AttemptError::Status(status)),
             Err(_) => Err(AttemptError::TimedOut),
         }

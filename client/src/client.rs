@@ -106,6 +106,16 @@ pub struct Counted {
     pub owner: Option<Owner>,
 }
 
+impl From<Fetched> for Counted {
+    /// A batch's answer for a key (its `uid` is the key's position, which the caller never needs).
+    fn from(f: Fetched) -> Self {
+        Self {
+            value: f.seq,
+            owner: f.owner,
+        }
+    }
+}
+
 /// A block of a named counter's values (`CounterReserve`): `[first, first + count)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CounterBlock {

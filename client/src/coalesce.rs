@@ -1,4 +1,5 @@
-//! [`Coalescer`]: many concurrent `fetch_next_seq` callers share `BatchFetchNextSeq` RPCs, and
+//! [`Coalescer`]: many concurrent `fetch_next_seq` callers share `BatchFetchNextSeq` RPCs (and
+//! `counter_next` callers `CounterBatch` RPCs, in the same owner queues), and
 //! many concurrent `next_id` callers share `NextIds` RPCs (one queue for all: no routing).
 //!
 //! Per owner address, callers join a bounded list of waiters; a drain task takes up to `max_batch`
@@ -29,8 +30,8 @@ use seqsvr_proto::Uid;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use crate::batch::MAX_UIDS_PER_RPC;
-use crate::client::{Client, Fetched};
+use crate::batch::{Items, MAX_UIDS_PER_RPC};
+use crate::client::{Client, Counted, Fetched};
 use crate::error::{ClientError, FailureKind};
 use crate::routing::target_addr;
 
@@ -60,16 +61,23 @@ impl Default for CoalescerConfig {
     }
 }
 
+/// What a waiting caller asks for.
+#[derive(Debug)]
+enum Item {
+    Uid(Uid),
+    Key(Box<str>),
+}
+
 /// One waiting caller.
 struct Waiter {
-    uid: Uid,
+    item: Item,
     deadline: Instant,
     reply: oneshot::Sender<Result<Fetched, ClientError>>,
 }
 
 impl std::fmt::Debug for Waiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waiter").field("uid", &self.uid).finish()
+        f.debug_struct("Waiter").field("item", &self.item).finish()
     }
 }
 
@@ -141,14 +149,30 @@ impl Coalescer {
 
     /// The next seq of `uid`, sent in a batch with other callers' uids for the same owner.
     pub async fn fetch_next_seq(&self, uid: Uid) -> Result<Fetched, ClientError> {
+        self.enqueue(Item::Uid(uid)).await
+    }
+
+    /// The next value of the named counter `key`, sent in a `CounterBatch` with other callers'
+    /// keys for the same owner. A bad key is refused here, before it joins a batch.
+    pub async fn counter_next(&self, key: &str) -> Result<Counted, ClientError> {
+        seqsvr_proto::keys::check_key(key.as_bytes())
+            .map_err(|e| ClientError::failed(FailureKind::InvalidArgument, e.to_string()))?;
+        self.enqueue(Item::Key(key.into())).await.map(Counted::from)
+    }
+
+    async fn enqueue(&self, item: Item) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
         let routes = self.client.routes();
+        let uid = match &item {
+            Item::Uid(uid) => *uid,
+            Item::Key(key) => seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1)),
+        };
         let target = target_addr(&routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
         let (tx, rx) = oneshot::channel();
         self.join(
             target.addr,
             Waiter {
-                uid,
+                item,
                 deadline,
                 reply: tx,
             },
@@ -280,10 +304,41 @@ async fn serve(client: &Client, batch: Vec<Waiter>) {
     let Some(deadline) = live.iter().map(|w| w.deadline).min() else {
         return;
     };
-    let uids: Vec<Uid> = live.iter().map(|w| w.uid).collect();
-    let results = client.batch_fetch_until(&uids, deadline).await;
-    debug_assert_eq!(results.len(), live.len());
-    for (w, r) in live.into_iter().zip(results) {
+    // Uids and keys of one owner go out side by side, one RPC kind each.
+    let (uid_waiters, key_waiters): (Vec<Waiter>, Vec<Waiter>) =
+        live.into_iter().partition(|w| matches!(w.item, Item::Uid(_)));
+    let uids: Vec<Uid> = uid_waiters
+        .iter()
+        .filter_map(|w| match w.item {
+            Item::Uid(u) => Some(u),
+            Item::Key(_) => None,
+        })
+        .collect();
+    let keys: Vec<&str> = key_waiters
+        .iter()
+        .filter_map(|w| match &w.item {
+            Item::Key(k) => Some(&**k),
+            Item::Uid(_) => None,
+        })
+        .collect();
+    let (by_uid, by_key) = tokio::join!(
+        batch_of(client, Items::Uids(&uids), deadline),
+        batch_of(client, Items::Keys(&keys), deadline)
+    );
+    debug_assert_eq!(by_uid.len() + by_key.len(), uid_waiters.len() + key_waiters.len());
+    let answers = uid_waiters
+        .into_iter()
+        .zip(by_uid)
+        .chain(key_waiters.into_iter().zip(by_key));
+    for (w, r) in answers {
         let _ = w.reply.send(r);
     }
+}
+
+/// One batch fetch of `items`, or nothing for none.
+async fn batch_of(client: &Client, items: Items<'_>, deadline: Instant) -> Vec<Result<Fetched, ClientError>> {
+    if items.is_empty() {
+        return Vec::new();
+    }
+    client.batch_fetch_until(items, deadline).await
 }

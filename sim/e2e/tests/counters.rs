@@ -9,6 +9,9 @@
 //!   value and keeps completed-before order (P1 for keys, blocks as ranges);
 //! - all of it across a SIGKILL of the hot key's owner: the next owner hands every key values
 //!   above everything it was given;
+//! - `Client::counter_batch` (a key listed twice gets two values, in request order) and the
+//!   `Coalescer`'s `counter_next`, mixed with uid fetches in the same owner queues: 64 callers at
+//!   once, every key's values distinct and each caller's rising;
 //! - bad input (an empty key, one of 257 bytes, invalid UTF-8, a count where none belongs, a block
 //!   of 0 or above the step) gets INVALID_ARGUMENT from the server and exit 2 from `seqctl`, and
 //!   takes nothing.
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 use e2e::seqctl::{Seqctl, text};
 use e2e::{Cluster, Role, STEP, poll};
-use seqsvr_client::{Client, FailureKind};
+use seqsvr_client::{Client, Coalescer, CoalescerConfig, FailureKind};
 use seqsvr_proto::{NodeId, pb};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -240,4 +243,54 @@ async fn bad_keys_and_counts_get_invalid_argument_and_exit_2_and_take_nothing() 
     let g = seqctl.json(&["counter", "get", key]).await.expect("counter get --json");
     assert_eq!(g["value"].as_u64(), Some(first + 1001), "{g}");
     assert!(g["owner"]["section"].is_u64(), "{g}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_the_coalescer_serve_keys_beside_uids() {
+    let c = Cluster::start();
+    c.wait_settled(START_WITHIN).await;
+    let client = c.client().await;
+    let keys = keys(40);
+    let mut asked: Vec<&str> = keys.iter().map(String::as_str).collect();
+    asked.extend(["twice", "twice"]);
+    let got = client.counter_batch(&asked).await.expect("batch");
+    let values: Vec<u64> = got.into_iter().map(|r| r.expect("served").value).collect();
+    let n = values.len();
+    assert!(values[n - 1] > values[n - 2], "a repeated key: {:?}", &values[n - 2..]);
+    let err = client.counter_batch(&["ok", ""]).await.expect_err("an empty key");
+    assert_eq!(err.failure_kind(), Some(FailureKind::InvalidArgument), "{err}");
+
+    let co = Arc::new(Coalescer::new(client.clone(), CoalescerConfig::default()).expect("coalescer"));
+    let seen: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for t in 0..64u64 {
+        let (co, seen, keys) = (co.clone(), seen.clone(), keys.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut last: BTreeMap<String, u64> = BTreeMap::new();
+            for i in 0..20u64 {
+                let key = &keys[((t + i) % 8) as usize];
+                if i % 4 == 3 {
+                    co.fetch_next_seq(seqsvr_proto::Uid(t * 1000 + i))
+                        .await
+                        .expect("uid beside keys");
+                    continue;
+                }
+                let v = co.counter_next(key).await.expect("coalesced next").value;
+                if let Some(&before) = last.get(key) {
+                    assert!(v > before, "caller {t}, key {key:?}: {v} after {before}");
+                }
+                last.insert(key.clone(), v);
+                seen.lock().await.push((key.clone(), v));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("caller");
+    }
+    let mut all = std::mem::take(&mut *seen.lock().await);
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), total, "a key's value was handed out twice");
+    assert_eq!(total, 64 * 15);
 }
