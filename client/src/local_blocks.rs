@@ -1,5 +1,5 @@
 //! [`ProcessOrderedBlocks`]: Leaf-segment's client mode, honestly labelled. It reserves blocks of
-//! a uid's seqs ahead (a double buffer: the next block is asked for in the background once the
+//! a uid's seqs (or a named counter's values) ahead (a double buffer: the next block is asked for in the background once the
 //! current one is running low) and hands the values out from memory.
 //!
 //! What it promises, and what it does not:
@@ -27,7 +27,14 @@ use tokio::task::JoinHandle;
 use crate::client::Client;
 use crate::error::{ClientError, FailureKind};
 
-/// A uid's buffer: the block values are taken from, and the refill in flight, if any.
+/// Whose values a buffer holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Name {
+    Uid(Uid),
+    Key(Arc<str>),
+}
+
+/// A uid's or key's buffer: the block values are taken from, and the refill in flight, if any.
 #[derive(Default)]
 struct Buffer {
     current: Range<u64>,
@@ -40,7 +47,7 @@ pub struct ProcessOrderedBlocks {
     client: Client,
     block: u32,
     refill_below: u64,
-    buffers: Mutex<HashMap<Uid, Arc<tokio::sync::Mutex<Buffer>>>>,
+    buffers: Mutex<HashMap<Name, Arc<tokio::sync::Mutex<Buffer>>>>,
 }
 
 impl ProcessOrderedBlocks {
@@ -61,30 +68,47 @@ impl ProcessOrderedBlocks {
         })
     }
 
-    fn buffer(&self, uid: Uid) -> Arc<tokio::sync::Mutex<Buffer>> {
+    fn buffer(&self, name: &Name) -> Arc<tokio::sync::Mutex<Buffer>> {
         let mut all = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(uid).or_default().clone()
+        all.entry(name.clone()).or_default().clone()
     }
 
-    fn start_refill(&self, uid: Uid) -> JoinHandle<Result<Range<u64>, ClientError>> {
-        let (client, block) = (self.client.clone(), self.block);
-        tokio::spawn(async move { client.reserve(uid, block).await.map(|b| b.seqs()) })
+    fn start_refill(&self, name: &Name) -> JoinHandle<Result<Range<u64>, ClientError>> {
+        let (client, block, name) = (self.client.clone(), self.block, name.clone());
+        tokio::spawn(async move {
+            match name {
+                Name::Uid(uid) => client.reserve(uid, block).await.map(|b| b.seqs()),
+                Name::Key(key) => client.counter_reserve(&key, block).await.map(|b| b.values()),
+            }
+        })
     }
 
     /// The next seq of `uid` for this process: above every value this process was handed for it.
     /// Waits for a block only when the buffer is empty and no refill arrived in time; an error is
     /// the reserve's (an unknown outcome there loses at most that block's values).
     pub async fn next(&self, uid: Uid) -> Result<u64, ClientError> {
-        let buffer = self.buffer(uid);
+        self.next_of(&Name::Uid(uid)).await
+    }
+
+    /// The next value of the named counter `key` for this process, as [`Self::next`] for a uid:
+    /// unique everywhere, increasing within this process, not ordered across processes.
+    pub async fn next_of_key(&self, key: &str) -> Result<u64, ClientError> {
+        seqsvr_proto::keys::check_key(key.as_bytes())
+            .map_err(|e| ClientError::failed(FailureKind::InvalidArgument, e.to_string()))?;
+        self.next_of(&Name::Key(key.into())).await
+    }
+
+    async fn next_of(&self, name: &Name) -> Result<u64, ClientError> {
+        let buffer = self.buffer(name);
         let mut b = buffer.lock().await;
         loop {
             if let Some(v) = b.current.next() {
                 if b.refill.is_none() && b.current.end - b.current.start < self.refill_below {
-                    b.refill = Some(self.start_refill(uid));
+                    b.refill = Some(self.start_refill(name));
                 }
                 return Ok(v);
             }
-            let refill = b.refill.take().unwrap_or_else(|| self.start_refill(uid));
+            let refill = b.refill.take().unwrap_or_else(|| self.start_refill(name));
             b.current = refill
                 .await
                 .map_err(|e| ClientError::unknown(format!("the block reserve task ended: {e}")))??;

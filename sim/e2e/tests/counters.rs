@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use e2e::seqctl::{Seqctl, text};
 use e2e::{Cluster, Role, STEP, poll};
-use seqsvr_client::{Client, Coalescer, CoalescerConfig, FailureKind};
+use seqsvr_client::{Client, Coalescer, CoalescerConfig, FailureKind, ProcessOrderedBlocks};
 use seqsvr_proto::{NodeId, pb};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -293,4 +293,22 @@ async fn batches_and_the_coalescer_serve_keys_beside_uids() {
     all.dedup();
     assert_eq!(all.len(), total, "a key's value was handed out twice");
     assert_eq!(total, 64 * 15);
+
+    // Leaf's client mode on a key: two "processes" hand out values from blocks reserved ahead,
+    // unique between them, increasing within each.
+    let mut handed = Vec::new();
+    for p in 0..2 {
+        let blocks = ProcessOrderedBlocks::new(c.client().await, 30).expect("config");
+        let mut last = 0;
+        for _ in 0..100 {
+            let v = blocks.next_of_key("leaf-mode").await.expect("next");
+            assert!(v > last, "process {p}: {v} after {last}");
+            last = v;
+            handed.push(v);
+        }
+    }
+    let n = handed.len();
+    handed.sort_unstable();
+    handed.dedup();
+    assert_eq!(handed.len(), n, "two processes handed out one value");
 }
