@@ -11,6 +11,8 @@
 //!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots); [`tls`]: `--tls`, every
 //!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes.
 //! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
+//! - `counter-bench` (sixth binary): named counters against the uid path and Redis
+//!   `INCR`/`INCRBY`, and the memory of a live key on each side; [`counters`]: its loads.
 //! - `ids-bench` (fifth binary): time-ordered ids (`NextIds`) against the echo and a Snowflake
 //!   server others wrote; [`ids`]: its load, waiting for a slot, one slot's in-process ceiling,
 //!   its table and verdicts; [`ferroid`]: ferroid-tonic-server, started and driven.
@@ -20,6 +22,7 @@
 pub mod args;
 pub mod cluster;
 pub mod costs;
+pub mod counters;
 pub mod echo;
 pub mod exit;
 pub mod ferroid;

@@ -166,11 +166,21 @@ pub enum Reply {
 
 /// Appends `INCR key` in RESP to `out`.
 pub fn encode_incr(key: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n$");
-    out.extend_from_slice(key.len().to_string().as_bytes());
+    encode_command(&[b"INCR", key], out);
+}
+
+/// Appends a command of bulk-string arguments in RESP to `out`.
+pub fn encode_command(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.push(b'*');
+    out.extend_from_slice(args.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b"\r\n");
+    for a in args {
+        out.push(b'$');
+        out.extend_from_slice(a.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// Parses the reply at the start of `buf`: `Ok(None)` while it is incomplete, else the reply and
@@ -224,8 +234,13 @@ impl RedisConn {
 
     /// `INCR key`: the new value, or Redis's error message.
     pub async fn incr(&mut self, key: &[u8]) -> Result<i64, String> {
+        self.command(&[b"INCR", key]).await
+    }
+
+    /// A command whose reply is an integer (`INCR`, `INCRBY`, `MEMORY USAGE`, `DBSIZE`).
+    pub async fn command(&mut self, args: &[&[u8]]) -> Result<i64, String> {
         self.out.clear();
-        encode_incr(key, &mut self.out);
+        encode_command(args, &mut self.out);
         self.stream
             .write_all(&self.out)
             .await
