@@ -112,7 +112,13 @@ pub async fn alloc_load(
 }
 
 /// `CounterNext` through the client library's [`Coalescer`] (callers share `CounterBatch`es).
-pub async fn coalesced(coalescer: Arc<Coalescer>, concurrency: usize, keys: u64, window: Window, pids: Pids<'_>) -> Sample {
+pub async fn coalesced(
+    coalescer: Arc<Coalescer>,
+    concurrency: usize,
+    keys: u64,
+    window: Window,
+    pids: Pids<'_>,
+) -> Sample {
     drive(concurrency, window, pids, move |_, seed| {
         let coalescer = coalescer.clone();
         let mut rng = seed | 1;
@@ -242,7 +248,9 @@ pub async fn redis_memory_usage(addr: &str, prefix: &str, count: u64, sample: u6
     let step = (count / sample.max(1)).max(1);
     let (mut sum, mut n) = (0i64, 0i64);
     for i in (0..count).step_by(step as usize) {
-        sum += conn.command(&[b"MEMORY", b"USAGE", key_name(prefix, i).as_bytes()]).await?;
+        sum += conn
+            .command(&[b"MEMORY", b"USAGE", key_name(prefix, i).as_bytes()])
+            .await?;
         n += 1;
     }
     Ok(sum as f64 / n.max(1) as f64)

@@ -52,7 +52,7 @@ type Taken = (Instant, Instant, std::ops::Range<u64>);
 
 async fn take_hot(client: &Client, key: &str, i: u32) -> Taken {
     let began = Instant::now();
-    let range = if i % 3 == 0 {
+    let range = if i.is_multiple_of(3) {
         client.counter_reserve(key, 1 + i % 50).await.expect("reserve").values()
     } else {
         let v = client.counter_next(key).await.expect("next").value;

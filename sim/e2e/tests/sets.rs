@@ -842,3 +842,127 @@ async fn a_client_seeded_in_set_0_only_follows_a_move_into_set_1_through_the_map
     assert!(next.seq > last);
     assert!(c.fetch(1, uid).await > next.seq, "set 1 serves the uid now");
 }
+
+/// One value or block of a hot key: when its call began and ended, and its values.
+type KeyTake = (Instant, Instant, std::ops::Range<u64>);
+
+/// Takes values of the hot keys until `stop`, blocks and single values mixed (bounded in count).
+async fn hot_key_loop(
+    client: seqsvr_client::Client,
+    key: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<KeyTake> {
+    let mut out = Vec::new();
+    for i in 0..100_000u32 {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let began = Instant::now();
+        let range = if i.is_multiple_of(4) {
+            client.counter_reserve(&key, 1 + i % 37).await.map(|b| b.values())
+        } else {
+            client.counter_next(&key).await.map(|c| c.value..c.value + 1)
+        };
+        if let Ok(range) = range {
+            out.push((began, Instant::now(), range));
+        }
+    }
+    out
+}
+
+/// 100,000 keys, each given a value, then again after a move of a fifth of the uid space (and the
+/// keys placed in it) to set 1 and again after set 0's AllocSvr is SIGKILLed and restarted: every
+/// key's value rises each time. Four hot keys are asked throughout, blocks and single values
+/// mixed: no two of a key's ranges overlap, and a range completed before another began is below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_keys_rise_across_a_move_and_an_allocsvr_kill_and_hot_blocks_never_overlap() {
+    let mut c = TwoSets::start();
+    c.fetch(0, 1).await;
+    c.add_set_1().await;
+    let cfg = seqsvr_client::ClientConfig::new(vec![c.allocs[0].clone(), c.allocs[1].clone()]);
+    let client = seqsvr_client::Client::connect(cfg).await.expect("client");
+    let keys: Vec<String> = (0..100_000).map(|i| format!("k:{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let round = |what: &'static str| {
+        let (client, refs) = (client.clone(), refs.clone());
+        async move {
+            // A key whose call failed (its owner restarting) is asked again until WAIT: only the
+            // values returned are checked, and a failed call may have taken one (a gap).
+            let mut out = vec![0u64; refs.len()];
+            let deadline = Instant::now() + WAIT;
+            for (c, chunk) in refs.chunks(10_000).enumerate() {
+                let mut left: Vec<usize> = (0..chunk.len()).collect();
+                while !left.is_empty() {
+                    assert!(Instant::now() < deadline, "{what}: {} keys never served", left.len());
+                    let ask: Vec<&str> = left.iter().map(|&i| chunk[i]).collect();
+                    let Ok(got) = client.counter_batch(&ask).await else {
+                        continue;
+                    };
+                    let mut again = Vec::new();
+                    for (&i, r) in left.iter().zip(got) {
+                        match r {
+                            Ok(v) => out[c * 10_000 + i] = v.value,
+                            Err(_) => again.push(i),
+                        }
+                    }
+                    left = again;
+                }
+            }
+            out
+        }
+    };
+    let first = round("before the move").await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hot: Vec<_> = (0..4)
+        .map(|i| tokio::spawn(hot_key_loop(client.clone(), format!("hot:{i}"), stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let moved = c
+        .seqctl(&["move", "--from", "0", "--to", "1", "--uids", "200000..400000"])
+        .await;
+    assert!(moved.status.success(), "{}", text(&moved));
+    let moved_keys = keys
+        .iter()
+        .filter(|k| (200_000..400_000).contains(&seqsvr_proto::keys::position(k, UID_LIMIT).0))
+        .count();
+    assert!(moved_keys > 10_000, "{moved_keys} keys in the moved range");
+    let second = round("after the move").await;
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        assert!(b > a, "key {}: {b} after {a} (the move)", keys[i]);
+    }
+
+    c.procs.kill("alloc0").expect("kill set 0's allocsvr");
+    c.procs.start("alloc0").expect("restart it");
+    let third = round("after the kill").await;
+    for (i, (a, b)) in second.iter().zip(&third).enumerate() {
+        assert!(b > a, "key {}: {b} after {a} (the kill)", keys[i]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (i, task) in hot.into_iter().enumerate() {
+        let mut taken = task.await.expect("hot key task");
+        assert!(taken.len() > 50, "hot:{i} was hardly served: {}", taken.len());
+        taken.sort_by_key(|(_, _, r)| r.start);
+        for w in taken.windows(2) {
+            assert!(
+                w[0].2.end <= w[1].2.start,
+                "hot:{i}: {:?} overlaps {:?}",
+                w[0].2,
+                w[1].2
+            );
+        }
+        // Completed-before order, against the latest-completing earlier call (sorted by end).
+        let mut by_done: Vec<&KeyTake> = taken.iter().collect();
+        by_done.sort_by_key(|(_, done, _)| *done);
+        for (began, _, r) in &taken {
+            let before = by_done.partition_point(|(_, done, _)| done < began);
+            if let Some(max_end) = by_done[..before].iter().map(|(_, _, e)| e.end).max() {
+                assert!(
+                    max_end <= r.start,
+                    "hot:{i}: {r:?} began after a range ending at {max_end}"
+                );
+            }
+        }
+        eprintln!("hot:{i}: {} ranges, none overlapping", taken.len());
+    }
+}

@@ -39,8 +39,8 @@ use seqsvr_bench::counters::{self, Call};
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::load::{Pids, Sample, Window};
 use seqsvr_bench::peers::{self, PeerKind};
-use seqsvr_bench::report::{self, median, verdict};
 use seqsvr_bench::procfs;
+use seqsvr_bench::report::{self, median, verdict};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
 use seqsvr_harness::Supervisor;
 use seqsvr_proto::pb;
@@ -144,7 +144,11 @@ impl Args {
         if !(1..=9).contains(&self.runs) {
             return Err("--runs must be in 1..=9".into());
         }
-        if let Some(bad) = self.only.iter().find(|n| !Case::ALL.iter().any(|c| c.name() == n.as_str())) {
+        if let Some(bad) = self
+            .only
+            .iter()
+            .find(|n| !Case::ALL.iter().any(|c| c.name() == n.as_str()))
+        {
             return Err(format!("--only: no case {bad:?}"));
         }
         if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
@@ -228,9 +232,8 @@ async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Se
     let client = Client::connect(ClientConfig::new([node.addr.clone()]))
         .await
         .map_err(|e| harness(format!("client: {e}")))?;
-    let coalescer = Arc::new(
-        Coalescer::new(client, CoalescerConfig::default()).map_err(|e| harness(format!("coalescer: {e}")))?,
-    );
+    let coalescer =
+        Arc::new(Coalescer::new(client, CoalescerConfig::default()).map_err(|e| harness(format!("coalescer: {e}")))?);
     println!(
         "cluster: 3 storesvr (section size {SECTION_SIZE}, uid limit 2^24, step {STEP}) + 1 allocsvr, serving {:.1} s after it started; logs in {}",
         started.elapsed().as_secs_f64(),
@@ -246,7 +249,10 @@ async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Se
                 println!("{}: {} at {} (pid {})", kind.title(), s.version, s.addr, s.pid);
                 ours.push(s.pid);
             }
-            None => println!("{}: not measured (redis-server is not on PATH; Debian: apt install redis-server)", kind.title()),
+            None => println!(
+                "{}: not measured (redis-server is not on PATH; Debian: apt install redis-server)",
+                kind.title()
+            ),
         }
         redis.push(server);
     }
@@ -310,9 +316,13 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     // hide the growth.
     let memory = measure_memory(args, &s).await?;
     // Every load key gets its first value before anything is measured, on both sides.
-    counters::touch_keys(&s.alloc, "ctr", args.keys).await.map_err(harness)?;
+    counters::touch_keys(&s.alloc, "ctr", args.keys)
+        .await
+        .map_err(harness)?;
     if let Some(r) = &s.redis {
-        counters::redis_touch(&r.addr, "ctr", args.keys).await.map_err(harness)?;
+        counters::redis_touch(&r.addr, "ctr", args.keys)
+            .await
+            .map_err(harness)?;
     }
     let window = Window {
         warmup: Duration::from_millis(args.window.warmup_ms),
@@ -331,7 +341,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     for run in 0..args.runs {
         println!("\n== run {}/{} ==", run + 1, args.runs);
         println!("{}", report::header_for("values/s"));
-        for &c in CONCURRENCIES.iter().filter(|c| args.callers.is_empty() || args.callers.contains(c)) {
+        for &c in CONCURRENCIES
+            .iter()
+            .filter(|c| args.callers.is_empty() || args.callers.contains(c))
+        {
             for k in 0..Case::ALL.len() {
                 let case = Case::ALL[(k + run + c) % Case::ALL.len()];
                 if !args.only.is_empty() && !args.only.iter().any(|n| n == case.name()) {
@@ -346,7 +359,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
                 if sample.calls == 0 {
                     return Err(harness(format!("{} at {c} completed no call", case.name())));
                 }
-                let p = points.iter_mut().find(|p| p.case == case && p.concurrency == c).expect("planned");
+                let p = points
+                    .iter_mut()
+                    .find(|p| p.case == case && p.concurrency == c)
+                    .expect("planned");
                 p.runs.push(sample);
             }
         }
@@ -368,12 +384,16 @@ async fn measure_memory(args: &Args, s: &Servers) -> Result<Memory, Failure> {
     let per_key = |before: u64, after: u64| after.saturating_sub(before) as f64 / args.memory_keys as f64;
     let rss = |pid| procfs::rss_bytes(pid).ok_or_else(|| harness(format!("no RSS of pid {pid}")));
     let before = rss(s.alloc_pid)?;
-    counters::touch_keys(&s.alloc, "mem", args.memory_keys).await.map_err(harness)?;
+    counters::touch_keys(&s.alloc, "mem", args.memory_keys)
+        .await
+        .map_err(harness)?;
     let alloc_rss = per_key(before, rss(s.alloc_pid)?);
     let (mut redis_rss, mut redis_usage) = (None, None);
     if let Some(r) = &s.redis {
         let before = rss(r.pid)?;
-        counters::redis_touch(&r.addr, "mem", args.memory_keys).await.map_err(harness)?;
+        counters::redis_touch(&r.addr, "mem", args.memory_keys)
+            .await
+            .map_err(harness)?;
         redis_rss = Some(per_key(before, rss(r.pid)?));
         redis_usage = Some(
             counters::redis_memory_usage(&r.addr, "mem", args.memory_keys, 1_000)
@@ -396,7 +416,11 @@ fn summarize(points: &[Point], memory: &Memory) {
         "{:<12} {:>4} {:>10} {:>10} {:>8} {:>8} {:>9}",
         "case", "conc", "calls/s", "values/s", "p50", "p99", "srv µs/c"
     );
-    let find = |case, c| points.iter().find(|p| p.case == case && p.concurrency == c && !p.runs.is_empty());
+    let find = |case, c| {
+        points
+            .iter()
+            .find(|p| p.case == case && p.concurrency == c && !p.runs.is_empty())
+    };
     for p in points.iter().filter(|p| !p.runs.is_empty()) {
         let st = report::stats(p.runs.iter());
         println!(
@@ -418,7 +442,13 @@ fn summarize(points: &[Point], memory: &Memory) {
     println!("\nratios (medians of per-run ratios):");
     println!(
         "{:<4} {:>14} {:>14} {:>16} {:>16} {:>15} {:>16}",
-        "conc", "key/uid cpu", "key/uid val/s", "kres/ures cpu", "coal/redis-incr", "key/redis-incr", "kres/redis-by100"
+        "conc",
+        "key/uid cpu",
+        "key/uid val/s",
+        "kres/ures cpu",
+        "coal/redis-incr",
+        "key/redis-incr",
+        "kres/redis-by100"
     );
     let mut verdicts = Vec::new();
     for c in CONCURRENCIES {
@@ -439,9 +469,15 @@ fn summarize(points: &[Point], memory: &Memory) {
             r(Case::KeyNext, Case::RedisIncr, Sample::seqs_per_sec),
             r(Case::KeyRes100, Case::RedisBy100, Sample::seqs_per_sec)
         );
-        verdicts.push((key_cpu <= 1.1, format!("a key costs <= 1.1x a uid per call (server CPU), {c} callers: {key_cpu:.2}")));
+        verdicts.push((
+            key_cpu <= 1.1,
+            format!("a key costs <= 1.1x a uid per call (server CPU), {c} callers: {key_cpu:.2}"),
+        ));
         if c == 64 {
-            verdicts.push((coal >= 2.0, format!("key-next through the Coalescer >= 2x Redis INCR at 64 callers: {coal:.2}")));
+            verdicts.push((
+                coal >= 2.0,
+                format!("key-next through the Coalescer >= 2x Redis INCR at 64 callers: {coal:.2}"),
+            ));
         }
     }
     println!(
@@ -449,11 +485,16 @@ fn summarize(points: &[Point], memory: &Memory) {
         memory.keys,
         memory.alloc_rss,
         memory.redis_rss.map_or("not measured".into(), |b| format!("{b:.1} B")),
-        memory.redis_usage.map_or("not measured".into(), |b| format!("{b:.1} B (mean of 1,000)")),
+        memory
+            .redis_usage
+            .map_or("not measured".into(), |b| format!("{b:.1} B (mean of 1,000)")),
     );
     if let Some(redis) = memory.redis_rss {
         let m = memory.alloc_rss / redis;
-        verdicts.push((m <= 2.0, format!("memory per live key <= 2x Redis's (RSS growth): {m:.2}")));
+        verdicts.push((
+            m <= 2.0,
+            format!("memory per live key <= 2x Redis's (RSS growth): {m:.2}"),
+        ));
     }
     println!("\ntargets (printed, not asserted):");
     for (met, what) in &verdicts {
