@@ -82,6 +82,9 @@ fn error_outcome(e: &ClientError) -> Outcome {
     }
 }
 
+/// One result per subject of a batch call: its value and owner, or its error.
+type BatchResults = Vec<Result<(u64, Option<Owner>), ClientError>>;
+
 /// Records calls and keeps the set of touched uids (for the final liveness check).
 pub struct Recorder {
     pub history: Arc<HistoryWriter>,
@@ -254,10 +257,41 @@ impl Recorder {
     /// One batch fetch, recorded as up to three calls (ok / failed / unknown uids) sharing the
     /// same times. Returns the uids that were served.
     pub async fn batch(&self, client: &Client, client_id: u32, uids: &[u64]) -> Vec<u64> {
+        let wanted: Vec<Uid> = uids.iter().map(|&u| Uid(u)).collect();
+        let call = async {
+            let each = client.batch_fetch_each(&wanted).await?;
+            Ok(each
+                .into_iter()
+                .map(|r| r.map(|Fetched { seq, owner, .. }| (seq, owner)))
+                .collect())
+        };
+        self.record_batch(client_id, uids, call).await
+    }
+
+    /// One `CounterBatch` of keys `indices`, recorded under the keys' subjects as [`Self::batch`]
+    /// records uids.
+    pub async fn counter_batch(&self, client: &Client, client_id: u32, indices: &[u64]) -> Vec<u64> {
+        let names: Vec<String> = indices.iter().map(|&i| crate::keys::name(i)).collect();
+        let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        let subjects: Vec<u64> = indices.iter().map(|&i| crate::keys::subject(i)).collect();
+        let call = async {
+            let each = client.counter_batch(&keys).await?;
+            Ok(each.into_iter().map(|r| r.map(|c| (c.value, c.owner))).collect())
+        };
+        self.record_batch(client_id, &subjects, call).await
+    }
+
+    /// Runs one batch call (one result per subject) and records it as up to three calls (ok /
+    /// failed / unknown subjects) sharing the same times. Returns the subjects that were served.
+    async fn record_batch(
+        &self,
+        client_id: u32,
+        uids: &[u64],
+        call: impl std::future::Future<Output = Result<BatchResults, ClientError>>,
+    ) -> Vec<u64> {
         self.touch(uids);
         let (id, invoke_ns) = self.history.begin();
-        let wanted: Vec<Uid> = uids.iter().map(|&u| Uid(u)).collect();
-        let r = client.batch_fetch_each(&wanted).await;
+        let r = call.await;
         let complete_ns = self.history.clock().now_ns();
         let base = Call {
             id,
@@ -294,7 +328,7 @@ impl Recorder {
         };
         for (uid, r) in uids.iter().zip(each) {
             match r {
-                Ok(Fetched { seq, owner, .. }) => {
+                Ok((seq, owner)) => {
                     ok.uids.push(*uid);
                     ok.values.push(seq);
                     if let Some(o) = owner.as_ref().map(owner_tag)
@@ -367,6 +401,11 @@ pub async fn run_client(
             && roll >= 80
         {
             rec.counter_get(&client, client_id, i).await;
+        } else if key.is_some() {
+            // A batch of keys (a key may repeat: it then gets increasing values).
+            let n = rng.random_range(2..=p.max_batch.max(2));
+            let keys: Vec<u64> = (0..n).map(|_| rng.random_range(0..u64::from(p.keys))).collect();
+            rec.counter_batch(&client, client_id, &keys).await;
         } else if roll < 60 {
             let uid = pick_uid(&mut rng);
             // Drawn only with blocks on, so that runs without them keep their schedules.

@@ -111,11 +111,14 @@ pub async fn alloc_load(
     .await
 }
 
-/// `CounterNext` through the client library's [`Coalescer`] (callers share `CounterBatch`es).
+/// `CounterNext` (or, with `uids`, `FetchNextSeq` of the uid at the key's position under that uid
+/// limit) through the client library's [`Coalescer`]: callers share `CounterBatch`es
+/// (`BatchFetchNextSeq`s).
 pub async fn coalesced(
     coalescer: Arc<Coalescer>,
     concurrency: usize,
     keys: u64,
+    uids: Option<u64>,
     window: Window,
     pids: Pids<'_>,
 ) -> Sample {
@@ -124,8 +127,15 @@ pub async fn coalesced(
         let mut rng = seed | 1;
         let key = key_name("ctr", pick(&mut rng, keys));
         async move {
-            match coalescer.counter_next(&key).await {
-                Ok(_) => Answer::Served { ok: 1, not_ok: 0 },
+            let r = match uids {
+                Some(limit) => {
+                    let uid = seqsvr_proto::keys::position(&key, limit);
+                    coalescer.fetch_next_seq(uid).await.map(|_| ())
+                }
+                None => coalescer.counter_next(&key).await.map(|_| ()),
+            };
+            match r {
+                Ok(()) => Answer::Served { ok: 1, not_ok: 0 },
                 Err(_) => Answer::Failed,
             }
         }

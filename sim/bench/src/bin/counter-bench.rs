@@ -8,7 +8,7 @@
 //! 2. At 1, 16, 64, 256 callers (closed loop; one channel per 32 callers): `uid-next`
 //!    (FetchNextSeq of the uid at each key's position: the same sections as the keys),
 //!    `key-next` (CounterNext), `uid-res100` / `key-res100` (blocks of 100), `key-coal` (CounterNext
-//!    through the client library's Coalescer), `redis-incr`, `redis-by100` (INCRBY 100),
+//!    through the client library's Coalescer), `uid-coal` (the uids through it), `redis-incr`, `redis-by100` (INCRBY 100),
 //!    `redis-fsync` (INCR with the AOF fsynced per call). Cases rotate from point to point and run
 //!    to run, so that drift on a shared machine hits each alike.
 //! 3. Memory, first, while both servers are fresh (after the load, memory the allocator freed and
@@ -62,18 +62,20 @@ enum Case {
     UidRes100,
     KeyRes100,
     KeyCoalesced,
+    UidCoalesced,
     RedisIncr,
     RedisBy100,
     RedisFsync,
 }
 
 impl Case {
-    const ALL: [Case; 8] = [
+    const ALL: [Case; 9] = [
         Case::UidNext,
         Case::KeyNext,
         Case::UidRes100,
         Case::KeyRes100,
         Case::KeyCoalesced,
+        Case::UidCoalesced,
         Case::RedisIncr,
         Case::RedisBy100,
         Case::RedisFsync,
@@ -86,6 +88,7 @@ impl Case {
             Case::UidRes100 => "uid-res100",
             Case::KeyRes100 => "key-res100",
             Case::KeyCoalesced => "key-coal",
+            Case::UidCoalesced => "uid-coal",
             Case::RedisIncr => "redis-incr",
             Case::RedisBy100 => "redis-by100",
             Case::RedisFsync => "redis-fsync",
@@ -126,7 +129,7 @@ struct Args {
     /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Measure only these cases (uid-next, key-next, uid-res100, key-res100, key-coal,
+    /// Measure only these cases (uid-next, key-next, uid-res100, key-res100, key-coal, uid-coal,
     /// redis-incr, redis-by100, redis-fsync), for a closer look at one; no target is judged
     /// without its pair.
     #[arg(long, value_delimiter = ',')]
@@ -209,7 +212,11 @@ impl Servers {
             Case::KeyNext => Some(on_alloc(Call::KeyNext).await),
             Case::UidRes100 => Some(on_alloc(Call::UidReserve(100)).await),
             Case::KeyRes100 => Some(on_alloc(Call::KeyReserve(100)).await),
-            Case::KeyCoalesced => Some(counters::coalesced(self.coalescer.clone(), c, keys, window, alloc).await),
+            Case::KeyCoalesced => Some(counters::coalesced(self.coalescer.clone(), c, keys, None, window, alloc).await),
+            Case::UidCoalesced => {
+                let uids = Some(UID_LIMIT);
+                Some(counters::coalesced(self.coalescer.clone(), c, keys, uids, window, alloc).await)
+            }
             Case::RedisIncr => on_redis(&self.redis, 1).await.map_err(harness)?,
             Case::RedisBy100 => on_redis(&self.redis, 100).await.map_err(harness)?,
             Case::RedisFsync => on_redis(&self.redis_fsync, 1).await.map_err(harness)?,
@@ -442,13 +449,7 @@ fn summarize(points: &[Point], memory: &Memory) {
     println!("\nratios (medians of per-run ratios):");
     println!(
         "{:<4} {:>14} {:>14} {:>16} {:>16} {:>15} {:>16}",
-        "conc",
-        "key/uid cpu",
-        "key/uid val/s",
-        "kres/ures cpu",
-        "coal/redis-incr",
-        "key/redis-incr",
-        "kres/redis-by100"
+        "conc", "key/uid cpu", "key/uid val/s", "kres/ures cpu", "coal/redis-incr", "kcoal/ucoal", "kres/redis-by100"
     );
     let mut verdicts = Vec::new();
     for c in CONCURRENCIES {
@@ -466,7 +467,7 @@ fn summarize(points: &[Point], memory: &Memory) {
             r(Case::KeyNext, Case::UidNext, Sample::seqs_per_sec),
             res_cpu,
             coal,
-            r(Case::KeyNext, Case::RedisIncr, Sample::seqs_per_sec),
+            r(Case::KeyCoalesced, Case::UidCoalesced, Sample::seqs_per_sec),
             r(Case::KeyRes100, Case::RedisBy100, Sample::seqs_per_sec)
         );
         verdicts.push((
