@@ -500,11 +500,7 @@ impl AllocService for Service {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let in_flight = InFlight::of(&request);
         let req = request.into_inner();
-        if req.keys.is_empty() || req.keys.len() > MAX_BATCH {
-            return Err(
-                Error::InvalidArgument(format!("a batch needs 1..={MAX_BATCH} keys, got {}", req.keys.len())).into(),
-            );
-        }
+        batch_len(req.keys.len(), "keys")?;
         let mut whos = Vec::with_capacity(req.keys.len());
         for (i, key) in req.keys.iter().enumerate() {
             whos.push(
@@ -572,11 +568,7 @@ impl AllocService for Service {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
         let in_flight = InFlight::of(&request);
         let req = request.into_inner();
-        if req.uids.is_empty() || req.uids.len() > MAX_BATCH {
-            return Err(
-                Error::InvalidArgument(format!("a batch needs 1..={MAX_BATCH} uids, got {}", req.uids.len())).into(),
-            );
-        }
+        batch_len(req.uids.len(), "uids")?;
         for (i, uid) in req.uids.iter().enumerate() {
             self.check_uid(*uid)
                 .map_err(|e| Error::InvalidArgument(format!("uids[{i}]: {e}")))?;
@@ -611,6 +603,16 @@ impl AllocService for Service {
             map,
         }))
     }
+}
+
+/// A batch holds 1 to [`MAX_BATCH`] uids or keys.
+fn batch_len(n: usize, what: &str) -> Result<(), Error> {
+    if n == 0 || n > MAX_BATCH {
+        return Err(Error::InvalidArgument(format!(
+            "a batch needs 1..={MAX_BATCH} {what}, got {n}"
+        )));
+    }
+    Ok(())
 }
 
 /// CounterNext and CounterGet take no count: a caller that sends one meant CounterReserve.

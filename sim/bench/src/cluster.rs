@@ -340,28 +340,50 @@ pub async fn touch(
     count: u64,
     route_version: u64,
 ) -> Result<(), String> {
+    in_batches(clients, count, "uids", move |mut client, lo, hi| async move {
+        let req = pb::BatchFetchNextSeqRequest {
+            uids: (first + lo..first + hi).collect(),
+            route_version,
+        };
+        match tokio::time::timeout(Duration::from_secs(5), client.batch_fetch_next_seq(req)).await {
+            Ok(Ok(r)) => {
+                (hi - lo)
+                    - r.get_ref()
+                        .outcomes
+                        .iter()
+                        .filter(|o| **o == pb::Outcome::Ok as i32)
+                        .count() as u64
+            }
+            _ => hi - lo,
+        }
+    })
+    .await
+}
+
+/// Runs `call(client, lo, hi)` for every batch `[lo, hi)` of [`MAX_UIDS_PER_BATCH`] items of
+/// `0..count`, four in flight over `clients`; `call` answers how many of its items were not
+/// served, and any fails the whole (naming `what` the items are).
+pub async fn in_batches<F, Fut>(
+    clients: &[AllocServiceClient<Channel>],
+    count: u64,
+    what: &str,
+    call: F,
+) -> Result<(), String>
+where
+    F: Fn(AllocServiceClient<Channel>, u64, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = u64> + Send,
+{
     const IN_FLIGHT: u64 = 4;
     let per_call = MAX_UIDS_PER_BATCH as u64;
     let calls = count.div_ceil(per_call);
     let mut tasks = Vec::new();
     for t in 0..IN_FLIGHT.min(calls) {
-        let mut client = clients[t as usize % clients.len()].clone();
+        let (client, call) = (clients[t as usize % clients.len()].clone(), call.clone());
         tasks.push(tokio::spawn(async move {
             let mut not_ok = 0u64;
-            for call in (t..calls).step_by(IN_FLIGHT as usize) {
-                let lo = first + call * per_call;
-                let hi = (lo + per_call).min(first + count);
-                let req = pb::BatchFetchNextSeqRequest {
-                    uids: (lo..hi).collect(),
-                    route_version,
-                };
-                match tokio::time::timeout(Duration::from_secs(5), client.batch_fetch_next_seq(req)).await {
-                    Ok(Ok(r)) => {
-                        let ok = r.get_ref().outcomes.iter().filter(|o| **o == pb::Outcome::Ok as i32);
-                        not_ok += (hi - lo) - ok.count() as u64;
-                    }
-                    _ => not_ok += hi - lo,
-                }
+            for n in (t..calls).step_by(IN_FLIGHT as usize) {
+                let (lo, hi) = (n * per_call, ((n + 1) * per_call).min(count));
+                not_ok += call(client.clone(), lo, hi).await;
             }
             not_ok
         }));
@@ -372,7 +394,7 @@ pub async fn touch(
     }
     match not_ok {
         0 => Ok(()),
-        n => Err(format!("{n} of {count} uids not served while touching them")),
+        n => Err(format!("{n} of {count} {what} not served while touching them")),
     }
 }
 

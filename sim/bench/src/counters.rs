@@ -17,7 +17,6 @@ use std::time::Duration;
 use seqsvr_client::Coalescer;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
-use tokio::sync::Mutex;
 use tonic::transport::Channel;
 
 use crate::load::{Answer, Pids, Sample, Window, drive};
@@ -153,83 +152,41 @@ pub async fn redis_load(
     window: Window,
     pids: Pids<'_>,
 ) -> Result<Sample, String> {
-    // As `peers::redis_load`: a connection cut off by the deadline is replaced, never reused.
-    let mut slots = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        slots.push(Mutex::new(Some(RedisConn::connect(addr).await?)));
-    }
-    let slots = Arc::new(slots);
-    let addr: Arc<str> = addr.into();
-    Ok(drive(concurrency, window, pids, move |t, seed| {
-        let (slots, addr) = (slots.clone(), addr.clone());
-        async move {
-            let mut slot = slots[t].lock().await;
-            let mut conn = match slot.take() {
-                Some(c) => c,
-                None => match RedisConn::connect(&addr).await {
-                    Ok(c) => c,
-                    Err(_) => return Answer::Failed,
-                },
-            };
-            let mut rng = seed | 1;
-            let key = key_name("ctr", pick(&mut rng, keys));
-            let by_s = by.to_string();
-            let r = if by == 1 {
-                conn.command(&[b"INCR", key.as_bytes()]).await
-            } else {
-                conn.command(&[b"INCRBY", key.as_bytes(), by_s.as_bytes()]).await
-            };
-            match r {
-                Ok(v) => {
-                    *slot = Some(conn);
-                    let served = v > 0;
-                    Answer::Served {
-                        ok: if served { u64::from(by) } else { 0 },
-                        not_ok: u64::from(!served),
-                    }
-                }
-                Err(_) => Answer::Failed,
-            }
-        }
-    })
-    .await)
+    let command = move |seed: u64| {
+        let mut rng = seed | 1;
+        let key = key_name("ctr", pick(&mut rng, keys)).into_bytes();
+        let args = if by == 1 {
+            vec![b"INCR".to_vec(), key]
+        } else {
+            vec![b"INCRBY".to_vec(), key, by.to_string().into_bytes()]
+        };
+        (args, u64::from(by))
+    };
+    crate::peers::redis_command_load(addr, concurrency, window, pids, command).await
 }
 
 /// Gives `count` fresh keys `prefix:0..count` a value each through `CounterBatch`es of 1,000, four
 /// in flight; fails if any key was not served.
 pub async fn touch_keys(clients: &[AllocServiceClient<Channel>], prefix: &str, count: u64) -> Result<(), String> {
-    const PER_CALL: u64 = 1_000;
-    const IN_FLIGHT: u64 = 4;
-    let calls = count.div_ceil(PER_CALL);
-    let mut tasks = Vec::new();
-    for t in 0..IN_FLIGHT.min(calls) {
-        let mut client = clients[t as usize % clients.len()].clone();
-        let prefix = prefix.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut not_ok = 0u64;
-            for call in (t..calls).step_by(IN_FLIGHT as usize) {
-                let (lo, hi) = (call * PER_CALL, ((call + 1) * PER_CALL).min(count));
-                let keys = (lo..hi).map(|i| key_name(&prefix, i).into_bytes()).collect();
-                let req = pb::CounterBatchRequest { keys, route_version: 0 };
-                match tokio::time::timeout(Duration::from_secs(10), client.counter_batch(req)).await {
-                    Ok(Ok(r)) => {
-                        let ok = r.get_ref().outcomes.iter().filter(|o| **o == pb::Outcome::Ok as i32);
-                        not_ok += (hi - lo) - ok.count() as u64;
-                    }
-                    _ => not_ok += hi - lo,
+    let prefix: Arc<str> = prefix.into();
+    crate::cluster::in_batches(clients, count, "keys", move |mut client, lo, hi| {
+        let keys = (lo..hi).map(|i| key_name(&prefix, i).into_bytes()).collect();
+        async move {
+            let req = pb::CounterBatchRequest { keys, route_version: 0 };
+            match tokio::time::timeout(Duration::from_secs(10), client.counter_batch(req)).await {
+                Ok(Ok(r)) => {
+                    (hi - lo)
+                        - r.get_ref()
+                            .outcomes
+                            .iter()
+                            .filter(|o| **o == pb::Outcome::Ok as i32)
+                            .count() as u64
                 }
+                _ => hi - lo,
             }
-            not_ok
-        }));
-    }
-    let mut not_ok = 0;
-    for t in tasks {
-        not_ok += t.await.map_err(|e| format!("touch task: {e}"))?;
-    }
-    match not_ok {
-        0 => Ok(()),
-        n => Err(format!("{n} of {count} keys not served while touching them")),
-    }
+        }
+    })
+    .await
 }
 
 /// `INCR`s `count` fresh keys `prefix:0..count` once each over 16 connections.

@@ -273,6 +273,28 @@ pub async fn redis_load(
     window: Window,
     pids: Pids<'_>,
 ) -> Result<Sample, String> {
+    let command = move |seed: u64| {
+        let mut rng = seed | 1;
+        (
+            vec![b"INCR".to_vec(), format!("seq:{}", uids.pick(&mut rng)).into_bytes()],
+            1,
+        )
+    };
+    redis_command_load(addr, concurrency, window, pids, command).await
+}
+
+/// Calls `command(seed)` — the command's arguments and how many numbers a positive reply stands
+/// for — over one connection per caller, through the shared driver.
+pub async fn redis_command_load<F>(
+    addr: &str,
+    concurrency: usize,
+    window: Window,
+    pids: Pids<'_>,
+    command: F,
+) -> Result<Sample, String>
+where
+    F: Fn(u64) -> (Vec<Vec<u8>>, u64) + Send + Sync + 'static,
+{
     // A connection is taken out of its slot for the call and put back only when the reply was
     // read: a call cut off by the deadline leaves an empty slot, and the next call reconnects
     // instead of reading the late reply as its own.
@@ -282,8 +304,9 @@ pub async fn redis_load(
     }
     let slots = Arc::new(slots);
     let addr: Arc<str> = addr.into();
+    let command = Arc::new(command);
     let sample = drive(concurrency, window, pids, move |t, seed| {
-        let (slots, addr, uids) = (slots.clone(), addr.clone(), uids.clone());
+        let (slots, addr, command) = (slots.clone(), addr.clone(), command.clone());
         async move {
             let mut slot = slots[t].lock().await;
             let mut conn = match slot.take() {
@@ -293,14 +316,15 @@ pub async fn redis_load(
                     Err(_) => return Answer::Failed,
                 },
             };
-            let mut rng = seed | 1;
-            let key = format!("seq:{}", uids.pick(&mut rng));
-            match conn.incr(key.as_bytes()).await {
+            let (args, numbers) = command(seed);
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            match conn.command(&args).await {
                 Ok(v) => {
                     *slot = Some(conn);
+                    let served = v > 0;
                     Answer::Served {
-                        ok: (v > 0) as u64,
-                        not_ok: (v <= 0) as u64,
+                        ok: if served { numbers } else { 0 },
+                        not_ok: u64::from(!served),
                     }
                 }
                 Err(_) => Answer::Failed,

@@ -6,7 +6,9 @@
 //! What it proves, each able to fail:
 //! - with a margin that covers the growth since the backup, every tracked uid's next seq is above
 //!   every seq it was given before (P1 across a restore), and a replica added to the restored
-//!   set with `seqctl replica add` catches up to the same state;
+//!   set with `seqctl replica add` catches up to the same state; named counters (keys live in uid
+//!   sections) come back above every value they were given, blocks of a step pushed past the
+//!   backed-up ceilings included;
 //! - the negative control: the same backup restored with margin 0 hands out a number a uid had
 //!   already been given (so the first check can fail, and the margin is what it rests on).
 //!
@@ -33,6 +35,9 @@ const AFTER_BACKUP: usize = 3 * STEP as usize;
 /// The margin of the good restore, in steps: above the at most 3 + 2 steps a section can have
 /// grown by since the backup (three steps served, one prefetched, one in flight).
 const MARGIN_STEPS: u64 = 10;
+/// Named counters taken past their sections' backed-up ceilings (blocks of a step before and after
+/// the backup).
+const KEYS: [&str; 3] = ["orders", "conv:7f3a:msg", "zähler"];
 
 /// The processes of one test and the directory they keep their data and logs in.
 struct Procs {
@@ -119,7 +124,10 @@ fn hot_uids() -> Vec<Uid> {
 
 /// Serves numbers, backs the set up, serves more (past every backed-up ceiling) and kills the
 /// set; returns the seqs each uid was given and the backup file.
-async fn serve_back_up_serve_more(p: &mut Procs, uids: &[Uid]) -> (Tracker, PathBuf) {
+async fn serve_back_up_serve_more(
+    p: &mut Procs,
+    uids: &[Uid],
+) -> (Tracker, PathBuf, std::collections::BTreeMap<&'static str, u64>) {
     let (store, alloc) = (free_addr(), free_addr());
     let bootstrap = [
         format!("--peers=1={store}"),
@@ -134,6 +142,22 @@ async fn serve_back_up_serve_more(p: &mut Procs, uids: &[Uid]) -> (Tracker, Path
     for uid in hot_uids() {
         seen.fetch_hot(&client, uid, STEP as usize + 10).await;
     }
+    let mut keys = std::collections::BTreeMap::new();
+    let block = |key: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .counter_reserve(key, STEP as u32)
+                .await
+                .expect("a block of a key")
+                .values()
+                .end
+                - 1
+        }
+    };
+    for key in KEYS {
+        keys.insert(key, block(key).await);
+    }
     let file = p.path("set0.backup");
     let args = [
         format!("--store=1={store}"),
@@ -147,8 +171,11 @@ async fn serve_back_up_serve_more(p: &mut Procs, uids: &[Uid]) -> (Tracker, Path
         seen.fetch_hot(&client, uid, AFTER_BACKUP).await;
     }
     seen.fetch_each_once(&client, uids, Duration::from_secs(10)).await;
+    for key in KEYS {
+        keys.insert(key, block(key).await);
+    }
     p.sup.kill_all();
-    (seen, file)
+    (seen, file, keys)
 }
 
 /// `storesvr restore` of `backup` as node `id` at `addr` with `margin_steps`; its report.
@@ -180,7 +207,7 @@ async fn start_restored(p: &mut Procs, id: u64, store: &str) -> (Client, String)
 async fn a_restore_with_a_margin_never_hands_out_a_number_again_and_margin_0_does() {
     let mut p = Procs::new();
     let uids = spread_uids(4);
-    let (mut seen, backup) = serve_back_up_serve_more(&mut p, &uids).await;
+    let (mut seen, backup, keys) = serve_back_up_serve_more(&mut p, &uids).await;
     let served_before = seen.served;
     eprintln!("{served_before} seqs served before the set was killed");
 
@@ -223,6 +250,10 @@ async fn a_restore_with_a_margin_never_hands_out_a_number_again_and_margin_0_doe
         seen.fetch_hot(&client, uid, 10).await;
     }
     assert_eq!(seen.served, served_before + uids.len() as u64 + 10 * SECTIONS);
+    for (key, last) in &keys {
+        let v = client.counter_next(key).await.expect("a key after the restore").value;
+        assert!(v > *last, "key {key:?}: {v} after {last}, across the restore");
+    }
     let added = add_a_replica_to_the_restored_set(&mut p, &store).await;
 
     // The restored replicas restart like any others (the restored snapshot, then their log).
