@@ -345,19 +345,18 @@ pub async fn touch(
             uids: (first + lo..first + hi).collect(),
             route_version,
         };
-        match tokio::time::timeout(Duration::from_secs(5), client.batch_fetch_next_seq(req)).await {
-            Ok(Ok(r)) => {
-                (hi - lo)
-                    - r.get_ref()
-                        .outcomes
-                        .iter()
-                        .filter(|o| **o == pb::Outcome::Ok as i32)
-                        .count() as u64
-            }
-            _ => hi - lo,
-        }
+        let r = tokio::time::timeout(Duration::from_secs(5), client.batch_fetch_next_seq(req)).await;
+        unserved(r.ok().and_then(Result::ok).map(|r| r.into_inner().outcomes), hi - lo)
     })
     .await
+}
+
+/// How many of `asked` items a batch reply's `outcomes` did not serve (all of them without a reply).
+pub fn unserved(outcomes: Option<Vec<i32>>, asked: u64) -> u64 {
+    match outcomes {
+        Some(o) => asked - o.iter().filter(|&&o| o == pb::Outcome::Ok as i32).count() as u64,
+        None => asked,
+    }
 }
 
 /// Runs `call(client, lo, hi)` for every batch `[lo, hi)` of [`MAX_UIDS_PER_BATCH`] items of

@@ -173,17 +173,8 @@ pub async fn touch_keys(clients: &[AllocServiceClient<Channel>], prefix: &str, c
         let keys = (lo..hi).map(|i| key_name(&prefix, i).into_bytes()).collect();
         async move {
             let req = pb::CounterBatchRequest { keys, route_version: 0 };
-            match tokio::time::timeout(Duration::from_secs(10), client.counter_batch(req)).await {
-                Ok(Ok(r)) => {
-                    (hi - lo)
-                        - r.get_ref()
-                            .outcomes
-                            .iter()
-                            .filter(|o| **o == pb::Outcome::Ok as i32)
-                            .count() as u64
-                }
-                _ => hi - lo,
-            }
+            let r = tokio::time::timeout(Duration::from_secs(10), client.counter_batch(req)).await;
+            crate::cluster::unserved(r.ok().and_then(Result::ok).map(|r| r.into_inner().outcomes), hi - lo)
         }
     })
     .await
