@@ -280,7 +280,7 @@ impl Service {
     fn serve_keys(&self, whos: &[Who<'_>], batch: &mut Batch) {
         let size = self.shared.params().section_size;
         let owned = self.shared.owned();
-        let mut waiting_keys: Vec<&str> = Vec::new();
+        let mut waiting_keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
         let mut to_bump = Vec::new();
         {
             let view = owned.view();
@@ -305,7 +305,7 @@ impl Service {
                         },
                     ),
                     Next::NeedBump => {
-                        waiting_keys.push(key);
+                        waiting_keys.insert(key);
                         batch.waiting.push(i);
                     }
                     Next::NotReady | Next::LeaseExpired => batch.settle(i, Step::NotReady),

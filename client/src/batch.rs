@@ -52,11 +52,15 @@ impl Items<'_> {
         }
     }
 
-    /// The uid item `i` is routed by: a key's position under the table's uid limit.
-    fn routed_by(&self, i: usize, routes: &RouteSet) -> Uid {
+    /// The uids the items are routed by, by index: a key's position under the table's uid limit
+    /// (placed once per round, and the reply checked against the same place).
+    fn places(&self, routes: &RouteSet) -> Vec<Uid> {
         match self {
-            Items::Uids(u) => u[i],
-            Items::Keys(k) => seqsvr_proto::keys::position(k[i], routes.uid_limit().unwrap_or(1)),
+            Items::Uids(u) => u.to_vec(),
+            Items::Keys(k) => {
+                let limit = routes.uid_limit().unwrap_or(1);
+                k.iter().map(|key| seqsvr_proto::keys::position(key, limit)).collect()
+            }
         }
     }
 
@@ -174,7 +178,8 @@ impl Client {
         let mut budget = Budget::until(&self.inner.cfg, deadline);
         while !pending.is_empty() {
             let routes = self.routes();
-            let groups = self.group_by_owner(&routes, items, &pending, &mut slots);
+            let places = items.places(&routes);
+            let groups = self.group_by_owner(&routes, &places, &pending, &mut slots);
             let map_version = routes.map_version();
             pending.clear();
             if groups.is_empty() {
@@ -206,7 +211,7 @@ impl Client {
                     unreachable.push(addr);
                 }
                 match result {
-                    Ok(reply) => self.on_reply(addr, items, chunk, reply, &mut slots, &mut round),
+                    Ok(reply) => self.on_reply(addr, (items, &places), chunk, reply, &mut slots, &mut round),
                     Err(e) => round.on_failed_attempt(addr, chunk, e, timeout, &mut slots),
                 }
             }
@@ -237,7 +242,7 @@ impl Client {
     fn group_by_owner<'a>(
         &'a self,
         routes: &'a RouteSet,
-        items: Items<'_>,
+        places: &[Uid],
         pending: &[usize],
         slots: &mut [Slot],
     ) -> BTreeMap<&'a str, (u64, Vec<usize>)> {
@@ -245,9 +250,7 @@ impl Client {
         // simulator replays a seed bit for bit); a batch spans a few owners, so this costs nothing.
         let mut groups: BTreeMap<&str, (u64, Vec<usize>)> = BTreeMap::new();
         for &i in pending {
-            match target_addr(routes, items.routed_by(i, routes), &self.inner.seeds, |n| {
-                self.random_index(n)
-            }) {
+            match target_addr(routes, places[i], &self.inner.seeds, |n| self.random_index(n)) {
                 Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),
                 Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
             }
@@ -259,7 +262,7 @@ impl Client {
     fn on_reply(
         &self,
         addr: &str,
-        items: Items<'_>,
+        (items, places): (Items<'_>, &[Uid]),
         chunk: &[usize],
         mut reply: BatchReply,
         slots: &mut [Slot],
@@ -280,7 +283,7 @@ impl Client {
         let routes = self.routes();
         let owners = OwnerIndex::new(&reply.owners, routes.section_size());
         for (k, &i) in chunk.iter().enumerate() {
-            let (uid, seq) = (items.routed_by(i, &routes), reply.values[k]);
+            let (uid, seq) = (places[i], reply.values[k]);
             let what = items.label(i);
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
