@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds seqsvr-rs and runs a complete local cluster on loopback: per set, 3 StoreSvr replicas
-# (one Raft group) and 2 AllocSvr nodes. Set 0 serves every uid and keeps the cluster map; with
+# (one Raft group) and 2 AllocSvr nodes, each serving gRPC, HTTP/JSON and the Redis protocol
+# (the last two without --tls only). Set 0 serves every uid and keeps the cluster map; with
 # --sets N, sets 1..N-1 start empty and are added to the map, ready for `seqctl move`. Data lives
 # under $SEQSVR_DATA (default ./data/local-cluster). Ctrl-C stops every process it started.
 #
@@ -30,6 +31,9 @@ DATA=${SEQSVR_DATA:-./data/local-cluster}
 # Set s listens on these ports plus 10·s (metrics: plus 1000 more).
 STORE_PORTS=(7101 7102 7103)
 ALLOC_PORTS=(7201 7202)
+# Each AllocSvr's HTTP/JSON and Redis-protocol front ends: its gRPC port plus these.
+HTTP_OFFSET=100
+RESP_OFFSET=200
 BIN=target/release
 # Plain logs in the log files (no terminal colour codes).
 export NO_COLOR=1
@@ -90,8 +94,11 @@ start_set() {
   done
   for i in 1 2; do
     port=$((ALLOC_PORTS[i - 1] + off))
+    extra=()
+    # The front ends have no TLS of their own; with --tls the AllocSvr refuses them.
+    [ "$TLS" = 0 ] && extra+=(--http-listen "127.0.0.1:$((port + HTTP_OFFSET))" --resp-listen "127.0.0.1:$((port + RESP_OFFSET))")
     RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$((10 * set + i))" --listen "127.0.0.1:$port" \
-      --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" $(tls_flags allocsvr) 2>>"$dir/alloc$i.log" &
+      --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" $(tls_flags allocsvr) 2>>"$dir/alloc$i.log" &
     ALLOC_PIDS+=($!)
     PIDS+=($!)
     ALLOC+="${ALLOC:+,}127.0.0.1:$port"
@@ -145,6 +152,24 @@ until $SEQCTL id next 3 2>/dev/null; do
   [ $SECONDS -ge $deadline ] && { echo "no time-ordered ids within 60 s; see the logs in $DATA" >&2; break; }
   sleep 0.2
 done
+HTTP="127.0.0.1:$((ALLOC_PORTS[0] + HTTP_OFFSET))"
+RESP_PORT=$((ALLOC_PORTS[0] + RESP_OFFSET))
+if [ "$TLS" = 0 ]; then
+  echo "HTTP/JSON on every AllocSvr (port +$HTTP_OFFSET), the Redis protocol too (port +$RESP_OFFSET); any one answers for every uid and counter:"
+  for ((s = 0; s < SETS; s++)); do
+    for p in "${ALLOC_PORTS[@]}"; do
+      echo "  set $s: http://127.0.0.1:$((p + 10 * s + HTTP_OFFSET))  redis://127.0.0.1:$((p + 10 * s + RESP_OFFSET))"
+    done
+  done
+  if command -v curl >/dev/null; then
+    echo "\$ curl -s -X POST http://$HTTP/v1/counter/orders/next"
+    curl -s -X POST "http://$HTTP/v1/counter/orders/next"; echo
+  fi
+  if command -v redis-cli >/dev/null; then
+    echo "\$ redis-cli -p $RESP_PORT INCR orders"
+    redis-cli -p "$RESP_PORT" INCR orders
+  fi
+fi
 cat <<MSG
 
 The cluster is serving. Data and logs: $DATA
@@ -159,6 +184,12 @@ Try:
   $SEQCTL sets
   $SEQCTL move --from 0 --to 1 --uids 0..200000 --dry-run     # with --sets 2 or more
   $SEQCTL move --from 0 --to 1 --uids 0..200000
+  curl -s -X POST http://$HTTP/v1/seq/42/next                  # without --tls
+  curl -s -X POST 'http://$HTTP/v1/counter/orders/reserve?count=100'
+  curl -s -X POST 'http://$HTTP/v1/ids?count=3'
+  redis-cli -p $RESP_PORT INCR u:42                              # uid 42; any other name is a counter
+  redis-cli -p $RESP_PORT INCRBY orders 100
+  redis-cli -p $RESP_PORT NEXTID
   $GRPCURL -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
   $GRPCURL 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)

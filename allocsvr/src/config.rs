@@ -70,6 +70,22 @@ pub struct Cli {
     /// restarts above everything the section issued (a gap, never a repeat).
     #[arg(long, default_value_t = DEFAULT_MAX_LIVE_KEYS)]
     pub max_live_keys: usize,
+    /// Serve HTTP/JSON on this ip:port (`POST /v1/seq/{uid}/next`, `/v1/counter/{key}/next`,
+    /// `/v1/ids`, …); a call for a uid or key another AllocSvr owns is forwarded to it. Not with
+    /// --tls-* (this port has no TLS).
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
+    /// Serve the Redis protocol on this ip:port (`INCR name`, `INCRBY`, `GET`, `MGET`, `NEXTID`;
+    /// `u:42` names uid 42, any other name a counter); forwarded like --http-listen. Not with --tls-*.
+    #[arg(long)]
+    pub resp_listen: Option<SocketAddr>,
+    /// Password every Redis-protocol connection must give with AUTH (user `default`).
+    #[arg(long)]
+    pub resp_password: Option<String>,
+    /// Longest one HTTP or Redis call may take, retries and forwarding included, in milliseconds
+    /// (an HTTP caller's shorter `x-seqsvr-timeout-ms` wins).
+    #[arg(long, default_value_t = 2_000)]
+    pub front_deadline_ms: u64,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
     #[command(flatten)]
     pub tls: seqsvr_auth::TlsArgs,
@@ -179,6 +195,8 @@ pub struct NodeConfig {
     pub id_clock_file: Option<std::path::PathBuf>,
     /// Counter keys held in memory at most (see `section`).
     pub max_live_keys: usize,
+    /// The HTTP/JSON and Redis-protocol front ends (none by default).
+    pub front: crate::front::FrontConfig,
 }
 
 impl NodeConfig {
@@ -198,6 +216,7 @@ impl NodeConfig {
             id_clock: crate::id_clock::IdClock::host(),
             id_clock_file: None,
             max_live_keys: DEFAULT_MAX_LIVE_KEYS,
+            front: crate::front::FrontConfig::default(),
         }
     }
 }
@@ -234,6 +253,13 @@ impl Cli {
             .tls
             .load(Some(seqsvr_auth::Role::AllocSvr))
             .map_err(|e| e.to_string())?;
+        let front = crate::front::FrontConfig {
+            http: self.http_listen,
+            resp: self.resp_listen,
+            resp_password: self.resp_password,
+            deadline: Some(Duration::from_millis(self.front_deadline_ms)),
+        };
+        check_front(&front, tls.is_some(), self.front_deadline_ms)?;
         Ok(BinaryConfig {
             node: NodeConfig {
                 node_id: NodeId(self.node_id),
@@ -260,10 +286,33 @@ impl Cli {
                 id_clock: crate::id_clock::IdClock::with_offset(self.test_clock_offset_ms),
                 id_clock_file: self.test_clock_file,
                 max_live_keys: self.max_live_keys,
+                front,
             },
             metrics_listen: self.metrics_listen,
         })
     }
+}
+
+/// The front ends have no TLS of their own: with mutual TLS on, a plaintext front end would let
+/// any caller past the roles the data plane enforces, so the two are refused together.
+fn check_front(front: &crate::front::FrontConfig, tls: bool, deadline_ms: u64) -> Result<(), String> {
+    if tls && front.any() {
+        return Err(
+            "--http-listen and --resp-listen have no TLS: with --tls-* they would let any caller \
+                    past the certificate roles; put the data plane's gRPC in front of such callers"
+                .into(),
+        );
+    }
+    if front.resp_password.as_deref().is_some_and(str::is_empty) {
+        return Err("--resp-password must not be empty".into());
+    }
+    if front.resp_password.is_some() && front.resp.is_none() {
+        return Err("--resp-password needs --resp-listen".into());
+    }
+    if !(1..=60_000).contains(&deadline_ms) {
+        return Err(format!("--front-deadline-ms must be 1 to 60000, got {deadline_ms}"));
+    }
+    Ok(())
 }
 
 /// The route table must carry an address clients can dial: a wildcard `--listen` needs

@@ -56,4 +56,7 @@ pub enum StartError {
     /// The store's reply cannot be used (missing or unsafe set parameters).
     #[error("{0}")]
     BadReply(String),
+    /// An HTTP or Redis front end could not start.
+    #[error("front end: {0}")]
+    Front(String),
 }

@@ -15,6 +15,8 @@
 //! - [`state`]: the state the service and the tasks share ([`state::AllocState`]), behind methods.
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
 //! - [`service`]: the `AllocService` gRPC data plane; [`id_service`] its `NextIds`.
+//! - [`front`]: the HTTP/JSON and Redis-protocol front ends, whose calls are forwarded to the
+//!   owner wherever they land.
 //! - [`node`]: the composition root: start, wire, shut down.
 //! - [`config`], [`error`], [`metrics`], [`rpc_metrics`] (per-method latency and error codes).
 //!
@@ -26,10 +28,12 @@
 //! metrics and signal handling.
 //!
 //! Deliberately left out: durable state (an AllocSvr is stateless between restarts) and routing
-//! of requests to the owner (the client library does that with the route table).
+//! of gRPC requests to the owner (a gRPC caller routes itself with the route table; only the
+//! HTTP and Redis front ends forward).
 
 pub mod config;
 pub mod error;
+pub mod front;
 pub mod grants;
 pub mod id_clock;
 pub mod id_service;

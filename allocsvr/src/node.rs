@@ -17,15 +17,17 @@ use seqsvr_proto::Incarnation;
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
 use seqsvr_server::reflection;
-use seqsvr_server::serve_limits::{self, Limited};
+use seqsvr_server::serve_limits::{self, Limited, ShedLayer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tonic_health::pb::health_server::SERVICE_NAME as HEALTH;
+use tower::Layer as _;
 use tracing::{error, info, warn};
 
 use crate::config::NodeConfig;
 use crate::error::StartError;
+use crate::front;
 use crate::grants::{release_requests, released};
 use crate::service::Service;
 use crate::state::{AllocState, wake};
@@ -37,6 +39,8 @@ pub struct Node {
     core: Core,
     local_addr: SocketAddr,
     server: JoinHandle<()>,
+    fronts: front::FrontAddrs,
+    front_tasks: Vec<JoinHandle<()>>,
 }
 
 /// A registered AllocSvr's state and background tasks, without a listener: [`Node`] puts a gRPC
@@ -78,13 +82,26 @@ impl Node {
         let core = Core::start(&cfg, store, advertise).await?;
         info!(%local_addr, "data plane listening");
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
-        let server = serve_limits::apply(server, &cfg.serve_limits, &[HEALTH], admission_counters());
+        let shed = ShedLayer::new(cfg.serve_limits.bounds(), &[HEALTH], admission_counters());
+        let server = serve_limits::apply_with(server, &cfg.serve_limits, shed.clone());
         let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone()).await;
+        let (fronts, front_tasks) = if cfg.front.any() {
+            start_fronts(&cfg, &core, shed).await?
+        } else {
+            Default::default()
+        };
         Ok(Node {
             core,
             local_addr,
             server,
+            fronts,
+            front_tasks,
         })
+    }
+
+    /// Where the HTTP/JSON and Redis-protocol front ends listen, those that run.
+    pub fn front_addrs(&self) -> front::FrontAddrs {
+        self.fronts
     }
 
     /// The bound data-plane address (useful with port 0).
@@ -106,6 +123,9 @@ impl Node {
     pub async fn shutdown(self) {
         self.core.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
+        for t in self.front_tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
     }
 }
 
@@ -234,6 +254,35 @@ fn admission_counters() -> serve_limits::Hooks {
     }
 }
 
+/// The data-plane service as the network sees it below authentication: timed and counted.
+fn data_plane(shared: Arc<AllocState>) -> crate::rpc_metrics::Metered<AllocServiceServer<Service>> {
+    crate::rpc_metrics::Metered::new(
+        AllocServiceServer::new(Service::new(shared))
+            .max_decoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES),
+    )
+}
+
+/// Starts the front ends; their calls to this node pass `shed`, the gRPC server's own admission.
+async fn start_fronts(
+    cfg: &NodeConfig,
+    core: &Core,
+    shed: ShedLayer,
+) -> Result<(front::FrontAddrs, Vec<JoinHandle<()>>), StartError> {
+    use tonic::codegen::Service as _;
+    let local = shed.layer(data_plane(core.shared.clone()));
+    let local: front::LocalService = Arc::new(move |req| {
+        let mut svc = local.clone();
+        Box::pin(async move { svc.call(req).await })
+    });
+    let own = core.shared.advertise().to_owned();
+    let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
+    let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
+    front::start(&cfg.front, client, core.stop_rx.clone())
+        .await
+        .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))
+}
+
 async fn spawn_server(
     shared: Arc<AllocState>,
     mut server: tonic::transport::Server<Limited<seqsvr_auth::Layered>>,
@@ -243,14 +292,12 @@ async fn spawn_server(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AllocServiceServer<Service>>().await;
     let (reflection_v1, reflection_v1alpha) = reflection::services(&[SERVICE_NAME]);
-    let service = AllocServiceServer::new(Service::new(shared))
-        .max_decoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES)
-        .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES);
+    let service = data_plane(shared);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tokio::spawn(async move {
         let router = server
             .add_service(health_service)
-            .add_service(crate::rpc_metrics::Metered::new(service))
+            .add_service(service)
             .add_optional_service(reflection_v1)
             .add_optional_service(reflection_v1alpha);
         let shutdown = async move {

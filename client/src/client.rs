@@ -223,6 +223,8 @@ pub(crate) struct Unsettled {
     pub(crate) maybe_taken: bool,
     /// The last reason an attempt did not produce a value.
     pub(crate) last: String,
+    /// That reason was the owner's overload.
+    pub(crate) overloaded: bool,
 }
 
 impl Unsettled {
@@ -235,6 +237,8 @@ impl Unsettled {
         };
         if self.maybe_taken {
             ClientError::unknown(detail)
+        } else if kind == FailureKind::Unavailable && self.overloaded {
+            ClientError::failed(FailureKind::Overloaded, detail)
         } else {
             ClientError::failed(kind, detail)
         }
@@ -430,6 +434,7 @@ impl Client {
                     continue;
                 }
             };
+            state.overloaded = false;
             let changed = self.learn_from(reply.map.as_ref(), reply.routes);
             let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
@@ -478,12 +483,14 @@ impl Client {
         match e {
             AttemptError::TimedOut => {
                 state.maybe_taken |= op.consumes();
+                state.overloaded = false;
                 state.last = format!("{addr}: attempt timed out after {timeout:?}");
             }
             AttemptError::Status(s) => {
                 let verdict = classify(&s);
                 state.maybe_taken |= op.consumes() && verdict.delivery == Delivery::Maybe;
                 state.last = format!("{addr}: {}: {}", s.code(), s.message());
+                state.overloaded = verdict.refusal == Some(Refusal::Overloaded);
                 if verdict.invalid_argument {
                     return Err(std::mem::take(state).into_error(FailureKind::InvalidArgument));
                 }

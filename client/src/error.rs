@@ -18,14 +18,17 @@ use std::fmt;
 pub enum FailureKind {
     /// The input is wrong (uid outside `[0, uid_limit)`, empty or oversized batch): fix it, do not retry.
     InvalidArgument,
-    /// No server could serve the request before the deadline (unreachable, not the owner, not ready,
-    /// overloaded): retry later.
+    /// No server could serve the request before the deadline (unreachable, not the owner, not
+    /// ready): retry later.
     Unavailable,
+    /// As [`FailureKind::Unavailable`], and the last refusal was the owner's overload: it is alive
+    /// but had no room for the call before the deadline. Retry later, with fewer calls at once.
+    Overloaded,
     /// The client was built with an unusable configuration: fix the configuration.
     BadConfig,
     /// The uid's section has used up its 64-bit sequence space: no retry, anywhere, will ever
     /// serve this uid again. (An *overloaded* server answers the same gRPC code; that one is
-    /// retried and ends as [`FailureKind::Unavailable`] if it never passes.)
+    /// retried and ends as [`FailureKind::Overloaded`] if it never passes.)
     Exhausted,
 }
 
@@ -34,6 +37,7 @@ impl fmt::Display for FailureKind {
         f.write_str(match self {
             FailureKind::InvalidArgument => "invalid argument",
             FailureKind::Unavailable => "unavailable",
+            FailureKind::Overloaded => "overloaded",
             FailureKind::BadConfig => "bad client config",
             FailureKind::Exhausted => "sequence space exhausted",
         })

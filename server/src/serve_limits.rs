@@ -203,12 +203,18 @@ pub fn apply<L>(
     exempt: &'static [&'static str],
     hooks: Hooks,
 ) -> Server<Limited<L>> {
+    apply_with(server, limits, ShedLayer::new(limits.bounds(), exempt, hooks))
+}
+
+/// [`apply`] with an admission layer the caller keeps: a clone of `shed` wrapped around the same
+/// service called in process shares its count (an AllocSvr's front ends call its gRPC service so).
+pub fn apply_with<L>(server: Server<L>, limits: &ServeLimits, shed: ShedLayer) -> Server<Limited<L>> {
     server
         .max_concurrent_streams(limits.max_streams_per_connection)
         .timeout(limits.rpc_timeout)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .layer(ShedLayer::new(limits.bounds(), exempt, hooks))
+        .layer(shed)
 }
 
 /// The tower layer that admits, parks or refuses calls against the in-flight limit

@@ -1,0 +1,233 @@
+//! What a front end asks of the cluster ([`Calls`]), the one error every front end maps to its
+//! protocol ([`CallError`]), and [`ClientCalls`], which answers them with the client library —
+//! routing, map following, retries and the unknown-outcome rule included — so that a call that
+//! lands on an AllocSvr that does not own its uid or key is forwarded to the owner, in the same
+//! set or another, exactly as a Rust caller's call would be sent there.
+//!
+//! Deliberately left out: any number not taken from an owner's reply. A front end never answers
+//! from a cache, and never turns an unknown outcome into "did not happen".
+
+use std::future::Future;
+use std::time::Duration;
+
+use seqsvr_client::{Client, ClientError, FailureKind};
+use seqsvr_proto::Uid;
+
+/// Whose number a call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who<'a> {
+    /// A uid's sequence.
+    Uid(u64),
+    /// A named counter.
+    Key(&'a str),
+}
+
+/// Why a call gave no value; each front end maps the kind to its protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The input is wrong: fix it, do not retry.
+    BadInput,
+    /// No owner could answer in time (not ready, unreachable, moving): retry after a pause.
+    Unavailable,
+    /// The owner is overloaded: retry after a pause, with fewer calls at once.
+    Overloaded,
+    /// The uid's or key's section has used up the 64-bit space: nothing will ever serve it again.
+    Exhausted,
+    /// The call may have taken a number and no value came back: the value is lost, not "not taken".
+    Unknown,
+    /// The front end's own configuration is wrong.
+    Internal,
+}
+
+/// A failed call: what kind, and the reason in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl CallError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_input(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::BadInput, message)
+    }
+
+    /// True when a number may have been taken by the call.
+    pub fn may_have_taken(&self) -> bool {
+        self.kind == ErrorKind::Unknown
+    }
+
+    /// The answer for a call still running at the caller's deadline: a call that can take a
+    /// number may have taken one.
+    pub fn deadline(after: Duration, takes: bool) -> Self {
+        let kind = if takes {
+            ErrorKind::Unknown
+        } else {
+            ErrorKind::Unavailable
+        };
+        Self::new(kind, format!("no answer within the caller's deadline of {after:?}"))
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<ClientError> for CallError {
+    fn from(e: ClientError) -> Self {
+        let kind = match e.failure_kind() {
+            None => ErrorKind::Unknown,
+            Some(FailureKind::InvalidArgument) => ErrorKind::BadInput,
+            Some(FailureKind::Unavailable) => ErrorKind::Unavailable,
+            Some(FailureKind::Overloaded) => ErrorKind::Overloaded,
+            Some(FailureKind::Exhausted) => ErrorKind::Exhausted,
+            Some(FailureKind::BadConfig) => ErrorKind::Internal,
+        };
+        let message = match e {
+            ClientError::Failed { detail, .. } => detail,
+            ClientError::Unknown { detail } => format!("outcome unknown, a number may have been taken: {detail}"),
+        };
+        Self { kind, message }
+    }
+}
+
+/// The calls behind every front end. `take` of `count` > 1 is a block: its first value is
+/// returned and the block is `first..first + count`.
+pub trait Calls: Send + Sync + 'static {
+    /// Takes `count` numbers of `who`; the first of them.
+    fn take(&self, who: Who<'_>, count: u32) -> impl Future<Output = Result<u64, CallError>> + Send;
+    /// The last number handed out for `who` (or a ceiling above it after an ownership change).
+    fn current(&self, who: Who<'_>) -> impl Future<Output = Result<u64, CallError>> + Send;
+    /// The next seq of each uid, one result per uid in request order; the outer error is for
+    /// the whole call (nothing was sent).
+    #[allow(clippy::type_complexity)]
+    fn batch(&self, uids: &[u64]) -> impl Future<Output = Result<Vec<Result<u64, CallError>>, CallError>> + Send;
+    /// `count` time-ordered ids, increasing.
+    fn ids(&self, count: u32) -> impl Future<Output = Result<Vec<u64>, CallError>> + Send;
+}
+
+/// [`Calls`] through the client library.
+#[derive(Debug, Clone)]
+pub struct ClientCalls {
+    client: Client,
+}
+
+impl ClientCalls {
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// The client the calls go through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Calls for ClientCalls {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+        let c = &self.client;
+        Ok(match (who, count) {
+            (Who::Uid(uid), 1) => c.fetch_next_seq(Uid(uid)).await?.seq,
+            (Who::Uid(uid), n) => c.reserve(Uid(uid), n).await?.first,
+            (Who::Key(key), 1) => c.counter_next(key).await?.value,
+            (Who::Key(key), n) => c.counter_reserve(key, n).await?.first,
+        })
+    }
+
+    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
+        Ok(match who {
+            Who::Uid(uid) => self.client.get_cur_seq(Uid(uid)).await?.cur_seq,
+            Who::Key(key) => self.client.counter_get(key).await?.value,
+        })
+    }
+
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+        let uids: Vec<Uid> = uids.iter().map(|&u| Uid(u)).collect();
+        let results = self.client.batch_fetch_each(&uids).await?;
+        Ok(results
+            .into_iter()
+            .map(|r| r.map(|f| f.seq).map_err(CallError::from))
+            .collect())
+    }
+
+    async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
+        Ok(self.client.next_ids(count).await?.ids)
+    }
+}
+
+/// Runs `call` until `deadline` at most: past it, the call is dropped and answered as
+/// [`CallError::deadline`] (`takes`: whether it could have taken a number).
+pub async fn within<T>(
+    deadline: Option<Duration>,
+    takes: bool,
+    call: impl Future<Output = Result<T, CallError>>,
+) -> Result<T, CallError> {
+    match deadline {
+        None => call.await,
+        Some(d) => match tokio::time::timeout(d, call).await {
+            Ok(r) => r,
+            Err(_) => Err(CallError::deadline(d, takes)),
+        },
+    }
+}
+
+/// The parts of a counter's name that a front end reads as a uid: `u:<decimal>` is uid, any other
+/// name a named counter (one mapping for every front end that takes names).
+pub fn who_of_name(name: &str) -> Result<Who<'_>, CallError> {
+    match name.strip_prefix(UID_PREFIX) {
+        Some(digits) => parse_u64(digits, "uid").map(Who::Uid),
+        None => Ok(Who::Key(name)),
+    }
+}
+
+/// The prefix that makes a name a uid (`u:42`).
+pub const UID_PREFIX: &str = "u:";
+
+/// A decimal `u64`, or a bad-input error naming `what`.
+pub fn parse_u64(s: &str, what: &str) -> Result<u64, CallError> {
+    // `u64::from_str` takes a leading '+', which no one means.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CallError::bad_input(format!(
+            "{what} must be a decimal number, got {s:?}"
+        )));
+    }
+    s.parse()
+        .map_err(|_| CallError::bad_input(format!("{what} {s} does not fit in 64 bits")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_starting_u_colon_are_uids_and_everything_else_is_a_counter() {
+        assert_eq!(who_of_name("u:42"), Ok(Who::Uid(42)));
+        assert_eq!(who_of_name("orders"), Ok(Who::Key("orders")));
+        assert_eq!(who_of_name("U:42"), Ok(Who::Key("U:42")));
+        assert_eq!(who_of_name("user:42"), Ok(Who::Key("user:42")));
+        for bad in ["u:", "u:-1", "u:+1", "u:4x", "u:18446744073709551616", "u: 1"] {
+            let e = who_of_name(bad).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BadInput, "{bad}");
+        }
+        assert_eq!(who_of_name("u:18446744073709551615"), Ok(Who::Uid(u64::MAX)));
+    }
+
+    #[test]
+    fn an_unknown_outcome_says_a_number_may_have_been_taken() {
+        let e = CallError::from(ClientError::unknown("attempt timed out"));
+        assert!(e.may_have_taken());
+        assert!(e.message.contains("may have been taken"), "{}", e.message);
+        let e = CallError::from(ClientError::failed(FailureKind::Overloaded, "busy"));
+        assert_eq!((e.kind, e.may_have_taken()), (ErrorKind::Overloaded, false));
+        assert!(CallError::deadline(Duration::from_millis(5), true).may_have_taken());
+        assert!(!CallError::deadline(Duration::from_millis(5), false).may_have_taken());
+    }
+}

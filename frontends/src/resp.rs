@@ -1,0 +1,674 @@
+//! The Redis protocol front end (`--resp-listen`): RESP2, and RESP3 after `HELLO 3`, so that any
+//! language's Redis client takes numbers from seqsvr.
+//!
+//! Names map to numbers one way for every command: `u:<decimal uid>` is that uid's sequence,
+//! every other name is a named counter ([`crate::calls::who_of_name`]).
+//!
+//! | command | answer |
+//! |---|---|
+//! | `INCR name` | the next value, an integer |
+//! | `INCRBY name n` | a block of `n` values; the last of them, as Redis answers (the block is `reply-n+1..=reply`) |
+//! | `GET name` | the last value handed out as a bulk string, nil when none ever was |
+//! | `MGET name...` | `GET` of each (at most [`MAX_MGET_KEYS`]) |
+//! | `NEXTID [count]` | a time-ordered id (integer), or `count` of them (array) |
+//! | `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT SETNAME/GETNAME/SETINFO/ID`, `QUIT` | as Redis |
+//! | `INFO`, `COMMAND`, `CONFIG GET` | enough for `redis-cli`, `redis-benchmark` and client libraries to connect |
+//!
+//! Every other command is `-ERR unknown command`, as Redis answers it: a counter that only rises
+//! cannot `SET`, `DECR` or `DEL`, and a command it does not serve never gets a wrong answer.
+//! Errors carry a code a caller can act on: `ERR` bad input, `TRYAGAIN` not ready or unreachable,
+//! `OVERLOADED`, `UNKNOWN` (the call may have taken a number: its value is lost),
+//! `EXHAUSTED` (the 64-bit space of the uid's section is used up).
+//!
+//! Pipelined commands run one after another in the order sent (an `INCR` then a `GET` of the same
+//! name in one pipeline sees the `INCR`), and their replies go out in one write per read.
+//!
+//! Bad input: a frame the decoder (the `redis-protocol` crate) refuses, a request that is not an
+//! array of bulk strings, more than [`MAX_ARGS`] arguments, a command that is not complete within
+//! [`MAX_PENDING_BYTES`] or [`PARTIAL_TIMEOUT`]: one `-ERR Protocol error` reply, then the
+//! connection is closed, as Redis does. A reply the caller does not read for [`WRITE_TIMEOUT`]
+//! closes the connection too. Nothing is taken from any counter for a command refused.
+//!
+//! Deliberately left out: inline commands (`PING\r\n` typed by hand; every client sends arrays),
+//! `MULTI`/transactions, pub/sub, and ACL users other than `default`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis_protocol::resp2::types::{OwnedFrame as Frame2, Resp2Frame as _};
+use redis_protocol::resp3::types::{OwnedFrame as Frame3, Resp3Frame as _};
+use subtle::ConstantTimeEq;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Semaphore, watch};
+use tracing::{debug, warn};
+
+use crate::calls::{CallError, Calls, ErrorKind, Who, who_of_name};
+use crate::{count_call, stopped};
+
+/// Most bytes of a command not yet complete (keys are at most 256 bytes; an `MGET` of
+/// [`MAX_MGET_KEYS`] of them fits).
+pub const MAX_PENDING_BYTES: usize = 512 * 1024;
+/// Most names in one `MGET`.
+pub const MAX_MGET_KEYS: usize = 1000;
+/// Most arguments of one command, the command's name included.
+pub const MAX_ARGS: usize = MAX_MGET_KEYS + 1;
+/// Longest a started command may take to arrive in full.
+pub const PARTIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a reply may wait for the caller to read it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Replies buffered before they are written even within one read's pipeline.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// How the front end runs.
+#[derive(Debug, Clone)]
+pub struct RespConfig {
+    /// The `default` user's password; every connection must `AUTH` (or `HELLO ... AUTH`) first.
+    pub password: Option<String>,
+    /// Most connections at once; one more is answered `-ERR max number of clients reached`.
+    pub max_connections: usize,
+}
+
+impl Default for RespConfig {
+    fn default() -> Self {
+        Self {
+            password: None,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// One reply, before it is encoded for the connection's protocol version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Simple(&'static str),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Null,
+    Array(Vec<Reply>),
+    /// A map in RESP3, a flat array of keys and values in RESP2.
+    Map(Vec<(Reply, Reply)>),
+    /// The whole error line: its code, a space, the message.
+    Error(String),
+}
+
+impl Reply {
+    fn ok() -> Self {
+        Reply::Simple("OK")
+    }
+
+    fn err(msg: impl std::fmt::Display) -> Self {
+        Reply::Error(format!("ERR {msg}"))
+    }
+
+    fn bulk(s: impl Into<Vec<u8>>) -> Self {
+        Reply::Bulk(s.into())
+    }
+
+    /// A number as a RESP integer, which is signed: a value above 2^63-1 is refused rather
+    /// than wrapped (`GET` carries any value, as a string).
+    fn number(v: u64) -> Self {
+        match i64::try_from(v) {
+            Ok(i) => Reply::Int(i),
+            Err(_) => Reply::err(format!(
+                "value {v} is above 2^63-1, the largest RESP integer; it was taken and cannot be carried"
+            )),
+        }
+    }
+
+    /// The answer for a failed call.
+    fn of(e: &CallError) -> Self {
+        let code = match e.kind {
+            ErrorKind::BadInput | ErrorKind::Internal => "ERR",
+            ErrorKind::Unavailable => "TRYAGAIN",
+            ErrorKind::Overloaded => "OVERLOADED",
+            ErrorKind::Unknown => "UNKNOWN",
+            ErrorKind::Exhausted => "EXHAUSTED",
+        };
+        // A reply line cannot hold a line break.
+        Reply::Error(format!("{code} {}", e.message.replace(['\r', '\n'], " ")))
+    }
+
+    fn v2(self) -> Frame2 {
+        match self {
+            Reply::Simple(s) => Frame2::SimpleString(s.as_bytes().to_vec()),
+            Reply::Int(i) => Frame2::Integer(i),
+            Reply::Bulk(b) => Frame2::BulkString(b),
+            Reply::Null => Frame2::Null,
+            Reply::Array(items) => Frame2::Array(items.into_iter().map(Reply::v2).collect()),
+            Reply::Map(pairs) => Frame2::Array(pairs.into_iter().flat_map(|(k, v)| [k.v2(), v.v2()]).collect()),
+            Reply::Error(e) => Frame2::Error(e),
+        }
+    }
+
+    fn v3(self) -> Frame3 {
+        match self {
+            Reply::Simple(s) => Frame3::SimpleString {
+                data: s.as_bytes().to_vec(),
+                attributes: None,
+            },
+            Reply::Int(i) => Frame3::Number {
+                data: i,
+                attributes: None,
+            },
+            Reply::Bulk(b) => Frame3::BlobString {
+                data: b,
+                attributes: None,
+            },
+            Reply::Null => Frame3::Null,
+            Reply::Array(items) => Frame3::Array {
+                data: items.into_iter().map(Reply::v3).collect(),
+                attributes: None,
+            },
+            Reply::Map(pairs) => Frame3::Map {
+                data: pairs.into_iter().map(|(k, v)| (k.v3(), v.v3())).collect(),
+                attributes: None,
+            },
+            Reply::Error(e) => Frame3::SimpleError {
+                data: e,
+                attributes: None,
+            },
+        }
+    }
+
+    /// Appends the encoded reply to `out`.
+    pub fn encode(self, proto: u8, out: &mut Vec<u8>) {
+        let start = out.len();
+        let written = if proto >= 3 {
+            let frame = self.v3();
+            out.resize(start + frame.encode_len(false), 0);
+            redis_protocol::resp3::encode::complete::encode(&mut out[start..], &frame, false)
+        } else {
+            let frame = self.v2();
+            out.resize(start + frame.encode_len(false), 0);
+            redis_protocol::resp2::encode::encode(&mut out[start..], &frame, false)
+        };
+        if let Err(e) = written {
+            // Only a frame this module built is encoded, into room sized for it.
+            warn!(error = %e, "cannot encode a reply");
+            out.truncate(start);
+            out.extend_from_slice(b"-ERR internal: reply not encodable\r\n");
+        }
+    }
+}
+
+/// A request's arguments, or the protocol error that closes the connection. An empty array is
+/// no command (Redis ignores it).
+fn arguments(frame: Frame2) -> Result<Option<Vec<Vec<u8>>>, String> {
+    let Frame2::Array(items) = frame else {
+        return Err("Protocol error: a command is an array of bulk strings".into());
+    };
+    if items.len() > MAX_ARGS {
+        return Err(format!("Protocol error: {} arguments, at most {MAX_ARGS}", items.len()));
+    }
+    if items.is_empty() {
+        return Ok(None);
+    }
+    items
+        .into_iter()
+        .map(|item| match item {
+            Frame2::BulkString(b) | Frame2::SimpleString(b) => Ok(b),
+            _ => Err("Protocol error: a command's arguments are bulk strings".into()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// One connection's state: protocol version, authentication, name.
+pub struct Session<'a, C> {
+    calls: &'a C,
+    cfg: &'a RespConfig,
+    id: u64,
+    proto: u8,
+    authed: bool,
+    name: Option<Vec<u8>>,
+}
+
+/// What to do after a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    Close,
+}
+
+impl<'a, C: Calls> Session<'a, C> {
+    pub fn new(calls: &'a C, cfg: &'a RespConfig, id: u64) -> Self {
+        Self {
+            calls,
+            cfg,
+            id,
+            proto: 2,
+            authed: cfg.password.is_none(),
+            name: None,
+        }
+    }
+
+    /// The protocol version replies are encoded in.
+    pub fn proto(&self) -> u8 {
+        self.proto
+    }
+
+    /// Runs one command.
+    pub async fn command(&mut self, args: &[Vec<u8>]) -> (Reply, After) {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let rest = &args[1..];
+        if !self.authed && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT") {
+            return (Reply::Error("NOAUTH Authentication required.".into()), After::Continue);
+        }
+        let reply = match name.as_str() {
+            "INCR" => match rest {
+                [key] => self.take(key, 1).await,
+                _ => arity(&name),
+            },
+            "INCRBY" => match rest {
+                [key, by] => self.incr_by(key, by).await,
+                _ => arity(&name),
+            },
+            "GET" => match rest {
+                [key] => self.get(key).await,
+                _ => arity(&name),
+            },
+            "MGET" => self.mget(rest).await,
+            "NEXTID" => self.next_id(rest).await,
+            "PING" => match rest {
+                [] => Reply::Simple("PONG"),
+                [msg] => Reply::Bulk(msg.clone()),
+                _ => arity(&name),
+            },
+            "ECHO" => match rest {
+                [msg] => Reply::Bulk(msg.clone()),
+                _ => arity(&name),
+            },
+            "QUIT" => return (Reply::ok(), After::Close),
+            "AUTH" => match rest {
+                [pass] => self.auth(b"default", pass),
+                [user, pass] => self.auth(user, pass),
+                _ => arity(&name),
+            },
+            "HELLO" => self.hello(rest),
+            "SELECT" => match rest {
+                [db] if db.as_slice() == b"0" => Reply::ok(),
+                [_] => Reply::err("DB index is out of range"),
+                _ => arity(&name),
+            },
+            "CLIENT" => self.client(rest),
+            "INFO" => Reply::Bulk(self.info().into_bytes()),
+            // `redis-cli` asks for command docs, client libraries for the table: an empty one says
+            // nothing wrong. `redis-benchmark` asks for persistence settings; there are none to give.
+            "COMMAND" => match rest.first().map(|s| s.to_ascii_uppercase()) {
+                Some(sub) if sub == b"COUNT" => Reply::Int(0),
+                Some(sub) if sub == b"DOCS" => Reply::Map(Vec::new()),
+                _ => Reply::Array(Vec::new()),
+            },
+            "CONFIG" => match rest.first().map(|s| s.to_ascii_uppercase()) {
+                Some(sub) if sub == b"GET" => Reply::Map(Vec::new()),
+                _ => Reply::err("CONFIG: only GET is served, and it knows no parameter"),
+            },
+            _ => unknown(&args[0], rest),
+        };
+        (reply, After::Continue)
+    }
+
+    async fn take(&self, name: &[u8], count: u32) -> Reply {
+        let who = match who(name) {
+            Ok(w) => w,
+            Err(e) => return Reply::of(&e),
+        };
+        let r = self.calls.take(who, count).await;
+        count_call("resp", &r);
+        match r {
+            // The last value of the block, as Redis's INCRBY answers the new value.
+            Ok(first) => Reply::number(first + u64::from(count) - 1),
+            Err(e) => Reply::of(&e),
+        }
+    }
+
+    async fn incr_by(&self, name: &[u8], by: &[u8]) -> Reply {
+        let Ok(by) = std::str::from_utf8(by).unwrap_or_default().parse::<i64>() else {
+            return Reply::err("value is not an integer or out of range");
+        };
+        if by <= 0 {
+            return Reply::err(format!(
+                "INCRBY {by}: seqsvr counters only rise; the increment must be at least 1"
+            ));
+        }
+        let Ok(count) = u32::try_from(by) else {
+            return Reply::err(format!("INCRBY {by}: a block is at most {} values", u32::MAX));
+        };
+        self.take(name, count).await
+    }
+
+    async fn get(&self, name: &[u8]) -> Reply {
+        let who = match who(name) {
+            Ok(w) => w,
+            Err(e) => return Reply::of(&e),
+        };
+        let r = self.calls.current(who).await;
+        count_call("resp", &r);
+        match r {
+            Ok(0) => Reply::Null,
+            Ok(v) => Reply::bulk(v.to_string()),
+            Err(e) => Reply::of(&e),
+        }
+    }
+
+    async fn mget(&self, names: &[Vec<u8>]) -> Reply {
+        if names.is_empty() {
+            return arity("MGET");
+        }
+        if names.len() > MAX_MGET_KEYS {
+            return Reply::err(format!("MGET of {} names; at most {MAX_MGET_KEYS}", names.len()));
+        }
+        let mut whos = Vec::with_capacity(names.len());
+        for name in names {
+            match who(name) {
+                Ok(w) => whos.push(w),
+                Err(e) => return Reply::of(&e),
+            }
+        }
+        // Reads: they may run at once, and the answers keep the request's order.
+        let results = futures::future::join_all(whos.into_iter().map(|w| self.calls.current(w))).await;
+        let mut values = Vec::with_capacity(results.len());
+        for r in results {
+            count_call("resp", &r);
+            match r {
+                Ok(0) => values.push(Reply::Null),
+                Ok(v) => values.push(Reply::bulk(v.to_string())),
+                // One failed read fails the command: a nil would say "never used", which is wrong.
+                Err(e) => return Reply::of(&e),
+            }
+        }
+        Reply::Array(values)
+    }
+
+    async fn next_id(&self, rest: &[Vec<u8>]) -> Reply {
+        let count = match rest {
+            [] => None,
+            [n] => match std::str::from_utf8(n)
+                .map_err(|_| ())
+                .and_then(|s| s.parse::<u32>().map_err(|_| ()))
+            {
+                Ok(n) => Some(n),
+                Err(()) => return Reply::err("NEXTID count must be a positive integer"),
+            },
+            _ => return arity("NEXTID"),
+        };
+        let r = self.calls.ids(count.unwrap_or(1)).await;
+        count_call("resp", &r);
+        match (r, count) {
+            (Ok(ids), None) if ids.len() == 1 => Reply::number(ids[0]),
+            (Ok(ids), Some(_)) => Reply::Array(ids.into_iter().map(Reply::number).collect()),
+            (Ok(ids), None) => Reply::err(format!("internal: {} ids for a call of one", ids.len())),
+            (Err(e), _) => Reply::of(&e),
+        }
+    }
+
+    fn auth(&mut self, user: &[u8], pass: &[u8]) -> Reply {
+        let Some(password) = &self.cfg.password else {
+            return Reply::err(
+                "AUTH <password> called without any password configured for the default user. \
+                 Are you sure your configuration is correct?",
+            );
+        };
+        // Compared in constant time: the time of a refusal says nothing of the password.
+        let matches = user == b"default" && bool::from(password.as_bytes().ct_eq(pass));
+        if !matches {
+            return Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
+        }
+        self.authed = true;
+        Reply::ok()
+    }
+
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`.
+    fn hello(&mut self, rest: &[Vec<u8>]) -> Reply {
+        let mut proto = self.proto;
+        if let Some(v) = rest.first() {
+            match v.as_slice() {
+                b"2" => proto = 2,
+                b"3" => proto = 3,
+                _ => return Reply::Error("NOPROTO unsupported protocol version".into()),
+            }
+        }
+        let mut i = 1;
+        let mut setname = None;
+        while i < rest.len() {
+            match rest[i].to_ascii_uppercase().as_slice() {
+                b"AUTH" if i + 2 < rest.len() => {
+                    let reply = self.auth(&rest[i + 1], &rest[i + 2]);
+                    if matches!(reply, Reply::Error(_)) {
+                        return reply;
+                    }
+                    i += 3;
+                }
+                b"SETNAME" if i + 1 < rest.len() => {
+                    setname = Some(rest[i + 1].clone());
+                    i += 2;
+                }
+                _ => {
+                    return Reply::err(format!(
+                        "syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(&rest[i])
+                    ));
+                }
+            }
+        }
+        if !self.authed {
+            return Reply::Error(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+                 HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+                 select the RESP protocol version at the same time"
+                    .into(),
+            );
+        }
+        if setname.is_some() {
+            self.name = setname;
+        }
+        self.proto = proto;
+        let s = |k: &'static str| Reply::bulk(k);
+        Reply::Map(vec![
+            (s("server"), s("seqsvr")),
+            (s("version"), s(env!("CARGO_PKG_VERSION"))),
+            (s("proto"), Reply::Int(i64::from(proto))),
+            (s("id"), Reply::Int(self.id as i64)),
+            (s("mode"), s("standalone")),
+            (s("role"), s("master")),
+            (s("modules"), Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn client(&mut self, rest: &[Vec<u8>]) -> Reply {
+        let sub = rest.first().map(|s| s.to_ascii_uppercase()).unwrap_or_default();
+        match (sub.as_slice(), &rest[rest.len().min(1)..]) {
+            (b"SETNAME", [name]) => {
+                if name.iter().any(|&b| b <= b' ' || b > b'~') {
+                    return Reply::err("Client names cannot contain spaces, newlines or special characters.");
+                }
+                self.name = (!name.is_empty()).then(|| name.clone());
+                Reply::ok()
+            }
+            (b"GETNAME", []) => self.name.clone().map_or(Reply::Null, Reply::Bulk),
+            (b"ID", []) => Reply::Int(self.id as i64),
+            // Client libraries announce their name and version; nothing to keep.
+            (b"SETINFO", [_, _]) => Reply::ok(),
+            (b"SETNAME" | b"GETNAME" | b"ID" | b"SETINFO", _) => arity("CLIENT"),
+            _ => Reply::err(format!(
+                "unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(&sub)
+            )),
+        }
+    }
+
+    fn info(&self) -> String {
+        // The Redis version is the protocol level served, which some client libraries read.
+        format!(
+            "# Server\r\nredis_version:7.0.0\r\nseqsvr_version:{}\r\nredis_mode:standalone\r\n\
+             # Clients\r\nproto:{}\r\n",
+            env!("CARGO_PKG_VERSION"),
+            self.proto
+        )
+    }
+}
+
+/// A name as the number it denotes, or bad input.
+fn who(name: &[u8]) -> Result<Who<'_>, CallError> {
+    let name = std::str::from_utf8(name).map_err(|_| CallError::bad_input("a name must be UTF-8"))?;
+    let who = who_of_name(name)?;
+    if let Who::Key(key) = who {
+        seqsvr_proto::keys::check_key(key.as_bytes()).map_err(|e| CallError::bad_input(e.to_string()))?;
+    }
+    Ok(who)
+}
+
+fn arity(name: &str) -> Reply {
+    Reply::err(format!(
+        "wrong number of arguments for '{}' command",
+        name.to_ascii_lowercase()
+    ))
+}
+
+/// Redis's own words for a command it does not know.
+fn unknown(name: &[u8], rest: &[Vec<u8>]) -> Reply {
+    let clip = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(128)]).replace(['\r', '\n'], " ");
+    let args: String = rest.iter().take(3).map(|a| format!("'{}' ", clip(a))).collect();
+    Reply::err(format!(
+        "unknown command '{}', with args beginning with: {args}",
+        clip(name)
+    ))
+}
+
+/// Serves the connections `listener` accepts until `stop` turns true.
+pub async fn serve<C: Calls>(
+    listener: tokio::net::TcpListener,
+    calls: Arc<C>,
+    cfg: Arc<RespConfig>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(cfg.max_connections));
+    let ids = AtomicU64::new(1);
+    loop {
+        let (mut stream, peer) = tokio::select! {
+            () = stopped(&mut stop) => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait rather than spin.
+                    warn!(error = %e, "RESP accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    WRITE_TIMEOUT,
+                    stream.write_all(b"-ERR max number of clients reached\r\n"),
+                )
+                .await;
+            });
+            continue;
+        };
+        let (calls, cfg) = (calls.clone(), cfg.clone());
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, &*calls, &cfg, id).await {
+                debug!(%peer, error = %e, "RESP connection ended");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Serves one connection until the caller closes it, sends `QUIT`, or breaks the protocol.
+pub async fn connection<S, C>(mut stream: S, calls: &C, cfg: &RespConfig, id: u64) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    C: Calls,
+{
+    let mut session = Session::new(calls, cfg, id);
+    let mut input: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+    loop {
+        let mut close = false;
+        let mut used = 0;
+        while !close {
+            match redis_protocol::resp2::decode::decode(&input[used..]) {
+                Ok(Some((frame, n))) => {
+                    used += n;
+                    match arguments(frame) {
+                        Ok(Some(args)) => {
+                            let (reply, after) = session.command(&args).await;
+                            reply.encode(session.proto(), &mut out);
+                            close = after == After::Close;
+                        }
+                        Ok(None) => {}
+                        Err(msg) => {
+                            Reply::err(msg).encode(session.proto(), &mut out);
+                            close = true;
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    Reply::err(format!("Protocol error: {}", e.details())).encode(session.proto(), &mut out);
+                    close = true;
+                }
+            }
+            if out.len() >= FLUSH_BYTES {
+                write(&mut stream, &mut out).await?;
+            }
+        }
+        input.drain(..used);
+        if !close && input.len() > MAX_PENDING_BYTES {
+            Reply::err(format!(
+                "Protocol error: a command of more than {MAX_PENDING_BYTES} bytes"
+            ))
+            .encode(session.proto(), &mut out);
+            close = true;
+        }
+        write(&mut stream, &mut out).await?;
+        if close {
+            let _ = stream.shutdown().await;
+            return Ok(());
+        }
+        input.reserve(16 * 1024);
+        let read = if input.is_empty() {
+            stream.read_buf(&mut input).await?
+        } else {
+            match tokio::time::timeout(PARTIAL_TIMEOUT, stream.read_buf(&mut input)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    Reply::err(format!(
+                        "Protocol error: a command not complete within {PARTIAL_TIMEOUT:?}"
+                    ))
+                    .encode(session.proto(), &mut out);
+                    write(&mut stream, &mut out).await?;
+                    let _ = stream.shutdown().await;
+                    return Ok(());
+                }
+            }
+        };
+        if read == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes and empties `out`; a caller that does not read for [`WRITE_TIMEOUT`] is cut off.
+async fn write<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> std::io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the caller read no reply for 30 s",
+            ));
+        }
+    }
+    out.clear();
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! An in-memory [`Calls`]: every uid and key its own counter from 0, ids from a counter, and an
+//! error or a delay to answer with on demand. It counts every number it hands out, so that a
+//! test can check that bad input took nothing.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use seqsvr_frontends::calls::{CallError, Calls, Who};
+
+#[derive(Default)]
+pub struct Fake {
+    values: Mutex<HashMap<String, u64>>,
+    next_id: AtomicU64,
+    /// Numbers handed out, over every uid and key.
+    pub taken: AtomicU64,
+    /// The answer of every call while set.
+    pub fail: Mutex<Option<CallError>>,
+    /// How long every call takes.
+    pub delay: Mutex<Option<Duration>>,
+}
+
+fn name(who: Who<'_>) -> String {
+    match who {
+        Who::Uid(u) => format!("uid {u}"),
+        Who::Key(k) => format!("key {k}"),
+    }
+}
+
+impl Fake {
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    pub fn fail_with(&self, e: Option<CallError>) {
+        *self.fail.lock().unwrap() = e;
+    }
+
+    async fn before(&self) -> Result<(), CallError> {
+        let delay = *self.delay.lock().unwrap();
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        match self.fail.lock().unwrap().clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn take_now(&self, who: Who<'_>, count: u32) -> u64 {
+        let mut values = self.values.lock().unwrap();
+        let v = values.entry(name(who)).or_default();
+        let first = *v + 1;
+        *v += u64::from(count);
+        self.taken.fetch_add(u64::from(count), Ordering::SeqCst);
+        first
+    }
+}
+
+impl Calls for Fake {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+        self.before().await?;
+        Ok(self.take_now(who, count))
+    }
+
+    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
+        self.before().await?;
+        Ok(self.values.lock().unwrap().get(&name(who)).copied().unwrap_or(0))
+    }
+
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+        self.before().await?;
+        Ok(uids.iter().map(|&u| Ok(self.take_now(Who::Uid(u), 1))).collect())
+    }
+
+    async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
+        self.before().await?;
+        let first = self.next_id.fetch_add(u64::from(count), Ordering::SeqCst) + 1;
+        Ok((first..first + u64::from(count)).collect())
+    }
+}

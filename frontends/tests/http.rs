@@ -1,0 +1,224 @@
+//! The HTTP/JSON front end's routes over [`common::Fake`]: the replies, 64-bit numbers as strings,
+//! and every error's status, body and headers, with nothing taken for bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::Fake;
+use http_body_util::BodyExt;
+use seqsvr_frontends::calls::{CallError, ErrorKind};
+use seqsvr_frontends::http::{MAX_BODY_BYTES, TIMEOUT_HEADER, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<String>,
+    body: Value,
+}
+
+async fn call(fake: &Arc<Fake>, method: &str, uri: &str, body: Option<Body>, timeout_ms: Option<&str>) -> Answer {
+    let mut req = Request::builder().method(method).uri(uri);
+    if let Some(t) = timeout_ms {
+        req = req.header(TIMEOUT_HEADER, t);
+    }
+    let req = req.body(body.unwrap_or_else(Body::empty)).unwrap();
+    let resp = router(fake.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
+    Answer {
+        status,
+        retry_after,
+        body,
+    }
+}
+
+async fn post(fake: &Arc<Fake>, uri: &str) -> Answer {
+    call(fake, "POST", uri, None, None).await
+}
+
+#[tokio::test]
+async fn every_route_answers_with_numbers_as_strings() {
+    let fake = Arc::new(Fake::default());
+    assert_eq!(
+        post(&fake, "/v1/seq/42/next").await.body,
+        json!({"uid": "42", "seq": "1"})
+    );
+    assert_eq!(
+        post(&fake, "/v1/seq/42/next").await.body,
+        json!({"uid": "42", "seq": "2"})
+    );
+    assert_eq!(
+        post(&fake, "/v1/seq/42/reserve?count=10").await.body,
+        json!({"uid": "42", "first": "3", "last": "12", "count": 10})
+    );
+    let cur = call(&fake, "GET", "/v1/seq/42", None, None).await;
+    assert_eq!(
+        (cur.status, cur.body),
+        (StatusCode::OK, json!({"uid": "42", "cur_seq": "12"}))
+    );
+    assert_eq!(
+        post(&fake, "/v1/counter/a%2Fb%20c/next").await.body,
+        json!({"key": "a/b c", "value": "1"})
+    );
+    assert_eq!(
+        post(&fake, "/v1/counter/orders/reserve?count=5").await.body,
+        json!({"key": "orders", "first": "1", "last": "5", "count": 5})
+    );
+    assert_eq!(
+        call(&fake, "GET", "/v1/counter/orders", None, None).await.body,
+        json!({"key": "orders", "value": "5"})
+    );
+    assert_eq!(
+        post(&fake, "/v1/ids?count=3").await.body,
+        json!({"ids": ["1", "2", "3"]})
+    );
+    assert_eq!(post(&fake, "/v1/ids").await.body, json!({"ids": ["4"]}));
+    let batch = call(
+        &fake,
+        "POST",
+        "/v1/seq/batch",
+        Some(Body::from(r#"{"uids": [42, "18446744073709551615", 7]}"#)),
+        None,
+    )
+    .await;
+    assert_eq!(
+        batch.body,
+        json!({"results": [
+            {"uid": "42", "seq": "13"},
+            {"uid": "18446744073709551615", "seq": "1"},
+            {"uid": "7", "seq": "1"},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_with_the_reason_and_takes_nothing() {
+    let fake = Arc::new(Fake::default());
+    let long = "k".repeat(257);
+    let big = format!(r#"{{"uids": [{}]}}"#, vec!["1"; MAX_BODY_BYTES / 2 + 1].join(","));
+    let cases: Vec<(&str, String, Option<String>, &str)> = vec![
+        ("POST", "/v1/seq/abc/next".into(), None, "uid must be a decimal number"),
+        ("POST", "/v1/seq/-1/next".into(), None, "uid must be a decimal number"),
+        (
+            "POST",
+            "/v1/seq/18446744073709551616/next".into(),
+            None,
+            "does not fit in 64 bits",
+        ),
+        ("POST", "/v1/seq/1/reserve".into(), None, "count is required"),
+        ("POST", "/v1/seq/1/reserve?count=0".into(), None, "count must be 1 to"),
+        (
+            "POST",
+            "/v1/seq/1/reserve?count=x".into(),
+            None,
+            "count must be a decimal number",
+        ),
+        (
+            "POST",
+            "/v1/seq/1/reserve?count=2&x=1".into(),
+            None,
+            "unknown query parameter",
+        ),
+        ("POST", format!("/v1/counter/{long}/next"), None, "256"),
+        (
+            "POST",
+            "/v1/ids?count=-1".into(),
+            None,
+            "count must be a decimal number",
+        ),
+        ("POST", "/v1/seq/batch".into(), Some("{".into()), "the body must be"),
+        (
+            "POST",
+            "/v1/seq/batch".into(),
+            Some(r#"{"uids": []}"#.into()),
+            "1 to 10000 uids",
+        ),
+        (
+            "POST",
+            "/v1/seq/batch".into(),
+            Some(r#"{"uids": [1.5]}"#.into()),
+            "the body must be",
+        ),
+        (
+            "POST",
+            "/v1/seq/batch".into(),
+            Some(r#"{"uids": ["x"]}"#.into()),
+            "uid must be",
+        ),
+        (
+            "POST",
+            "/v1/seq/batch".into(),
+            Some(r#"{"uids": [1], "more": 1}"#.into()),
+            "unknown field",
+        ),
+        ("POST", "/v1/seq/batch".into(), Some(big), "cannot read the body"),
+    ];
+    for (method, uri, body, why) in cases {
+        let a = call(&fake, method, &uri, body.map(Body::from), None).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{uri}: {}", a.body);
+        assert_eq!(a.body["error"]["code"], "bad_input", "{uri}");
+        assert_eq!(a.body["error"]["may_have_been_taken"], false, "{uri}");
+        let msg = a.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(why), "{uri}: {msg}");
+    }
+    for t in ["0", "x", "60001"] {
+        let a = call(&fake, "POST", "/v1/seq/1/next", None, Some(t)).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{t}");
+    }
+    assert_eq!(fake.taken(), 0);
+
+    let a = post(&fake, "/v1/nothing/here").await;
+    assert_eq!(
+        (a.status, a.body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let a = call(&fake, "GET", "/v1/seq/1/next", None, None).await;
+    assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
+async fn failures_map_to_statuses_a_caller_can_act_on() {
+    let fake = Arc::new(Fake::default());
+    for (kind, status, retry_after, taken) in [
+        (
+            ErrorKind::Unavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("1"),
+            false,
+        ),
+        (ErrorKind::Overloaded, StatusCode::TOO_MANY_REQUESTS, Some("1"), false),
+        (ErrorKind::Unknown, StatusCode::GATEWAY_TIMEOUT, None, true),
+        (ErrorKind::Exhausted, StatusCode::CONFLICT, None, false),
+    ] {
+        fake.fail_with(Some(CallError::new(kind, "why")));
+        let a = post(&fake, "/v1/counter/c/next").await;
+        assert_eq!(a.status, status, "{kind:?}");
+        assert_eq!(a.retry_after.as_deref(), retry_after, "{kind:?}");
+        assert_eq!(a.body["error"]["may_have_been_taken"], taken, "{kind:?}");
+        assert_eq!(a.body["error"]["message"], "why");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_past_the_callers_deadline_is_a_504_that_may_have_taken_a_number() {
+    let fake = Arc::new(Fake::default());
+    *fake.delay.lock().unwrap() = Some(Duration::from_secs(5));
+    let a = call(&fake, "POST", "/v1/seq/1/next", None, Some("50")).await;
+    assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(a.body["error"]["may_have_been_taken"], true);
+    // A read past its deadline took nothing.
+    let a = call(&fake, "GET", "/v1/seq/1", None, Some("50")).await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(a.body["error"]["may_have_been_taken"], false);
+}

@@ -1,0 +1,322 @@
+//! The Redis front end over an in-memory connection and [`common::Fake`]: the replies byte for
+//! byte in RESP2 and RESP3, authentication, pipelining, and bad input — each protocol error
+//! answered once and the connection closed, with nothing taken from any counter.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::Fake;
+use proptest::prelude::*;
+use seqsvr_frontends::calls::{CallError, ErrorKind};
+use seqsvr_frontends::resp::{self, MAX_PENDING_BYTES, RespConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A command as a client sends it: an array of bulk strings.
+fn cmd(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// Sends `input`, closes the sending side, and returns everything the server wrote until it
+/// closed its side.
+async fn exchange(fake: &Fake, cfg: &RespConfig, input: &[u8]) -> String {
+    String::from_utf8_lossy(&exchange_bytes(fake, cfg, input).await).into_owned()
+}
+
+async fn exchange_bytes(fake: &Fake, cfg: &RespConfig, input: &[u8]) -> Vec<u8> {
+    let (mut client, server) = tokio::io::duplex(1 << 20);
+    let serve = resp::connection(server, fake, cfg, 7);
+    let talk = async {
+        client.write_all(input).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        out
+    };
+    let (served, out) = tokio::join!(serve, talk);
+    served.unwrap();
+    out
+}
+
+fn cmds(list: &[&[&str]]) -> Vec<u8> {
+    list.iter().flat_map(|c| cmd(c)).collect()
+}
+
+#[tokio::test]
+async fn counters_and_uids_answer_as_redis_would() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["INCR", "orders"],
+            &["incr", "orders"],
+            &["INCRBY", "orders", "10"],
+            &["GET", "orders"],
+            &["GET", "never"],
+            &["INCR", "u:42"],
+            &["MGET", "orders", "never", "u:42"],
+            &["NEXTID"],
+            &["NEXTID", "2"],
+            &["PING"],
+            &["ECHO", "hi"],
+            &["SELECT", "0"],
+            &["SELECT", "1"],
+        ]),
+    )
+    .await;
+    assert_eq!(
+        out,
+        ":1\r\n:2\r\n:12\r\n$2\r\n12\r\n$-1\r\n:1\r\n*3\r\n$2\r\n12\r\n$-1\r\n$1\r\n1\r\n:1\r\n*2\r\n:2\r\n:3\r\n\
+         +PONG\r\n$2\r\nhi\r\n+OK\r\n-ERR DB index is out of range\r\n"
+    );
+    assert_eq!(fake.taken(), 13);
+}
+
+#[tokio::test]
+async fn hello_3_switches_to_resp3_and_nil_is_resp3_null() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[&["HELLO", "3"], &["INCR", "a"], &["GET", "b"], &["HELLO", "4"]]),
+    )
+    .await;
+    assert!(out.starts_with("%7\r\n"), "{out}");
+    assert!(out.contains("$5\r\nproto\r\n:3\r\n"), "{out}");
+    assert!(
+        out.ends_with(":1\r\n_\r\n-NOPROTO unsupported protocol version\r\n"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn with_a_password_nothing_is_served_before_auth() {
+    let fake = Fake::default();
+    let cfg = RespConfig {
+        password: Some("s3cret".into()),
+        ..RespConfig::default()
+    };
+    let out = exchange(
+        &fake,
+        &cfg,
+        &cmds(&[
+            &["INCR", "a"],
+            &["AUTH", "wrong"],
+            &["AUTH", "other", "s3cret"],
+            &["INCR", "a"],
+            &["AUTH", "s3cret"],
+            &["INCR", "a"],
+        ]),
+    )
+    .await;
+    let lines: Vec<&str> = out.split("\r\n").collect();
+    assert!(lines[0].starts_with("-NOAUTH"), "{out}");
+    assert!(lines[1].starts_with("-WRONGPASS"), "{out}");
+    assert!(lines[2].starts_with("-WRONGPASS"), "{out}");
+    assert!(lines[3].starts_with("-NOAUTH"), "{out}");
+    assert_eq!(&lines[4..7], ["+OK", ":1", ""], "{out}");
+    assert_eq!(fake.taken(), 1);
+
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &cfg,
+        &cmds(&[&["HELLO", "3", "AUTH", "default", "s3cret"], &["INCR", "a"]]),
+    )
+    .await;
+    assert!(out.starts_with("%7\r\n") && out.ends_with(":1\r\n"), "{out}");
+    let out = exchange(&fake, &RespConfig::default(), &cmd(&["AUTH", "x"])).await;
+    assert!(
+        out.starts_with("-ERR AUTH <password> called without any password configured"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn commands_it_does_not_serve_are_unknown_and_take_nothing() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["SET", "orders", "5"],
+            &["DECR", "orders"],
+            &["DEL", "orders"],
+            &["INCR"],
+        ]),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "-ERR unknown command 'SET', with args beginning with: 'orders' '5' \r\n\
+         -ERR unknown command 'DECR', with args beginning with: 'orders' \r\n\
+         -ERR unknown command 'DEL', with args beginning with: 'orders' \r\n\
+         -ERR wrong number of arguments for 'incr' command\r\n"
+    );
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
+async fn bad_names_and_increments_are_refused_before_anything_is_taken() {
+    let fake = Fake::default();
+    let long = "k".repeat(257);
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["INCR", "u:x"],
+            &["INCR", "u:18446744073709551616"],
+            &["INCR", ""],
+            &["INCR", &long],
+            &["INCRBY", "a", "0"],
+            &["INCRBY", "a", "-3"],
+            &["INCRBY", "a", "ten"],
+            &["INCRBY", "a", "4294967296"],
+            &["NEXTID", "many"],
+        ]),
+    )
+    .await;
+    assert_eq!(out.matches("\r\n").count(), 9, "{out}");
+    assert!(
+        out.split("\r\n")
+            .filter(|l| !l.is_empty())
+            .all(|l| l.starts_with("-ERR ")),
+        "{out}"
+    );
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
+async fn failures_carry_a_code_a_caller_can_act_on() {
+    let fake = Fake::default();
+    for (kind, code) in [
+        (ErrorKind::Unavailable, "-TRYAGAIN "),
+        (ErrorKind::Overloaded, "-OVERLOADED "),
+        (ErrorKind::Unknown, "-UNKNOWN "),
+        (ErrorKind::Exhausted, "-EXHAUSTED "),
+    ] {
+        fake.fail_with(Some(CallError::new(kind, "why\r\nsplit")));
+        let out = exchange(&fake, &RespConfig::default(), &cmd(&["INCR", "a"])).await;
+        assert_eq!(out, format!("{code}why  split\r\n"));
+    }
+}
+
+#[tokio::test]
+async fn a_pipeline_is_answered_in_order() {
+    let fake = Fake::default();
+    let mut input = Vec::new();
+    for _ in 0..1000 {
+        input.extend(cmd(&["INCR", "p"]));
+    }
+    input.extend(cmd(&["GET", "p"]));
+    let out = exchange(&fake, &RespConfig::default(), &input).await;
+    let expected: String = (1..=1000).map(|i| format!(":{i}\r\n")).collect::<String>() + "$4\r\n1000\r\n";
+    assert_eq!(out, expected);
+}
+
+#[tokio::test]
+async fn quit_answers_ok_and_closes_even_with_more_sent() {
+    let fake = Fake::default();
+    let out = exchange(&fake, &RespConfig::default(), &cmds(&[&["QUIT"], &["INCR", "a"]])).await;
+    assert_eq!(out, "+OK\r\n");
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
+async fn protocol_errors_are_answered_once_and_close_the_connection() {
+    let too_big = {
+        let mut v = b"*2\r\n$4\r\nINCR\r\n$900000\r\n".to_vec();
+        v.extend(std::iter::repeat_n(b'a', MAX_PENDING_BYTES + 10));
+        v
+    };
+    let nested = b"*2\r\n$4\r\nINCR\r\n*1\r\n$1\r\na\r\n".to_vec();
+    let not_array = b"$4\r\nINCR\r\n".to_vec();
+    let integer_arg = b"*2\r\n$4\r\nINCR\r\n:5\r\n".to_vec();
+    let inline = b"INCR a\r\n".to_vec();
+    let too_many = {
+        let mut v = b"*1002\r\n".to_vec();
+        for _ in 0..1002 {
+            v.extend_from_slice(b"$1\r\na\r\n");
+        }
+        v
+    };
+    for (what, mut input) in [
+        ("too big", too_big),
+        ("nested", nested),
+        ("not an array", not_array),
+        ("integer argument", integer_arg),
+        ("inline", inline),
+        ("too many arguments", too_many),
+    ] {
+        // Whatever follows the bad frame is never run.
+        input.extend(cmd(&["INCR", "after"]));
+        let fake = Fake::default();
+        let out = exchange(&fake, &RespConfig::default(), &input).await;
+        assert!(out.starts_with("-ERR Protocol error"), "{what}: {out}");
+        assert_eq!(out.matches("\r\n").count(), 1, "{what}: {out}");
+        assert_eq!(fake.taken(), 0, "{what}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_never_completes_is_cut_off() {
+    let fake = Fake::default();
+    let cfg = RespConfig::default();
+    let (mut client, server) = tokio::io::duplex(1 << 16);
+    let serve = resp::connection(server, &fake, &cfg, 1);
+    let talk = async {
+        // Half a command, and the sender stays open.
+        client.write_all(b"*2\r\n$4\r\nINCR\r\n$3\r\nab").await.unwrap();
+        let mut out = vec![0u8; 256];
+        let n = client.read(&mut out).await.unwrap();
+        String::from_utf8_lossy(&out[..n]).into_owned()
+    };
+    let (served, out) = tokio::join!(serve, talk);
+    served.unwrap();
+    assert!(
+        out.starts_with("-ERR Protocol error: a command not complete within"),
+        "{out}"
+    );
+    assert_eq!(fake.taken.load(Ordering::SeqCst), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The fuzz target of the command layer: any bytes, and any arrays of arbitrary arguments,
+    /// end the connection without a panic, and every reply line is a well-formed RESP2 reply.
+    #[test]
+    fn arbitrary_input_never_panics(
+        garbage in proptest::collection::vec(any::<u8>(), 0..512),
+        commands in proptest::collection::vec(
+            proptest::collection::vec(proptest::string::string_regex("[A-Za-z0-9:_ -]{0,12}").unwrap(), 1..5),
+            0..8,
+        ),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let fake = Fake::default();
+        let mut input = Vec::new();
+        for c in &commands {
+            let refs: Vec<&str> = c.iter().map(String::as_str).collect();
+            input.extend(cmd(&refs));
+        }
+        input.extend(garbage);
+        let out = rt.block_on(exchange_bytes(&fake, &RespConfig::default(), &input));
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let n = match redis_protocol::resp2::decode::decode(rest) {
+                Ok(Some((_, n))) => n,
+                _ => match redis_protocol::resp3::decode::complete::decode(rest) {
+                    Ok(Some((_, n))) => n,
+                    other => return Err(TestCaseError::fail(format!("not a reply: {other:?} in {:?}", String::from_utf8_lossy(rest)))),
+                },
+            };
+            rest = &rest[n..];
+        }
+    }
+}
