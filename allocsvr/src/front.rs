@@ -1,9 +1,11 @@
 //! The HTTP/JSON and Redis-protocol front ends of this node (`seqsvr_frontends`), and the way
 //! their calls reach an owner: through the client library, with [`Forwarder`] as its transport.
 //!
-//! A call for a uid or key this node owns goes to this node's own gRPC service in process —
-//! through the same in-flight limit, handler and metrics as a call from the network, without a
-//! socket. A call for one another node owns is forwarded to it over gRPC (mTLS when on), found
+//! A call for a uid or key this node owns and can answer at once is served from memory by the
+//! same code as a gRPC fetch ([`NodeCalls`]), after the same cluster-map check the client library
+//! makes of every reply. Any other call goes through the client library: to this node's own gRPC
+//! service in process — through the same in-flight limit, handler and metrics as a call from the
+//! network, without a socket — when it is the owner (a fetch waiting for a bump, say). A call for one another node owns is forwarded to it over gRPC (mTLS when on), found
 //! with the route table and cluster map the client library follows; NOT_OWNER, NOT_READY, a
 //! move or a dead owner are retried by the same code as for any Rust caller, within the front
 //! end's deadline. `allocsvr_front_rpcs_total{to="self"|"forwarded"}` counts the two, and
@@ -18,12 +20,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_client::transport::{BoxError, CallFuture, Conn, Connect};
-use seqsvr_client::{Client, ClientConfig};
-use seqsvr_frontends::calls::ClientCalls;
+use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
+use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, Who};
+use seqsvr_proto::SectionId;
 use seqsvr_frontends::{http, resp};
 use tonic::body::Body;
 use tonic::codegen::{Service as _, http as h};
 use tracing::info;
+
+use crate::error::Error;
+use crate::service::Service;
+use crate::state::AllocState;
 
 /// What the front ends of one node are: where they listen, how long a call may take.
 #[derive(Debug, Clone, Default)]
@@ -125,12 +132,11 @@ pub struct FrontAddrs {
 }
 
 /// Binds the configured front ends and serves them until `stop` turns true.
-pub async fn start(
+pub async fn start<C: Calls>(
     cfg: &FrontConfig,
-    client: Client,
+    calls: Arc<C>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<(FrontAddrs, Vec<tokio::task::JoinHandle<()>>)> {
-    let calls = Arc::new(ClientCalls::new(client));
     let mut addrs = FrontAddrs::default();
     let mut tasks = Vec::new();
     if let Some(addr) = cfg.http {
@@ -162,4 +168,94 @@ pub async fn start(
         )));
     }
     Ok((addrs, tasks))
+}
+
+/// The front ends' [`Calls`]: from this node's memory when it can answer at once
+/// ([`Service::take_now`]), otherwise through the client library ([`ClientCalls`]), which
+/// reaches this node in process or forwards to the owner.
+pub struct NodeCalls {
+    service: Service,
+    shared: Arc<AllocState>,
+    slow: ClientCalls,
+    /// Single takes the long way share batch RPCs per owner: the front ends' callers are many
+    /// and concurrent, and a forwarded call alone costs a whole gRPC round trip.
+    coalescer: Coalescer,
+}
+
+impl NodeCalls {
+    pub(crate) fn new(shared: Arc<AllocState>, client: Client) -> Result<Self, String> {
+        let coalescer = Coalescer::new(client.clone(), CoalescerConfig::default()).map_err(|e| e.to_string())?;
+        Ok(Self {
+            service: Service::new(shared.clone()),
+            shared,
+            slow: ClientCalls::new(client),
+            coalescer,
+        })
+    }
+
+    /// Whether this node's set may answer for `section` under the front end's cluster map — the
+    /// check the client library makes of every reply — and that map is the one this node has
+    /// (otherwise the long way brings the client the newer one).
+    fn may_answer(&self, section: SectionId) -> bool {
+        let routes = self.slow.client().routes();
+        routes.map().is_some_and(|map| {
+            map.version() == self.shared.map_version() && map.may_answer(section, self.shared.params().set_id)
+        })
+    }
+}
+
+fn split(who: Who<'_>) -> (u64, Option<&str>) {
+    match who {
+        Who::Uid(uid) => (uid, None),
+        Who::Key(key) => (0, Some(key)),
+    }
+}
+
+fn call_error(e: Error) -> CallError {
+    match e {
+        Error::InvalidArgument(m) => CallError::new(ErrorKind::BadInput, m),
+        Error::Exhausted(m) => CallError::new(ErrorKind::Exhausted, m),
+        Error::Unavailable(m) => CallError::new(ErrorKind::Unavailable, m),
+    }
+}
+
+impl Calls for NodeCalls {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+        let (uid, key) = split(who);
+        if let Some(r) = self.service.take_now(uid, key, count, |s| self.may_answer(s)) {
+            return r.map_err(call_error);
+        }
+        Ok(match (who, count) {
+            (Who::Uid(uid), 1) => self.coalescer.fetch_next_seq(seqsvr_proto::Uid(uid)).await?.seq,
+            (Who::Key(key), 1) => self.coalescer.counter_next(key).await?.value,
+            _ => return self.slow.take(who, count).await,
+        })
+    }
+
+    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
+        let (uid, key) = split(who);
+        if let Some(v) = self.service.current_now(uid, key, |s| self.may_answer(s)) {
+            return Ok(v);
+        }
+        self.slow.current(who).await
+    }
+
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+        self.slow.batch(uids).await
+    }
+
+    async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
+        // Any AllocSvr's ids are good: this one's first, another's (the client's choice) when it
+        // holds no slot or cannot issue now.
+        let req = seqsvr_proto::pb::NextIdsRequest { count };
+        match crate::id_service::next_ids(&self.shared, req).await {
+            Ok(reply) => Ok(reply
+                .runs
+                .iter()
+                .flat_map(|r| r.first..r.first + u64::from(r.count))
+                .collect()),
+            Err(Error::InvalidArgument(m)) => Err(CallError::bad_input(m)),
+            Err(_) => self.slow.ids(count).await,
+        }
+    }
 }

@@ -278,7 +278,8 @@ async fn start_fronts(
     let own = core.shared.advertise().to_owned();
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
-    front::start(&cfg.front, client, core.stop_rx.clone())
+    let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client).map_err(StartError::Front)?);
+    front::start(&cfg.front, calls, core.stop_rx.clone())
         .await
         .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))
 }

@@ -14,7 +14,7 @@ use seqsvr_client::{Client, ClientError, FailureKind};
 use seqsvr_proto::Uid;
 
 /// Whose number a call asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Who<'a> {
     /// A uid's sequence.
     Uid(u64),

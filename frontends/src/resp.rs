@@ -59,6 +59,8 @@ pub const PARTIAL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Replies buffered before they are written even within one read's pipeline.
 const FLUSH_BYTES: usize = 64 * 1024;
+/// Most commands decoded before they are run.
+const MAX_DECODED: usize = 256;
 
 /// How the front end runs.
 #[derive(Debug, Clone)]
@@ -307,6 +309,47 @@ impl<'a, C: Calls> Session<'a, C> {
             _ => unknown(&args[0], rest),
         };
         (reply, After::Continue)
+    }
+
+    /// Runs pipelined commands in order, answering each into `out`; stops at a `QUIT`.
+    ///
+    /// Consecutive `INCR`s of distinct names run at once (a pipeline of them costs one wait, and
+    /// the calls that go to another owner share its batch RPCs); an `INCR` of a name already in
+    /// the run starts a new one, so that a name's values still rise in the order sent.
+    pub async fn run(&mut self, commands: &[Vec<Vec<u8>>], out: &mut Vec<u8>) -> After {
+        let mut i = 0;
+        while i < commands.len() {
+            let run = self.incr_run(&commands[i..]);
+            if run > 1 {
+                let this = &*self;
+                let replies =
+                    futures::future::join_all(commands[i..i + run].iter().map(|c| this.take(&c[1], 1))).await;
+                replies.into_iter().for_each(|r| r.encode(self.proto, out));
+                i += run;
+                continue;
+            }
+            let (reply, after) = self.command(&commands[i]).await;
+            reply.encode(self.proto, out);
+            if after == After::Close {
+                return After::Close;
+            }
+            i += 1;
+        }
+        After::Continue
+    }
+
+    /// How many of `commands`, from the first, are `INCR`s of distinct, well-formed names.
+    fn incr_run(&self, commands: &[Vec<Vec<u8>>]) -> usize {
+        if !self.authed {
+            return 0;
+        }
+        let mut seen = std::collections::HashSet::new();
+        commands
+            .iter()
+            .take_while(|c| {
+                c.len() == 2 && c[0].eq_ignore_ascii_case(b"INCR") && who(&c[1]).is_ok_and(|w| seen.insert(w))
+            })
+            .count()
     }
 
     async fn take(&self, name: &[u8], count: u32) -> Reply {
@@ -592,31 +635,41 @@ where
     loop {
         let mut close = false;
         let mut used = 0;
-        while !close {
-            match redis_protocol::resp2::decode::decode(&input[used..]) {
-                Ok(Some((frame, n))) => {
-                    used += n;
-                    match arguments(frame) {
-                        Ok(Some(args)) => {
-                            let (reply, after) = session.command(&args).await;
-                            reply.encode(session.proto(), &mut out);
-                            close = after == After::Close;
-                        }
-                        Ok(None) => {}
-                        Err(msg) => {
-                            Reply::err(msg).encode(session.proto(), &mut out);
-                            close = true;
+        loop {
+            let mut commands = Vec::new();
+            let mut broken = None;
+            while commands.len() < MAX_DECODED {
+                match redis_protocol::resp2::decode::decode(&input[used..]) {
+                    Ok(Some((frame, n))) => {
+                        used += n;
+                        match arguments(frame) {
+                            Ok(Some(args)) => commands.push(args),
+                            Ok(None) => {}
+                            Err(msg) => {
+                                broken = Some(msg);
+                                break;
+                            }
                         }
                     }
+                    Ok(None) => break,
+                    Err(e) => {
+                        broken = Some(format!("Protocol error: {}", e.details()));
+                        break;
+                    }
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    Reply::err(format!("Protocol error: {}", e.details())).encode(session.proto(), &mut out);
-                    close = true;
-                }
+            }
+            // The commands before a broken frame are run and answered; what follows it is not.
+            if session.run(&commands, &mut out).await == After::Close {
+                close = true;
+            } else if let Some(msg) = broken {
+                Reply::err(msg).encode(session.proto(), &mut out);
+                close = true;
             }
             if out.len() >= FLUSH_BYTES {
                 write(&mut stream, &mut out).await?;
+            }
+            if close || commands.len() < MAX_DECODED {
+                break;
             }
         }
         input.drain(..used);

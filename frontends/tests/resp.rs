@@ -320,3 +320,35 @@ proptest! {
         }
     }
 }
+
+#[tokio::test]
+async fn a_pipeline_of_distinct_names_runs_at_once_and_a_repeated_name_keeps_its_order() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["INCR", "a"],
+            &["INCR", "b"],
+            &["INCR", "a"],
+            &["INCR", "u:1"],
+            &["INCR", "u:01"],
+            &["INCR", "bad:\u{0}"],
+            &["INCRBY", "a", "3"],
+            &["INCR", "a"],
+        ]),
+    )
+    .await;
+    assert_eq!(out, ":1\r\n:1\r\n:2\r\n:1\r\n:2\r\n:1\r\n:5\r\n:6\r\n");
+}
+
+#[tokio::test]
+async fn commands_before_a_broken_frame_are_answered() {
+    let fake = Fake::default();
+    let mut input = cmds(&[&["INCR", "a"], &["INCR", "b"]]);
+    input.extend_from_slice(b"*1\r\n:1\r\n");
+    input.extend(cmd(&["INCR", "c"]));
+    let out = exchange(&fake, &RespConfig::default(), &input).await;
+    assert!(out.starts_with(":1\r\n:1\r\n-ERR Protocol error"), "{out}");
+    assert_eq!(fake.taken(), 2);
+}

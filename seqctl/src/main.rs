@@ -172,7 +172,7 @@ impl From<ClientError> for Failure {
         let code = match e.failure_kind() {
             None => EXIT_UNKNOWN,
             Some(FailureKind::InvalidArgument | FailureKind::BadConfig) => EXIT_USAGE,
-            Some(FailureKind::Unavailable | FailureKind::Exhausted) => EXIT_FAILED,
+            Some(FailureKind::Unavailable | FailureKind::Overloaded | FailureKind::Exhausted) => EXIT_FAILED,
         };
         Self {
             code,
