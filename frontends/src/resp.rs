@@ -322,8 +322,7 @@ impl<'a, C: Calls> Session<'a, C> {
             let run = self.incr_run(&commands[i..]);
             if run > 1 {
                 let this = &*self;
-                let replies =
-                    futures::future::join_all(commands[i..i + run].iter().map(|c| this.take(&c[1], 1))).await;
+                let replies = futures::future::join_all(commands[i..i + run].iter().map(|c| this.take(&c[1], 1))).await;
                 replies.into_iter().for_each(|r| r.encode(self.proto, out));
                 i += run;
                 continue;
