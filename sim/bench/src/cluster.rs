@@ -135,6 +135,17 @@ pub fn start_allocsvr(
     node_id: u64,
     stores: &Stores,
 ) -> Result<AllocNode, String> {
+    start_allocsvr_with(procs, allocsvr, node_id, stores, &[])
+}
+
+/// [`start_allocsvr`] with `extra` flags (e.g. `--http-listen`).
+pub fn start_allocsvr_with(
+    procs: &mut Supervisor,
+    allocsvr: &Path,
+    node_id: u64,
+    stores: &Stores,
+    extra: &[String],
+) -> Result<AllocNode, String> {
     let addr = seqsvr_harness::free_addr();
     let metrics = seqsvr_harness::free_addr();
     let name = format!("alloc{node_id}");
@@ -145,6 +156,7 @@ pub fn start_allocsvr(
         format!("--metrics-listen={metrics}"),
     ];
     args.extend(crate::tls::flags(seqsvr_auth::Role::AllocSvr));
+    args.extend(extra.iter().cloned());
     let spec = ProcSpec {
         env: vec![("RUST_LOG".into(), "warn".into())],
         ..ProcSpec::new(&name, allocsvr, args)

@@ -520,7 +520,7 @@ pub async fn etcd_load(
 // Starting the peers.
 
 /// Where `name` is on `PATH`, if anywhere.
-pub(crate) fn on_path(name: &str) -> Option<PathBuf> {
+pub fn on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(name))
         .find(|p| p.is_file())

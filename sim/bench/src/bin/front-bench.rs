@@ -1,0 +1,407 @@
+//! `front-bench`: the HTTP/JSON and Redis-protocol front ends side by side with what people use
+//! instead, in one run, with the tools those projects ship.
+//!
+//! 1. Starts 3 `storesvr` (section size 1,000, uid limit 2^24) and ONE `allocsvr` with
+//!    `--http-listen` and `--resp-listen` (it owns every section: no call is forwarded),
+//!    `redis-server` (no persistence), and in this process a bare HTTP server of the same crate
+//!    (`seqsvr_frontends::http` over a `Calls` that only increments an atomic).
+//! 2. `redis-benchmark -t incr -r 1000000` (random keys) against Redis and against our RESP port at
+//!    `-c 1/50/256` × `-P 1/16`; `wrk` (POST `/v1/seq/{random uid}/next`) against our HTTP port and
+//!    the bare server at 1, 50 and 256 connections. Points rotate run to run.
+//! 3. Starts a second AllocSvr, waits until the two hold half the sections each, and times the
+//!    forwarding hop: `wrk` on uids the second owns, through the first (forwarded) and through the
+//!    second (direct), at 1 and 50 connections.
+//!
+//! Prints medians over `--runs` and the ratios against the targets (RESP ≥ 1.0× Redis INCR at every
+//! point; HTTP ≥ 0.9× the bare handler; the hop's p50 ≤ 1.5× the direct call's). Targets are
+//! printed, not asserted: exit 0 when measuring worked, 2 a missing tool or binary, 3 a harness
+//! failure. Every process is started through the harness's `Supervisor` and killed by pid at the
+//! end; everything listens on 127.0.0.1; every load run ends by itself.
+//!
+//! Deliberately left out: TLS (the front ends have none) and the gRPC path (alloc-bench).
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use seqsvr_bench::cluster;
+use seqsvr_bench::exit::{Failure, harness};
+use seqsvr_bench::peers::{self, PeerKind};
+use seqsvr_bench::report::{median, verdict};
+use seqsvr_frontends::calls::{CallError, Calls, Who};
+use seqsvr_harness::Supervisor;
+
+const SECTION_SIZE: u64 = 1_000;
+const UID_LIMIT: u64 = 1 << 24;
+const STEP: u64 = 100_000;
+const CONNECTIONS: [usize; 3] = [1, 50, 256];
+const PIPELINES: [usize; 2] = [1, 16];
+const WRK_SECONDS: u64 = 3;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "front-bench",
+    about = "HTTP/JSON and RESP front ends against Redis and a bare HTTP handler"
+)]
+struct Args {
+    /// Runs of every point; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    seqsvr_bench::exit::run("front-bench", bench(args))
+}
+
+/// The bare handler's calls: an atomic per process, nothing else.
+#[derive(Default)]
+struct Bare(AtomicU64);
+
+impl Calls for Bare {
+    async fn take(&self, _: Who<'_>, count: u32) -> Result<u64, CallError> {
+        Ok(self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1)
+    }
+    async fn current(&self, _: Who<'_>) -> Result<u64, CallError> {
+        Ok(self.0.load(Ordering::Relaxed))
+    }
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+        Ok(uids
+            .iter()
+            .map(|_| Ok(self.0.fetch_add(1, Ordering::Relaxed) + 1))
+            .collect())
+    }
+    async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
+        let first = self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1;
+        Ok((first..first + u64::from(count)).collect())
+    }
+}
+
+/// Throughput and median latency of one load run.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    rps: f64,
+    p50_ms: f64,
+}
+
+fn need(tool: &str) -> Result<(), Failure> {
+    peers::on_path(tool).map(|_| ()).ok_or_else(|| {
+        Failure::Usage(format!(
+            "{tool} is not installed (Debian: apt install redis-tools redis-server wrk)"
+        ))
+    })
+}
+
+/// `redis-benchmark -t incr` at `addr`.
+async fn redis_benchmark(addr: &str, c: usize, p: usize) -> Result<Point, Failure> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| harness(format!("bad address {addr}")))?;
+    let n = match (c, p) {
+        (1, 1) => 20_000,
+        (1, _) | (_, 1) => 100_000,
+        _ => 400_000,
+    };
+    let out = tokio::process::Command::new("redis-benchmark")
+        .args(["-h", host, "-p", port, "-t", "incr", "-r", "1000000", "--csv"])
+        .args(["-n", &n.to_string(), "-c", &c.to_string(), "-P", &p.to_string()])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .map_err(|_| harness("redis-benchmark ran over 120 s"))?
+        .map_err(|e| harness(format!("redis-benchmark: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "INCR","85397.09","0.463","0.104","0.455",...: test, rps, avg, min, p50 (ms).
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("\"INCR\""))
+        .ok_or_else(|| harness(format!("no INCR line from redis-benchmark: {text}")))?;
+    let cols: Vec<f64> = line
+        .split(',')
+        .skip(1)
+        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    Ok(Point {
+        rps: cols[0],
+        p50_ms: cols[3],
+    })
+}
+
+/// `wrk` POSTing to `/v1/seq/{uid}/next` at `addr`, the uid drawn from `uids` (or any below 2^24).
+async fn wrk(dir: &Path, addr: &str, c: usize, uids: Option<&[u64]>) -> Result<Point, Failure> {
+    let pick = match uids {
+        Some(list) => format!(
+            "local uids = {{{}}}\nlocal function uid() return uids[math.random(#uids)] end",
+            list.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+        ),
+        None => format!("local function uid() return math.random(0, {}) end", UID_LIMIT - 1),
+    };
+    let script = dir.join(format!("wrk-{}.lua", c));
+    let lua = format!(
+        "{pick}\nrequest = function()\n  return wrk.format(\"POST\", \"/v1/seq/\" .. uid() .. \"/next\")\nend\n"
+    );
+    std::fs::write(&script, lua).map_err(|e| harness(format!("cannot write the wrk script: {e}")))?;
+    let out = tokio::process::Command::new("wrk")
+        .args(["-t", if c == 1 { "1" } else { "2" }, "-c", &c.to_string()])
+        .args(["-d", &format!("{WRK_SECONDS}s"), "--latency", "-s"])
+        .arg(&script)
+        .arg(format!("http://{addr}"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(WRK_SECONDS + 30), out)
+        .await
+        .map_err(|_| harness("wrk ran over its time"))?
+        .map_err(|e| harness(format!("wrk: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("Non-2xx") {
+        return Err(harness(format!("wrk saw errors: {text}")));
+    }
+    let rps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| harness(format!("no Requests/sec from wrk: {text}")))?;
+    let p50 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("50%"))
+        .map(|v| duration_ms(v.trim()))
+        .ok_or_else(|| harness(format!("no 50% latency from wrk: {text}")))?;
+    Ok(Point { rps, p50_ms: p50 })
+}
+
+/// wrk's `123.45us` / `1.20ms` / `1.00s` in milliseconds.
+fn duration_ms(v: &str) -> f64 {
+    let (num, scale) = if let Some(n) = v.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (v, f64::NAN)
+    };
+    num.parse::<f64>().unwrap_or(f64::NAN) * scale
+}
+
+/// Waits until `addr` answers an HTTP next with 200.
+async fn wait_http(addr: &str, limit: Duration) -> Result<(), Failure> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let served = seqsvr_harness::poll_until(limit, || async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"POST /v1/seq/1/next HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        buf.starts_with(b"HTTP/1.1 200").then_some(())
+    })
+    .await;
+    served.ok_or_else(|| harness(format!("{addr} did not serve HTTP within {limit:?}")))
+}
+
+fn fronts(http: &str, resp: &str) -> Vec<String> {
+    vec![format!("--http-listen={http}"), format!("--resp-listen={resp}")]
+}
+
+async fn bench(args: Args) -> Result<bool, Failure> {
+    if args.runs == 0 {
+        return Err(Failure::Usage("--runs must be at least 1".into()));
+    }
+    for tool in ["redis-benchmark", "redis-server", "wrk"] {
+        need(tool)?;
+    }
+    let bins = cluster::binaries().map_err(Failure::Usage)?;
+    let dir = tempfile::tempdir().map_err(|e| harness(format!("temp dir: {e}")))?;
+    let mut procs = Supervisor::new(&dir.path().join("logs")).map_err(|e| harness(format!("logs: {e}")))?;
+    let out = run(&args, &bins, dir.path(), &mut procs).await;
+    procs.kill_all();
+    out
+}
+
+async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supervisor) -> Result<bool, Failure> {
+    let extra = vec![format!("--uid-limit={UID_LIMIT}")];
+    let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &extra)
+        .await
+        .map_err(harness)?;
+    let (http1, resp1) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
+    let node1 =
+        cluster::start_allocsvr_with(procs, &bins.allocsvr, 1, &stores, &fronts(&http1, &resp1)).map_err(harness)?;
+    wait_http(&http1, Duration::from_secs(60)).await?;
+    let redis = peers::start(procs, dir, PeerKind::Redis)
+        .await
+        .map_err(harness)?
+        .ok_or_else(|| Failure::Usage("redis-server is not installed".into()))?;
+    let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| harness(format!("bare server: {e}")))?;
+    let bare_addr = bare_listener
+        .local_addr()
+        .map_err(|e| harness(e.to_string()))?
+        .to_string();
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(seqsvr_frontends::http::serve(
+        bare_listener,
+        Arc::new(Bare::default()),
+        seqsvr_frontends::http::HttpConfig::default(),
+        stop_rx,
+    ));
+    println!(
+        "front-bench: {} CPUs ({}), {}, one AllocSvr (pid {}) owning all {} sections; {} runs",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        seqsvr_bench::procfs::cpu_model(),
+        redis.version,
+        node1.pid,
+        UID_LIMIT / SECTION_SIZE,
+        args.runs
+    );
+
+    // RESP and HTTP, rotating the points run to run.
+    let mut resp_points: Vec<(usize, usize)> = CONNECTIONS.iter().flat_map(|&c| PIPELINES.map(|p| (c, p))).collect();
+    let mut redis_r = vec![Vec::new(); resp_points.len()];
+    let mut ours_r = vec![Vec::new(); resp_points.len()];
+    let mut http_r = vec![Vec::new(); CONNECTIONS.len()];
+    let mut bare_r = vec![Vec::new(); CONNECTIONS.len()];
+    for run in 0..args.runs {
+        let n = resp_points.len();
+        resp_points.rotate_left(run % n);
+        for &(c, p) in &resp_points {
+            let i = CONNECTIONS.iter().position(|&x| x == c).unwrap() * PIPELINES.len()
+                + PIPELINES.iter().position(|&x| x == p).unwrap();
+            let (a, b) = if run % 2 == 0 {
+                (&redis.addr, &resp1)
+            } else {
+                (&resp1, &redis.addr)
+            };
+            let first = redis_benchmark(a, c, p).await?;
+            let second = redis_benchmark(b, c, p).await?;
+            let (r, o) = if run % 2 == 0 { (first, second) } else { (second, first) };
+            redis_r[i].push(r);
+            ours_r[i].push(o);
+        }
+        for (i, &c) in CONNECTIONS.iter().enumerate() {
+            http_r[i].push(wrk(dir, &http1, c, None).await?);
+            bare_r[i].push(wrk(dir, &bare_addr, c, None).await?);
+        }
+        cluster::check_alive(procs).map_err(harness)?;
+    }
+    let med = |v: &[Point], f: fn(&Point) -> f64| median(v.iter().map(f).collect());
+    let mut all_met = true;
+    println!(
+        "\nRESP INCR, random keys (redis-benchmark -t incr -r 1000000), medians of {} runs",
+        args.runs
+    );
+    println!(
+        "{:>5} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
+        "conns", "-P", "Redis/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
+    );
+    for (i, (c, p)) in CONNECTIONS
+        .iter()
+        .flat_map(|&c| PIPELINES.map(move |p| (c, p)))
+        .enumerate()
+    {
+        let (r, o) = (med(&redis_r[i], |x| x.rps), med(&ours_r[i], |x| x.rps));
+        let met = o >= r;
+        all_met &= met;
+        println!(
+            "{c:>5} {p:>3} {r:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
+            o / r,
+            med(&redis_r[i], |x| x.p50_ms),
+            med(&ours_r[i], |x| x.p50_ms),
+            verdict(met)
+        );
+    }
+    println!(
+        "\nHTTP POST /v1/seq/{{random uid}}/next (wrk, {WRK_SECONDS} s), medians of {} runs",
+        args.runs
+    );
+    println!(
+        "{:>5} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 0.9×",
+        "conns", "bare/s", "seqsvr/s", "ratio", "bare p50", "ours p50"
+    );
+    for (i, c) in CONNECTIONS.iter().enumerate() {
+        let (b, o) = (med(&bare_r[i], |x| x.rps), med(&http_r[i], |x| x.rps));
+        let met = o >= 0.9 * b;
+        all_met &= met;
+        println!(
+            "{c:>5} {b:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
+            o / b,
+            med(&bare_r[i], |x| x.p50_ms),
+            med(&http_r[i], |x| x.p50_ms),
+            verdict(met)
+        );
+    }
+
+    // The hop: a second AllocSvr takes half the sections.
+    let (http2, resp2) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
+    let node2 =
+        cluster::start_allocsvr_with(procs, &bins.allocsvr, 2, &stores, &fronts(&http2, &resp2)).map_err(harness)?;
+    cluster::wait_balanced(&stores.leader, 2, Duration::from_secs(90))
+        .await
+        .map_err(harness)?;
+    wait_http(&http2, Duration::from_secs(60)).await?;
+    let table = cluster::routes(&stores.leader).await.map_err(harness)?;
+    let theirs: Vec<u64> = table
+        .entries
+        .iter()
+        .filter(|e| e.node_id == node2.node_id)
+        .flat_map(|e| {
+            (e.section_begin..e.section_end)
+                .step_by(97)
+                .map(|s| s * SECTION_SIZE + 7)
+        })
+        .take(500)
+        .collect();
+    if theirs.is_empty() {
+        return Err(harness("the second AllocSvr owns no section"));
+    }
+    // The forwarded calls' first trip also teaches node 1's client the table: warm it.
+    wrk(dir, &http1, 1, Some(&theirs)).await?;
+    println!(
+        "\nForwarding hop: wrk on {} uids node 2 owns, through node 1 (forwarded) and node 2 (direct)",
+        theirs.len()
+    );
+    println!(
+        "{:>5} {:>12} {:>12} {:>12} {:>12} {:>7}  target p50 ≤ 1.5×",
+        "conns", "direct/s", "forwarded/s", "direct p50", "fwd p50", "ratio"
+    );
+    for c in [1, 50] {
+        let (mut d, mut f) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs {
+            d.push(wrk(dir, &http2, c, Some(&theirs)).await?);
+            f.push(wrk(dir, &http1, c, Some(&theirs)).await?);
+        }
+        let (dp, fp) = (med(&d, |x| x.p50_ms), med(&f, |x| x.p50_ms));
+        let met = fp <= 1.5 * dp;
+        all_met &= met;
+        println!(
+            "{c:>5} {:>12.0} {:>12.0} {dp:>10.3}ms {fp:>10.3}ms {:>6.2}×  {}",
+            med(&d, |x| x.rps),
+            med(&f, |x| x.rps),
+            fp / dp,
+            verdict(met)
+        );
+    }
+    let mut mixed = Vec::new();
+    for _ in 0..args.runs {
+        mixed.push(redis_benchmark(&resp1, 50, 1).await?);
+    }
+    println!(
+        "\nRESP INCR through node 1 with two AllocSvrs (about half forwarded), -c 50 -P 1: {:.0}/s, p50 {:.3} ms",
+        med(&mixed, |x| x.rps),
+        med(&mixed, |x| x.p50_ms)
+    );
+    cluster::check_alive(procs).map_err(harness)?;
+    println!(
+        "\nfront-bench: {}",
+        if all_met {
+            "every target met"
+        } else {
+            "a target is NOT MET (see above)"
+        }
+    );
+    Ok(true)
+}
