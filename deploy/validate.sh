@@ -27,7 +27,7 @@ deploy/k8s/make-set.sh 1 >"$work/set1.yaml"
 
 for v in $K8S_VERSIONS; do
   echo "== kubernetes-validate $("$VENV/bin/kubernetes-validate" --version) against Kubernetes $v (strict)"
-  "$VENV/bin/kubernetes-validate" --strict -k "$v" deploy/k8s/set0/*.yaml "$work/set1.yaml"
+  "$VENV/bin/kubernetes-validate" --strict -k "$v" deploy/k8s/set0/*.yaml deploy/k8s/fronts.yaml "$work/set1.yaml"
 done
 
 echo "== start scripts in the ConfigMap (sh -n, shellcheck)"

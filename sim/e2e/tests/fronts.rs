@@ -64,13 +64,13 @@ impl Cluster {
         let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
         let stores = [free_addr(), free_addr()];
         let mut nodes = Vec::new();
-        for set in 0..2 {
+        for (set, store) in stores.iter().enumerate() {
             let args = vec![
                 "--node-id=1".to_string(),
                 format!("--set-id={set}"),
-                format!("--listen={}", stores[set]),
+                format!("--listen={store}"),
                 format!("--data-dir={}", dir.path().join(format!("store{set}")).display()),
-                format!("--peers=1={}", stores[set]),
+                format!("--peers=1={store}"),
                 "--bootstrap".into(),
                 "--new-replica".into(),
                 format!("--section-size={SECTION_SIZE}"),
@@ -90,7 +90,7 @@ impl Cluster {
                 let args = vec![
                     format!("--node-id={}", 2 * set + i + 1),
                     format!("--listen={}", node.grpc),
-                    format!("--store=1={}", stores[set]),
+                    format!("--store=1={store}"),
                     format!("--http-listen={}", node.http),
                     format!("--resp-listen={}", node.resp),
                     format!("--metrics-listen={}", node.metrics),
