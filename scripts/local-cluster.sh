@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds seqsvr-rs and runs a complete local cluster on loopback: per set, 3 StoreSvr replicas
 # (one Raft group) and 2 AllocSvr nodes, each serving gRPC, HTTP/JSON and the Redis protocol
-# (the last two without --tls only). Set 0 serves every uid and keeps the cluster map; with
+# (all three with mutual TLS under --tls). Set 0 serves every uid and keeps the cluster map; with
 # --sets N, sets 1..N-1 start empty and are added to the map, ready for `seqctl move`. Data lives
 # under $SEQSVR_DATA (default ./data/local-cluster). Ctrl-C stops every process it started.
 #
@@ -94,9 +94,7 @@ start_set() {
   done
   for i in 1 2; do
     port=$((ALLOC_PORTS[i - 1] + off))
-    extra=()
-    # The front ends have no TLS of their own; with --tls the AllocSvr refuses them.
-    [ "$TLS" = 0 ] && extra+=(--http-listen "127.0.0.1:$((port + HTTP_OFFSET))" --resp-listen "127.0.0.1:$((port + RESP_OFFSET))")
+    extra=(--http-listen "127.0.0.1:$((port + HTTP_OFFSET))" --resp-listen "127.0.0.1:$((port + RESP_OFFSET))")
     RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$((10 * set + i))" --listen "127.0.0.1:$port" \
       --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" $(tls_flags allocsvr) 2>>"$dir/alloc$i.log" &
     ALLOC_PIDS+=($!)
@@ -154,21 +152,28 @@ until $SEQCTL id next 3 2>/dev/null; do
 done
 HTTP="127.0.0.1:$((ALLOC_PORTS[0] + HTTP_OFFSET))"
 RESP_PORT=$((ALLOC_PORTS[0] + RESP_OFFSET))
-if [ "$TLS" = 0 ]; then
-  echo "HTTP/JSON on every AllocSvr (port +$HTTP_OFFSET), the Redis protocol too (port +$RESP_OFFSET); any one answers for every uid and counter:"
-  for ((s = 0; s < SETS; s++)); do
-    for p in "${ALLOC_PORTS[@]}"; do
-      echo "  set $s: http://127.0.0.1:$((p + 10 * s + HTTP_OFFSET))  redis://127.0.0.1:$((p + 10 * s + RESP_OFFSET))"
-    done
+CURL="curl -s"
+REDIS_CLI="redis-cli"
+SCHEME=http
+if [ "$TLS" = 1 ]; then
+  # A client certificate: the front ends take callers whose role may take numbers.
+  CURL="curl -s --cacert $CERTS/ca.pem --cert $CERTS/client.pem --key $CERTS/client.key"
+  REDIS_CLI="redis-cli --tls --cacert $CERTS/ca.pem --cert $CERTS/client.pem --key $CERTS/client.key"
+  SCHEME=https
+fi
+echo "HTTP/JSON on every AllocSvr (port +$HTTP_OFFSET), the Redis protocol too (port +$RESP_OFFSET); any one answers for every uid and counter:"
+for ((s = 0; s < SETS; s++)); do
+  for p in "${ALLOC_PORTS[@]}"; do
+    echo "  set $s: $SCHEME://127.0.0.1:$((p + 10 * s + HTTP_OFFSET))  redis://127.0.0.1:$((p + 10 * s + RESP_OFFSET))"
   done
-  if command -v curl >/dev/null; then
-    echo "\$ curl -s -X POST http://$HTTP/v1/counter/orders/next"
-    curl -s -X POST "http://$HTTP/v1/counter/orders/next"; echo
-  fi
-  if command -v redis-cli >/dev/null; then
-    echo "\$ redis-cli -p $RESP_PORT INCR orders"
-    redis-cli -p "$RESP_PORT" INCR orders
-  fi
+done
+if command -v curl >/dev/null; then
+  echo "\$ $CURL -X POST $SCHEME://$HTTP/v1/counter/orders/next"
+  $CURL -X POST "$SCHEME://$HTTP/v1/counter/orders/next"; echo
+fi
+if command -v redis-cli >/dev/null; then
+  echo "\$ $REDIS_CLI -p $RESP_PORT INCR orders"
+  $REDIS_CLI -p "$RESP_PORT" INCR orders
 fi
 cat <<MSG
 
@@ -184,12 +189,12 @@ Try:
   $SEQCTL sets
   $SEQCTL move --from 0 --to 1 --uids 0..200000 --dry-run     # with --sets 2 or more
   $SEQCTL move --from 0 --to 1 --uids 0..200000
-  curl -s -X POST http://$HTTP/v1/seq/42/next                  # without --tls
-  curl -s -X POST 'http://$HTTP/v1/counter/orders/reserve?count=100'
-  curl -s -X POST 'http://$HTTP/v1/ids?count=3'
-  redis-cli -p $RESP_PORT INCR u:42                              # uid 42; any other name is a counter
-  redis-cli -p $RESP_PORT INCRBY orders 100
-  redis-cli -p $RESP_PORT NEXTID
+  $CURL -X POST $SCHEME://$HTTP/v1/seq/42/next
+  $CURL -X POST '$SCHEME://$HTTP/v1/counter/orders/reserve?count=100'
+  $CURL -X POST '$SCHEME://$HTTP/v1/ids?count=3'
+  $REDIS_CLI -p $RESP_PORT INCR u:42                              # uid 42; any other name is a counter
+  $REDIS_CLI -p $RESP_PORT INCRBY orders 100
+  $REDIS_CLI -p $RESP_PORT NEXTID
   $GRPCURL -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
   $GRPCURL 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)

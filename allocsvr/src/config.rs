@@ -71,15 +71,17 @@ pub struct Cli {
     #[arg(long, default_value_t = DEFAULT_MAX_LIVE_KEYS)]
     pub max_live_keys: usize,
     /// Serve HTTP/JSON on this ip:port (`POST /v1/seq/{uid}/next`, `/v1/counter/{key}/next`,
-    /// `/v1/ids`, …); a call for a uid or key another AllocSvr owns is forwarded to it. Not with
-    /// --tls-* (this port has no TLS).
+    /// `/v1/ids`, …); a call for a uid or key another AllocSvr owns is forwarded to it. HTTPS with
+    /// mutual TLS under --tls-* (a `client` or `admin` certificate).
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
     /// Serve the Redis protocol on this ip:port (`INCR name`, `INCRBY`, `GET`, `MGET`, `NEXTID`;
-    /// `u:42` names uid 42, any other name a counter); forwarded like --http-listen. Not with --tls-*.
+    /// `u:42` names uid 42, any other name a counter); forwarded like --http-listen. Mutual TLS
+    /// under --tls-*.
     #[arg(long)]
     pub resp_listen: Option<SocketAddr>,
-    /// Password every Redis-protocol connection must give with AUTH (user `default`).
+    /// Password every Redis-protocol connection must give with AUTH (user `default`); not with
+    /// --tls-*, where the certificate decides.
     #[arg(long)]
     pub resp_password: Option<String>,
     /// Longest one HTTP or Redis call may take, retries and forwarding included, in milliseconds
@@ -293,13 +295,13 @@ impl Cli {
     }
 }
 
-/// The front ends have no TLS of their own: with mutual TLS on, a plaintext front end would let
-/// any caller past the roles the data plane enforces, so the two are refused together.
+/// The front ends' options agree with each other and with TLS (with TLS the certificate's role
+/// decides who may call, not a password).
 fn check_front(front: &crate::front::FrontConfig, tls: bool, deadline_ms: u64) -> Result<(), String> {
-    if tls && front.any() {
+    if tls && front.resp_password.is_some() {
         return Err(
-            "--http-listen and --resp-listen have no TLS: with --tls-* they would let any caller \
-                    past the certificate roles; put the data plane's gRPC in front of such callers"
+            "--resp-password is for a plaintext Redis port: with --tls-* the caller's certificate \
+                    and its role decide"
                 .into(),
         );
     }

@@ -11,8 +11,11 @@
 //! end's deadline. `allocsvr_front_rpcs_total{to="self"|"forwarded"}` counts the two, and
 //! `allocsvr_front_forward_seconds` times the hop.
 //!
+//! With mutual TLS on, both ports take only callers whose certificate may take numbers, and the
+//! forwarded calls carry this AllocSvr's certificate (the data plane admits the `allocsvr` role).
+//!
 //! Deliberately left out: forwarding of gRPC calls (a gRPC caller routes itself with the table
-//! the replies carry), and TLS on the front ends' own ports.
+//! the replies carry).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -135,6 +138,7 @@ pub struct FrontAddrs {
 pub async fn start<C: Calls>(
     cfg: &FrontConfig,
     calls: Arc<C>,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<(FrontAddrs, Vec<tokio::task::JoinHandle<()>>)> {
     let mut addrs = FrontAddrs::default();
@@ -142,22 +146,26 @@ pub async fn start<C: Calls>(
     if let Some(addr) = cfg.http {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        info!(addr = %bound, "HTTP/JSON front end listening");
+        info!(addr = %bound, tls = tls.is_some(), "HTTP/JSON front end listening");
         addrs.http = Some(bound);
         tasks.push(tokio::spawn(http::serve(
             listener,
             calls.clone(),
-            http::HttpConfig::default(),
+            http::HttpConfig {
+                tls: tls.clone(),
+                ..http::HttpConfig::default()
+            },
             stop.clone(),
         )));
     }
     if let Some(addr) = cfg.resp {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        info!(addr = %bound, auth = cfg.resp_password.is_some(), "Redis-protocol front end listening");
+        info!(addr = %bound, tls = tls.is_some(), auth = cfg.resp_password.is_some(), "Redis-protocol front end listening");
         addrs.resp = Some(bound);
         let rc = resp::RespConfig {
             password: cfg.resp_password.clone(),
+            tls: tls.clone(),
             ..resp::RespConfig::default()
         };
         tasks.push(tokio::spawn(resp::serve(

@@ -279,7 +279,11 @@ async fn start_fronts(
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
     let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client).map_err(StartError::Front)?);
-    front::start(&cfg.front, calls, core.stop_rx.clone())
+    let tls = match &cfg.tls {
+        Some(t) => Some(t.rustls_server().map_err(|e| StartError::Tls(e.to_string()))?),
+        None => None,
+    };
+    front::start(&cfg.front, calls, tls, core.stop_rx.clone())
         .await
         .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))
 }

@@ -3,7 +3,7 @@
 //! | role | may call |
 //! |---|---|
 //! | `client` | the data plane (`AllocService`), read-only store calls (`GetRoutes`, `Status`, `GetClusterMap`, `ExportStatus`), health, reflection |
-//! | `allocsvr` | the read-only calls, and the ownership calls `Register`, `Renew`, `Release`, `Bump`, `RaiseMarks`, `Load` |
+//! | `allocsvr` | the read-only calls, the ownership calls `Register`, `Renew`, `Release`, `Bump`, `RaiseMarks`, `Load`, and the data plane (an AllocSvr forwards its front ends' calls to the owner) |
 //! | `storesvr` | the read-only calls, and the Raft peer service |
 //! | `admin` | the data plane, the read-only calls, every `AdminService` change (membership, map, moves, drains) and the audit trail (`GetAudit`) |
 //!
@@ -121,9 +121,16 @@ pub fn kind(path: &str) -> Kind {
 
 /// Whether `role` may call the method at `path`.
 pub fn allowed(role: Role, path: &str) -> bool {
-    match kind(path) {
+    allowed_kind(role, kind(path))
+}
+
+/// Whether `role` may call methods of `kind`.
+pub fn allowed_kind(role: Role, kind: Kind) -> bool {
+    match kind {
         Kind::ReadOnly | Kind::Unknown => true,
-        Kind::DataPlane => matches!(role, Role::Client | Role::Admin),
+        // An AllocSvr forwards the calls its HTTP and Redis front ends cannot answer to the
+        // owner; its caller's role was checked there.
+        Kind::DataPlane => matches!(role, Role::Client | Role::Admin | Role::AllocSvr),
         Kind::Ownership => role == Role::AllocSvr,
         Kind::Ceilings => matches!(role, Role::AllocSvr | Role::Admin),
         Kind::Peer => role == Role::StoreSvr,

@@ -163,6 +163,57 @@ impl Tls {
     }
 }
 
+impl Tls {
+    /// The server side for a server that is not tonic's (the AllocSvr's HTTP and Redis front
+    /// ends): this certificate, and a client certificate signed by the CA required, as
+    /// [`Tls::server`] does; the caller's role is then read with [`peer_caller`].
+    pub fn rustls_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, TlsError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let setup = |e: &dyn std::fmt::Display| TlsError::Setup(e.to_string());
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(&self.ca) {
+            roots.add(ca.map_err(|e| setup(&e))?).map_err(|e| setup(&e))?;
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .map_err(|e| setup(&e))?;
+        let chain = CertificateDer::pem_slice_iter(&self.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| setup(&e))?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|e| setup(&e))?;
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| setup(&e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|e| setup(&e))?;
+        Ok(std::sync::Arc::new(config))
+    }
+}
+
+/// How long a server that is not tonic's should wait for a TLS handshake.
+pub const HANDSHAKE_LIMIT: Duration = HANDSHAKE_TIMEOUT;
+
+/// Who is calling on a TLS connection whose handshake verified `certs` (leaf first), if its role
+/// may take numbers (the data plane's rule in [`crate::policy`]); otherwise why not, for the
+/// caller and the log.
+pub fn peer_caller(certs: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> Result<crate::Caller, String> {
+    let Some(leaf) = certs.and_then(|c| c.first()) else {
+        return Err("no client certificate".into());
+    };
+    let who = crate::identity::from_der(leaf.as_ref())?;
+    let role = who.role.map_err(|why| format!("{}: {why}", who.subject))?;
+    if !crate::policy::allowed_kind(role, crate::policy::Kind::DataPlane) {
+        return Err(format!("{}: role {role} may not take numbers", who.subject));
+    }
+    Ok(crate::Caller {
+        subject: who.subject.into(),
+        role: Some(role),
+    })
+}
+
 /// A tonic endpoint for `addr` (`host:port`): `https` with this TLS, `http` without.
 pub fn endpoint(addr: &str, tls: Option<&Tls>) -> Result<Endpoint, String> {
     let scheme = if tls.is_some() { "https" } else { "http" };

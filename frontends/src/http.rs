@@ -26,6 +26,9 @@
 //! front end's own. Headers must arrive within [`HEADER_TIMEOUT`] and a body within
 //! [`BODY_TIMEOUT`], or the connection is closed.
 //!
+//! With `tls` set the port speaks HTTPS with mutual TLS: a caller needs a certificate the
+//! cluster's CA signed whose role may take numbers, or every request is answered 403.
+//!
 //! Deliberately left out: HTTP/2 (gRPC is the fast path for callers that have it).
 
 use std::collections::HashMap;
@@ -63,13 +66,42 @@ pub const TIMEOUT_HEADER: &str = "x-seqsvr-timeout-ms";
 pub struct HttpConfig {
     /// Most connections at once; more wait in the listen queue.
     pub max_connections: usize,
+    /// Mutual TLS (HTTPS): only callers whose certificate may take numbers (`crate::tls`); any
+    /// other is answered 403 on every request.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            tls: None,
         }
+    }
+}
+
+/// The routes for a TLS caller whose certificate may not take numbers: 403 to everything.
+fn refused(why: String) -> axum::Router {
+    let e = CallError::bad_input(why);
+    axum::Router::new().fallback(move || {
+        let body = error_body(&e, "forbidden");
+        async move { (StatusCode::FORBIDDEN, Json(body)).into_response() }
+    })
+}
+
+/// Serves HTTP/1.1 on one connection.
+async fn serve_connection<S>(stream: S, app: axum::Router, peer: std::net::SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        debug!(%peer, error = %e, "HTTP connection ended");
     }
 }
 
@@ -398,15 +430,15 @@ pub async fn serve<C: Calls>(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let (app, tls) = (app.clone(), cfg.tls.clone());
         tokio::spawn(async move {
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                debug!(%peer, error = %e, "HTTP connection ended");
+            match tls {
+                None => serve_connection(stream, app, peer).await,
+                Some(tls) => match crate::tls::accept(&tls, stream).await {
+                    crate::tls::Accepted::Caller(stream, _) => serve_connection(stream, app, peer).await,
+                    crate::tls::Accepted::Refused(stream, why) => serve_connection(stream, refused(why), peer).await,
+                    crate::tls::Accepted::Failed(why) => debug!(%peer, %why, "HTTP connection ended"),
+                },
             }
             drop(slot);
         });

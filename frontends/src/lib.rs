@@ -10,12 +10,15 @@
 //!
 //! Every call a front end makes is counted in `allocsvr_front_calls_total{front, result}`.
 //!
-//! Deliberately left out: TLS on these ports (put them behind a TLS-terminating proxy, or use
-//! gRPC with mTLS), and any answer not taken from an owner's reply.
+//! With mutual TLS on ([`tls`]), both take only callers whose certificate the cluster's CA signed
+//! and whose role may take numbers (`client`, `admin`; `allocsvr`), as the gRPC data plane does.
+//!
+//! Deliberately left out: any answer not taken from an owner's reply.
 
 pub mod calls;
 pub mod http;
 pub mod resp;
+pub mod tls;
 
 use calls::{CallError, ErrorKind};
 

@@ -29,6 +29,10 @@
 //! connection is closed, as Redis does. A reply the caller does not read for [`WRITE_TIMEOUT`]
 //! closes the connection too. Nothing is taken from any counter for a command refused.
 //!
+//! With `tls` set, a connection is served only after the TLS handshake and only to a caller whose
+//! certificate's role may take numbers; any other gets `-NOPERM` and is closed. `AUTH` is then not
+//! needed (and the AllocSvr takes no password with TLS).
+//!
 //! Deliberately left out: inline commands (`PING\r\n` typed by hand; every client sends arrays),
 //! `MULTI`/transactions, pub/sub, and ACL users other than `default`.
 
@@ -69,6 +73,8 @@ pub struct RespConfig {
     pub password: Option<String>,
     /// Most connections at once; one more is answered `-ERR max number of clients reached`.
     pub max_connections: usize,
+    /// Mutual TLS: only callers whose certificate may take numbers (`crate::tls`).
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl Default for RespConfig {
@@ -76,6 +82,7 @@ impl Default for RespConfig {
         Self {
             password: None,
             max_connections: 10_000,
+            tls: None,
         }
     }
 }
@@ -614,7 +621,20 @@ pub async fn serve<C: Calls>(
         let (calls, cfg) = (calls.clone(), cfg.clone());
         let id = ids.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, &*calls, &cfg, id).await {
+            let ended = match &cfg.tls {
+                None => connection(stream, &*calls, &cfg, id).await,
+                Some(tls) => match crate::tls::accept(tls, stream).await {
+                    crate::tls::Accepted::Caller(stream, _) => connection(stream, &*calls, &cfg, id).await,
+                    crate::tls::Accepted::Refused(mut stream, why) => {
+                        let line = format!("-NOPERM {}\r\n", why.replace(['\r', '\n'], " "));
+                        let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await;
+                        let _ = stream.shutdown().await;
+                        Ok(())
+                    }
+                    crate::tls::Accepted::Failed(why) => Err(std::io::Error::other(why)),
+                },
+            };
+            if let Err(e) = ended {
                 debug!(%peer, error = %e, "RESP connection ended");
             }
             drop(slot);

@@ -72,7 +72,8 @@ fn may_call(role: Role, method: &str) -> bool {
         return matches!(role, Role::AllocSvr | Role::Admin);
     }
     match method.split('/').next().unwrap() {
-        "AllocService" => matches!(role, Role::Client | Role::Admin),
+        // AllocSvrs forward the calls of their HTTP and Redis front ends to the owner.
+        "AllocService" => matches!(role, Role::Client | Role::Admin | Role::AllocSvr),
         "StoreService" => role == Role::AllocSvr,
         "RaftService" => role == Role::StoreSvr,
         "AdminService" => role == Role::Admin,
