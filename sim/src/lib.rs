@@ -35,6 +35,7 @@
 
 pub mod checks;
 pub mod dst;
+pub mod front_workload;
 pub mod history;
 pub mod id_workload;
 pub mod keys;

@@ -124,6 +124,11 @@ struct RunArgs {
     /// every AllocSvr holds at most 8 keys (`--max-live-keys`), so keys are forgotten and come back.
     #[arg(long)]
     keys: bool,
+    /// Which front end the routing clients call: the client library over gRPC, or every
+    /// AllocSvr's HTTP/JSON (`http`) or Redis-protocol (`resp`) front end, a random one per call
+    /// (the calls are forwarded to the owner there). Not with `--tls`.
+    #[arg(long, value_enum, default_value = "grpc")]
+    front: sim::front_workload::Front,
     /// The ids' layout with `--ids`: `twitter`, `sonyflake` or SLOT_BITS/SEQ_BITS/TICK_MS.
     #[arg(long, default_value = "twitter", requires = "ids")]
     id_layout: seqsvr_proto::id_layout::LayoutShape,
@@ -186,6 +191,9 @@ impl RunArgs {
             && let Some(f) = self.controls.needs_keys()
         {
             return Err(format!("{f} breaks a rule of counter keys: give --keys"));
+        }
+        if self.tls && self.front != sim::front_workload::Front::Grpc {
+            return Err("--front http|resp runs without --tls (its clients speak plaintext)".into());
         }
         if self.sets == 1
             && let Some(f) = self.controls.needs_two_sets()
@@ -289,6 +297,7 @@ impl RunArgs {
                     flags
                 },
                 id_clock_dir: None,
+                front: self.front,
             },
             sets: self.sets,
             replay,

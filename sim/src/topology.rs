@@ -47,6 +47,8 @@ pub struct SetArgs {
     /// With time-ordered ids: the directory of the AllocSvrs' clock files (`crate::run::ids`),
     /// each followed by its AllocSvr (`--test-clock-file`) across restarts.
     pub id_clock_dir: Option<PathBuf>,
+    /// The front end every AllocSvr serves on its [`Topology::front_addr`] (`--front`).
+    pub front: crate::front_workload::Front,
 }
 
 /// Every address and proxy of one run.
@@ -54,6 +56,8 @@ pub struct Topology {
     pub sets: u64,
     pub store_addr: BTreeMap<u64, SocketAddr>,
     pub alloc_addr: BTreeMap<u64, SocketAddr>,
+    /// Each AllocSvr's HTTP or Redis front end (`--front`), bound directly: no proxy.
+    pub front_addr: BTreeMap<u64, SocketAddr>,
     /// (from replica, to replica) → proxy.
     pub raft: BTreeMap<(u64, u64), Proxy>,
     /// (allocsvr, replica) → proxy.
@@ -116,6 +120,7 @@ impl Topology {
             sets,
             store_addr: BTreeMap::new(),
             alloc_addr: BTreeMap::new(),
+            front_addr: BTreeMap::new(),
             raft: BTreeMap::new(),
             alloc_store: BTreeMap::new(),
             client_alloc: BTreeMap::new(),
@@ -123,7 +128,7 @@ impl Topology {
         let all = 1..=sets * N;
         let mut taken = BTreeSet::new();
         for i in all.clone() {
-            for addrs in [&mut t.store_addr, &mut t.alloc_addr] {
+            for addrs in [&mut t.store_addr, &mut t.alloc_addr, &mut t.front_addr] {
                 let addr = free_addr(&taken)?;
                 taken.insert(addr.port());
                 addrs.insert(i, addr);
@@ -207,6 +212,11 @@ impl Topology {
                 "--test-clock-file={}",
                 crate::run::ids::clock_file(dir, id).display()
             ));
+        }
+        match set.front {
+            crate::front_workload::Front::Grpc => {}
+            crate::front_workload::Front::Http => args.push(format!("--http-listen={}", self.front_addr[&id])),
+            crate::front_workload::Front::Resp => args.push(format!("--resp-listen={}", self.front_addr[&id])),
         }
         args.extend(set.alloc_extra.iter().cloned());
         ProcSpec::new(alloc_name(id), bin, args)

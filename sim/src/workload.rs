@@ -195,6 +195,17 @@ impl Recorder {
         .await;
     }
 
+    /// Runs one call that answers its values without an owner (a front end's) and records it.
+    pub async fn record_values(
+        &self,
+        client_id: u32,
+        subjects: Vec<u64>,
+        kind: CallKind,
+        call: impl std::future::Future<Output = Result<Vec<u64>, ClientError>>,
+    ) {
+        self.record_one(client_id, subjects, kind, call, |v| (v, None)).await;
+    }
+
     /// Runs one single-uid call and records it with its value and owner (or its error).
     async fn single<T>(
         &self,
@@ -283,7 +294,7 @@ impl Recorder {
 
     /// Runs one batch call (one result per subject) and records it as up to three calls (ok /
     /// failed / unknown subjects) sharing the same times. Returns the subjects that were served.
-    async fn record_batch(
+    pub(crate) async fn record_batch(
         &self,
         client_id: u32,
         uids: &[u64],

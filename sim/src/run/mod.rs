@@ -148,7 +148,21 @@ async fn start_workload(
     let wp = workload_params(opts);
     let hot = lab.hot.clone();
     let mut workers = Vec::new();
+    let fronts: Vec<std::net::SocketAddr> = lab.topo.front_addr.values().copied().collect();
     for c in 1..=opts.clients {
+        if opts.set.front != crate::front_workload::Front::Grpc {
+            let worker = crate::front_workload::run_front_client(
+                opts.set.front,
+                fronts.clone(),
+                c,
+                wp.clone(),
+                hot.clone(),
+                rec.clone(),
+                stop.clone(),
+            );
+            workers.push(tokio::spawn(worker));
+            continue;
+        }
         let client = Client::connect(client_cfg.clone()).await.context("client connect")?;
         let worker = run_client(client, c, wp.clone(), hot.clone(), rec.clone(), stop.clone());
         workers.push(tokio::spawn(worker));
