@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use seqsvr_client::transport::{BoxError, CallFuture, Conn, Connect};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
-use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, Who};
+use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, Owner, Taken, Who};
 use seqsvr_frontends::{http, resp};
 use seqsvr_proto::SectionId;
 use tonic::body::Body;
@@ -228,27 +228,41 @@ fn call_error(e: Error) -> CallError {
 }
 
 impl Calls for NodeCalls {
-    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
         let (uid, key) = split(who);
         if let Some(r) = self.service.take_now(uid, key, count, |s| self.may_answer(s)) {
-            return r.map_err(call_error);
+            let (value, owner) = r.map_err(call_error)?;
+            return Ok(Taken {
+                value,
+                owner: Some(Owner::from(&owner)),
+            });
         }
-        Ok(match (who, count) {
-            (Who::Uid(uid), 1) => self.coalescer.fetch_next_seq(seqsvr_proto::Uid(uid)).await?.seq,
-            (Who::Key(key), 1) => self.coalescer.counter_next(key).await?.value,
+        let (value, owner) = match (who, count) {
+            (Who::Uid(uid), 1) => {
+                let f = self.coalescer.fetch_next_seq(seqsvr_proto::Uid(uid)).await?;
+                (f.seq, f.owner)
+            }
+            (Who::Key(key), 1) => {
+                let c = self.coalescer.counter_next(key).await?;
+                (c.value, c.owner)
+            }
             _ => return self.slow.take(who, count).await,
-        })
+        };
+        Ok(Taken { value, owner })
     }
 
-    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
+    async fn current(&self, who: Who<'_>) -> Result<Taken, CallError> {
         let (uid, key) = split(who);
-        if let Some(v) = self.service.current_now(uid, key, |s| self.may_answer(s)) {
-            return Ok(v);
+        if let Some((value, owner)) = self.service.current_now(uid, key, |s| self.may_answer(s)) {
+            return Ok(Taken {
+                value,
+                owner: Some(Owner::from(&owner)),
+            });
         }
         self.slow.current(who).await
     }
 
-    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
         self.slow.batch(uids).await
     }
 

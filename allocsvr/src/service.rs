@@ -330,14 +330,14 @@ impl Service {
         key: Option<&str>,
         n: u32,
         may_answer: impl FnOnce(SectionId) -> bool,
-    ) -> Option<Result<u64, Error>> {
+    ) -> Option<Result<(u64, pb::Owner), Error>> {
         let who = self.front_who(uid, key)?;
         let n = self.check_block(n).ok()?;
         if !may_answer(who.pos.section(self.shared.params().section_size)) {
             return None;
         }
         match self.fetch_once(who, n) {
-            Step::Served { seq, .. } => {
+            Step::Served { seq, owner } => {
                 let m = self.shared.metrics();
                 m.fetch_ok.increment(1);
                 if key.is_some() {
@@ -346,7 +346,7 @@ impl Service {
                 if n > 1 {
                     m.block_seqs.increment(n);
                 }
-                Some(Ok(seq))
+                Some(Ok((seq, owner)))
             }
             Step::Exhausted(section, max_seq) => Some(Err(Step::exhausted(who, section, max_seq))),
             Step::NotOwner | Step::NotReady | Step::Wait(_) => None,
@@ -359,13 +359,13 @@ impl Service {
         uid: u64,
         key: Option<&str>,
         may_answer: impl FnOnce(SectionId) -> bool,
-    ) -> Option<u64> {
+    ) -> Option<(u64, pb::Owner)> {
         let who = self.front_who(uid, key)?;
         if !may_answer(who.pos.section(self.shared.params().section_size)) {
             return None;
         }
         match self.peek(who) {
-            (pb::Outcome::Ok, value, _) => Some(value),
+            (pb::Outcome::Ok, value, Some(owner)) => Some((value, owner)),
             _ => None,
         }
     }

@@ -99,17 +99,34 @@ impl From<ClientError> for CallError {
     }
 }
 
+/// Who served a value: the section, AllocSvr, incarnation, epoch and set (the client library's).
+pub use seqsvr_client::Owner;
+
+/// A value and, when the server said, who served it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub value: u64,
+    pub owner: Option<Owner>,
+}
+
+impl Taken {
+    /// A value whose server is not known.
+    pub fn anonymous(value: u64) -> Self {
+        Self { value, owner: None }
+    }
+}
+
 /// The calls behind every front end. `take` of `count` > 1 is a block: its first value is
 /// returned and the block is `first..first + count`.
 pub trait Calls: Send + Sync + 'static {
     /// Takes `count` numbers of `who`; the first of them.
-    fn take(&self, who: Who<'_>, count: u32) -> impl Future<Output = Result<u64, CallError>> + Send;
+    fn take(&self, who: Who<'_>, count: u32) -> impl Future<Output = Result<Taken, CallError>> + Send;
     /// The last number handed out for `who` (or a ceiling above it after an ownership change).
-    fn current(&self, who: Who<'_>) -> impl Future<Output = Result<u64, CallError>> + Send;
+    fn current(&self, who: Who<'_>) -> impl Future<Output = Result<Taken, CallError>> + Send;
     /// The next seq of each uid, one result per uid in request order; the outer error is for
     /// the whole call (nothing was sent).
     #[allow(clippy::type_complexity)]
-    fn batch(&self, uids: &[u64]) -> impl Future<Output = Result<Vec<Result<u64, CallError>>, CallError>> + Send;
+    fn batch(&self, uids: &[u64]) -> impl Future<Output = Result<Vec<Result<Taken, CallError>>, CallError>> + Send;
     /// `count` time-ordered ids, increasing.
     fn ids(&self, count: u32) -> impl Future<Output = Result<Vec<u64>, CallError>> + Send;
 }
@@ -132,29 +149,37 @@ impl ClientCalls {
 }
 
 impl Calls for ClientCalls {
-    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
         let c = &self.client;
-        Ok(match (who, count) {
-            (Who::Uid(uid), 1) => c.fetch_next_seq(Uid(uid)).await?.seq,
-            (Who::Uid(uid), n) => c.reserve(Uid(uid), n).await?.first,
-            (Who::Key(key), 1) => c.counter_next(key).await?.value,
-            (Who::Key(key), n) => c.counter_reserve(key, n).await?.first,
-        })
+        let (value, owner) = match (who, count) {
+            (Who::Uid(uid), 1) => c.fetch_next_seq(Uid(uid)).await.map(|f| (f.seq, f.owner))?,
+            (Who::Uid(uid), n) => c.reserve(Uid(uid), n).await.map(|b| (b.first, b.owner))?,
+            (Who::Key(key), 1) => c.counter_next(key).await.map(|v| (v.value, v.owner))?,
+            (Who::Key(key), n) => c.counter_reserve(key, n).await.map(|b| (b.first, b.owner))?,
+        };
+        Ok(Taken { value, owner })
     }
 
-    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
-        Ok(match who {
-            Who::Uid(uid) => self.client.get_cur_seq(Uid(uid)).await?.cur_seq,
-            Who::Key(key) => self.client.counter_get(key).await?.value,
-        })
+    async fn current(&self, who: Who<'_>) -> Result<Taken, CallError> {
+        let (value, owner) = match who {
+            Who::Uid(uid) => self.client.get_cur_seq(Uid(uid)).await.map(|c| (c.cur_seq, c.owner))?,
+            Who::Key(key) => self.client.counter_get(key).await.map(|c| (c.value, c.owner))?,
+        };
+        Ok(Taken { value, owner })
     }
 
-    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
         let uids: Vec<Uid> = uids.iter().map(|&u| Uid(u)).collect();
         let results = self.client.batch_fetch_each(&uids).await?;
         Ok(results
             .into_iter()
-            .map(|r| r.map(|f| f.seq).map_err(CallError::from))
+            .map(|r| {
+                r.map(|f| Taken {
+                    value: f.seq,
+                    owner: f.owner,
+                })
+                .map_err(CallError::from)
+            })
             .collect())
     }
 

@@ -11,6 +11,9 @@
 //! | `GET /v1/counter/{key}` | `{"key":"orders","value":"13"}` |
 //! | `POST /v1/ids?count=N` | `{"ids":["7384120986624001",...]}` |
 //!
+//! A reply whose server said who it was carries `"owner": {"set", "node", "incarnation",
+//! "section", "epoch"}` (which AllocSvr served, under which ownership epoch of the section).
+//!
 //! Every 64-bit number in a reply is a JSON *string* of decimal digits: a JavaScript `number`
 //! holds integers exactly only up to 2^53, and a seq, a uid or an id can be larger; a string
 //! reaches every language unrounded (`BigInt(s)` in JavaScript). Uids in a batch body may be
@@ -45,7 +48,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 use tracing::{debug, warn};
 
-use crate::calls::{CallError, Calls, ErrorKind, Who, parse_u64, within};
+use crate::calls::{CallError, Calls, ErrorKind, Owner, Taken, Who, parse_u64, within};
 use crate::{count_call, stopped};
 
 /// Largest request body (a batch of [`MAX_BATCH_UIDS`] uids as 20-digit strings fits).
@@ -215,14 +218,14 @@ fn key_of(s: &str) -> Result<&str, CallError> {
 }
 
 /// Takes `count` numbers of `who` within the caller's deadline; the first.
-async fn take<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+async fn take<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
     let d = deadline(headers)?;
     let r = within(d, true, calls.take(who, count)).await;
     count_call("http", &r);
     r
 }
 
-async fn current<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>) -> Result<u64, CallError> {
+async fn current<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>) -> Result<Taken, CallError> {
     let d = deadline(headers)?;
     let r = within(d, false, calls.current(who)).await;
     count_call("http", &r);
@@ -240,12 +243,30 @@ fn block(first: u64, count: u32) -> (String, String) {
     (first.to_string(), (first + u64::from(count) - 1).to_string())
 }
 
+/// `v` with who served it, when the server said: every field a decimal string, as every 64-bit
+/// number here.
+fn with_owner(mut v: Value, owner: Option<Owner>) -> Value {
+    if let Some(o) = owner {
+        v["owner"] = json!({
+            "set": o.set_id.to_string(),
+            "node": o.node_id.0.to_string(),
+            "incarnation": o.incarnation.0.to_string(),
+            "section": o.section.0.to_string(),
+            "epoch": o.epoch.0.to_string(),
+        });
+    }
+    v
+}
+
 async fn seq_next<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<String>, headers: HeaderMap) -> Response {
     answer(
         async {
             let uid = uid_of(&uid)?;
-            let seq = take(&*calls, &headers, Who::Uid(uid), 1).await?;
-            Ok(json!({"uid": uid.to_string(), "seq": seq.to_string()}))
+            let t = take(&*calls, &headers, Who::Uid(uid), 1).await?;
+            Ok(with_owner(
+                json!({"uid": uid.to_string(), "seq": t.value.to_string()}),
+                t.owner,
+            ))
         }
         .await,
     )
@@ -261,8 +282,12 @@ async fn seq_reserve<C: Calls>(
         async {
             let uid = uid_of(&uid)?;
             let n = count(query, None)?;
-            let (first, last) = block(take(&*calls, &headers, Who::Uid(uid), n).await?, n);
-            Ok(json!({"uid": uid.to_string(), "first": first, "last": last, "count": n}))
+            let t = take(&*calls, &headers, Who::Uid(uid), n).await?;
+            let (first, last) = block(t.value, n);
+            Ok(with_owner(
+                json!({"uid": uid.to_string(), "first": first, "last": last, "count": n}),
+                t.owner,
+            ))
         }
         .await,
     )
@@ -272,8 +297,11 @@ async fn seq_current<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<Stri
     answer(
         async {
             let uid = uid_of(&uid)?;
-            let cur = current(&*calls, &headers, Who::Uid(uid)).await?;
-            Ok(json!({"uid": uid.to_string(), "cur_seq": cur.to_string()}))
+            let t = current(&*calls, &headers, Who::Uid(uid)).await?;
+            Ok(with_owner(
+                json!({"uid": uid.to_string(), "cur_seq": t.value.to_string()}),
+                t.owner,
+            ))
         }
         .await,
     )
@@ -283,8 +311,8 @@ async fn counter_next<C: Calls>(State(calls): State<Arc<C>>, Path(key): Path<Str
     answer(
         async {
             let k = key_of(&key)?;
-            let value = take(&*calls, &headers, Who::Key(k), 1).await?;
-            Ok(json!({"key": k, "value": value.to_string()}))
+            let t = take(&*calls, &headers, Who::Key(k), 1).await?;
+            Ok(with_owner(json!({"key": k, "value": t.value.to_string()}), t.owner))
         }
         .await,
     )
@@ -300,8 +328,12 @@ async fn counter_reserve<C: Calls>(
         async {
             let k = key_of(&key)?;
             let n = count(query, None)?;
-            let (first, last) = block(take(&*calls, &headers, Who::Key(k), n).await?, n);
-            Ok(json!({"key": k, "first": first, "last": last, "count": n}))
+            let t = take(&*calls, &headers, Who::Key(k), n).await?;
+            let (first, last) = block(t.value, n);
+            Ok(with_owner(
+                json!({"key": k, "first": first, "last": last, "count": n}),
+                t.owner,
+            ))
         }
         .await,
     )
@@ -315,8 +347,8 @@ async fn counter_current<C: Calls>(
     answer(
         async {
             let k = key_of(&key)?;
-            let value = current(&*calls, &headers, Who::Key(k)).await?;
-            Ok(json!({"key": k, "value": value.to_string()}))
+            let t = current(&*calls, &headers, Who::Key(k)).await?;
+            Ok(with_owner(json!({"key": k, "value": t.value.to_string()}), t.owner))
         }
         .await,
     )
@@ -394,7 +426,7 @@ async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: 
                 .iter()
                 .zip(results?)
                 .map(|(uid, r)| match r {
-                    Ok(seq) => json!({"uid": uid.to_string(), "seq": seq.to_string()}),
+                    Ok(t) => with_owner(json!({"uid": uid.to_string(), "seq": t.value.to_string()}), t.owner),
                     Err(e) => json!({"uid": uid.to_string(), "error": item_error(&e)}),
                 })
                 .collect();

@@ -367,7 +367,7 @@ impl<'a, C: Calls> Session<'a, C> {
         count_call("resp", &r);
         match r {
             // The last value of the block, as Redis's INCRBY answers the new value.
-            Ok(first) => Reply::number(first + u64::from(count) - 1),
+            Ok(first) => Reply::number(first.value + u64::from(count) - 1),
             Err(e) => Reply::of(&e),
         }
     }
@@ -395,8 +395,8 @@ impl<'a, C: Calls> Session<'a, C> {
         let r = self.calls.current(who).await;
         count_call("resp", &r);
         match r {
-            Ok(0) => Reply::Null,
-            Ok(v) => Reply::bulk(v.to_string()),
+            Ok(t) if t.value == 0 => Reply::Null,
+            Ok(t) => Reply::bulk(t.value.to_string()),
             Err(e) => Reply::of(&e),
         }
     }
@@ -421,8 +421,8 @@ impl<'a, C: Calls> Session<'a, C> {
         for r in results {
             count_call("resp", &r);
             match r {
-                Ok(0) => values.push(Reply::Null),
-                Ok(v) => values.push(Reply::bulk(v.to_string())),
+                Ok(t) if t.value == 0 => values.push(Reply::Null),
+                Ok(t) => values.push(Reply::bulk(t.value.to_string())),
                 // One failed read fails the command: a nil would say "never used", which is wrong.
                 Err(e) => return Reply::of(&e),
             }

@@ -222,3 +222,27 @@ async fn a_call_past_the_callers_deadline_is_a_504_that_may_have_taken_a_number(
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(a.body["error"]["may_have_been_taken"], false);
 }
+
+#[tokio::test(start_paused = true)]
+async fn half_sent_headers_are_cut_off_and_take_nothing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fake = Arc::new(Fake::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(seqsvr_frontends::http::serve(
+        listener,
+        fake.clone(),
+        seqsvr_frontends::http::HttpConfig::default(),
+        stop,
+    ));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"POST /v1/seq/1/next HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out)).await;
+    // Closed by the server (after HEADER_TIMEOUT on the paused clock), not by our 60 s.
+    assert!(read.is_ok(), "the connection stayed open");
+    assert_eq!(fake.taken(), 0);
+}

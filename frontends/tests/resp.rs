@@ -352,3 +352,29 @@ async fn commands_before_a_broken_frame_are_answered() {
     assert!(out.starts_with(":1\r\n:1\r\n-ERR Protocol error"), "{out}");
     assert_eq!(fake.taken(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pipeline_whose_replies_are_never_read_is_cut_off() {
+    let fake = Fake::default();
+    let cfg = RespConfig::default();
+    // A small pipe: the server's replies fill it and nobody reads them.
+    let (mut client, server) = tokio::io::duplex(4096);
+    let serve = resp::connection(server, &fake, &cfg, 1);
+    let flood = async {
+        let one = cmd(&["INCR", "a"]);
+        // Writes until the server stops reading (it is stuck writing); bounded either way.
+        for _ in 0..100_000 {
+            if client.write_all(&one).await.is_err() {
+                break;
+            }
+        }
+    };
+    let ended = tokio::select! {
+        ended = serve => ended,
+        () = async { flood.await; std::future::pending::<()>().await } => unreachable!(),
+    };
+    let e = ended.expect_err("the connection ends with an error");
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    // What it took before it stopped, it took once each: the values were answered in order.
+    assert!(fake.taken() > 0 && fake.taken() < 100_000);
+}

@@ -5,8 +5,10 @@
 //! every checker judges what the front ends answered.
 //!
 //! An HTTP 504 or a RESP `-UNKNOWN` is an unknown outcome, as is a lost connection after a take
-//! was sent; every other refusal is a failure (nothing taken). Front ends do not say who served, so
-//! these calls carry no owner (P4 is checked on the routing clients' calls).
+//! was sent; every other refusal is a failure (nothing taken). HTTP replies say who served (an
+//! `owner` object), so those calls carry owners for P4 and P6 as the library's do; the Redis
+//! protocol has nowhere to say it, so RESP calls carry none (P4 and P6's per-owner accounting
+//! rest on the other calls there).
 //!
 //! Deliberately left out: the network faults between clients and front ends (the front-end ports
 //! are not behind the simulator's proxies; kills and pauses reach them, and the forwarded calls
@@ -22,7 +24,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqsvr_client::{ClientError, FailureKind};
+use seqsvr_client::{ClientError, FailureKind, Owner};
+use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 
 use crate::workload::{Recorder, WorkloadParams};
 
@@ -80,6 +83,19 @@ fn percent_encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The `owner` object of an HTTP reply (every field a decimal string), when there is one.
+fn owner_of(v: &serde_json::Value) -> Option<Owner> {
+    let o = v.get("owner")?;
+    let n = |k: &str| o[k].as_str()?.parse::<u64>().ok();
+    Some(Owner {
+        section: SectionId(n("section")?),
+        node_id: NodeId(n("node")?),
+        incarnation: Incarnation(n("incarnation")?),
+        epoch: Epoch(n("epoch")?),
+        set_id: n("set")?,
+    })
 }
 
 fn failed(why: impl Into<String>) -> ClientError {
@@ -197,8 +213,14 @@ impl Conns {
         }
     }
 
-    /// `count` values of `who` (a block when above 1), first to last.
-    async fn take(&mut self, addr: SocketAddr, who: Subject, count: u32) -> Result<Vec<u64>, ClientError> {
+    /// `count` values of `who` (a block when above 1), first to last, and who served them when the
+    /// front end says (HTTP does, RESP cannot).
+    async fn take(
+        &mut self,
+        addr: SocketAddr,
+        who: Subject,
+        count: u32,
+    ) -> Result<(Vec<u64>, Option<Owner>), ClientError> {
         match self.front {
             Front::Http => {
                 let path = if count == 1 {
@@ -212,7 +234,7 @@ impl Conns {
                     .find_map(|k| v[*k].as_str())
                     .and_then(|s| s.parse::<u64>().ok())
                     .ok_or_else(|| ClientError::unknown(format!("{addr}: a 200 without a value: {v}")))?;
-                Ok((first..first + u64::from(count)).collect())
+                Ok(((first..first + u64::from(count)).collect(), owner_of(&v)))
             }
             _ => {
                 let mut pipe = redis::pipe();
@@ -223,29 +245,31 @@ impl Conns {
                 }
                 let v = self.resp(addr, pipe, 1, true).await?;
                 let last = resp_int(addr, v.into_iter().next())?;
-                Ok((last + 1 - u64::from(count)..=last).collect())
+                Ok(((last + 1 - u64::from(count)..=last).collect(), None))
             }
         }
     }
 
-    /// The current value of `who` (0: none handed out).
-    async fn current(&mut self, addr: SocketAddr, who: Subject) -> Result<u64, ClientError> {
+    /// The current value of `who` (0: none handed out), and who answered when it says.
+    async fn current(&mut self, addr: SocketAddr, who: Subject) -> Result<(u64, Option<Owner>), ClientError> {
         match self.front {
             Front::Http => {
                 let v = self.http(addr, "GET", &who.http_path(), Bytes::new(), false).await?;
-                ["cur_seq", "value"]
+                let value = ["cur_seq", "value"]
                     .iter()
                     .find_map(|k| v[*k].as_str())
                     .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| failed(format!("{addr}: a 200 without a value: {v}")))
+                    .ok_or_else(|| failed(format!("{addr}: a 200 without a value: {v}")))?;
+                Ok((value, owner_of(&v)))
             }
             _ => {
                 let mut pipe = redis::pipe();
                 pipe.cmd("GET").arg(who.resp_name());
                 match self.resp(addr, pipe, 1, false).await?.into_iter().next() {
-                    Some(redis::Value::Nil) => Ok(0),
+                    Some(redis::Value::Nil) => Ok((0, None)),
                     Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b)
                         .parse()
+                        .map(|v| (v, None))
                         .map_err(|_| failed(format!("{addr}: GET answered {b:?}"))),
                     Some(redis::Value::ServerError(e)) => Err(failed(format!("{addr}: {e:?}"))),
                     other => Err(failed(format!("{addr}: GET answered {other:?}"))),
@@ -259,7 +283,7 @@ impl Conns {
         &mut self,
         addr: SocketAddr,
         whos: &[Subject],
-    ) -> Result<Vec<Result<u64, ClientError>>, ClientError> {
+    ) -> Result<crate::workload::BatchResults, ClientError> {
         match self.front {
             Front::Http => {
                 let uids: Vec<String> = whos
@@ -280,7 +304,7 @@ impl Conns {
                 Ok(results
                     .iter()
                     .map(|r| match r["seq"].as_str().and_then(|s| s.parse().ok()) {
-                        Some(seq) => Ok(seq),
+                        Some(seq) => Ok((seq, owner_of(r))),
                         None if r["error"]["may_have_been_taken"] == true => {
                             Err(ClientError::unknown(r["error"]["message"].to_string()))
                         }
@@ -301,7 +325,10 @@ impl Conns {
                         whos.len()
                     )));
                 }
-                Ok(values.into_iter().map(|v| resp_int(addr, Some(v))).collect())
+                Ok(values
+                    .into_iter()
+                    .map(|v| resp_int(addr, Some(v)).map(|v| (v, None)))
+                    .collect())
             }
         }
     }
@@ -338,17 +365,9 @@ pub async fn run_front_client(
             .wrapping_mul(0x2545_f491_4f6c_dd1d)
             .wrapping_add(client_id as u64),
     );
-    let period = Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = crate::workload::pacer(&p);
     let mut conns = Conns::new(front, addrs);
-    let pick_uid = |rng: &mut StdRng| {
-        if rng.random_bool(0.8) && !hot.is_empty() {
-            hot[rng.random_range(0..hot.len())]
-        } else {
-            rng.random_range(0..p.uid_limit)
-        }
-    };
+    let pick_uid = |rng: &mut StdRng| crate::workload::pick_uid(rng, &hot, p.uid_limit);
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let addr = conns.addrs[rng.random_range(0..conns.addrs.len())];
@@ -375,7 +394,7 @@ pub async fn run_front_client(
         } else if roll < 80 {
             let call = conns.current(addr, who);
             rec.record_values(client_id, vec![who.recorded()], crate::history::CallKind::Get, async {
-                call.await.map(|v| vec![v])
+                call.await.map(|(v, owner)| (vec![v], owner))
             })
             .await;
         } else {
@@ -392,10 +411,7 @@ pub async fn run_front_client(
                 }
             }
             let subjects: Vec<u64> = whos.iter().map(|w| w.recorded()).collect();
-            let call = async {
-                let each = conns.batch(addr, &whos).await?;
-                Ok(each.into_iter().map(|r| r.map(|v| (v, None))).collect())
-            };
+            let call = conns.batch(addr, &whos);
             rec.record_batch(client_id, &subjects, call).await;
         }
     }

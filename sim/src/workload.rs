@@ -83,7 +83,7 @@ fn error_outcome(e: &ClientError) -> Outcome {
 }
 
 /// One result per subject of a batch call: its value and owner, or its error.
-type BatchResults = Vec<Result<(u64, Option<Owner>), ClientError>>;
+pub(crate) type BatchResults = Vec<Result<(u64, Option<Owner>), ClientError>>;
 
 /// Records calls and keeps the set of touched uids (for the final liveness check).
 pub struct Recorder {
@@ -195,15 +195,16 @@ impl Recorder {
         .await;
     }
 
-    /// Runs one call that answers its values without an owner (a front end's) and records it.
+    /// Runs one call that answers its values and, when it says, their owner (a front end's) and
+    /// records it.
     pub async fn record_values(
         &self,
         client_id: u32,
         subjects: Vec<u64>,
         kind: CallKind,
-        call: impl std::future::Future<Output = Result<Vec<u64>, ClientError>>,
+        call: impl std::future::Future<Output = Result<(Vec<u64>, Option<Owner>), ClientError>>,
     ) {
-        self.record_one(client_id, subjects, kind, call, |v| (v, None)).await;
+        self.record_one(client_id, subjects, kind, call, |v| v).await;
     }
 
     /// Runs one single-uid call and records it with its value and owner (or its error).
@@ -370,6 +371,23 @@ impl Recorder {
     }
 }
 
+/// A client's pace: at most `rate_per_client` calls a second, late ticks not caught up.
+pub(crate) fn pacer(p: &WorkloadParams) -> tokio::time::Interval {
+    let period = Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
+/// A uid to call: a hot one 80 % of the time, else any below `uid_limit`.
+pub(crate) fn pick_uid(rng: &mut StdRng, hot: &[u64], uid_limit: u64) -> u64 {
+    if rng.random_bool(0.8) && !hot.is_empty() {
+        hot[rng.random_range(0..hot.len())]
+    } else {
+        rng.random_range(0..uid_limit)
+    }
+}
+
 /// Runs one client until `stop` is set.
 pub async fn run_client(
     client: Client,
@@ -384,16 +402,8 @@ pub async fn run_client(
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .wrapping_add(client_id as u64),
     );
-    let period = Duration::from_secs_f64(1.0 / p.rate_per_client.max(0.1));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let pick_uid = |rng: &mut StdRng| {
-        if rng.random_bool(0.8) && !hot.is_empty() {
-            hot[rng.random_range(0..hot.len())]
-        } else {
-            rng.random_range(0..p.uid_limit)
-        }
-    };
+    let mut tick = pacer(&p);
+    let pick_uid = |rng: &mut StdRng| pick_uid(rng, &hot, p.uid_limit);
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         let roll = rng.random_range(0..100);

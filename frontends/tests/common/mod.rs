@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use seqsvr_frontends::calls::{CallError, Calls, Who};
+use seqsvr_frontends::calls::{CallError, Calls, Taken, Who};
 
 #[derive(Default)]
 pub struct Fake {
@@ -61,19 +61,23 @@ impl Fake {
 }
 
 impl Calls for Fake {
-    async fn take(&self, who: Who<'_>, count: u32) -> Result<u64, CallError> {
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
         self.before().await?;
-        Ok(self.take_now(who, count))
+        Ok(Taken::anonymous(self.take_now(who, count)))
     }
 
-    async fn current(&self, who: Who<'_>) -> Result<u64, CallError> {
+    async fn current(&self, who: Who<'_>) -> Result<Taken, CallError> {
         self.before().await?;
-        Ok(self.values.lock().unwrap().get(&name(who)).copied().unwrap_or(0))
+        let v = self.values.lock().unwrap().get(&name(who)).copied().unwrap_or(0);
+        Ok(Taken::anonymous(v))
     }
 
-    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
         self.before().await?;
-        Ok(uids.iter().map(|&u| Ok(self.take_now(Who::Uid(u), 1))).collect())
+        Ok(uids
+            .iter()
+            .map(|&u| Ok(Taken::anonymous(self.take_now(Who::Uid(u), 1))))
+            .collect())
     }
 
     async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {

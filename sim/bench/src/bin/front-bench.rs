@@ -31,7 +31,7 @@ use seqsvr_bench::cluster;
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::report::{median, verdict};
-use seqsvr_frontends::calls::{CallError, Calls, Who};
+use seqsvr_frontends::calls::{CallError, Calls, Taken, Who};
 use seqsvr_harness::Supervisor;
 
 const SECTION_SIZE: u64 = 1_000;
@@ -62,16 +62,18 @@ fn main() -> ExitCode {
 struct Bare(AtomicU64);
 
 impl Calls for Bare {
-    async fn take(&self, _: Who<'_>, count: u32) -> Result<u64, CallError> {
-        Ok(self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1)
+    async fn take(&self, _: Who<'_>, count: u32) -> Result<Taken, CallError> {
+        Ok(Taken::anonymous(
+            self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1,
+        ))
     }
-    async fn current(&self, _: Who<'_>) -> Result<u64, CallError> {
-        Ok(self.0.load(Ordering::Relaxed))
+    async fn current(&self, _: Who<'_>) -> Result<Taken, CallError> {
+        Ok(Taken::anonymous(self.0.load(Ordering::Relaxed)))
     }
-    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<u64, CallError>>, CallError> {
+    async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
         Ok(uids
             .iter()
-            .map(|_| Ok(self.0.fetch_add(1, Ordering::Relaxed) + 1))
+            .map(|_| Ok(Taken::anonymous(self.0.fetch_add(1, Ordering::Relaxed) + 1)))
             .collect())
     }
     async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
