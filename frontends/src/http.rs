@@ -20,7 +20,7 @@
 //! strings or numbers. A key in a path is percent-decoded (`/v1/counter/a%2Fb` is `a/b`).
 //!
 //! Errors are `{"error":{"code":...,"message":...,"may_have_been_taken":bool}}` with the status:
-//! 400 bad input, 404 an unknown path, 405 a wrong method, 413 a body over [`MAX_BODY_BYTES`],
+//! 400 bad input (a body over [`MAX_BODY_BYTES`] too), 404 an unknown path, 405 a wrong method,
 //! 429 overloaded and 503 not ready or unreachable (both with `Retry-After`), 409 a section whose
 //! 64-bit space is used up, 504 no answer in time — `may_have_been_taken: true` when the call
 //! could have taken a number, whose value is then lost (never "did not happen").
