@@ -198,7 +198,7 @@ pub struct NodeConfig {
     /// Counter keys held in memory at most (see `section`).
     pub max_live_keys: usize,
     /// The HTTP/JSON and Redis-protocol front ends (none by default).
-    pub front: crate::front::FrontConfig,
+    pub front: FrontConfig,
 }
 
 impl NodeConfig {
@@ -218,7 +218,7 @@ impl NodeConfig {
             id_clock: crate::id_clock::IdClock::host(),
             id_clock_file: None,
             max_live_keys: DEFAULT_MAX_LIVE_KEYS,
-            front: crate::front::FrontConfig::default(),
+            front: FrontConfig::default(),
         }
     }
 }
@@ -229,6 +229,26 @@ pub struct BinaryConfig {
     pub node: NodeConfig,
     /// Prometheus HTTP listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+}
+
+/// What the front ends of one node are: where they listen, how long a call may take.
+#[derive(Debug, Clone, Default)]
+pub struct FrontConfig {
+    /// HTTP/JSON on this address.
+    pub http: Option<SocketAddr>,
+    /// The Redis protocol on this address.
+    pub resp: Option<SocketAddr>,
+    /// The Redis front end's `default` user's password.
+    pub resp_password: Option<String>,
+    /// Longest one front-end call may take, retries and forwarding included (`None`: the client
+    /// library's default of 5 s).
+    pub deadline: Option<Duration>,
+}
+
+impl FrontConfig {
+    pub fn any(&self) -> bool {
+        self.http.is_some() || self.resp.is_some()
+    }
 }
 
 impl Cli {
@@ -255,7 +275,7 @@ impl Cli {
             .tls
             .load(Some(seqsvr_auth::Role::AllocSvr))
             .map_err(|e| e.to_string())?;
-        let front = crate::front::FrontConfig {
+        let front = FrontConfig {
             http: self.http_listen,
             resp: self.resp_listen,
             resp_password: self.resp_password,
@@ -297,7 +317,7 @@ impl Cli {
 
 /// The front ends' options agree with each other and with TLS (with TLS the certificate's role
 /// decides who may call, not a password).
-fn check_front(front: &crate::front::FrontConfig, tls: bool, deadline_ms: u64) -> Result<(), String> {
+fn check_front(front: &FrontConfig, tls: bool, deadline_ms: u64) -> Result<(), String> {
     if tls && front.resp_password.is_some() {
         return Err(
             "--resp-password is for a plaintext Redis port: with --tls-* the caller's certificate \

@@ -31,29 +31,10 @@ use tonic::body::Body;
 use tonic::codegen::{Service as _, http as h};
 use tracing::info;
 
+use crate::config::FrontConfig;
 use crate::error::Error;
 use crate::service::Service;
 use crate::state::AllocState;
-
-/// What the front ends of one node are: where they listen, how long a call may take.
-#[derive(Debug, Clone, Default)]
-pub struct FrontConfig {
-    /// HTTP/JSON on this address.
-    pub http: Option<SocketAddr>,
-    /// The Redis protocol on this address.
-    pub resp: Option<SocketAddr>,
-    /// The Redis front end's `default` user's password.
-    pub resp_password: Option<String>,
-    /// Longest one front-end call may take, retries and forwarding included (`None`: the client
-    /// library's default of 5 s).
-    pub deadline: Option<Duration>,
-}
-
-impl FrontConfig {
-    pub fn any(&self) -> bool {
-        self.http.is_some() || self.resp.is_some()
-    }
-}
 
 /// The in-process gRPC service of this node, as the front ends' calls to it see it.
 pub type LocalService = Arc<dyn Fn(h::Request<Body>) -> CallFuture + Send + Sync>;
