@@ -125,14 +125,7 @@ pub fn router<C: Calls>(calls: Arc<C>) -> axum::Router {
 
 /// An error reply.
 fn error(e: &CallError) -> Response {
-    let (status, code) = match e.kind {
-        ErrorKind::BadInput => (StatusCode::BAD_REQUEST, "bad_input"),
-        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-        ErrorKind::Overloaded => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
-        ErrorKind::Exhausted => (StatusCode::CONFLICT, "exhausted"),
-        ErrorKind::Unknown => (StatusCode::GATEWAY_TIMEOUT, "unknown_outcome"),
-        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
+    let (status, code) = status_and_code(e.kind);
     let mut r = (status, Json(error_body(e, code))).into_response();
     if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Overloaded) {
         r.headers_mut()
@@ -141,21 +134,25 @@ fn error(e: &CallError) -> Response {
     r
 }
 
+/// The one mapping of a failure to its HTTP status and error code (a batch item uses the code).
+fn status_and_code(kind: ErrorKind) -> (StatusCode, &'static str) {
+    match kind {
+        ErrorKind::BadInput => (StatusCode::BAD_REQUEST, "bad_input"),
+        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        ErrorKind::Overloaded => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
+        ErrorKind::Exhausted => (StatusCode::CONFLICT, "exhausted"),
+        ErrorKind::Unknown => (StatusCode::GATEWAY_TIMEOUT, "unknown_outcome"),
+        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
 fn error_body(e: &CallError, code: &str) -> Value {
     json!({"error": {"code": code, "message": e.message, "may_have_been_taken": e.may_have_taken()}})
 }
 
 /// The error object of one item of a batch.
 fn item_error(e: &CallError) -> Value {
-    let code = match e.kind {
-        ErrorKind::BadInput => "bad_input",
-        ErrorKind::Unavailable => "unavailable",
-        ErrorKind::Overloaded => "overloaded",
-        ErrorKind::Exhausted => "exhausted",
-        ErrorKind::Unknown => "unknown_outcome",
-        ErrorKind::Internal => "internal",
-    };
-    error_body(e, code)["error"].clone()
+    error_body(e, status_and_code(e.kind).1)["error"].clone()
 }
 
 async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> Response {
