@@ -17,8 +17,28 @@ const LIMIT: Duration = Duration::from_secs(240);
 
 /// Runs one control and asserts exit 1 with a violation of one of `promises`.
 fn expect_violation(label: &str, args: &[&str], promises: &[&str]) {
+    expect_violation_in_one_of(label, &[], args, promises);
+}
+
+/// As [`expect_violation`], for a control whose trip depends on how the OS schedules a race
+/// that the fault opens: `args` first as given, then with each of `other_seeds` in place of its
+/// `--seed` for as long as a run ends with the rule unnoticed (exit 0). Only the last attempt may
+/// pass unnoticed for the test to fail, so a checker that stopped seeing the rule fails every
+/// attempt and still fails the test; any other exit fails at once.
+fn expect_violation_in_one_of(label: &str, other_seeds: &[&str], args: &[&str], promises: &[&str]) {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let run = common::sim_run(label, args, LIMIT);
+    let mut run = common::sim_run(label, args, LIMIT);
+    for seed in other_seeds {
+        if run.code != Some(0) {
+            break;
+        }
+        eprintln!("{label}: the rule went unnoticed with {args:?}; trying seed {seed}");
+        run.clean_up();
+        let mut again: Vec<&str> = args.to_vec();
+        let at = again.iter().position(|a| *a == "--seed").expect("a control names its seed") + 1;
+        again[at] = seed;
+        run = common::sim_run(label, &again, LIMIT);
+    }
     assert_eq!(run.code, Some(1), "the broken rule went unnoticed: {}", run.explain());
     assert!(
         promises.iter().any(|p| run.stdout.contains(&format!("VIOLATION {p}:"))),
@@ -129,12 +149,16 @@ fn serving_before_the_bump_is_acknowledged_repeats_seqs_and_is_caught() {
 /// owner before the late renewal's refusal does: the old owner serves above M until then, and the
 /// new owner later serves from M + 1 again. `--step 20` keeps a bump in flight all the time.
 /// (The first shape tried, `hold-alloc-to-store`, tripped in 1 of 13 holds: there the renewal's
-/// refusal came first; docs/SIMULATOR.md.)
+/// refusal came first; docs/SIMULATOR.md.) Whether the acknowledgement beats the refusal is a
+/// race of a few milliseconds on a loaded machine: seed 1's two lags once went unnoticed in a
+/// full CI run (and tripped when run again), so seeds 2 and 4 get two more lags each if it does
+/// (both tripped on debug binaries with a release build running beside them; seed 3 did not).
 #[test]
 fn skipping_the_epoch_fence_lets_a_late_bump_through_and_is_caught() {
     let kinds = "lag-alloc-to-store";
-    expect_violation(
+    expect_violation_in_one_of(
         "neg-epoch-fence",
+        &["2", "4"],
         &[
             "--seed",
             "1",
