@@ -35,7 +35,11 @@ fn expect_violation_in_one_of(label: &str, other_seeds: &[&str], args: &[&str], 
         eprintln!("{label}: the rule went unnoticed with {args:?}; trying seed {seed}");
         run.clean_up();
         let mut again: Vec<&str> = args.to_vec();
-        let at = again.iter().position(|a| *a == "--seed").expect("a control names its seed") + 1;
+        let at = again
+            .iter()
+            .position(|a| *a == "--seed")
+            .expect("a control names its seed")
+            + 1;
         again[at] = seed;
         run = common::sim_run(label, &again, LIMIT);
     }
