@@ -28,12 +28,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Bumps every section in turn through one fake owner until `stop`; records acknowledged ceilings.
+/// Bumps every section in turn through one fake owner until `stop`; records acknowledged ceilings
+/// and counts acknowledgements in `ok_count` (the kill loop waits for one between kills).
 async fn write_until(
     c_client: seqsvr_control::StoreClient,
     owner: FakeOwner,
     acked: Arc<Vec<AtomicU64>>,
     stop: Arc<AtomicBool>,
+    ok_count: Arc<AtomicU64>,
 ) -> u64 {
     let mut epochs = Vec::new();
     for s in 0..SECTIONS {
@@ -63,6 +65,7 @@ async fn write_until(
                 assert!(r.max_seq >= next[s], "bump to {} acknowledged with {r:?}", next[s]);
                 acked[s].fetch_max(r.max_seq, Ordering::AcqRel);
                 ok += 1;
+                ok_count.store(ok, Ordering::Release);
             }
             next[s] = next[s].max(r.max_seq + STEP);
         }
@@ -95,12 +98,32 @@ async fn replicas_killed_at_random_moments_restart_and_lose_no_acknowledged_bump
     let owner = FakeOwner::register(&client, 1).await;
     let acked: Arc<Vec<AtomicU64>> = Arc::new((0..SECTIONS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = tokio::spawn(write_until(client.clone(), owner, acked.clone(), stop.clone()));
+    let ok_count = Arc::new(AtomicU64::new(0));
+    let writer = tokio::spawn(write_until(
+        client.clone(),
+        owner,
+        acked.clone(),
+        stop.clone(),
+        ok_count.clone(),
+    ));
 
     let started = Instant::now();
     let (mut leader_kills, mut restart_total, mut restart_max) = (0u64, Duration::ZERO, Duration::ZERO);
+    let mut acked_before = 0;
     for cycle in 1..=cycles {
         tokio::time::sleep(Duration::from_millis(rng.random_range(20..300))).await;
+        // Every kill comes after a bump acknowledged since the last one, so that every cycle
+        // has something to lose: on a loaded machine, elections after leader kills once left 19
+        // bumps for 20 kills. The group must have recovered by now; not within WAIT is a failure.
+        let t = Instant::now();
+        while ok_count.load(Ordering::Acquire) <= acked_before {
+            assert!(
+                t.elapsed() < WAIT,
+                "cycle {cycle} (seed {seed}): no bump acknowledged within {WAIT:?} of the last restart"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        acked_before = ok_count.load(Ordering::Acquire);
         let leader = {
             let mut found = None;
             for id in c.running() {
@@ -171,7 +194,7 @@ async fn replicas_killed_at_random_moments_restart_and_lose_no_acknowledged_bump
         restart_max.as_secs_f64() * 1e3,
     );
     assert!(
-        bumps > cycles,
+        bumps >= cycles,
         "too few bumps acknowledged ({bumps}) for the test to mean anything"
     );
 }

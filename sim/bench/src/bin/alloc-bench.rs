@@ -110,6 +110,10 @@ struct Args {
     /// memory part. For profiling one case; `--only peers` alone starts no cluster.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Measure the raw cases only at these caller counts (of 1, 16, 64, 256): a profile of one
+    /// concurrency then holds nothing else.
+    #[arg(long, value_delimiter = ',')]
+    callers: Vec<usize>,
     /// Also draw latency-by-percentile PNGs (echo dashed, AllocSvr solid, one line per concurrency,
     /// every run pooled) into DIR: `latency-unary.png`, `latency-batch100.png`, …
     #[arg(long, value_name = "DIR")]
@@ -140,6 +144,9 @@ impl Args {
         }
         if self.window.warmup_ms > 60_000 {
             return Err("--warmup-ms must be at most 60000".into());
+        }
+        if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
+            return Err(format!("--callers: {bad} is not one of {CONCURRENCIES:?}"));
         }
         if !(1..=9).contains(&self.runs) {
             return Err("--runs must be in 1..=9".into());
@@ -215,7 +222,7 @@ fn binaries() -> Result<(PathBuf, PathBuf, PathBuf), Failure> {
 fn plan_cases(args: &Args, spread: &Uids, hot: &Uids) -> Result<Vec<(Shape, Uids, Case)>, Failure> {
     let mut plan: Vec<(Shape, Uids, Case)> = Vec::new();
     for (shape, name) in [(Shape::Unary, "unary"), (Shape::Batch(BATCH), "batch100")] {
-        for c in CONCURRENCIES {
+        for c in CONCURRENCIES.into_iter().filter(|c| args.callers.is_empty() || args.callers.contains(c)) {
             plan.push((shape, spread.clone(), new_case(name, c)));
         }
     }
