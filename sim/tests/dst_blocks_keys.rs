@@ -53,7 +53,7 @@ fn blocks_are_served_and_checked_and_seeds_keep_every_promise() {
             c.values
         );
     }
-    all_pass("dst --blocks", 0..60, &blocks());
+    all_pass("dst --blocks", 0..40, &blocks());
 }
 
 fn keys() -> Options {
@@ -86,10 +86,10 @@ fn keys_are_served_and_checked_each_on_its_own_and_seeds_keep_every_promise() {
     );
     let distinct: std::collections::BTreeSet<u64> = on_keys.iter().flat_map(|c| c.uids.iter().copied()).collect();
     assert!(distinct.len() > 16, "{} keys asked", distinct.len());
-    all_pass("dst --keys --blocks", 0..80, &keys());
+    all_pass("dst --keys --blocks", 0..50, &keys());
     all_pass(
         "dst --keys --blocks --sets 2",
-        0..40,
+        0..25,
         &Options {
             two_sets: true,
             ..keys()
