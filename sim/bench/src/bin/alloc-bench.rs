@@ -222,7 +222,10 @@ fn binaries() -> Result<(PathBuf, PathBuf, PathBuf), Failure> {
 fn plan_cases(args: &Args, spread: &Uids, hot: &Uids) -> Result<Vec<(Shape, Uids, Case)>, Failure> {
     let mut plan: Vec<(Shape, Uids, Case)> = Vec::new();
     for (shape, name) in [(Shape::Unary, "unary"), (Shape::Batch(BATCH), "batch100")] {
-        for c in CONCURRENCIES.into_iter().filter(|c| args.callers.is_empty() || args.callers.contains(c)) {
+        for c in CONCURRENCIES
+            .into_iter()
+            .filter(|c| args.callers.is_empty() || args.callers.contains(c))
+        {
             plan.push((shape, spread.clone(), new_case(name, c)));
         }
     }
