@@ -215,36 +215,31 @@ impl Service {
     /// (some of which already consumed numbers) are answered as usual.
     fn serve_by_section(&self, uids: &[u64], batch: &mut Batch) -> Result<(), Status> {
         let size = self.shared.params().section_size;
-        // By (section, position): within a section, request order. Sorting the pairs with their
-        // keys computed once, unstably (the position makes every pair distinct), spares the
-        // stable sort's buffer and a division per comparison: the stable sort by key was 7 % of
-        // the AllocSvr's samples under batch100 at 64 callers.
-        let mut keyed: Vec<(u64, usize)> = uids.iter().enumerate().map(|(i, u)| (u / size, i)).collect();
-        keyed.sort_unstable();
-        let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
+        let order = by_section(uids, size);
         let owned = self.shared.owned();
         let mut to_bump = Vec::new();
         {
             let view = owned.view();
-            let groups = || order.chunk_by(|&a, &b| uids[a] / size == uids[b] / size);
-            let offset = |i: usize| Uid(uids[i]).offset(size);
+            let groups = || order.chunk_by(|a, b| a.0 == b.0);
+            let offset = |(section, i): (u64, usize)| (uids[i] - section * size) as usize;
             for group in groups() {
-                if let Some(slot) = view.slot(SectionId(uids[group[0]] / size)) {
+                if let Some(slot) = view.slot(SectionId(group[0].0)) {
                     let addr = slot.cur_addr.load(Ordering::Relaxed);
-                    group.iter().for_each(|&i| prefetch(addr, offset(i)));
+                    group.iter().for_each(|&p| prefetch(addr, offset(p)));
                 }
             }
             for group in groups() {
-                let section = SectionId(uids[group[0]] / size);
+                let section = SectionId(group[0].0);
                 let Some(slot) = view.slot(section) else {
-                    group.iter().for_each(|&i| batch.settle(i, Step::NotOwner));
+                    group.iter().for_each(|&(_, i)| batch.settle(i, Step::NotOwner));
                     continue;
                 };
                 let mut s = slot.section.lock().unwrap();
                 let (now, lease_until) = (self.shared.lease_now(), owned.lease_until());
                 let (mut served, mut waits) = (false, false);
-                for &i in group {
-                    match s.try_next(offset(i), now, lease_until) {
+                for &p in group {
+                    let i = p.1;
+                    match s.try_next(offset(p), now, lease_until) {
                         Next::Served(seq) => {
                             served = true;
                             batch.put(i, pb::Outcome::Ok, seq);
@@ -663,6 +658,25 @@ impl AllocService for Service {
     }
 }
 
+/// A batch's uids as (section, position in the batch), grouped by section in ascending order and
+/// in request order within a section, with one division per uid. Sorting one `u64` per uid
+/// (section above position) takes std's branchless small sort; the (section, position) pairs it
+/// replaced took the general one, and that sort with the divisions around it was 3–4 µs of a
+/// batch100 call. Pairs remain for sections too large to share a `u64` with a position.
+fn by_section(uids: &[u64], size: u64) -> Vec<(u64, usize)> {
+    const POS_BITS: u32 = usize::BITS - MAX_BATCH.leading_zeros();
+    let sections: Vec<u64> = uids.iter().map(|u| u / size).collect();
+    if uids.len() <= MAX_BATCH && sections.iter().all(|s| s >> (u64::BITS - POS_BITS) == 0) {
+        let mut keys: Vec<u64> = (sections.iter().zip(0u64..)).map(|(s, i)| s << POS_BITS | i).collect();
+        keys.sort_unstable();
+        let pos = (1u64 << POS_BITS) - 1;
+        return keys.into_iter().map(|k| (k >> POS_BITS, (k & pos) as usize)).collect();
+    }
+    let mut pairs: Vec<(u64, usize)> = sections.into_iter().zip(0..).collect();
+    pairs.sort_unstable();
+    pairs
+}
+
 /// A batch holds 1 to [`MAX_BATCH`] uids or keys.
 fn batch_len(n: usize, what: &str) -> Result<(), Error> {
     if n == 0 || n > MAX_BATCH {
@@ -753,5 +767,33 @@ mod tests {
             note_owner(&mut owners, o);
         }
         assert_eq!(owners, vec![owner(7, 2), owner(7, 3), owner(9, 4)]);
+    }
+
+    #[test]
+    fn a_batch_is_grouped_by_section_in_request_order_within_each() {
+        let reference = |uids: &[u64], size: u64| {
+            let mut pairs: Vec<(u64, usize)> = uids.iter().map(|u| u / size).zip(0..).collect();
+            pairs.sort_by_key(|&(s, _)| s);
+            pairs
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (size, limit) in [(100_000, 6_400_000), (1_000, 50_000), (1, u64::MAX), (7, 1 << 60)] {
+            for len in [1, 2, 100, MAX_BATCH] {
+                // Repeats included: a small space of uids for some batches.
+                let space = if len == 100 { 300 } else { limit };
+                let uids: Vec<u64> = (0..len).map(|_| next() % space).collect();
+                assert_eq!(
+                    by_section(&uids, size),
+                    reference(&uids, size),
+                    "size {size}, len {len}"
+                );
+            }
+        }
     }
 }
