@@ -186,9 +186,10 @@ impl NodeCalls {
     /// check the client library makes of every reply — and that map is the one this node has
     /// (otherwise the long way brings the client the newer one).
     fn may_answer(&self, section: SectionId) -> bool {
-        let routes = self.slow.client().routes();
-        routes.map().is_some_and(|map| {
-            map.version() == self.shared.map_version() && map.may_answer(section, self.shared.params().set_id)
+        self.slow.client().with_routes(|routes| {
+            routes.map().is_some_and(|map| {
+                map.version() == self.shared.map_version() && map.may_answer(section, self.shared.params().set_id)
+            })
         })
     }
 }

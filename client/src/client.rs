@@ -322,9 +322,15 @@ impl Client {
         self.inner.routes.get()
     }
 
+    /// `f` of the cached route tables and map: cheaper than [`Self::routes`] when nothing is kept
+    /// (no reference count is touched), for a check on every call.
+    pub fn with_routes<R>(&self, f: impl FnOnce(&RouteSet) -> R) -> R {
+        self.inner.routes.with(f)
+    }
+
     /// The version of the cluster map the client has (0 = none yet).
     pub fn map_version(&self) -> u64 {
-        self.routes().map_version()
+        self.with_routes(RouteSet::map_version)
     }
 
     /// Why an OK reply for `uid` from `owner`'s set is not accepted, if it is not: the client's
@@ -439,7 +445,8 @@ impl Client {
             let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
                 pb::Outcome::Ok if op.reads() || reply.value != 0 => {
-                    let Some(why) = Self::refused_answer(&self.routes(), uid, reply.owner.as_ref()) else {
+                    let refused = self.with_routes(|r| Self::refused_answer(r, uid, reply.owner.as_ref()));
+                    let Some(why) = refused else {
                         return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
                     };
                     state.maybe_taken |= op.consumes();
@@ -549,14 +556,13 @@ impl Client {
 
     /// The channel to `addr`; channels to addresses that are neither seeds nor routed may be dropped.
     pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<Conn>, Status> {
-        let routes = self.routes();
         let seeds = self.inner.seeds.all();
-        let keep = |a: &str| seeds.iter().any(|s| s == a) || routes.routes_to(a);
         // A bad address is refused before anything is sent.
         let channel = self
-            .inner
-            .channels
-            .get(addr, keep)
+            .with_routes(|routes| {
+                let keep = |a: &str| seeds.iter().any(|s| s == a) || routes.routes_to(a);
+                self.inner.channels.get(addr, keep)
+            })
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         // The AllocSvr's own limits, both ways (a reply may carry a whole route table).
         Ok(AllocServiceClient::new(channel)

@@ -162,22 +162,22 @@ impl Coalescer {
 
     async fn enqueue(&self, item: Item) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
-        let routes = self.client.routes();
-        let uid = match &item {
-            Item::Uid(uid) => *uid,
-            Item::Key(key) => seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1)),
-        };
-        let target = target_addr(&routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
         let (tx, rx) = oneshot::channel();
-        self.join(
-            target.addr,
-            Waiter {
-                item,
-                deadline,
-                reply: tx,
-            },
-        )?;
-        drop(routes);
+        self.client.with_routes(|routes| {
+            let uid = match &item {
+                Item::Uid(uid) => *uid,
+                Item::Key(key) => seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1)),
+            };
+            let target = target_addr(routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
+            self.join(
+                target.addr,
+                Waiter {
+                    item,
+                    deadline,
+                    reply: tx,
+                },
+            )
+        })?;
         rx.await.unwrap_or_else(|_| {
             Err(ClientError::unknown(
                 "the batch carrying this request ended without an answer",

@@ -15,9 +15,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use seqsvr_proto::{Routes, Uid, pb};
 
 use crate::error::{ClientError, FailureKind};
@@ -137,21 +138,38 @@ impl RouteSet {
 }
 
 /// The route tables, shared by every call of a client.
+///
+/// Every call reads it, often several times, from every runtime thread; it changes when a table
+/// or map version does. Behind an `RwLock<Arc<_>>` each read was two atomic writes to the lock
+/// and two to the `Arc`'s count, on lines every core shares: [`Self::with`] reads without
+/// writing anything shared (`arc_swap`), and installs, rare, take turns on a mutex.
 #[derive(Debug, Default)]
 pub(crate) struct RouteCache {
-    current: RwLock<Arc<RouteSet>>,
+    current: ArcSwap<RouteSet>,
+    installing: Mutex<()>,
 }
 
 impl RouteCache {
+    /// The current tables, to keep (across an `.await`, say).
     pub(crate) fn get(&self) -> Arc<RouteSet> {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current.load_full()
+    }
+
+    /// `f` of the current tables, without taking a reference to keep: for reads that end before
+    /// the caller awaits anything.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&RouteSet) -> R) -> R {
+        f(&self.current.load())
+    }
+
+    fn install(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.installing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Installs `table` when it is valid and newer than the cached one of its set; true when it did.
     pub(crate) fn offer(&self, table: Option<pb::RouteTable>) -> bool {
         let Some(table) = table else { return false };
         let set = table.set_id;
-        if table.version <= self.get().table(set).map_or(0, |r| r.version()) {
+        if table.version <= self.with(|r| r.table(set).map_or(0, |t| t.version())) {
             return false;
         }
         let routes = match Routes::new(table) {
@@ -161,22 +179,23 @@ impl RouteCache {
                 return false;
             }
         };
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
-        // Checked again under the write lock: another reply may have installed a newer table meanwhile.
+        let _installing = self.install();
+        let current = self.current.load_full();
+        // Checked again in turn: another reply may have installed a newer table meanwhile.
         if current.table(set).is_some_and(|c| c.version() >= routes.version()) {
             return false;
         }
         tracing::info!(set, version = routes.version(), "route table updated");
-        let mut next = (**current).clone();
+        let mut next = (*current).clone();
         next.by_set.insert(set, routes);
-        *current = Arc::new(next);
+        self.current.store(Arc::new(next));
         true
     }
 
     /// Installs `map` when it is valid and newer than the cached one; true when it did.
     pub(crate) fn offer_map(&self, map: Option<&pb::ClusterMap>) -> bool {
         let Some(map) = map else { return false };
-        if map.version <= self.get().map_version() {
+        if map.version <= self.with(RouteSet::map_version) {
             return false;
         }
         let view = match MapView::new(map) {
@@ -186,14 +205,15 @@ impl RouteCache {
                 return false;
             }
         };
-        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        let _installing = self.install();
+        let current = self.current.load_full();
         if current.map_version() >= view.version() {
             return false;
         }
         tracing::info!(version = view.version(), "cluster map updated");
-        let mut next = (**current).clone();
+        let mut next = (*current).clone();
         next.map = Some(view);
-        *current = Arc::new(next);
+        self.current.store(Arc::new(next));
         true
     }
 }
