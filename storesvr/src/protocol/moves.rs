@@ -494,7 +494,13 @@ pub fn export_reply(
         released: status.released(),
         forced: status.forced > 0,
         held: status.held,
-        wait_ms: if ready { 0 } else { remaining.as_millis() as u64 },
+        // Rounded up: a wait under a millisecond is still a wait, and a caller told 0 would ask
+        // again at once (and a test took "not ready, wait 0" for a missing reason).
+        wait_ms: if ready {
+            0
+        } else {
+            remaining.as_micros().div_ceil(1_000) as u64
+        },
         ceilings: if ready { ceilings } else { Vec::new() },
     })
 }
@@ -571,6 +577,12 @@ mod tests {
         assert!(first.ceilings.is_empty(), "no ceilings before the wait");
         let almost = at(&mut seen, wait - Duration::from_millis(1), 1);
         assert_eq!((almost.ready, almost.wait_ms), (false, 1));
+        let last_micros = at(&mut seen, wait - Duration::from_micros(300), 1);
+        assert_eq!(
+            (last_micros.ready, last_micros.wait_ms),
+            (false, 1),
+            "never 0 while waiting"
+        );
         let done = at(&mut seen, wait, 1);
         assert!(done.ready && !done.released);
         assert_eq!(done.ceilings.len(), 3);
