@@ -232,6 +232,7 @@ impl Leader {
         let mut hops = 0u32;
         let mut i = self.targets.leader.load(Ordering::Relaxed);
         let mut last = String::from("no attempt made");
+        let mut had_failure = false;
         let mut maybe_taken = false;
         loop {
             let now = Instant::now();
@@ -244,6 +245,20 @@ impl Leader {
             let mut request = Request::new(req.clone());
             request.set_timeout(attempt);
             let result = tokio::time::timeout(attempt, R::send(channel, request)).await;
+            // An attempt the overall deadline cut short says only that time ran out; an earlier
+            // attempt's error (a cut stream, a refusal to retry) is what the operator needs.
+            let cut_short = attempt < self.timeouts.attempt && Instant::now() >= deadline;
+            let mut note_failure = |this: String| {
+                last = if cut_short && had_failure {
+                    format!(
+                        "{last} (the last attempt, to {}, was cut short by the deadline)",
+                        self.describe(i)
+                    )
+                } else {
+                    this
+                };
+                had_failure = true;
+            };
             let next = match result {
                 Ok(Ok(reply)) => {
                     let reply = reply.into_inner();
@@ -269,12 +284,12 @@ impl Leader {
                         return Err(ControlError::Rejected(status));
                     }
                     maybe_taken |= verdict.delivery == Delivery::Maybe;
-                    last = format!("{}: {}", self.describe(i), status);
+                    note_failure(format!("{}: {}", self.describe(i), status));
                     Next::Retry(self.next_seed(i))
                 }
                 Err(_) => {
                     maybe_taken = true;
-                    last = format!("{}: no reply within {attempt:?}", self.describe(i));
+                    note_failure(format!("{}: no reply within {attempt:?}", self.describe(i)));
                     Next::Retry(self.next_seed(i))
                 }
             };
@@ -354,5 +369,65 @@ impl Leader {
     fn describe(&self, i: usize) -> String {
         let list = self.targets.list.lock().unwrap();
         list.get(i).map(|t| t.addr.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Fails its first attempt with `data_loss`, then never answers.
+    #[derive(Clone)]
+    struct CutThenSilent(Arc<AtomicUsize>);
+
+    impl LeaderCall for CutThenSilent {
+        type Reply = ();
+
+        async fn send(_channel: Conn, req: Request<Self>) -> Result<Response<()>, Status> {
+            if req.get_ref().0.fetch_add(1, Ordering::Relaxed) == 0 {
+                return Err(Status::data_loss("the stream ended after 2000 of 3000 bytes"));
+            }
+            std::future::pending().await
+        }
+
+        fn hint(_: &()) -> Option<&pb::LeaderHint> {
+            None
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_the_deadline_cuts_short_keeps_the_earlier_error() {
+        let timeouts = StoreTimeouts {
+            attempt: Duration::from_secs(1),
+            overall: Duration::from_millis(300),
+        };
+        let leader = Leader::new(vec![Seed::parse("127.0.0.1:1").unwrap()], timeouts).unwrap();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let err = leader.call(CutThenSilent(attempts.clone())).await.unwrap_err();
+        assert_eq!(
+            attempts.load(Ordering::Relaxed),
+            2,
+            "one failure, one attempt cut short"
+        );
+        let ControlError::Unavailable { last, maybe_taken } = err else {
+            panic!("{err:?}")
+        };
+        assert!(last.contains("ended after 2000"), "{last}");
+        assert!(last.contains("cut short by the deadline"), "{last}");
+        assert!(maybe_taken, "an attempt without a reply may have been applied");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_that_times_out_on_its_own_says_so() {
+        let timeouts = StoreTimeouts {
+            attempt: Duration::from_millis(100),
+            overall: Duration::from_secs(1),
+        };
+        let leader = Leader::new(vec![Seed::parse("127.0.0.1:1").unwrap()], timeouts).unwrap();
+        let attempts = Arc::new(AtomicUsize::new(1)); // silent from the first attempt
+        let err = leader.call(CutThenSilent(attempts)).await.unwrap_err();
+        assert!(err.to_string().contains("no reply within"), "{err}");
     }
 }
