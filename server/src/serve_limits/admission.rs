@@ -33,6 +33,15 @@ use tokio::sync::oneshot;
 /// A connection, told apart by its peer address (`None`: no address known; all such share one).
 pub(crate) type Connection = Option<SocketAddr>;
 
+/// Every call looks its connection up twice (enter, release): a fast seeded hash rather than
+/// SipHash, which a profile of `NextIds` showed on this path. The keys are peer addresses, and
+/// the map holds only connections with calls (plus at most [`IDLE_KEPT`] idle ones).
+type Connections = HashMap<Connection, PerConnection, foldhash::fast::RandomState>;
+
+/// Idle connections' entries kept rather than dropped at once: a connection with one call at a
+/// time would otherwise remove and re-insert its entry on every call.
+const IDLE_KEPT: usize = 64;
+
 /// The bounds of one server's admission (see the module doc for what each does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -64,8 +73,9 @@ struct State {
     in_flight: usize,
     parked: usize,
     next_ticket: u64,
-    /// Connections with a call in flight or waiting, or a turn in `ring`; the rest have no entry.
-    connections: HashMap<Connection, PerConnection>,
+    /// Connections with a call in flight or waiting, or a turn in `ring`, and up to [`IDLE_KEPT`]
+    /// idle ones (an idle entry is the default one); the rest have no entry.
+    connections: Connections,
     /// Connections in the order they get their next grant. A connection is in it at most once
     /// (`in_ring`); one whose waiting calls all left is skipped when its turn comes.
     ring: VecDeque<Connection>,
@@ -89,9 +99,12 @@ impl PerConnection {
     }
 }
 
-/// Drops the entry of `connection` if nothing refers to it any more.
-fn tidy(connections: &mut HashMap<Connection, PerConnection>, connection: Connection) {
-    if connections.get(&connection).is_some_and(PerConnection::is_idle) {
+/// Drops the entry of `connection` if nothing refers to it any more and more than [`IDLE_KEPT`]
+/// entries are held: an idle entry is the default one that `entry` would make, so keeping it
+/// changes no decision, and the map stays bounded (at most `IDLE_KEPT` idle entries beside the
+/// busy ones, since past that every connection going idle is dropped).
+fn tidy(connections: &mut Connections, connection: Connection) {
+    if connections.len() > IDLE_KEPT && connections.get(&connection).is_some_and(PerConnection::is_idle) {
         connections.remove(&connection);
     }
 }
@@ -124,9 +137,16 @@ impl Admission {
         self.lock().parked
     }
 
-    /// Connections with an entry (a call in flight or waiting, or a turn coming).
+    /// Connections with an entry that is not idle (a call in flight or waiting, or a turn
+    /// coming).
     #[cfg(test)]
     pub(crate) fn connections(&self) -> usize {
+        self.lock().connections.values().filter(|c| !c.is_idle()).count()
+    }
+
+    /// Entries held, idle ones included.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
         self.lock().connections.len()
     }
 
@@ -322,6 +342,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn idle_connections_keep_at_most_a_bounded_number_of_entries() {
+        let a = admission(4, 2, 8, HOUR);
+        // One call at a time on one connection: its entry stays between calls.
+        for _ in 0..3 {
+            drop(admitted(a.enter(conn(1))));
+        }
+        assert_eq!((a.connections(), a.entries()), (0, 1));
+        // Many connections, one call each, then all idle: no more than IDLE_KEPT entries remain.
+        for port in 2..(2 + 3 * IDLE_KEPT as u16) {
+            drop(admitted(a.enter(conn(port))));
+        }
+        assert_eq!(a.connections(), 0);
+        assert!(a.entries() <= IDLE_KEPT + 1, "{} entries", a.entries());
+        // A busy connection is never dropped, however many idle ones there are.
+        let busy = admitted(a.enter(conn(1)));
+        for port in 1_000..(1_000 + 2 * IDLE_KEPT as u16) {
+            drop(admitted(a.enter(conn(port))));
+        }
+        assert_eq!(a.connections(), 1);
+        drop(busy);
+        assert_eq!((a.in_flight(), a.connections()), (0, 0));
+    }
+
     /// Whether a slot has been handed to `ticket`: it has left its queue.
     fn is_granted(ticket: &Ticket) -> bool {
         let st = ticket.admission.lock();
@@ -331,7 +375,7 @@ mod tests {
 
     fn is_clean(a: &Admission) -> bool {
         let st = a.lock();
-        st.in_flight == 0 && st.parked == 0 && st.connections.is_empty() && st.ring.is_empty()
+        st.in_flight == 0 && st.parked == 0 && st.connections.values().all(PerConnection::is_idle) && st.ring.is_empty()
     }
 
     #[tokio::test]
