@@ -33,7 +33,8 @@ pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb
             req.count
         )));
     }
-    let deadline = Instant::now() + ID_WAIT;
+    // Read only once a call has to wait: most calls are answered at the first attempt.
+    let mut deadline = None;
     loop {
         // Registered before the attempt, so that an acknowledgement between the attempt and the
         // wait is not missed.
@@ -56,7 +57,8 @@ pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb
             }
             Err(NoIds::Refused(r)) => r,
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let left = deadline.get_or_insert(now + ID_WAIT).saturating_duration_since(now);
         match refusal {
             Refusal::MarkBehind { .. } if !left.is_zero() => {
                 let _ = tokio::time::timeout(left, raised).await;

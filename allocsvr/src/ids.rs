@@ -14,6 +14,7 @@
 //! Left out: the Raft write (`tasks::raise`) and the gRPC reply (`service`).
 
 use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -216,23 +217,25 @@ impl IdSlots {
         inner.next = inner.next.wrapping_add(1);
         let now = layout.tick_of(now_ms);
         let mut last = Refusal::Exhausted;
-        // Try each slot once from the round-robin position: one whose mark lags may be beside one
-        // that can answer.
-        let slots: Vec<u64> = inner.slots.keys().copied().collect();
-        for k in 0..n {
-            let slot = slots[(start + k) % n];
-            let held = inner.slots.get_mut(&slot).expect("listed above");
-            match held.issuer.issue(now, count, self.unsafe_rules) {
-                Ok(runs) => {
-                    return Ok(Issued {
-                        runs,
-                        layout,
-                        slot,
-                        epoch: held.epoch,
-                        now_tick: now,
-                    });
+        // Try each slot once from the round-robin position (the slots from the pivot up, then
+        // those below it): one whose mark lags may be beside one that can answer. Two ranges of
+        // the map rather than a list of its keys: no allocation on every call.
+        let pivot = *inner.slots.keys().nth(start).expect("start < n");
+        let from_pivot = [(Included(pivot), Unbounded), (Unbounded, Excluded(pivot))];
+        for range in from_pivot {
+            for (&slot, held) in inner.slots.range_mut(range) {
+                match held.issuer.issue(now, count, self.unsafe_rules) {
+                    Ok(runs) => {
+                        return Ok(Issued {
+                            runs,
+                            layout,
+                            slot,
+                            epoch: held.epoch,
+                            now_tick: now,
+                        });
+                    }
+                    Err(r) => last = r,
                 }
-                Err(r) => last = r,
             }
         }
         if matches!(last, Refusal::MarkBehind { .. }) {
@@ -426,6 +429,40 @@ mod tests {
             tokio::time::Instant::now(),
         );
         assert_eq!(slots.held(), 0);
+    }
+
+    #[test]
+    fn calls_take_the_slots_in_turn_and_pass_over_one_whose_mark_lags() {
+        let slots = IdSlots::new(IdClock::with_offset(0), UnsafeIssuing::default());
+        let now = slots.now_ms();
+        let grant = |slot| pb::SlotGrant {
+            slot,
+            epoch: 1,
+            mark: 0,
+        };
+        slots.apply_renewal(Some(&layout()), 10_000, &[grant(2), grant(5), grant(9)]);
+        for slot in [2, 5, 9] {
+            ack(&slots, slot, 1, now + 2_000);
+        }
+        let slot_of = |slots: &IdSlots| slots.issue(1).unwrap().slot;
+        let turns: Vec<u64> = (0..6).map(|_| slot_of(&slots)).collect();
+        assert_eq!(turns, [2, 5, 9, 2, 5, 9]);
+        // Slot 5 granted again under a new epoch: not raised yet, so its turns go to the next.
+        slots.apply_renewal(
+            Some(&layout()),
+            10_000,
+            &[
+                grant(2),
+                pb::SlotGrant {
+                    slot: 5,
+                    epoch: 2,
+                    mark: now + 2_500,
+                },
+                grant(9),
+            ],
+        );
+        let turns: Vec<u64> = (0..6).map(|_| slot_of(&slots)).collect();
+        assert_eq!(turns, [2, 9, 9, 2, 9, 9]);
     }
 
     #[test]
