@@ -397,13 +397,15 @@ mod tests {
         }
     }
 
+    /// A leader loop over one seed that nothing listens on (the calls above never dial).
+    fn leader(attempt: Duration, overall: Duration) -> Leader {
+        let timeouts = StoreTimeouts { attempt, overall };
+        Leader::new(vec![Seed::parse("127.0.0.1:1").unwrap()], timeouts).unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_attempt_the_deadline_cuts_short_keeps_the_earlier_error() {
-        let timeouts = StoreTimeouts {
-            attempt: Duration::from_secs(1),
-            overall: Duration::from_millis(300),
-        };
-        let leader = Leader::new(vec![Seed::parse("127.0.0.1:1").unwrap()], timeouts).unwrap();
+        let leader = leader(Duration::from_secs(1), Duration::from_millis(300));
         let attempts = Arc::new(AtomicUsize::new(0));
         let err = leader.call(CutThenSilent(attempts.clone())).await.unwrap_err();
         assert_eq!(
@@ -421,11 +423,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_that_times_out_on_its_own_says_so() {
-        let timeouts = StoreTimeouts {
-            attempt: Duration::from_millis(100),
-            overall: Duration::from_secs(1),
-        };
-        let leader = Leader::new(vec![Seed::parse("127.0.0.1:1").unwrap()], timeouts).unwrap();
+        let leader = leader(Duration::from_millis(100), Duration::from_secs(1));
         let attempts = Arc::new(AtomicUsize::new(1)); // silent from the first attempt
         let err = leader.call(CutThenSilent(attempts)).await.unwrap_err();
         assert!(err.to_string().contains("no reply within"), "{err}");
