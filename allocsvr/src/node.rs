@@ -298,7 +298,7 @@ async fn spawn_server(
     health.set_serving::<AllocServiceServer<Service>>().await;
     let (reflection_v1, reflection_v1alpha) = reflection::services(&[SERVICE_NAME]);
     let service = data_plane(shared);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = serve_limits::incoming(listener);
     tokio::spawn(async move {
         let router = server
             .add_service(health_service)

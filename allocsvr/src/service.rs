@@ -465,7 +465,7 @@ impl AllocService for Service {
         request: Request<pb::FetchNextSeqRequest>,
     ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let (outcome, seq, owner) = self.take(Who::uid(uid), 1, &in_flight).await?;
@@ -485,7 +485,7 @@ impl AllocService for Service {
 
     async fn reserve(&self, request: Request<pb::ReserveRequest>) -> Result<Response<pb::ReserveReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let n = self.check_block(req.count)?;
@@ -509,7 +509,7 @@ impl AllocService for Service {
 
     async fn counter_next(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
         let map = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         let who = self.check_key(&req.key)?;
         no_count(req.count, "CounterNext")?;
@@ -525,7 +525,7 @@ impl AllocService for Service {
         request: Request<pb::CounterRequest>,
     ) -> Result<Response<pb::CounterReply>, Status> {
         let map = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         let who = self.check_key(&req.key)?;
         let n = self.check_block(req.count)?;
@@ -551,7 +551,7 @@ impl AllocService for Service {
         request: Request<pb::CounterBatchRequest>,
     ) -> Result<Response<pb::CounterBatchReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         batch_len(req.keys.len(), "keys")?;
         let mut whos = Vec::with_capacity(req.keys.len());
@@ -619,7 +619,7 @@ impl AllocService for Service {
         request: Request<pb::BatchFetchNextSeqRequest>,
     ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::of(&request);
+        let in_flight = InFlight::current();
         let req = request.into_inner();
         batch_len(req.uids.len(), "uids")?;
         for (i, uid) in req.uids.iter().enumerate() {

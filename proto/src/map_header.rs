@@ -10,9 +10,14 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 /// Header name (lower case, as HTTP/2 requires).
 pub const MAP_VERSION_HEADER: &str = "seqsvr-map-version";
 
+/// [`MAP_VERSION_HEADER`] as a parsed name: a lookup by `&str` parses and validates the name on
+/// every call (about 440 instructions of every data-plane call, callgrind), one by name does not.
+static MAP_VERSION_NAME: tonic::codegen::http::HeaderName =
+    tonic::codegen::http::HeaderName::from_static(MAP_VERSION_HEADER);
+
 /// The caller's map version, or `None` when it sent none (or an unreadable one).
 pub fn read(metadata: &MetadataMap) -> Option<u64> {
-    metadata.get(MAP_VERSION_HEADER)?.to_str().ok()?.parse().ok()
+    metadata.as_ref().get(&MAP_VERSION_NAME)?.to_str().ok()?.parse().ok()
 }
 
 /// Puts `version` on a request.

@@ -33,8 +33,14 @@
 //!   shorter of the caller's `grpc-timeout` and this bound (tonic's server does both), answering
 //!   CANCELLED; the call's future is dropped, so a caller that gave up costs no more work. The
 //!   bound catches callers that send no deadline.
-//! - **Dead peers**: HTTP/2 keepalive pings every [`KEEPALIVE_INTERVAL`]; a peer that does not
-//!   answer within [`KEEPALIVE_TIMEOUT`] loses its connection and the streams it held.
+//! - **Dead peers**: TCP keepalive on every accepted connection ([`incoming`]): a peer whose host
+//!   died or was cut off loses its connection, and the streams it held, within
+//!   [`KEEPALIVE_TIME`] + [`KEEPALIVE_PROBES`] × [`KEEPALIVE_PROBE_INTERVAL`] of its last packet.
+//!   Not HTTP/2 pings: with them hyper stamps every frame it reads with a clock read under a lock
+//!   and polls its pinger at every wake-up of the connection, about 1,700 instructions per call
+//!   (callgrind, docs/BENCHMARKS.md), where the kernel's probes cost a call nothing. What pings
+//!   would add — a peer whose host answers TCP but whose process has stopped reading — holds at
+//!   most its stream limit of calls, each cut at its deadline.
 //! - **Message sizes**: not here; each service sets them from [`seqsvr_proto::limits`].
 //!
 //! Deliberately left out: a limit on the number of connections (the process's file descriptor
@@ -53,7 +59,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tonic::transport::Server;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tonic::transport::server::{TcpConnectInfo, TcpIncoming, TlsConnectInfo};
 use tower::layer::util::Stack;
 use tower::{Layer, Service};
 
@@ -61,12 +67,26 @@ pub use admission::Bounds;
 use admission::{Admission, Connection, Entry, Slot};
 use seqsvr_proto::refusal;
 
-/// Interval of HTTP/2 keepalive pings to every peer: a dead peer's connection is dropped within
-/// this plus [`KEEPALIVE_TIMEOUT`], instead of holding its streams until TCP gives up (minutes).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// Silence on a connection after which the kernel starts probing its peer (TCP keepalive): a dead
+/// peer's connection is dropped about 40 s after its last packet, instead of holding its streams
+/// until TCP gives up on its own (hours, for a connection with nothing to send).
+pub const KEEPALIVE_TIME: Duration = Duration::from_secs(20);
 
-/// How long a peer may take to answer a keepalive ping before its connection is closed.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Time between two unanswered keepalive probes.
+pub const KEEPALIVE_PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Unanswered probes after which the connection is closed.
+pub const KEEPALIVE_PROBES: u32 = 4;
+
+/// The accepted connections of `listener` as every seqsvr gRPC server takes them: `TCP_NODELAY`
+/// (Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs) and TCP keepalive.
+pub fn incoming(listener: tokio::net::TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(KEEPALIVE_TIME))
+        .with_keepalive_interval(Some(KEEPALIVE_PROBE_INTERVAL))
+        .with_keepalive_retries(Some(KEEPALIVE_PROBES))
+}
 
 /// Calls a connection may have in flight and still be admitted over the server's limit (up to
 /// twice the limit): one, so that a caller that waits for each reply before the next never waits
@@ -193,8 +213,8 @@ impl Hooks {
 /// The layers of a `Server<L>` after [`apply`]: name it as `Server<Limited<L>>`.
 pub type Limited<L> = Stack<ShedLayer, L>;
 
-/// Sets `limits` on `server`: the HTTP/2 stream limit, the handler deadline, keepalive, and the
-/// in-flight limit as the layer closest to the network of those added after this call (a layer
+/// Sets `limits` on `server`: the HTTP/2 stream limit, the handler deadline and the in-flight
+/// limit (keepalive is the listener's: [`incoming`]) as the layer closest to the network of those added after this call (a layer
 /// added before it, e.g. authentication, runs first). Calls to the gRPC services named in
 /// `exempt` (full names, such as `seqsvr.v1.RaftService`) are never shed.
 pub fn apply<L>(
@@ -212,8 +232,6 @@ pub fn apply_with<L>(server: Server<L>, limits: &ServeLimits, shed: ShedLayer) -
     server
         .max_concurrent_streams(limits.max_streams_per_connection)
         .timeout(limits.rpc_timeout)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .layer(shed)
 }
 
@@ -303,27 +321,36 @@ impl ShedState {
     }
 }
 
-/// The slot a call holds, put in its request's extensions (tonic hands them to the handler). A
-/// handler about to wait for something other than the CPU (an AllocSvr fetch waiting for its
-/// section's bump, up to 500 ms) gives its slot back with [`InFlight::step_out`], so that a wait
-/// elsewhere does not keep every other call parked: the in-flight limit bounds calls that are
-/// using the CPU, and can then be small. The call runs on without a slot; what is left of it is
-/// the reply.
-#[derive(Clone, Default)]
-pub struct InFlight(Option<Arc<std::sync::Mutex<Option<Slot>>>>);
+tokio::task_local! {
+    /// The slot of the call being served on this task: [`Shed`] sets it around the call.
+    static HELD: std::cell::Cell<Option<Slot>>;
+}
+
+/// The slot the call being served holds. A handler about to wait for something other than the
+/// CPU (an AllocSvr fetch waiting for its section's bump, up to 500 ms) gives its slot back with
+/// [`InFlight::step_out`], so that a wait elsewhere does not keep every other call parked: the
+/// in-flight limit bounds calls that are using the CPU, and can then be small. The call runs on
+/// without a slot; what is left of it is the reply.
+///
+/// The slot lives in a task-local that [`Shed`] sets around the call (tonic polls a call's
+/// handler inside the future of the layers around it), not in the request's extensions: an
+/// extension is a shared, locked allocation plus an insert that grows the request's map, about
+/// 700 instructions a call (callgrind, docs/BENCHMARKS.md), and this costs two swaps per poll.
+/// So `step_out` works only on the call's own task, which is where handlers await their waits.
+#[derive(Clone, Copy, Default)]
+pub struct InFlight;
 
 impl InFlight {
-    /// Gives the call's slot back now (nothing if it holds none, or gave it back already).
-    pub fn step_out(&self) {
-        if let Some(held) = &self.0 {
-            drop(held.lock().unwrap_or_else(|e| e.into_inner()).take());
-        }
+    /// The call being served on this task (one that holds nothing when no [`ShedLayer`]
+    /// admitted it: an exempt service, a handler called directly in a test).
+    pub fn current() -> InFlight {
+        InFlight
     }
 
-    /// The slot of `req`'s call, or one that holds nothing when no [`ShedLayer`] admitted it
-    /// (an exempt service, a handler called directly in a test).
-    pub fn of<T>(req: &tonic::Request<T>) -> InFlight {
-        req.extensions().get::<InFlight>().cloned().unwrap_or_default()
+    /// Gives the call's slot back now (nothing if it holds none, or gave it back already).
+    pub fn step_out(&self) {
+        // Outside a call (no scope set) there is nothing to give back.
+        let _ = HELD.try_with(|held| drop(held.take()));
     }
 }
 
@@ -346,7 +373,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let entry = if self.shared.is_exempt(req.uri().path()) {
             None
         } else {
@@ -371,12 +398,10 @@ where
                 Some(Entry::Refused) | None => None,
             };
             // The handler starts only once the call holds its slot: a parked call has done no
-            // work but reading its headers.
-            let held = InFlight(slot.map(|s| Arc::new(std::sync::Mutex::new(Some(s)))));
-            req.extensions_mut().insert(held.clone());
-            let reply = ready.call(req).await.map_err(Into::into);
-            held.step_out();
-            reply
+            // work but reading its headers. The slot goes back when the scope's future is
+            // dropped, at the end of this statement, unless the handler stepped out before.
+            let reply = HELD.scope(std::cell::Cell::new(slot), ready.call(req)).await;
+            reply.map_err(Into::into)
         })
     }
 }
@@ -613,10 +638,7 @@ mod tests {
                 let gate = gate.clone();
                 async move {
                     if req.uri().path() == "/a.B/Wait" {
-                        req.extensions()
-                            .get::<InFlight>()
-                            .expect("in the extensions")
-                            .step_out();
+                        InFlight::current().step_out();
                     }
                     gate.acquire().await.unwrap().forget();
                     Ok::<_, Infallible>(http::Response::new(()))
@@ -634,6 +656,23 @@ mod tests {
             assert_eq!(refusal_of(&call.await.unwrap().unwrap()), None);
         }
         assert_eq!(layer.in_flight(), 0, "a slot given back early is not given back twice");
+    }
+
+    #[tokio::test]
+    async fn a_call_holds_its_slot_until_its_reply_and_stepping_out_elsewhere_is_harmless() {
+        // No call on this task: nothing to give back, and no panic.
+        InFlight::current().step_out();
+        let gate = Arc::new(Semaphore::new(0));
+        let layer = ShedLayer::new(bounds(1, 0, 10), EXEMPT, Hooks::none());
+        let svc = layer.layer(router(gate.clone()));
+        let call = tokio::spawn(svc.clone().oneshot(on(1, "/a.B/C")));
+        wait_until(|| layer.in_flight() == 1).await;
+        // Another task stepping out does not release the call's slot: it is the call's own.
+        tokio::spawn(async { InFlight::current().step_out() }).await.unwrap();
+        assert_eq!(layer.in_flight(), 1);
+        gate.add_permits(1);
+        assert_eq!(refusal_of(&call.await.unwrap().unwrap()), None);
+        assert_eq!(layer.in_flight(), 0, "given back with the reply");
     }
 
     #[test]

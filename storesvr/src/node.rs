@@ -223,8 +223,7 @@ async fn serve(
     let admin = AdminServiceServer::new(AdminSvc { ctx: shared })
         .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
-    // Nagle's algorithm with delayed ACKs would add ~40 ms to small RPCs.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = serve_limits::incoming(listener);
     let server = seqsvr_auth::server(tls).map_err(StartError::Tls)?;
     let mut server = serve_limits::apply(server, &limits, EXEMPT, admission_counters());
     Ok(tokio::spawn(
