@@ -1,0 +1,140 @@
+//! Instructions per call, the AllocSvr against the echo, for `sim/bench/callgrind-calls.sh`.
+//!
+//! Throughput ratios on this two-core machine move by ±0.1 from run to run, more than most
+//! single changes to the serving path; callgrind counts the instructions a server executes, which
+//! for the same binaries and calls are the same whatever else the machine is doing. The script
+//! starts the servers under `valgrind --tool=callgrind`; this program drives them: for each case
+//! and server, a warm-up, then `callgrind_control --zero`, `--calls` calls one after another, and
+//! `callgrind_control --dump=SERVER-CASE`. The script reads the dumps.
+//!
+//! Deliberately left out: concurrency (one caller: the count is per call either way, and a
+//! server under valgrind is too slow for a load to mean anything) and timing.
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use clap::Parser;
+use seqsvr_bench::cluster;
+use seqsvr_proto::pb;
+use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
+use tonic::transport::Channel;
+
+/// Uids per section, as in alloc-bench and ids-bench.
+const SECTION_SIZE: u64 = 100_000;
+/// Sections the uid cases spread over, as alloc-bench's spread cases do.
+const SECTIONS: u64 = 64;
+
+#[derive(Parser)]
+struct Args {
+    /// Calls counted per case and server.
+    #[arg(long, default_value_t = 2_000)]
+    calls: u32,
+    /// Calls before counting starts.
+    #[arg(long, default_value_t = 300)]
+    warmup: u32,
+    /// Where the StoreSvrs keep their data and the servers their logs.
+    #[arg(long)]
+    dir: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy)]
+enum Case {
+    NextIds,
+    Unary,
+    Batch100,
+}
+
+impl Case {
+    fn name(self) -> &'static str {
+        match self {
+            Case::NextIds => "next-ids",
+            Case::Unary => "unary",
+            Case::Batch100 => "batch100",
+        }
+    }
+
+    async fn call(self, c: &mut AllocServiceClient<Channel>, rng: &mut u64, route_version: u64) -> Result<(), String> {
+        let mut uid = || {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            (*rng >> 11) % (SECTIONS * SECTION_SIZE)
+        };
+        let r = match self {
+            Case::NextIds => c.next_ids(pb::NextIdsRequest { count: 1 }).await.map(drop),
+            Case::Unary => {
+                let req = pb::FetchNextSeqRequest {
+                    uid: uid(),
+                    route_version,
+                };
+                c.fetch_next_seq(req).await.map(drop)
+            }
+            Case::Batch100 => {
+                let req = pb::BatchFetchNextSeqRequest {
+                    uids: (0..100).map(|_| uid()).collect(),
+                    route_version,
+                };
+                c.batch_fetch_next_seq(req).await.map(drop)
+            }
+        };
+        r.map_err(|e| format!("{}: {e}", self.name()))
+    }
+}
+
+fn control(pid: u32, arg: &str) -> Result<(), String> {
+    let out = Command::new("callgrind_control")
+        .args([arg, &pid.to_string()])
+        .output()
+        .map_err(|e| format!("callgrind_control: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("callgrind_control {arg} {pid} failed"));
+    }
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let bins = cluster::binaries()?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // The echo is ids-bench's (`--serve-echo`); beside this binary, the script's wrapper.
+    let echo_bin = exe.parent().ok_or("no parent dir")?.join("ids-bench");
+    let mut procs = seqsvr_harness::Supervisor::new(&args.dir.join("logs")).map_err(|e| e.to_string())?;
+    let (echo_addr, echo_pid) = seqsvr_bench::echo::start(&mut procs, &echo_bin).await?;
+    let layout = ["--id-layout=twitter".to_string()];
+    let stores =
+        cluster::start_stores_with(&mut procs, &bins.storesvr, &args.dir, 10_000, SECTION_SIZE, &layout).await?;
+    let node = cluster::start_allocsvr(&mut procs, &bins.allocsvr, 1, &stores)?;
+    if !seqsvr_harness::wait_listening(&node.addr, Duration::from_secs(60)).await {
+        return Err("the allocsvr did not listen within 60 s".into());
+    }
+    let alloc = cluster::channels(&node.addr, 1).await?.remove(0);
+    seqsvr_bench::ids::wait_issuing(&stores.leader, &alloc, Duration::from_secs(120)).await?;
+    let probe: Vec<u64> = (0..SECTIONS).map(|s| s * SECTION_SIZE).collect();
+    let version = cluster::wait_serving(&alloc, &probe, Duration::from_secs(120)).await?;
+    let echo = cluster::channels(&echo_addr, 1).await?.remove(0);
+    for case in [Case::NextIds, Case::Unary, Case::Batch100] {
+        for (server, client, pid) in [("echo", &echo, echo_pid), ("alloc", &alloc, node.pid)] {
+            let mut c = client.clone();
+            let mut rng = 0x9e37_79b9_7f4a_7c15;
+            for _ in 0..args.warmup {
+                case.call(&mut c, &mut rng, version).await?;
+            }
+            control(pid, "--zero")?;
+            for _ in 0..args.calls {
+                case.call(&mut c, &mut rng, version).await?;
+            }
+            control(pid, &format!("--dump={server}-{}", case.name()))?;
+            println!("{server} {}: {} calls counted", case.name(), args.calls);
+        }
+    }
+    cluster::check_alive(&mut procs)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("call_cost: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
