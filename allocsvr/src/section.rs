@@ -305,7 +305,27 @@ impl Section {
 
     /// Hands out the next seq of the uid at `offset`, checking the lease (`lease_until`, read by
     /// the caller inside the same lock) and the gain wait against `now`.
+    ///
+    /// The common case, a uid below the ceiling, is served here without [`Section::try_take`]'s
+    /// general path (keys, blocks, their negative controls): a batch serves 100 uids a call, and
+    /// that path cost about 140 instructions a uid (callgrind) where this costs half. The rest —
+    /// a bump needed, the section exhausted or not servable — goes the general way, which checks
+    /// everything again.
     pub fn try_next(&mut self, offset: usize, now: Instant, lease_until: Option<Instant>) -> Next {
+        if let Ok(base) = self.servable(now, lease_until) {
+            let ceiling = self.ceiling();
+            if self.cur.is_empty() {
+                self.cur = vec![base; self.spec.section_size as usize];
+            }
+            // `cur < ceiling`, so `cur + 1` cannot overflow; an offset outside the section
+            // finds no slot and fails in `try_take`'s check.
+            if let Some(cur) = self.cur.get_mut(offset).filter(|cur| **cur < ceiling) {
+                *cur += 1;
+                let next = *cur;
+                self.hi = self.hi.max(next);
+                return Next::Served(next);
+            }
+        }
         self.try_take(Counter::Uid(offset), 1, now, lease_until)
     }
 
@@ -460,6 +480,39 @@ mod tests {
         let mut s = Section::new(SectionId(3), Epoch(1), spec(false), now);
         s.loaded(base, None);
         s
+    }
+
+    /// One uid at a time on the common path: a repeated uid rises, a uid at the ceiling asks
+    /// for a bump (and keeps its `cur_seq`) while the others are still served, and nothing is
+    /// served before the load or after the lease.
+    #[test]
+    fn uids_below_the_ceiling_rise_one_at_a_time_and_one_at_it_waits_for_a_bump() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(10));
+        let mut unloaded = Section::new(SectionId(3), Epoch(1), spec(false), t0);
+        assert_eq!(unloaded.try_next(0, t0, lease), Next::NotReady);
+        let mut s = loaded(100, t0);
+        s.maybe_prefetch();
+        s.bump_acked(103); // a ceiling 3 above the base: uid 0 reaches it below
+        let served: Vec<Next> = [0, 0, 5, 0, 0, 5].iter().map(|&o| s.try_next(o, t0, lease)).collect();
+        assert_eq!(
+            served,
+            [
+                Next::Served(101),
+                Next::Served(102),
+                Next::Served(101),
+                Next::Served(103),
+                Next::NeedBump,
+                Next::Served(102)
+            ]
+        );
+        assert_eq!(s.hi(), 103);
+        assert_eq!(
+            s.cur_seq(Counter::Uid(0), t0, lease),
+            Peek::Value(103),
+            "nothing taken at the ceiling"
+        );
+        assert_eq!(s.try_next(5, t0 + Duration::from_secs(10), lease), Next::LeaseExpired);
     }
 
     /// A block is all below the acknowledged ceiling or not taken; one that finds too little
