@@ -470,11 +470,15 @@ fn summarize(points: &[Point], memory: &Memory) {
             r(Case::KeyCoalesced, Case::UidCoalesced, Sample::seqs_per_sec),
             r(Case::KeyRes100, Case::RedisBy100, Sample::seqs_per_sec)
         );
-        verdicts.push((
-            key_cpu <= 1.1,
-            format!("a key costs <= 1.1x a uid per call (server CPU), {c} callers: {key_cpu:.2}"),
-        ));
-        if c == 64 {
+        // A point `--only`/`--callers` left out has no ratio (NaN): no verdict, rather than a
+        // NOT MET for something not measured.
+        if !key_cpu.is_nan() {
+            verdicts.push((
+                key_cpu <= 1.1,
+                format!("a key costs <= 1.1x a uid per call (server CPU), {c} callers: {key_cpu:.2}"),
+            ));
+        }
+        if c == 64 && !coal.is_nan() {
             verdicts.push((
                 coal >= 2.0,
                 format!("key-next through the Coalescer >= 2x Redis INCR at 64 callers: {coal:.2}"),
