@@ -323,6 +323,7 @@ impl Section {
                 *cur += 1;
                 let next = *cur;
                 self.hi = self.hi.max(next);
+                debug_assert!(next <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
                 return Next::Served(next);
             }
         }

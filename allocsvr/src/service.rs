@@ -179,9 +179,10 @@ impl Service {
     }
 
     /// Fetches one uid, waiting for an in-flight bump until `deadline` at most. A call that waits
-    /// gives back its slot of the server's in-flight limit first (`in_flight`): the limit is kept
-    /// small to bound the calls competing for the CPU, and a wait for the store uses none.
-    async fn fetch(&self, who: Who<'_>, n: u64, deadline: tokio::time::Instant, in_flight: &InFlight) -> Step {
+    /// gives back its slot of the server's in-flight limit first ([`InFlight::step_out`]): the
+    /// limit is kept small to bound the calls competing for the CPU, and a wait for the store uses
+    /// none.
+    async fn fetch(&self, who: Who<'_>, n: u64, deadline: tokio::time::Instant) -> Step {
         for wakeup in 0..MAX_WAKEUPS {
             let slot = match self.fetch_once(who, n) {
                 Step::Wait(slot) => slot,
@@ -198,7 +199,7 @@ impl Service {
                 Step::Wait(_) => {}
                 other => return other,
             }
-            in_flight.step_out();
+            InFlight::step_out();
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 break;
             }
@@ -390,15 +391,8 @@ impl Service {
     /// One FetchNextSeq (`n` = 1) or Reserve: waits for a bump until [`BUMP_WAIT`], counts the
     /// outcome, and gives the reply's outcome, first seq (0 unless OK) and owner; an exhausted
     /// section is RESOURCE_EXHAUSTED.
-    async fn take(
-        &self,
-        who: Who<'_>,
-        n: u64,
-        in_flight: &InFlight,
-    ) -> Result<(pb::Outcome, u64, Option<pb::Owner>), Status> {
-        let step = self
-            .fetch(who, n, tokio::time::Instant::now() + BUMP_WAIT, in_flight)
-            .await;
+    async fn take(&self, who: Who<'_>, n: u64) -> Result<(pb::Outcome, u64, Option<pb::Owner>), Status> {
+        let step = self.fetch(who, n, tokio::time::Instant::now() + BUMP_WAIT).await;
         self.count(&step);
         Ok(match step {
             Step::Served { seq, owner } => (pb::Outcome::Ok, seq, Some(owner)),
@@ -465,10 +459,9 @@ impl AllocService for Service {
         request: Request<pb::FetchNextSeqRequest>,
     ) -> Result<Response<pb::FetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
-        let (outcome, seq, owner) = self.take(Who::uid(uid), 1, &in_flight).await?;
+        let (outcome, seq, owner) = self.take(Who::uid(uid), 1).await?;
         let (route_version, routes) = self
             .shared
             .routes_for(req.route_version, outcome == pb::Outcome::NotOwner);
@@ -485,11 +478,10 @@ impl AllocService for Service {
 
     async fn reserve(&self, request: Request<pb::ReserveRequest>) -> Result<Response<pb::ReserveReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         let uid = self.check_uid(req.uid)?;
         let n = self.check_block(req.count)?;
-        let (outcome, first, owner) = self.take(Who::uid(uid), n, &in_flight).await?;
+        let (outcome, first, owner) = self.take(Who::uid(uid), n).await?;
         if outcome == pb::Outcome::Ok {
             self.shared.metrics().block_seqs.increment(n);
         }
@@ -509,11 +501,10 @@ impl AllocService for Service {
 
     async fn counter_next(&self, request: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
         let map = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         let who = self.check_key(&req.key)?;
         no_count(req.count, "CounterNext")?;
-        let taken = self.take(who, 1, &in_flight).await?;
+        let taken = self.take(who, 1).await?;
         if taken.0 == pb::Outcome::Ok {
             self.shared.metrics().key_seqs.increment(1);
         }
@@ -525,11 +516,10 @@ impl AllocService for Service {
         request: Request<pb::CounterRequest>,
     ) -> Result<Response<pb::CounterReply>, Status> {
         let map = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         let who = self.check_key(&req.key)?;
         let n = self.check_block(req.count)?;
-        let taken = self.take(who, n, &in_flight).await?;
+        let taken = self.take(who, n).await?;
         if taken.0 == pb::Outcome::Ok {
             self.shared.metrics().key_seqs.increment(n);
             self.shared.metrics().block_seqs.increment(n);
@@ -551,7 +541,6 @@ impl AllocService for Service {
         request: Request<pb::CounterBatchRequest>,
     ) -> Result<Response<pb::CounterBatchReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         batch_len(req.keys.len(), "keys")?;
         let mut whos = Vec::with_capacity(req.keys.len());
@@ -567,7 +556,7 @@ impl AllocService for Service {
         // Keys whose ceiling was reached wait for the bump, in request order, within the batch's
         // one BUMP_WAIT.
         for i in std::mem::take(&mut batch.waiting) {
-            let step = self.fetch(whos[i], 1, deadline, &in_flight).await;
+            let step = self.fetch(whos[i], 1, deadline).await;
             batch.settle(i, step);
         }
         self.count_batch(&batch);
@@ -619,7 +608,6 @@ impl AllocService for Service {
         request: Request<pb::BatchFetchNextSeqRequest>,
     ) -> Result<Response<pb::BatchFetchNextSeqReply>, Status> {
         let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
-        let in_flight = InFlight::current();
         let req = request.into_inner();
         batch_len(req.uids.len(), "uids")?;
         for (i, uid) in req.uids.iter().enumerate() {
@@ -634,7 +622,7 @@ impl AllocService for Service {
         // ceiling), and the waiting ones are served here in request order.
         for i in std::mem::take(&mut batch.waiting) {
             let uid = req.uids[i];
-            let step = self.fetch(Who::uid(Uid(uid)), 1, deadline, &in_flight).await;
+            let step = self.fetch(Who::uid(Uid(uid)), 1, deadline).await;
             batch.settle(i, step);
         }
         self.count_batch(&batch);

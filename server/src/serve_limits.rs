@@ -213,10 +213,10 @@ impl Hooks {
 /// The layers of a `Server<L>` after [`apply`]: name it as `Server<Limited<L>>`.
 pub type Limited<L> = Stack<ShedLayer, L>;
 
-/// Sets `limits` on `server`: the HTTP/2 stream limit, the handler deadline and the in-flight
-/// limit (keepalive is the listener's: [`incoming`]) as the layer closest to the network of those added after this call (a layer
-/// added before it, e.g. authentication, runs first). Calls to the gRPC services named in
-/// `exempt` (full names, such as `seqsvr.v1.RaftService`) are never shed.
+/// Sets `limits` on `server`: the HTTP/2 stream limit, the handler deadline, and the in-flight
+/// limit as the layer closest to the network of those added after this call (a layer added before
+/// it, e.g. authentication, runs first). Keepalive is the listener's ([`incoming`]). Calls to the
+/// gRPC services named in `exempt` (full names, such as `seqsvr.v1.RaftService`) are never shed.
 pub fn apply<L>(
     server: Server<L>,
     limits: &ServeLimits,
@@ -337,18 +337,12 @@ tokio::task_local! {
 /// extension is a shared, locked allocation plus an insert that grows the request's map, about
 /// 700 instructions a call (callgrind, docs/BENCHMARKS.md), and this costs two swaps per poll.
 /// So `step_out` works only on the call's own task, which is where handlers await their waits.
-#[derive(Clone, Copy, Default)]
 pub struct InFlight;
 
 impl InFlight {
-    /// The call being served on this task (one that holds nothing when no [`ShedLayer`]
-    /// admitted it: an exempt service, a handler called directly in a test).
-    pub fn current() -> InFlight {
-        InFlight
-    }
-
-    /// Gives the call's slot back now (nothing if it holds none, or gave it back already).
-    pub fn step_out(&self) {
+    /// Gives back the slot of the call being served on this task now: nothing if it holds none
+    /// (an exempt service, a handler called directly in a test) or gave it back already.
+    pub fn step_out() {
         // Outside a call (no scope set) there is nothing to give back.
         let _ = HELD.try_with(|held| drop(held.take()));
     }
@@ -638,7 +632,7 @@ mod tests {
                 let gate = gate.clone();
                 async move {
                     if req.uri().path() == "/a.B/Wait" {
-                        InFlight::current().step_out();
+                        InFlight::step_out();
                     }
                     gate.acquire().await.unwrap().forget();
                     Ok::<_, Infallible>(http::Response::new(()))
@@ -661,14 +655,14 @@ mod tests {
     #[tokio::test]
     async fn a_call_holds_its_slot_until_its_reply_and_stepping_out_elsewhere_is_harmless() {
         // No call on this task: nothing to give back, and no panic.
-        InFlight::current().step_out();
+        InFlight::step_out();
         let gate = Arc::new(Semaphore::new(0));
         let layer = ShedLayer::new(bounds(1, 0, 10), EXEMPT, Hooks::none());
         let svc = layer.layer(router(gate.clone()));
         let call = tokio::spawn(svc.clone().oneshot(on(1, "/a.B/C")));
         wait_until(|| layer.in_flight() == 1).await;
         // Another task stepping out does not release the call's slot: it is the call's own.
-        tokio::spawn(async { InFlight::current().step_out() }).await.unwrap();
+        tokio::spawn(async { InFlight::step_out() }).await.unwrap();
         assert_eq!(layer.in_flight(), 1);
         gate.add_permits(1);
         assert_eq!(refusal_of(&call.await.unwrap().unwrap()), None);

@@ -157,3 +157,80 @@ async fn streams_above_the_per_connection_limit_wait_on_the_callers_side() {
     // Two run at once; the third starts when one of them ends.
     assert!(took[2] >= handler * 2 - Duration::from_millis(20), "{took:?}");
 }
+
+/// A gRPC method that gives its in-flight slot back, counts itself in, and waits for `gate`.
+#[derive(Clone)]
+struct StepsOut {
+    entered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl NamedService for StepsOut {
+    const NAME: &'static str = "seqsvr.test.Slow";
+}
+
+impl Service<http::Request<tonic::body::Body>> for StepsOut {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<tonic::body::Body>) -> Self::Future {
+        let (entered, gate) = (self.entered.clone(), self.gate.clone());
+        Box::pin(async move {
+            serve_limits::InFlight::step_out();
+            entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            Ok(tonic::Status::new(tonic::Code::Ok, "").into_http())
+        })
+    }
+}
+
+/// The slot lives in a task-local the admission layer sets around the call: a handler served by
+/// a real tonic server, over the listener every seqsvr server uses, reaches it. With a limit of 1
+/// (and the reserve of one call per quiet connection, so 2 at most), four calls on four
+/// connections all get in while every one of them waits, because each gives its slot back;
+/// without the step-out the third and fourth would stay parked until the gate opens.
+#[tokio::test]
+async fn handlers_that_step_out_let_the_next_calls_in_on_a_real_server() {
+    let limits = ServeLimits {
+        max_in_flight: 1,
+        ..LONG
+    };
+    let shed = serve_limits::ShedLayer::new(limits.bounds(), &[], serve_limits::Hooks::none());
+    let svc = StepsOut {
+        entered: Default::default(),
+        gate: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = serve_limits::apply_with(Server::builder(), &limits, shed.clone()).add_service(svc.clone());
+    tokio::spawn(router.serve_with_incoming(serve_limits::incoming(listener)));
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let mut send = connect(addr).await;
+        calls.push(tokio::spawn(async move { call(&mut send, None).await }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while svc.entered.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 4 calls got in ({} parked)",
+            svc.entered.load(std::sync::atomic::Ordering::SeqCst),
+            shed.parked()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        (shed.in_flight(), shed.parked()),
+        (0, 0),
+        "every slot given back while waiting"
+    );
+    svc.gate.add_permits(4);
+    for c in calls {
+        assert_eq!(c.await.unwrap().1, "0", "OK");
+    }
+}
