@@ -352,6 +352,19 @@ impl Section {
             self.spec.step
         );
         let ceiling = self.ceiling();
+        if let Counter::Key(key) = who
+            && !(self.spec.unsafe_keys_share_seq || self.spec.unsafe_block_overlap)
+            && let Some(cur) = self.keys.get_mut(key)
+            && let Some(last) = cur.checked_add(n).filter(|&last| last <= ceiling)
+        {
+            // A key already held, with room below the ceiling: one lookup instead of the two
+            // (read, then write) of the general path below.
+            let first = *cur + 1;
+            *cur = last;
+            self.hi = self.hi.max(last);
+            debug_assert!(last <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
+            return Next::Served(first);
+        }
         let cur = self.current(who, base);
         let last = match cur.checked_add(n) {
             Some(last) if last <= ceiling => last,
@@ -514,6 +527,34 @@ mod tests {
             "nothing taken at the ceiling"
         );
         assert_eq!(s.try_next(5, t0 + Duration::from_secs(10), lease), Next::LeaseExpired);
+    }
+
+    /// A key already held is served by one lookup: it rises by one and by blocks as on the
+    /// general path, its block at the ceiling asks for a bump and takes nothing, and another key
+    /// keeps its own `cur_seq`.
+    #[test]
+    fn a_held_key_rises_by_ones_and_blocks_and_waits_for_a_bump_at_the_ceiling() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(10));
+        let mut s = loaded(100, t0);
+        s.maybe_prefetch();
+        s.bump_acked(104);
+        let (a, b) = (Counter::Key("orders"), Counter::Key("invoices"));
+        assert_eq!(
+            s.try_take(a, 1, t0, lease),
+            Next::Served(101),
+            "first: the general path"
+        );
+        assert_eq!(s.try_take(a, 1, t0, lease), Next::Served(102), "held: one lookup");
+        assert_eq!(s.try_take(a, 3, t0, lease), Next::NeedBump, "103..=105 passes 104");
+        assert_eq!(s.cur_seq(a, t0, lease), Peek::Value(102), "nothing taken");
+        assert_eq!(s.try_take(a, 2, t0, lease), Next::Served(103), "[103, 105)");
+        assert_eq!(s.try_take(b, 1, t0, lease), Next::Served(101), "another key: its own");
+        assert_eq!(s.hi(), 104);
+        assert_eq!(
+            s.try_take(a, 1, t0 + Duration::from_secs(10), lease),
+            Next::LeaseExpired
+        );
     }
 
     /// A block is all below the acknowledged ceiling or not taken; one that finds too little

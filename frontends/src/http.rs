@@ -49,7 +49,7 @@ use tokio::sync::{Semaphore, watch};
 use tracing::{debug, warn};
 
 use crate::calls::{CallError, Calls, ErrorKind, Owner, Taken, Who, parse_u64, within};
-use crate::{count_call, stopped};
+use crate::{Front, count_call, stopped};
 
 /// Largest request body (a batch of [`MAX_BATCH_UIDS`] uids as 20-digit strings fits).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -218,14 +218,14 @@ fn key_of(s: &str) -> Result<&str, CallError> {
 async fn take<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
     let d = deadline(headers)?;
     let r = within(d, true, calls.take(who, count)).await;
-    count_call("http", &r);
+    count_call(Front::Http, &r);
     r
 }
 
 async fn current<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>) -> Result<Taken, CallError> {
     let d = deadline(headers)?;
     let r = within(d, false, calls.current(who)).await;
-    count_call("http", &r);
+    count_call(Front::Http, &r);
     r
 }
 
@@ -362,7 +362,7 @@ async fn ids<C: Calls>(
             let d = deadline(&headers)?;
             // A lost id is never seen by anyone: an unanswered call took nothing that matters.
             let r = within(d, false, calls.ids(n)).await;
-            count_call("http", &r);
+            count_call(Front::Http, &r);
             let ids: Vec<String> = r?.into_iter().map(|i| i.to_string()).collect();
             Ok(json!({ "ids": ids }))
         }
@@ -418,7 +418,7 @@ async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: 
                 })
                 .collect::<Result<Vec<u64>, _>>()?;
             let results = within(d, true, calls.batch(&uids)).await;
-            count_call("http", &results);
+            count_call(Front::Http, &results);
             let items: Vec<Value> = uids
                 .iter()
                 .zip(results?)

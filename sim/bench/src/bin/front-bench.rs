@@ -160,14 +160,19 @@ async fn hop_floor(args: &Args, procs: &mut Supervisor, direct_p50_ms: f64) -> R
 async fn warm_sections(addr: &str) -> Result<(), Failure> {
     use seqsvr_proto::pb;
     let clients = cluster::channels(addr, 1).await.map_err(harness)?;
-    cluster::in_batches(&clients, UID_LIMIT / SECTION_SIZE, "sections", |mut client, lo, hi| async move {
-        let req = pb::BatchFetchNextSeqRequest {
-            uids: (lo..hi).map(|s| s * SECTION_SIZE).collect(),
-            route_version: 0,
-        };
-        let r = tokio::time::timeout(Duration::from_secs(10), client.batch_fetch_next_seq(req)).await;
-        cluster::unserved(r.ok().and_then(Result::ok).map(|r| r.into_inner().outcomes), hi - lo)
-    })
+    cluster::in_batches(
+        &clients,
+        UID_LIMIT / SECTION_SIZE,
+        "sections",
+        |mut client, lo, hi| async move {
+            let req = pb::BatchFetchNextSeqRequest {
+                uids: (lo..hi).map(|s| s * SECTION_SIZE).collect(),
+                route_version: 0,
+            };
+            let r = tokio::time::timeout(Duration::from_secs(10), client.batch_fetch_next_seq(req)).await;
+            cluster::unserved(r.ok().and_then(Result::ok).map(|r| r.into_inner().outcomes), hi - lo)
+        },
+    )
     .await
     .map_err(harness)
 }
