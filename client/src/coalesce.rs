@@ -4,8 +4,8 @@
 //!
 //! Per owner address, callers join a bounded list of waiters; a drain task takes up to `max_batch`
 //! of them at a time and runs one batch fetch for them, with at most `max_in_flight` batches per
-//! owner. Under light load a caller's request goes out alone and at once (no timer, no added
-//! latency); under heavy load requests pile up while the batches in flight run, and a further batch
+//! owner. Under light load a caller's request goes out alone and at once, sent from the caller's
+//! own task (no timer, no hand-off to the drain); under heavy load requests pile up while the batches in flight run, and a further batch
 //! starts only once `busy_batch` callers wait, so batches grow with the load (see `drain`).
 //! A uid asked twice in one batch is fine: the server serves each occurrence in order.
 //!
@@ -92,6 +92,25 @@ struct Queue {
     drain: Arc<DrainState>,
 }
 
+/// How a caller joined its owner's queue.
+enum Joined {
+    /// Waiting for a batch; its answer comes on this channel.
+    Queued(oneshot::Receiver<Result<Fetched, ClientError>>),
+    /// Nothing in flight, nobody waiting: the caller sends its item itself.
+    Alone(Running, Item),
+}
+
+/// A lone caller's batch of one, counted in flight until it ends — answered or dropped with its
+/// caller — and then the drain is woken for the callers who gathered meanwhile.
+struct Running(Arc<DrainState>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.wake.notify_one();
+    }
+}
+
 /// What a drain task and the callers of its owner share outside the lock.
 #[derive(Debug, Default)]
 struct DrainState {
@@ -162,27 +181,33 @@ impl Coalescer {
 
     async fn enqueue(&self, item: Item) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
-        let (tx, rx) = oneshot::channel();
-        self.client.with_routes(|routes| {
+        let joined = self.client.with_routes(|routes| {
             let uid = match &item {
                 Item::Uid(uid) => *uid,
                 Item::Key(key) => seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1)),
             };
             let target = target_addr(routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
-            self.join(
-                target.addr,
-                Waiter {
-                    item,
-                    deadline,
-                    reply: tx,
-                },
-            )
+            self.join(target.addr, item, deadline)
         })?;
-        rx.await.unwrap_or_else(|_| {
-            Err(ClientError::unknown(
-                "the batch carrying this request ended without an answer",
-            ))
-        })
+        match joined {
+            Joined::Queued(rx) => rx.await.unwrap_or_else(|_| {
+                Err(ClientError::unknown(
+                    "the batch carrying this request ended without an answer",
+                ))
+            }),
+            Joined::Alone(running, item) => {
+                let _running = running;
+                let mut results = match &item {
+                    Item::Uid(uid) => batch_of(&self.client, Items::Uids(std::slice::from_ref(uid)), deadline).await,
+                    Item::Key(key) => batch_of(&self.client, Items::Keys(&[&**key]), deadline).await,
+                };
+                results.pop().unwrap_or_else(|| {
+                    Err(ClientError::unknown(
+                        "the batch carrying this request ended without an answer",
+                    ))
+                })
+            }
+        }
     }
 
     /// One time-ordered id, sent in one `NextIds` with the other callers waiting now (up to 4,096
@@ -193,9 +218,13 @@ impl Coalescer {
         self.ids.next_id(&self.client, limits).await
     }
 
-    /// Adds `waiter` to the queue of `addr` (made on first use, with its drain task), waking the
-    /// drain when its next batch may now be ready.
-    fn join(&self, addr: &str, waiter: Waiter) -> Result<(), ClientError> {
+    /// Joins the queue of `addr` (made on first use, with its drain task), waking the drain when
+    /// its next batch may now be ready. A caller that finds nothing in flight and nobody waiting
+    /// is sent by itself, from its own task ([`Joined::Alone`]): going through the drain would add
+    /// two task wake-ups to the round trip of every call at low load, for a batch of one anyway.
+    /// It counts as a batch in flight, so callers arriving meanwhile gather behind it as behind
+    /// any batch.
+    fn join(&self, addr: &str, item: Item, deadline: Instant) -> Result<Joined, ClientError> {
         let mut queues = lock(&self.queues);
         if !queues.contains_key(addr) {
             if queues.len() >= MAX_QUEUES {
@@ -213,15 +242,20 @@ impl Coalescer {
             );
         }
         let queue = queues.get_mut(addr).expect("inserted above");
+        if queue.waiting.is_empty() && queue.drain.in_flight.load(Ordering::Acquire) == 0 {
+            queue.drain.in_flight.fetch_add(1, Ordering::AcqRel);
+            return Ok(Joined::Alone(Running(queue.drain.clone()), item));
+        }
         if queue.waiting.len() >= self.cfg.queue_capacity {
             return Err(ClientError::failed(FailureKind::Unavailable, "coalescer queue is full"));
         }
-        queue.waiting.push(waiter);
+        let (reply, rx) = oneshot::channel();
+        queue.waiting.push(Waiter { item, deadline, reply });
         let n = queue.waiting.len();
         if n == 1 || n == self.cfg.busy_batch.min(self.cfg.max_batch) {
             queue.drain.wake.notify_one();
         }
-        Ok(())
+        Ok(Joined::Queued(rx))
     }
 
     /// Closes the idle queues of addresses the route table no longer sends to: their drains end.

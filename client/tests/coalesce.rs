@@ -167,6 +167,44 @@ async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
         .expect("a later caller is served");
 }
 
+/// A lone caller sends its request from its own task; when it gives up mid-flight (its future
+/// dropped), the callers who gathered behind it are sent at once, and a later lone caller goes
+/// alone again: nothing stays counted in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_caller_that_gives_up_in_flight_leaves_the_queue_working() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    a.state.delay_ms.store(2_000, Ordering::SeqCst);
+    let spawn = |uid: u64| {
+        let c = coalescer.clone();
+        tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
+    };
+    let lone = spawn(2);
+    wait_for_batches(&a, 2).await;
+    let behind = spawn(3);
+    // A moment for the caller behind to join the queue (a shorter one only tests less).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    a.state.delay_ms.store(0, Ordering::SeqCst);
+    lone.abort();
+    let served = tokio::time::timeout(Duration::from_millis(1_500), behind).await;
+    served
+        .expect("the caller behind is sent when the lone one gives up, not after its 2 s")
+        .unwrap()
+        .expect("and served");
+    let later = tokio::time::timeout(Duration::from_millis(1_500), coalescer.fetch_next_seq(Uid(4))).await;
+    later
+        .expect("a later lone caller is not held behind a batch that ended")
+        .expect("served");
+    let batches = a.batches();
+    assert_eq!(
+        batches[2..],
+        [vec![3], vec![4]],
+        "RPCs after the lone caller's: {batches:?}"
+    );
+}
+
 /// Waits (at most 5 s) until the fake has received `n` batches; it records a batch on arrival,
 /// before it holds the reply, so the last of them is then in flight.
 async fn wait_for_batches(a: &FakeAlloc, n: usize) {
