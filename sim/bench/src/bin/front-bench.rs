@@ -34,7 +34,7 @@ use seqsvr_bench::cluster;
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::report::{median, verdict};
-use seqsvr_frontends::calls::{CallError, Calls, Taken, Who};
+use seqsvr_frontends::calls::{CallError, Calls, Owner, Taken, Who};
 use seqsvr_harness::Supervisor;
 
 const SECTION_SIZE: u64 = 1_000;
@@ -66,15 +66,32 @@ fn main() -> ExitCode {
     seqsvr_bench::exit::run("front-bench", bench(args))
 }
 
-/// The bare handler's calls: an atomic per process, nothing else.
+/// The bare handler's calls: an atomic per process, nothing else. A take names an owner of
+/// fixed stand-in values, as the AllocSvr's does, so that both replies have the same shape and
+/// the comparison is the per-call work, not the bytes of the JSON.
 #[derive(Default)]
 struct Bare(AtomicU64);
 
+fn stand_in_owner(who: Who<'_>) -> Owner {
+    let uid = match who {
+        Who::Uid(uid) => uid,
+        Who::Key(_) => 0,
+    };
+    Owner {
+        section: seqsvr_proto::SectionId(uid / SECTION_SIZE),
+        node_id: seqsvr_proto::NodeId(1),
+        incarnation: seqsvr_proto::Incarnation(1 << 20),
+        epoch: seqsvr_proto::Epoch(1 << 10),
+        set_id: 0,
+    }
+}
+
 impl Calls for Bare {
-    async fn take(&self, _: Who<'_>, count: u32) -> Result<Taken, CallError> {
-        Ok(Taken::anonymous(
-            self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1,
-        ))
+    async fn take(&self, who: Who<'_>, count: u32) -> Result<Taken, CallError> {
+        Ok(Taken {
+            value: self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1,
+            owner: Some(stand_in_owner(who)),
+        })
     }
     async fn current(&self, _: Who<'_>) -> Result<Taken, CallError> {
         Ok(Taken::anonymous(self.0.load(Ordering::Relaxed)))
