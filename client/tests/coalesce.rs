@@ -18,6 +18,24 @@ async fn client_for(seed: &str) -> Client {
     Client::connect(cfg).await.expect("connect")
 }
 
+/// A fake owning uids 0..10 and a coalescer over it whose first call (uid 1) has been served.
+async fn warmed() -> (FakeAlloc, Arc<Coalescer>) {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    (a, coalescer)
+}
+
+/// A caller of `uid` in a task of its own.
+fn spawn_caller(
+    coalescer: &Arc<Coalescer>,
+    uid: u64,
+) -> tokio::task::JoinHandle<Result<seqsvr_client::Fetched, seqsvr_client::ClientError>> {
+    let c = coalescer.clone();
+    tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_share_rpcs_and_each_gets_its_own_seq() {
     let a = FakeAlloc::start().await;
@@ -107,23 +125,16 @@ async fn full_queue_refuses_at_once_without_sending() {
 /// and then go out together: one more RPC, not one each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
-    let a = FakeAlloc::start().await;
-    a.set_routes(table(1, &[(0, 10, &a.addr)]));
-    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
-    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    let (a, coalescer) = warmed().await;
     // Long enough that the later callers all arrive while the first batch is held, and below
     // the client's per-attempt timeout.
     a.state.delay_ms.store(300, Ordering::SeqCst);
-    let first = {
-        let c = coalescer.clone();
-        tokio::spawn(async move { c.fetch_next_seq(Uid(2)).await })
-    };
+    let first = spawn_caller(&coalescer, 2);
     wait_for_batches(&a, 2).await;
     let mut later = Vec::new();
     // Apart from each other, so that none finds another already queued.
     for uid in 3..6u64 {
-        let c = coalescer.clone();
-        later.push(tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await }));
+        later.push(spawn_caller(&coalescer, uid));
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     first.await.unwrap().expect("the lone caller is served");
@@ -139,15 +150,9 @@ async fn callers_arriving_during_a_batch_wait_for_it_and_share_the_next() {
 /// the batch still goes out, the callers still waiting are served, and later callers too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
-    let a = FakeAlloc::start().await;
-    a.set_routes(table(1, &[(0, 10, &a.addr)]));
-    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
-    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    let (a, coalescer) = warmed().await;
     a.state.delay_ms.store(200, Ordering::SeqCst);
-    let spawn = |uid: u64| {
-        let c = coalescer.clone();
-        tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
-    };
+    let spawn = |uid: u64| spawn_caller(&coalescer, uid);
     let held = spawn(2); // goes out alone and is held by the fake
     wait_for_batches(&a, 2).await;
     let quitters: Vec<_> = (3..8).map(spawn).collect();
@@ -172,15 +177,9 @@ async fn callers_that_give_up_while_queued_do_not_stall_the_others() {
 /// alone again: nothing stays counted in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_caller_that_gives_up_in_flight_leaves_the_queue_working() {
-    let a = FakeAlloc::start().await;
-    a.set_routes(table(1, &[(0, 10, &a.addr)]));
-    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
-    coalescer.fetch_next_seq(Uid(1)).await.expect("warm-up");
+    let (a, coalescer) = warmed().await;
     a.state.delay_ms.store(2_000, Ordering::SeqCst);
-    let spawn = |uid: u64| {
-        let c = coalescer.clone();
-        tokio::spawn(async move { c.fetch_next_seq(Uid(uid)).await })
-    };
+    let spawn = |uid: u64| spawn_caller(&coalescer, uid);
     let lone = spawn(2);
     wait_for_batches(&a, 2).await;
     let behind = spawn(3);
