@@ -5,8 +5,9 @@
 //! Per owner address, callers join a bounded list of waiters; a drain task takes up to `max_batch`
 //! of them at a time and runs one batch fetch for them, with at most `max_in_flight` batches per
 //! owner. Under light load a caller's request goes out alone and at once, sent from the caller's
-//! own task (no timer, no hand-off to the drain); under heavy load requests pile up while the batches in flight run, and a further batch
-//! starts only once `busy_batch` callers wait, so batches grow with the load (see `drain`).
+//! own task (no timer, no hand-off to the drain); under heavy load requests pile up while the
+//! batches in flight run, and a further batch starts only once `busy_batch` callers wait, so
+//! batches grow with the load (see `drain`).
 //! A uid asked twice in one batch is fine: the server serves each occurrence in order.
 //!
 //! What a caller costs is what limits this under load (the server spends about a microsecond per
@@ -189,23 +190,20 @@ impl Coalescer {
             let target = target_addr(routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
             self.join(target.addr, item, deadline)
         })?;
+        let unanswered = || {
+            Err(ClientError::unknown(
+                "the batch carrying this request ended without an answer",
+            ))
+        };
         match joined {
-            Joined::Queued(rx) => rx.await.unwrap_or_else(|_| {
-                Err(ClientError::unknown(
-                    "the batch carrying this request ended without an answer",
-                ))
-            }),
-            Joined::Alone(running, item) => {
-                let _running = running;
+            Joined::Queued(rx) => rx.await.unwrap_or_else(|_| unanswered()),
+            // `_running` is held to the end of the call, dropped or not.
+            Joined::Alone(_running, item) => {
                 let mut results = match &item {
                     Item::Uid(uid) => batch_of(&self.client, Items::Uids(std::slice::from_ref(uid)), deadline).await,
                     Item::Key(key) => batch_of(&self.client, Items::Keys(&[&**key]), deadline).await,
                 };
-                results.pop().unwrap_or_else(|| {
-                    Err(ClientError::unknown(
-                        "the batch carrying this request ended without an answer",
-                    ))
-                })
+                results.pop().unwrap_or_else(unanswered)
             }
         }
     }

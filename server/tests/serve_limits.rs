@@ -19,15 +19,17 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tower::Service;
 
-/// A gRPC method that answers OK after sleeping its delay.
+/// The test's gRPC method: runs `F`'s future, then answers OK.
 #[derive(Clone)]
-struct Slow(Duration);
+struct Method<F>(F);
 
-impl NamedService for Slow {
+type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl<F> NamedService for Method<F> {
     const NAME: &'static str = "seqsvr.test.Slow";
 }
 
-impl Service<http::Request<tonic::body::Body>> for Slow {
+impl<F: Fn() -> Work> Service<http::Request<tonic::body::Body>> for Method<F> {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
@@ -37,19 +39,24 @@ impl Service<http::Request<tonic::body::Body>> for Slow {
     }
 
     fn call(&mut self, _: http::Request<tonic::body::Body>) -> Self::Future {
-        let delay = self.0;
+        let work = (self.0)();
         Box::pin(async move {
-            tokio::time::sleep(delay).await;
+            work.await;
             Ok(tonic::Status::new(tonic::Code::Ok, "").into_http())
         })
     }
+}
+
+/// A method that answers OK after sleeping `delay`.
+fn slow(delay: Duration) -> Method<impl Fn() -> Work + Clone + Send + 'static> {
+    Method(move || -> Work { Box::pin(tokio::time::sleep(delay)) })
 }
 
 async fn serve(limits: ServeLimits, handler: Duration) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router =
-        serve_limits::apply(Server::builder(), &limits, &[], serve_limits::Hooks::none()).add_service(Slow(handler));
+        serve_limits::apply(Server::builder(), &limits, &[], serve_limits::Hooks::none()).add_service(slow(handler));
     tokio::spawn(router.serve_with_incoming(TcpIncoming::from(listener)));
     addr
 }
@@ -64,7 +71,7 @@ async fn connect(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
 }
 
 /// One call; its time and the `grpc-status` the server answered (trailers-only answers carry it
-/// in the headers, which is how both OK and a cut deadline come back from `Slow`).
+/// in the headers, which is how both OK and a cut deadline come back from `slow`).
 async fn call(send: &mut SendRequest<Full<Bytes>>, grpc_timeout: Option<&str>) -> (Duration, String) {
     let mut req = http::Request::post("http://test/seqsvr.test.Slow/Call")
         .header("content-type", "application/grpc")
@@ -158,37 +165,6 @@ async fn streams_above_the_per_connection_limit_wait_on_the_callers_side() {
     assert!(took[2] >= handler * 2 - Duration::from_millis(20), "{took:?}");
 }
 
-/// A gRPC method that gives its in-flight slot back, counts itself in, and waits for `gate`.
-#[derive(Clone)]
-struct StepsOut {
-    entered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    gate: std::sync::Arc<tokio::sync::Semaphore>,
-}
-
-impl NamedService for StepsOut {
-    const NAME: &'static str = "seqsvr.test.Slow";
-}
-
-impl Service<http::Request<tonic::body::Body>> for StepsOut {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: http::Request<tonic::body::Body>) -> Self::Future {
-        let (entered, gate) = (self.entered.clone(), self.gate.clone());
-        Box::pin(async move {
-            serve_limits::InFlight::step_out();
-            entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            gate.acquire().await.unwrap().forget();
-            Ok(tonic::Status::new(tonic::Code::Ok, "").into_http())
-        })
-    }
-}
-
 /// The slot lives in a task-local the admission layer sets around the call: a handler served by
 /// a real tonic server, over the listener every seqsvr server uses, reaches it. With a limit of 1
 /// (and the reserve of one call per quiet connection, so 2 at most), four calls on four
@@ -201,13 +177,23 @@ async fn handlers_that_step_out_let_the_next_calls_in_on_a_real_server() {
         ..LONG
     };
     let shed = serve_limits::ShedLayer::new(limits.bounds(), &[], serve_limits::Hooks::none());
-    let svc = StepsOut {
-        entered: Default::default(),
-        gate: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+    let entered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    // Gives its in-flight slot back, counts itself in, and waits for `gate`.
+    let svc = {
+        let (entered, gate) = (entered.clone(), gate.clone());
+        Method(move || -> Work {
+            let (entered, gate) = (entered.clone(), gate.clone());
+            Box::pin(async move {
+                serve_limits::InFlight::step_out();
+                entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+            })
+        })
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = serve_limits::apply_with(Server::builder(), &limits, shed.clone()).add_service(svc.clone());
+    let router = serve_limits::apply_with(Server::builder(), &limits, shed.clone()).add_service(svc);
     tokio::spawn(router.serve_with_incoming(serve_limits::incoming(listener)));
     let mut calls = Vec::new();
     for _ in 0..4 {
@@ -215,11 +201,11 @@ async fn handlers_that_step_out_let_the_next_calls_in_on_a_real_server() {
         calls.push(tokio::spawn(async move { call(&mut send, None).await }));
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while svc.entered.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+    while entered.load(std::sync::atomic::Ordering::SeqCst) < 4 {
         assert!(
             Instant::now() < deadline,
             "only {} of 4 calls got in ({} parked)",
-            svc.entered.load(std::sync::atomic::Ordering::SeqCst),
+            entered.load(std::sync::atomic::Ordering::SeqCst),
             shed.parked()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -229,7 +215,7 @@ async fn handlers_that_step_out_let_the_next_calls_in_on_a_real_server() {
         (0, 0),
         "every slot given back while waiting"
     );
-    svc.gate.add_permits(4);
+    gate.add_permits(4);
     for c in calls {
         assert_eq!(c.await.unwrap().1, "0", "OK");
     }
