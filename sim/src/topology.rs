@@ -114,6 +114,12 @@ pub fn alloc_name(id: u64) -> String {
     format!("allocsvr-{id}")
 }
 
+/// AllocSvr `a`'s id clock file in `dir` (written by `crate::run::ids`, read by the AllocSvr
+/// through `--test-clock-file`).
+pub fn clock_file(dir: &Path, a: u64) -> PathBuf {
+    dir.join(format!("{}.clock", alloc_name(a)))
+}
+
 impl Topology {
     pub async fn new(sets: u64) -> io::Result<Self> {
         let mut t = Topology {
@@ -208,10 +214,7 @@ impl Topology {
             format!("--test-repeat-releases-after-ms={REPEAT_RELEASES_AFTER_MS}"),
         ];
         if let Some(dir) = &set.id_clock_dir {
-            args.push(format!(
-                "--test-clock-file={}",
-                crate::run::ids::clock_file(dir, id).display()
-            ));
+            args.push(format!("--test-clock-file={}", clock_file(dir, id).display()));
         }
         match set.front {
             crate::front_workload::Front::Grpc => {}

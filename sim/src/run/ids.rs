@@ -22,12 +22,12 @@ use super::targets::TARGET_TIMEOUT;
 use crate::history::{IdsInfo, RunClock};
 use crate::id_workload::{self, ID_CLIENT_BASE, IdWorkload, PINNED_ID_CLIENT_BASE};
 use crate::schedule::{FaultKind, PlannedFault};
-use crate::topology::{N, alloc_name};
+use crate::topology::{N, alloc_name, clock_file};
 use crate::workload::Recorder;
 use anyhow::Context;
 use seqsvr_client::{Client, ClientConfig};
 use seqsvr_proto::id_layout::IdLayout;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -58,11 +58,6 @@ pub fn store_flags(layout: &IdLayout) -> Vec<String> {
         format!("--id-slots-per-set={SLOTS_PER_SET}"),
         format!("--id-max-ahead-ms={MAX_AHEAD_MS}"),
     ]
-}
-
-/// AllocSvr `a`'s clock file in `dir`.
-pub fn clock_file(dir: &Path, a: u64) -> PathBuf {
-    dir.join(format!("{}.clock", alloc_name(a)))
 }
 
 /// Sets AllocSvr `a`'s id clock `offset_ms` off the true time. Written to a temporary file and
