@@ -24,7 +24,7 @@
 //! call to save RPCs that are cheap at that load).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use seqsvr_proto::Uid;
@@ -35,6 +35,31 @@ use crate::batch::{Items, MAX_UIDS_PER_RPC};
 use crate::client::{Client, Counted, Fetched};
 use crate::error::{ClientError, FailureKind};
 use crate::routing::target_addr;
+
+/// What a [`Coalescer`] has sent so far (uid and key batches; ids are counted apart): callers per
+/// batch is the figure to watch when tuning [`CoalescerConfig`] — a batch costs both sides about
+/// what tens of single values do, so small batches under load mean the limits hold them back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoalescerStats {
+    /// Batches sent, a lone caller's batch of one included.
+    pub batches: u64,
+    /// Callers those batches carried.
+    pub callers: u64,
+}
+
+/// The counts behind [`CoalescerStats`], shared with the drain tasks.
+#[derive(Debug, Default)]
+struct Sent {
+    batches: AtomicU64,
+    callers: AtomicU64,
+}
+
+impl Sent {
+    fn batch(&self, callers: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.callers.fetch_add(callers as u64, Ordering::Relaxed);
+    }
+}
 
 /// Limits of a [`Coalescer`].
 #[derive(Debug, Clone)]
@@ -137,6 +162,7 @@ pub struct Coalescer {
     client: Client,
     cfg: CoalescerConfig,
     queues: Queues,
+    sent: Arc<Sent>,
     /// Callers of [`Coalescer::next_id`] (one queue: any AllocSvr answers for ids).
     ids: Arc<crate::ids::IdQueue>,
 }
@@ -158,8 +184,17 @@ impl Coalescer {
             client,
             cfg,
             queues: Arc::new(Mutex::new(HashMap::new())),
+            sent: Arc::default(),
             ids: Arc::default(),
         })
+    }
+
+    /// The batches sent so far and the callers they carried.
+    pub fn stats(&self) -> CoalescerStats {
+        CoalescerStats {
+            batches: self.sent.batches.load(Ordering::Relaxed),
+            callers: self.sent.callers.load(Ordering::Relaxed),
+        }
     }
 
     /// The client this coalescer sends through.
@@ -199,6 +234,7 @@ impl Coalescer {
             Joined::Queued(rx) => rx.await.unwrap_or_else(|_| unanswered()),
             // `_running` is held to the end of the call, dropped or not.
             Joined::Alone(_running, item) => {
+                self.sent.batch(1);
                 let mut results = match &item {
                     Item::Uid(uid) => batch_of(&self.client, Items::Uids(std::slice::from_ref(uid)), deadline).await,
                     Item::Key(key) => batch_of(&self.client, Items::Keys(&[&**key]), deadline).await,
@@ -230,7 +266,8 @@ impl Coalescer {
             }
             let drain_state = Arc::new(DrainState::default());
             let (owner, state, cfg) = (addr.to_owned(), drain_state.clone(), self.cfg.clone());
-            tokio::spawn(drain(self.client.clone(), self.queues.clone(), owner, state, cfg));
+            let (client, all, sent) = (self.client.clone(), self.queues.clone(), self.sent.clone());
+            tokio::spawn(drain(client, all, sent, owner, state, cfg));
             queues.insert(
                 addr.to_owned(),
                 Queue {
@@ -287,7 +324,14 @@ impl Drop for Coalescer {
 /// `max_batch`). Otherwise the callers wait for the next batch to finish: every RPC costs both
 /// sides a few tens of microseconds of syscalls and HTTP/2 framing, whatever its size, so under
 /// load fewer, larger batches carry more seqs per core than many small ones.
-async fn drain(client: Client, queues: Queues, owner: String, state: Arc<DrainState>, cfg: CoalescerConfig) {
+async fn drain(
+    client: Client,
+    queues: Queues,
+    sent: Arc<Sent>,
+    owner: String,
+    state: Arc<DrainState>,
+    cfg: CoalescerConfig,
+) {
     let busy = cfg.busy_batch.min(cfg.max_batch);
     loop {
         let batch = {
@@ -304,6 +348,7 @@ async fn drain(client: Client, queues: Queues, owner: String, state: Arc<DrainSt
             continue;
         };
         state.in_flight.fetch_add(1, Ordering::AcqRel);
+        sent.batch(batch.len());
         let (client, state) = (client.clone(), state.clone());
         tokio::spawn(async move {
             serve(&client, batch).await;

@@ -63,7 +63,7 @@ pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
 pub use client::{Block, Client, Counted, CounterBlock, CurSeq, Fetched, Owner};
-pub use coalesce::{Coalescer, CoalescerConfig};
+pub use coalesce::{Coalescer, CoalescerConfig, CoalescerStats};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
 pub use ids::Ids;

@@ -137,6 +137,14 @@ struct Args {
     /// Measure only at these caller counts (of 1, 16, 64, 256).
     #[arg(long, value_delimiter = ',')]
     callers: Vec<usize>,
+    /// The Coalescer's `busy_batch` (default: the client library's): callers that must wait
+    /// before a further batch goes out while others are in flight.
+    #[arg(long)]
+    coal_busy_batch: Option<usize>,
+    /// The Coalescer's `max_in_flight` (default: the client library's): batches in flight per
+    /// owner.
+    #[arg(long)]
+    coal_max_in_flight: Option<usize>,
 }
 
 impl Args {
@@ -159,6 +167,11 @@ impl Args {
         }
         if !(1..=1_000_000).contains(&self.keys) || !(1_000..=10_000_000).contains(&self.memory_keys) {
             return Err("--keys must be in 1..=1000000 and --memory-keys in 1000..=10000000".into());
+        }
+        if self.coal_busy_batch.is_some_and(|n| !(1..=1_000).contains(&n))
+            || self.coal_max_in_flight.is_some_and(|n| !(1..=64).contains(&n))
+        {
+            return Err("--coal-busy-batch must be in 1..=1000 and --coal-max-in-flight in 1..=64".into());
         }
         self.quiet.validate()
     }
@@ -224,7 +237,7 @@ impl Servers {
     }
 }
 
-async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Servers, Failure> {
+async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path, args: &Args) -> Result<Servers, Failure> {
     let extra = [format!("--uid-limit={UID_LIMIT}")];
     let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &extra)
         .await
@@ -239,8 +252,14 @@ async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Se
     let client = Client::connect(ClientConfig::new([node.addr.clone()]))
         .await
         .map_err(|e| harness(format!("client: {e}")))?;
-    let coalescer =
-        Arc::new(Coalescer::new(client, CoalescerConfig::default()).map_err(|e| harness(format!("coalescer: {e}")))?);
+    let mut cfg = CoalescerConfig::default();
+    cfg.busy_batch = args.coal_busy_batch.unwrap_or(cfg.busy_batch);
+    cfg.max_in_flight = args.coal_max_in_flight.unwrap_or(cfg.max_in_flight);
+    println!(
+        "coalescer: busy_batch {}, max_in_flight {}, max_batch {}",
+        cfg.busy_batch, cfg.max_in_flight, cfg.max_batch
+    );
+    let coalescer = Arc::new(Coalescer::new(client, cfg).map_err(|e| harness(format!("coalescer: {e}")))?);
     println!(
         "cluster: 3 storesvr (section size {SECTION_SIZE}, uid limit 2^24, step {STEP}) + 1 allocsvr, serving {:.1} s after it started; logs in {}",
         started.elapsed().as_secs_f64(),
@@ -318,7 +337,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     );
     let mut procs =
         Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
-    let s = start(&mut procs, &bins, tmp.path()).await?;
+    let s = start(&mut procs, &bins, tmp.path(), args).await?;
     // Memory first, on fresh processes: after the load, freed memory the allocator keeps would
     // hide the growth.
     let memory = measure_memory(args, &s).await?;
@@ -358,10 +377,21 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
                     continue;
                 }
                 cluster::wait_quiet(&s.ours, args.quiet.quiet_below, args.quiet.wait()).await;
+                let sent = s.coalescer.stats();
                 let Some(sample) = s.measure(case, c, args.keys, window).await? else {
                     continue;
                 };
                 println!("{}", report::row(case.name(), c, case.server(), &sample));
+                if matches!(case, Case::KeyCoalesced | Case::UidCoalesced) {
+                    // Over the warm-up and the window alike: a mean size, not a rate.
+                    let now = s.coalescer.stats();
+                    let (batches, callers) = (now.batches - sent.batches, now.callers - sent.callers);
+                    println!(
+                        "  {} batches carried {callers} callers: {:.1} a batch",
+                        batches,
+                        callers as f64 / batches.max(1) as f64
+                    );
+                }
                 cluster::check_alive(&mut procs).map_err(harness)?;
                 if sample.calls == 0 {
                     return Err(harness(format!("{} at {c} completed no call", case.name())));
