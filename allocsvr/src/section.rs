@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use compact_str::CompactString;
 use tokio::time::Instant;
 
 use seqsvr_proto::{Epoch, SectionId};
@@ -118,9 +119,11 @@ pub struct Section {
     max_seq: u64,
     /// `cur_seq` per uid offset; empty until the first fetch touches the section.
     cur: Vec<u64>,
-    /// `cur_seq` per counter key placed here.
-    keys: HashMap<Box<str>, u64>,
-    /// Bytes of the keys' names held.
+    /// `cur_seq` per counter key placed here. A name of up to 24 bytes (most keys) lives inside
+    /// its entry: no allocation of its own, and a lookup compares it without a further cache miss
+    /// (random keys made that miss a visible share of an `INCR`; perf, docs/BENCHMARKS.md).
+    keys: HashMap<CompactString, u64>,
+    /// Bytes of the keys' names held outside their entries (names longer than 24 bytes).
     key_bytes: usize,
     /// Where a key not in `keys` starts: the base, raised to `hi` when keys are forgotten.
     key_floor: u64,
@@ -205,7 +208,7 @@ impl Section {
     /// Bytes of uid and key memory held (for the ≤ 8.5 bytes/uid budget): the array, the key
     /// map's slots (an entry and a control byte each) and the keys' names.
     pub fn memory_bytes(&self) -> usize {
-        let slot = size_of::<(Box<str>, u64)>() + 1;
+        let slot = size_of::<(CompactString, u64)>() + 1;
         self.cur.capacity() * size_of::<u64>() + self.keys.capacity() * slot + self.key_bytes
     }
 
@@ -267,8 +270,11 @@ impl Section {
                     // again.
                     self.forget_keys();
                 }
-                self.keys.insert(key.into(), value);
-                self.key_bytes += key.len();
+                let name = CompactString::from(key);
+                if name.is_heap_allocated() {
+                    self.key_bytes += key.len();
+                }
+                self.keys.insert(name, value);
                 if let Some(b) = &self.budget {
                     b.live.fetch_add(1, Ordering::Relaxed);
                 }
