@@ -7,7 +7,8 @@
 //!   overall deadline.
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
 //!   concurrently and reassembles the answers in request order.
-//! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs.
+//! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs;
+//!   [`Coalescer::stats`] tells how many callers its batches carried (for tuning [`CoalescerConfig`]).
 //! - [`Client::reserve`]: a block of a uid's seqs in one call. [`ProcessOrderedBlocks`] reserves
 //!   blocks ahead and hands values out from memory: unique everywhere, increasing within the
 //!   process only (Leaf-segment's client mode; its name says what it does not promise).
