@@ -241,16 +241,10 @@ fn block(first: u64, count: u32) -> (String, String) {
 }
 
 /// `v` with who served it, when the server said: every field a decimal string, as every 64-bit
-/// number here.
+/// number here ([`OwnerJson`], the one place its fields are named).
 fn with_owner(mut v: Value, owner: Option<Owner>) -> Value {
     if let Some(o) = owner {
-        v["owner"] = json!({
-            "set": o.set_id.to_string(),
-            "node": o.node_id.0.to_string(),
-            "incarnation": o.incarnation.0.to_string(),
-            "section": o.section.0.to_string(),
-            "epoch": o.epoch.0.to_string(),
-        });
+        v["owner"] = json!(OwnerJson::from(o));
     }
     v
 }
@@ -264,9 +258,11 @@ fn serialize_decimal<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Er
     s.collect_str(v)
 }
 
-/// [`with_owner`]'s `owner`, typed: the replies of the two `next` calls, the busiest, are
-/// written straight from structs rather than built as `Value` maps (an allocation per field and
-/// map node, visible in a profile of `wrk` against `/v1/seq/{uid}/next`). Same fields, same order.
+/// Who served a call, as every reply names it: the replies of the two `next` calls, the busiest,
+/// are written straight from structs rather than built as `Value` maps (an allocation per field
+/// and map node, visible in a profile of `wrk` against `/v1/seq/{uid}/next`), and the other
+/// replies put this into their map ([`with_owner`]). Fields in alphabetical order, as a map writes
+/// them.
 #[derive(serde::Serialize)]
 struct OwnerJson {
     epoch: Decimal,
@@ -536,7 +532,8 @@ mod tests {
     use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 
     /// The typed `next` replies write the same JSON, byte for byte, as the `Value` maps every
-    /// other reply is built from (and these were before): every number a string, keys in order.
+    /// other reply is built from (and these were before): every number a string, keys in order,
+    /// the owner's five fields as the replies have always named them.
     #[test]
     fn typed_next_replies_write_what_the_value_maps_wrote() {
         let owner = Owner {
@@ -554,6 +551,10 @@ mod tests {
         .unwrap();
         let mapped = with_owner(json!({"uid": "42", "seq": (u64::MAX - 1).to_string()}), Some(owner));
         assert_eq!(typed, mapped.to_string());
+        assert_eq!(
+            typed,
+            r#"{"owner":{"epoch":"2","incarnation":"18446744073709551615","node":"3","section":"9","set":"1"},"seq":"18446744073709551614","uid":"42"}"#
+        );
         let typed = serde_json::to_string(&CounterNext {
             key: "conv:8f3a\"é",
             owner: None,
