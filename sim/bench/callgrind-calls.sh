@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Instructions per call of the AllocSvr and of the bare echo, counted by callgrind: NextIds(1),
-# FetchNextSeq and a 100-uid batch, one caller. For the same binaries the counts repeat whatever
-# else the machine is doing, so a change to the serving path too small for alloc-bench's noise
-# still shows here, down to the function. docs/BENCHMARKS.md ("Instructions per call").
+# FetchNextSeq, a 100-uid batch and a CounterBatch of 30 keys (KEYS=N for another size), one
+# caller. For the same binaries the counts repeat whatever else the machine is doing, so a change
+# to the serving path too small for alloc-bench's noise still shows here, down to the function. docs/BENCHMARKS.md ("Instructions per call").
 #
 #   cargo build --release --workspace --bins && cargo build --release -p seqsvr-bench --example call_cost
 #   sim/bench/callgrind-calls.sh [CALLS]      # 2000 per case and server by default; about 2 minutes
+#   KEYS=1000 sim/bench/callgrind-calls.sh 200
 #
 # Needs valgrind (Debian: apt install valgrind). KEEP=1 keeps the dumps (for callgrind_annotate).
 set -euo pipefail
@@ -30,5 +31,5 @@ for b in allocsvr ids-bench; do
     "$work" "$b" "$rel/$b" > "$work/$b"
   chmod +x "$work/$b"
 done
-"$work/call_cost" --calls "$calls" --dir "$work/data"
+"$work/call_cost" --calls "$calls" --keys "${KEYS:-30}" --dir "$work/data"
 python3 "$root/sim/bench/callgrind_calls.py" --calls "$calls" "$work"/callgrind.*.*.*

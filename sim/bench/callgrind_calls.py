@@ -56,7 +56,7 @@ def main():
             for k, v in cost.items():
                 agg[short(k)] += v
             by_name[trigger] = agg
-    cases = sorted({n.split("-", 1)[1] for n in by_name}, key=["next-ids", "unary", "batch100"].index)
+    cases = sorted({n.split("-", 1)[1] for n in by_name}, key=["next-ids", "unary", "batch100", "keys"].index)
     if not cases:
         sys.exit("callgrind_calls: no dumps named SERVER-CASE")
     print(f"instructions per call ({a.calls} calls per case and server, one caller)")

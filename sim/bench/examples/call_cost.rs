@@ -31,6 +31,9 @@ struct Args {
     /// Calls before counting starts.
     #[arg(long, default_value_t = 300)]
     warmup: u32,
+    /// Keys in each call of the `keys` case (1..=1000).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    keys: u64,
     /// Where the StoreSvrs keep their data and the servers their logs.
     #[arg(long)]
     dir: std::path::PathBuf,
@@ -41,7 +44,14 @@ enum Case {
     NextIds,
     Unary,
     Batch100,
+    /// A `CounterBatch` of `--keys` keys (30 by default: the size the Coalescer's batches reach
+    /// at 64 callers).
+    Keys,
 }
+
+/// Distinct counter keys the `keys` case picks from (`ctr:0..KEY_SPACE`, counter-bench's names
+/// and number).
+const KEY_SPACE: u64 = 10_000;
 
 impl Case {
     fn name(self) -> &'static str {
@@ -49,10 +59,17 @@ impl Case {
             Case::NextIds => "next-ids",
             Case::Unary => "unary",
             Case::Batch100 => "batch100",
+            Case::Keys => "keys",
         }
     }
 
-    async fn call(self, c: &mut AllocServiceClient<Channel>, rng: &mut u64, route_version: u64) -> Result<(), String> {
+    async fn call(
+        self,
+        c: &mut AllocServiceClient<Channel>,
+        rng: &mut u64,
+        route_version: u64,
+        keys: u64,
+    ) -> Result<(), String> {
         let mut uid = || {
             *rng ^= *rng << 13;
             *rng ^= *rng >> 7;
@@ -74,6 +91,15 @@ impl Case {
                     route_version,
                 };
                 c.batch_fetch_next_seq(req).await.map(drop)
+            }
+            Case::Keys => {
+                let req = pb::CounterBatchRequest {
+                    keys: (0..keys)
+                        .map(|_| format!("ctr:{}", uid() % KEY_SPACE).into_bytes())
+                        .collect(),
+                    route_version,
+                };
+                c.counter_batch(req).await.map(drop)
             }
         };
         r.map_err(|e| format!("{}: {e}", self.name()))
@@ -110,16 +136,16 @@ async fn run(args: Args) -> Result<(), String> {
     let probe: Vec<u64> = (0..SECTIONS).map(|s| s * SECTION_SIZE).collect();
     let version = cluster::wait_serving(&alloc, &probe, Duration::from_secs(120)).await?;
     let echo = cluster::channels(&echo_addr, 1).await?.remove(0);
-    for case in [Case::NextIds, Case::Unary, Case::Batch100] {
+    for case in [Case::NextIds, Case::Unary, Case::Batch100, Case::Keys] {
         for (server, client, pid) in [("echo", &echo, echo_pid), ("alloc", &alloc, node.pid)] {
             let mut c = client.clone();
             let mut rng = 0x9e37_79b9_7f4a_7c15;
             for _ in 0..args.warmup {
-                case.call(&mut c, &mut rng, version).await?;
+                case.call(&mut c, &mut rng, version, args.keys).await?;
             }
             control(pid, "--zero")?;
             for _ in 0..args.calls {
-                case.call(&mut c, &mut rng, version).await?;
+                case.call(&mut c, &mut rng, version, args.keys).await?;
             }
             control(pid, &format!("--dump={server}-{}", case.name()))?;
             println!("{server} {}: {} calls counted", case.name(), args.calls);
