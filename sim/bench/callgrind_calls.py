@@ -46,6 +46,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, required=True)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--one", help="print one dump of this name alone: its total and top functions")
     ap.add_argument("dumps", nargs="+")
     a = ap.parse_args()
     by_name = {}
@@ -56,6 +57,14 @@ def main():
             for k, v in cost.items():
                 agg[short(k)] += v
             by_name[trigger] = agg
+    if a.one:
+        one = by_name.get(a.one)
+        if not one:
+            sys.exit(f"callgrind_calls: no dump named {a.one}")
+        print(f"{a.one}: {sum(one.values()) / a.calls:.0f} instructions per call ({a.calls} calls)")
+        for k, v in one.most_common(a.top):
+            print(f"  {v / a.calls:8.0f}  {k}")
+        return
     cases = sorted({n.split("-", 1)[1] for n in by_name}, key=["next-ids", "unary", "batch100", "keys"].index)
     if not cases:
         sys.exit("callgrind_calls: no dumps named SERVER-CASE")
