@@ -261,24 +261,29 @@ impl Section {
                     *v = value;
                     return;
                 }
-                let full = self
-                    .budget
-                    .as_ref()
-                    .is_some_and(|b| b.live.load(Ordering::Relaxed) >= b.max);
-                if full {
-                    // `hi` covers `value` already: the key restarts above it if it is forgotten
-                    // again.
-                    self.forget_keys();
-                }
-                let name = CompactString::from(key);
-                if name.is_heap_allocated() {
-                    self.key_bytes += key.len();
-                }
-                self.keys.insert(name, value);
-                if let Some(b) = &self.budget {
-                    b.live.fetch_add(1, Ordering::Relaxed);
-                }
+                self.insert_key(key, value);
             }
+        }
+    }
+
+    /// Starts holding `key`, which the map does not hold, at `value`; a full key budget first
+    /// forgets this section's keys.
+    fn insert_key(&mut self, key: &str, value: u64) {
+        let full = self
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.live.load(Ordering::Relaxed) >= b.max);
+        if full {
+            // `hi` covers `value` already: the key restarts above it if it is forgotten again.
+            self.forget_keys();
+        }
+        let name = CompactString::from(key);
+        if name.is_heap_allocated() {
+            self.key_bytes += key.len();
+        }
+        self.keys.insert(name, value);
+        if let Some(b) = &self.budget {
+            b.live.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -358,20 +363,31 @@ impl Section {
             self.spec.step
         );
         let ceiling = self.ceiling();
+        // A key not held yet, known from the lookup below: it starts at the key floor and is
+        // inserted without being looked up twice more (read, then write) by the general path.
+        let mut new_key = None;
         if let Counter::Key(key) = who
             && !(self.spec.unsafe_keys_share_seq || self.spec.unsafe_block_overlap)
-            && let Some(cur) = self.keys.get_mut(key)
-            && let Some(last) = cur.checked_add(n).filter(|&last| last <= ceiling)
         {
-            // A key already held, with room below the ceiling: one lookup instead of the two
-            // (read, then write) of the general path below.
-            let first = *cur + 1;
-            *cur = last;
-            self.hi = self.hi.max(last);
-            debug_assert!(last <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
-            return Next::Served(first);
+            match self.keys.get_mut(key) {
+                Some(cur) => {
+                    if let Some(last) = cur.checked_add(n).filter(|&last| last <= ceiling) {
+                        // A key already held, with room below the ceiling: served by this one
+                        // lookup.
+                        let first = *cur + 1;
+                        *cur = last;
+                        self.hi = self.hi.max(last);
+                        debug_assert!(last <= self.max_seq || self.spec.unsafe_serve_before_ack, "P2");
+                        return Next::Served(first);
+                    }
+                }
+                None => new_key = Some(key),
+            }
         }
-        let cur = self.current(who, base);
+        let cur = match new_key {
+            Some(_) => self.key_floor,
+            None => self.current(who, base),
+        };
         let last = match cur.checked_add(n) {
             Some(last) if last <= ceiling => last,
             _ if self.max_seq.checked_add(self.spec.step).is_none() => return Next::Exhausted,
@@ -387,7 +403,10 @@ impl Section {
             self.set_current(who, base, last - 1);
             return Next::Served(cur);
         }
-        self.set_current(who, base, last);
+        match new_key {
+            Some(key) => self.insert_key(key, last),
+            None => self.set_current(who, base, last),
+        }
         Next::Served(cur + 1)
     }
 

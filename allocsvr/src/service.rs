@@ -145,10 +145,20 @@ impl Service {
     /// The counter key in `bytes` and its place, or INVALID_ARGUMENT naming the rule it broke.
     fn check_key<'k>(&self, bytes: &'k [u8]) -> Result<Who<'k>, Error> {
         let key = seqsvr_proto::keys::check_key(bytes).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok(Who {
+        Ok(self.key_who(key))
+    }
+
+    /// A key that is a string already (the front ends'): its length checked, not its UTF-8.
+    fn check_key_str<'k>(&self, key: &'k str) -> Result<Who<'k>, Error> {
+        let key = seqsvr_proto::keys::check_key_str(key).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Ok(self.key_who(key))
+    }
+
+    fn key_who<'k>(&self, key: &'k str) -> Who<'k> {
+        Who {
             pos: seqsvr_proto::keys::position(key, self.shared.params().uid_limit),
             key: Some(key),
-        })
+        }
     }
 
     /// Takes `n` seqs of `who` (1 for a fetch, more for a block): `Served` names the first.
@@ -369,7 +379,7 @@ impl Service {
 
     fn front_who<'k>(&self, uid: u64, key: Option<&'k str>) -> Option<Who<'k>> {
         match key {
-            Some(k) => self.check_key(k.as_bytes()).ok(),
+            Some(k) => self.check_key_str(k).ok(),
             None => self.check_uid(uid).ok().map(Who::uid),
         }
     }

@@ -157,7 +157,7 @@ impl Client {
         }
         if let Some(Err(e)) = keys
             .iter()
-            .map(|k| seqsvr_proto::keys::check_key(k.as_bytes()))
+            .map(|k| seqsvr_proto::keys::check_key_str(k))
             .find(Result::is_err)
         {
             return Err(ClientError::failed(FailureKind::InvalidArgument, e.to_string()));

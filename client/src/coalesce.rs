@@ -210,7 +210,7 @@ impl Coalescer {
     /// The next value of the named counter `key`, sent in a `CounterBatch` with other callers'
     /// keys for the same owner. A bad key is refused here, before it joins a batch.
     pub async fn counter_next(&self, key: &str) -> Result<Counted, ClientError> {
-        seqsvr_proto::keys::check_key(key.as_bytes())
+        seqsvr_proto::keys::check_key_str(key)
             .map_err(|e| ClientError::failed(FailureKind::InvalidArgument, e.to_string()))?;
         self.enqueue(Item::Key(key.into())).await.map(Counted::from)
     }

@@ -93,7 +93,7 @@ impl ProcessOrderedBlocks {
     /// The next value of the named counter `key` for this process, as [`Self::next`] for a uid:
     /// unique everywhere, increasing within this process, not ordered across processes.
     pub async fn next_of_key(&self, key: &str) -> Result<u64, ClientError> {
-        seqsvr_proto::keys::check_key(key.as_bytes())
+        seqsvr_proto::keys::check_key_str(key)
             .map_err(|e| ClientError::failed(FailureKind::InvalidArgument, e.to_string()))?;
         self.next_of(&Name::Key(key.into())).await
     }

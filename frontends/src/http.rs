@@ -211,7 +211,7 @@ fn uid_of(s: &str) -> Result<u64, CallError> {
 }
 
 fn key_of(s: &str) -> Result<&str, CallError> {
-    seqsvr_proto::keys::check_key(s.as_bytes()).map_err(|e| CallError::bad_input(e.to_string()))
+    seqsvr_proto::keys::check_key_str(s).map_err(|e| CallError::bad_input(e.to_string()))
 }
 
 /// Takes `count` numbers of `who` within the caller's deadline; the first.

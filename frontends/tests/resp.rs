@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 
 use common::Fake;
 use proptest::prelude::*;
+use redis_protocol::resp2::types::Resp2Frame as _;
+use redis_protocol::resp3::types::Resp3Frame as _;
 use seqsvr_frontends::calls::{CallError, ErrorKind};
 use seqsvr_frontends::resp::{self, MAX_PENDING_BYTES, RespConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -287,6 +289,30 @@ async fn a_command_that_never_completes_is_cut_off() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Integer replies are written without the codec: byte for byte what it writes, in RESP2
+    /// and RESP3, for any value.
+    #[test]
+    fn integer_replies_are_the_codecs_bytes(i in any::<i64>()) {
+        let codec2 = {
+            let frame = redis_protocol::resp2::types::OwnedFrame::Integer(i);
+            let mut b = vec![0; frame.encode_len(false)];
+            redis_protocol::resp2::encode::encode(&mut b, &frame, false).unwrap();
+            b
+        };
+        let codec3 = {
+            let frame = redis_protocol::resp3::types::OwnedFrame::Number { data: i, attributes: None };
+            let mut b = vec![0; frame.encode_len(false)];
+            redis_protocol::resp3::encode::complete::encode(&mut b, &frame, false).unwrap();
+            b
+        };
+        for (proto, codec) in [(2, codec2), (3, codec3)] {
+            let mut ours = b"before".to_vec();
+            resp::Reply::Int(i).encode(proto, &mut ours);
+            prop_assert_eq!(&ours[..6], b"before");
+            prop_assert_eq!(&ours[6..], &codec[..], "RESP{} {}", proto, i);
+        }
+    }
 
     /// The fuzz target of the command layer: any bytes, and any arrays of arbitrary arguments,
     /// end the connection without a panic, and every reply line is a well-formed RESP2 reply.

@@ -32,7 +32,7 @@ pub(crate) async fn counter(cli: &Cli, cmd: &CounterCmd) -> Result<String, Failu
     let key = match cmd {
         CounterCmd::Next { key } | CounterCmd::Reserve { key, .. } | CounterCmd::Get { key } => key,
     };
-    seqsvr_proto::keys::check_key(key.as_bytes()).map_err(|e| Failure::usage(e.to_string()))?;
+    seqsvr_proto::keys::check_key_str(key).map_err(|e| Failure::usage(e.to_string()))?;
     let client = alloc_client(cli)?;
     let (value, last, count, owner) = match cmd {
         CounterCmd::Next { .. } => {

@@ -65,10 +65,11 @@ def main():
         for k, v in one.most_common(a.top):
             print(f"  {v / a.calls:8.0f}  {k}")
         return
-    cases = sorted({n.split("-", 1)[1] for n in by_name}, key=["next-ids", "unary", "batch100", "keys"].index)
+    cases = sorted({n.split("-", 1)[1] for n in by_name}, key=["next-ids", "unary", "batch100", "keys", "resp16"].index)
     if not cases:
         sys.exit("callgrind_calls: no dumps named SERVER-CASE")
-    print(f"instructions per call ({a.calls} calls per case and server, one caller)")
+    print(f"instructions per call ({a.calls} calls per case and server, one caller;"
+          " resp16: a pipeline of 16 INCRs, and the echo is redis-server)")
     print(f"{'case':10} {'echo':>9} {'AllocSvr':>9} {'ratio':>6}")
     for case in cases:
         e, s = by_name.get(f"echo-{case}"), by_name.get(f"alloc-{case}")

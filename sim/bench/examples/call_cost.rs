@@ -7,6 +7,10 @@
 //! and server, a warm-up, then `callgrind_control --zero`, `--calls` calls one after another, and
 //! `callgrind_control --dump=SERVER-CASE`. The script reads the dumps.
 //!
+//! The `resp16` case is the Redis protocol front end against Redis itself (when `redis-server` is
+//! on PATH; the script runs it under callgrind too): one "call" is a pipeline of 16 `INCR`s of
+//! random keys, as `redis-benchmark -P 16 -r 1000000` sends them.
+//!
 //! Deliberately left out: concurrency (one caller: the count is per call either way, and a
 //! server under valgrind is too slow for a load to mean anything) and timing.
 use std::process::{Command, ExitCode};
@@ -14,8 +18,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use seqsvr_bench::cluster;
+use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
 /// Uids per section, as in alloc-bench and ids-bench.
@@ -47,6 +54,36 @@ enum Case {
     /// A `CounterBatch` of `--keys` keys (30 by default: the size the Coalescer's batches reach
     /// at 64 callers).
     Keys,
+}
+
+/// `INCR`s in each pipeline of the `resp16` case.
+const PIPELINE: usize = 16;
+
+/// One pipeline of [`PIPELINE`] `INCR`s of random keys (`key:` and 12 digits below 1,000,000,
+/// `redis-benchmark -r`'s names) on `conn`; fails unless every reply is an integer.
+async fn incr_pipeline(conn: &mut TcpStream, rng: &mut u64, buf: &mut Vec<u8>) -> Result<(), String> {
+    buf.clear();
+    for _ in 0..PIPELINE {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        let key = format!("key:{:012}", (*rng >> 11) % 1_000_000);
+        buf.extend_from_slice(format!("*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n", key.len()).as_bytes());
+    }
+    conn.write_all(buf).await.map_err(|e| format!("resp write: {e}"))?;
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    while buf.iter().filter(|&&b| b == b'\n').count() < PIPELINE {
+        let n = conn.read(&mut chunk).await.map_err(|e| format!("resp read: {e}"))?;
+        if n == 0 {
+            return Err("resp: the server closed the connection".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    match buf.split(|&b| b == b'\n').find(|l| !l.is_empty() && l[0] != b':') {
+        Some(line) => Err(format!("resp: not an integer reply: {}", String::from_utf8_lossy(line))),
+        None => Ok(()),
+    }
 }
 
 /// Distinct counter keys the `keys` case picks from (`ctr:0..KEY_SPACE`, counter-bench's names
@@ -124,10 +161,17 @@ async fn run(args: Args) -> Result<(), String> {
     let echo_bin = exe.parent().ok_or("no parent dir")?.join("ids-bench");
     let mut procs = seqsvr_harness::Supervisor::new(&args.dir.join("logs")).map_err(|e| e.to_string())?;
     let (echo_addr, echo_pid) = seqsvr_bench::echo::start(&mut procs, &echo_bin).await?;
-    let layout = ["--id-layout=twitter".to_string()];
+    // Keys land in the uid cases' sections (warmed below), so no counted call waits for a first
+    // bump of a section.
+    let flags = [
+        "--id-layout=twitter".to_string(),
+        format!("--uid-limit={}", SECTIONS * SECTION_SIZE),
+    ];
     let stores =
-        cluster::start_stores_with(&mut procs, &bins.storesvr, &args.dir, 10_000, SECTION_SIZE, &layout).await?;
-    let node = cluster::start_allocsvr(&mut procs, &bins.allocsvr, 1, &stores)?;
+        cluster::start_stores_with(&mut procs, &bins.storesvr, &args.dir, 10_000, SECTION_SIZE, &flags).await?;
+    let resp_addr = seqsvr_harness::free_addr();
+    let resp_flag = [format!("--resp-listen={resp_addr}")];
+    let node = cluster::start_allocsvr_with(&mut procs, &bins.allocsvr, 1, &stores, &resp_flag)?;
     if !seqsvr_harness::wait_listening(&node.addr, Duration::from_secs(60)).await {
         return Err("the allocsvr did not listen within 60 s".into());
     }
@@ -150,6 +194,27 @@ async fn run(args: Args) -> Result<(), String> {
             control(pid, &format!("--dump={server}-{}", case.name()))?;
             println!("{server} {}: {} calls counted", case.name(), args.calls);
         }
+    }
+    let redis = peers::start(&mut procs, &args.dir, PeerKind::Redis).await?;
+    let mut resp_servers = Vec::new();
+    match &redis {
+        Some(r) => resp_servers.push(("echo", r.addr.clone(), r.pid)),
+        None => println!("resp16: redis-server is not on PATH; only the AllocSvr is counted"),
+    }
+    resp_servers.push(("alloc", resp_addr, node.pid));
+    for (server, addr, pid) in resp_servers {
+        let mut conn = TcpStream::connect(&addr).await.map_err(|e| format!("{addr}: {e}"))?;
+        conn.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (mut rng, mut buf) = (0x9e37_79b9_7f4a_7c15, Vec::new());
+        for _ in 0..args.warmup {
+            incr_pipeline(&mut conn, &mut rng, &mut buf).await?;
+        }
+        control(pid, "--zero")?;
+        for _ in 0..args.calls {
+            incr_pipeline(&mut conn, &mut rng, &mut buf).await?;
+        }
+        control(pid, &format!("--dump={server}-resp16"))?;
+        println!("{server} resp16: {} pipelines of {PIPELINE} counted", args.calls);
     }
     cluster::check_alive(&mut procs)
 }
