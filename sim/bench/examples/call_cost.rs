@@ -13,10 +13,11 @@
 //!
 //! Deliberately left out: concurrency (one caller: the count is per call either way, and a
 //! server under valgrind is too slow for a load to mean anything) and timing.
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use seqsvr_bench::callgrind::control;
 use seqsvr_bench::cluster;
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_proto::pb;
@@ -143,17 +144,6 @@ impl Case {
     }
 }
 
-fn control(pid: u32, arg: &str) -> Result<(), String> {
-    let out = Command::new("callgrind_control")
-        .args([arg, &pid.to_string()])
-        .output()
-        .map_err(|e| format!("callgrind_control: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("callgrind_control {arg} {pid} failed"));
-    }
-    Ok(())
-}
-
 async fn run(args: Args) -> Result<(), String> {
     let bins = cluster::binaries()?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -219,13 +209,6 @@ async fn run(args: Args) -> Result<(), String> {
     cluster::check_alive(&mut procs)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("call_cost: {e}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> ExitCode {
+    seqsvr_bench::callgrind::main("call_cost", run(Args::parse()))
 }

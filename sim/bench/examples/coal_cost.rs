@@ -8,12 +8,13 @@
 //!
 //! Deliberately left out: timing and throughput (under valgrind they mean nothing), and the load
 //! driver's histogram and timeout, which `counter-bench` has and a caller of the library does not.
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use seqsvr_bench::callgrind::control;
 use seqsvr_bench::{cluster, counters};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
 
@@ -39,20 +40,6 @@ struct Args {
     /// Where the StoreSvrs keep their data and the servers their logs.
     #[arg(long)]
     dir: std::path::PathBuf,
-}
-
-fn control(arg: &str) -> Result<(), String> {
-    let pid = std::process::id().to_string();
-    let out = Command::new("callgrind_control")
-        .args([arg, &pid])
-        .output()
-        .map_err(|e| format!("callgrind_control: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "callgrind_control {arg} {pid} failed (is this process under callgrind?)"
-        ));
-    }
-    Ok(())
 }
 
 /// `total` values by `callers` tasks in a closed loop; fails on the first error.
@@ -110,9 +97,9 @@ async fn run(args: Args) -> Result<(), String> {
     let coalescer = Arc::new(Coalescer::new(client, CoalescerConfig::default()).map_err(|e| e.to_string())?);
     load(&coalescer, &args, args.values / 5).await?;
     let before = coalescer.stats();
-    control("--zero")?;
+    control(std::process::id(), "--zero")?;
     load(&coalescer, &args, args.values).await?;
-    control("--dump=client-coalesced")?;
+    control(std::process::id(), "--dump=client-coalesced")?;
     let after = coalescer.stats();
     let batches = after.batches - before.batches;
     println!(
@@ -124,13 +111,6 @@ async fn run(args: Args) -> Result<(), String> {
     cluster::check_alive(&mut procs)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Args::parse()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("coal_cost: {e}");
-            ExitCode::FAILURE
-        }
-    }
+fn main() -> ExitCode {
+    seqsvr_bench::callgrind::main("coal_cost", run(Args::parse()))
 }

@@ -9,7 +9,8 @@
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
 //!   wait for ownership, touch uids; [`costs`]: the uid sets, tables and extrapolation of the cost
 //!   curves; [`plot`]: PNG line charts (also alloc-bench's latency plots); [`tls`]: `--tls`, every
-//!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes.
+//!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes;
+//!   [`callgrind`]: what the instruction-counting drivers (examples) share.
 //! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
 //! - `counter-bench` (sixth binary): named counters against the uid path and Redis
 //!   `INCR`/`INCRBY`, and the memory of a live key on each side; [`counters`]: its loads.
@@ -20,6 +21,7 @@
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
 pub mod args;
+pub mod callgrind;
 pub mod cluster;
 pub mod costs;
 pub mod counters;
