@@ -375,9 +375,10 @@ impl<'a, C: Calls> Session<'a, C> {
         commands
             .iter()
             .map_while(|c| {
-                let w = (c.len() == 2 && c[0].eq_ignore_ascii_case(b"INCR"))
-                    .then(|| who(c[1]).ok())
-                    .flatten()?;
+                if c.len() != 2 || !c[0].eq_ignore_ascii_case(b"INCR") {
+                    return None;
+                }
+                let w = who(c[1]).ok()?;
                 seen.insert(w).then_some(w)
             })
             .collect()
