@@ -71,7 +71,7 @@ impl Forwarder {
         if let Some(c) = conns.get(addr) {
             return Ok(c.clone());
         }
-        let c = self.dialer.dial(addr, CONNECT_TIMEOUT)?;
+        let c = self.dialer.dial_data(addr, CONNECT_TIMEOUT)?;
         conns.insert(addr.to_owned(), c.clone());
         Ok(c)
     }

@@ -23,7 +23,7 @@ use seqsvr_proto::{Routes, Uid, pb};
 
 use crate::error::{ClientError, FailureKind};
 use crate::map::MapView;
-use crate::transport::{Conn, Connect};
+use crate::transport::{Conn, Connect, H2Conn};
 
 /// The latest valid route table of every set heard from, and the latest cluster map.
 ///
@@ -326,11 +326,21 @@ impl Channels {
         if let Some(ch) = map.get(addr) {
             return Ok(ch.clone());
         }
-        let endpoint = seqsvr_auth::endpoint(addr, self.tls.as_deref())
-            .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?
-            .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true);
-        let channel = Conn::Tonic(endpoint.connect_lazy());
+        // Plaintext: our own HTTP/2 connection, whose unary request leaves in one write
+        // (`seqsvr_rpc`'s h2conn.rs says why); under TLS, tonic's channel.
+        let channel = match &self.tls {
+            None => Conn::H2(
+                H2Conn::lazy(addr, self.connect_timeout)
+                    .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?,
+            ),
+            Some(tls) => {
+                let endpoint = seqsvr_auth::endpoint(addr, Some(tls))
+                    .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?
+                    .connect_timeout(self.connect_timeout)
+                    .tcp_nodelay(true);
+                Conn::Tonic(endpoint.connect_lazy())
+            }
+        };
         if map.len() >= MAX_CHANNELS {
             map.retain(|a, _| keep(a));
         }

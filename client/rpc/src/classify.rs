@@ -100,7 +100,7 @@ pub fn classify(status: &Status) -> Verdict {
 fn is_connect_error(status: &Status) -> bool {
     let mut next = status.source();
     while let Some(err) = next {
-        if err.is::<tonic::ConnectError>() {
+        if err.is::<tonic::ConnectError>() || err.is::<crate::h2conn::ConnectError>() {
             return true;
         }
         next = err.source();

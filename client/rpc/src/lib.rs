@@ -1,6 +1,7 @@
 //! The client side of every call in seqsvr-rs, shared by the data-plane client (`seqsvr-client`)
 //! and the control-plane clients (`seqsvr-control`): [`transport`] is how a client reaches a
-//! server (a tonic channel, or an in-process transport that the deterministic simulator drives),
+//! server (a tonic channel, a plaintext HTTP/2 connection of our own for the data plane, or an
+//! in-process transport that the deterministic simulator drives),
 //! and [`classify`] says what a failed call means — whether it may have taken effect and whether
 //! to retry it.
 //!
@@ -8,6 +9,7 @@
 //! crates above), and the server side (`seqsvr-auth`, `seqsvr-proto::serving`).
 
 pub mod classify;
+mod h2conn;
 pub mod transport;
 
 pub use transport::{Conn, Connect, Dialer};

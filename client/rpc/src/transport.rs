@@ -8,6 +8,10 @@
 //! generated clients, deadlines, codecs, routing, leader following, retries) is the same code in
 //! both.
 //!
+//! In production a connection is HTTP/2 over TCP: [`Dialer::dial_data`] gives the data plane a
+//! plaintext [`H2Conn`] (one write per request) and a tonic channel under TLS; the control plane
+//! always dials tonic channels ([`Dialer::dial`]).
+//!
 //! Deliberately left out: any transport other than HTTP/2 over TCP in production.
 
 use std::future::Future;
@@ -19,6 +23,8 @@ use tonic::body::Body;
 use tonic::codegen::{Service, http};
 use tonic::transport::Channel;
 use tonic::transport::channel::ResponseFuture;
+
+pub use crate::h2conn::H2Conn;
 
 /// Any error a transport reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +41,7 @@ pub trait Connect: Send + Sync + 'static {
 #[derive(Clone)]
 pub enum Conn {
     Tonic(Channel),
+    H2(H2Conn),
     InProcess { addr: Arc<str>, via: Arc<dyn Connect> },
 }
 
@@ -42,6 +49,7 @@ impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conn::Tonic(c) => c.fmt(f),
+            Conn::H2(c) => c.fmt(f),
             Conn::InProcess { addr, .. } => write!(f, "InProcess({addr})"),
         }
     }
@@ -50,7 +58,8 @@ impl std::fmt::Debug for Conn {
 /// [`Conn`]'s reply future: the channel's own, unboxed, on the production path.
 pub enum ConnFuture {
     Tonic(ResponseFuture),
-    InProcess(CallFuture),
+    /// An [`H2Conn`]'s or an in-process transport's.
+    Boxed(CallFuture),
 }
 
 impl Future for ConnFuture {
@@ -59,7 +68,7 @@ impl Future for ConnFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             ConnFuture::Tonic(f) => Pin::new(f).poll(cx).map_err(Into::into),
-            ConnFuture::InProcess(f) => f.as_mut().poll(cx),
+            ConnFuture::Boxed(f) => f.as_mut().poll(cx),
         }
     }
 }
@@ -72,14 +81,15 @@ impl Service<http::Request<Body>> for Conn {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         match self {
             Conn::Tonic(c) => c.poll_ready(cx).map_err(Into::into),
-            Conn::InProcess { .. } => Poll::Ready(Ok(())),
+            Conn::H2(_) | Conn::InProcess { .. } => Poll::Ready(Ok(())),
         }
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         match self {
             Conn::Tonic(c) => ConnFuture::Tonic(c.call(req)),
-            Conn::InProcess { addr, via } => ConnFuture::InProcess(via.call(addr, req)),
+            Conn::H2(c) => ConnFuture::Boxed(c.call(req)),
+            Conn::InProcess { addr, via } => ConnFuture::Boxed(via.call(addr, req)),
         }
     }
 }
@@ -142,5 +152,14 @@ impl Dialer {
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true);
         Ok(Conn::Tonic(endpoint.connect_lazy()))
+    }
+
+    /// A lazily connected data-plane `Conn` to `addr` (`host:port`); no IO. Plaintext, it is an
+    /// [`H2Conn`] (a unary request in one write; see its module); under TLS, a tonic channel.
+    pub fn dial_data(&self, addr: &str, connect_timeout: std::time::Duration) -> Result<Conn, String> {
+        if self.via.is_some() || self.tls.is_some() {
+            return self.dial(addr, connect_timeout);
+        }
+        Ok(Conn::H2(H2Conn::lazy(addr, connect_timeout)?))
     }
 }

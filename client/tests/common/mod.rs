@@ -85,6 +85,9 @@ pub struct FakeAlloc {
     pub addr: String,
     pub state: Arc<FakeState>,
     task: JoinHandle<()>,
+    /// Accepted connections.
+    pub accepted: Arc<AtomicU64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Drop for FakeAlloc {
@@ -96,21 +99,50 @@ impl Drop for FakeAlloc {
 impl FakeAlloc {
     /// Starts a fake with no route table (it answers NOT_OWNER to everything until one is set).
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// [`FakeAlloc::start`] on `addr` (a stopped fake's address, say).
+    pub async fn start_on(addr: &str) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind loopback");
         let addr = listener.local_addr().unwrap().to_string();
         let state = Arc::new(FakeState {
             addr: addr.clone(),
             ..FakeState::default()
         });
         let svc = AllocServiceServer::new(Svc(state.clone()));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counted = accepted.clone();
+        let incoming = tokio_stream::StreamExt::map(TcpListenerStream::new(listener), move |conn| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            conn
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(svc)
-                .serve_with_incoming(TcpListenerStream::new(listener))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
                 .await
                 .expect("fake server");
         });
-        Self { addr, state, task }
+        Self {
+            addr,
+            state,
+            task,
+            accepted,
+            stop: Some(stop),
+        }
+    }
+
+    /// Stops the way a server shutting down does: GOAWAY on every connection, calls in flight
+    /// finished, the port closed.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
     }
 
     pub fn set_routes(&self, table: pb::RouteTable) {
