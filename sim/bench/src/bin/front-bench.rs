@@ -126,8 +126,9 @@ fn need(tool: &str) -> Result<(), Failure> {
 /// The least a forwarded call can add at one connection, measured: the forwarding AllocSvr makes
 /// one gRPC call to the owner, and no gRPC call on this machine is quicker than a bare tonic echo's
 /// (`seqsvr_bench::echo`: answers from nothing, in a process of its own). Prints the echo's p50 at
-/// one caller and what it makes of the target: when the echo alone adds more than 1.5× the direct
-/// call's p50, no forwarding over gRPC meets the target on this machine.
+/// one caller, through a tonic channel and through the connection the forwarder uses (`H2Conn`,
+/// plaintext), and what the latter makes of the target: when the echo alone adds more than 1.5×
+/// the direct call's p50, no forwarding over that connection meets the target on this machine.
 async fn hop_floor(args: &Args, procs: &mut Supervisor, direct_p50_ms: f64) -> Result<(), Failure> {
     use seqsvr_bench::load::{self, Pids, Shape, Uids, Window};
     let exe = std::env::current_exe().map_err(|e| harness(format!("own path: {e}")))?;
@@ -155,18 +156,47 @@ async fn hop_floor(args: &Args, procs: &mut Supervisor, direct_p50_ms: f64) -> R
         }
         p50.push(s.quantile_us(0.5) / 1e3);
     }
+    let channel_ms = median(p50);
+    let mut p50 = Vec::new();
+    for _ in 0..args.runs {
+        p50.push(h2_echo_p50_ms(&addr, window).await?);
+    }
     let echo_ms = median(p50);
     let floor = echo_ms / direct_p50_ms;
     println!(
-        "    floor at 1 connection: a bare gRPC round trip (tonic echo, 1 caller) p50 {echo_ms:.3}ms = {floor:.2}× the direct p50: \
-         {}",
+        "    floor at 1 connection: a bare gRPC round trip to the tonic echo, 1 caller, p50 {channel_ms:.3}ms through a tonic channel, \
+         {echo_ms:.3}ms through the forwarder's connection (H2Conn) = {floor:.2}× the direct p50: {}",
         if floor > 1.5 {
-            "above 1.5×, so no hop over gRPC can meet the target here"
+            "above 1.5×, so no hop over this gRPC connection can meet the target here"
         } else {
             "below 1.5×, so a hop over gRPC could meet it"
         }
     );
     Ok(())
+}
+
+/// One caller's p50 against the echo at `addr` through `H2Conn`, calls one after another for the
+/// window's warm-up and then its measured time.
+async fn h2_echo_p50_ms(addr: &str, window: seqsvr_bench::load::Window) -> Result<f64, Failure> {
+    use seqsvr_client::transport::{Conn, H2Conn};
+    use seqsvr_proto::pb::{FetchNextSeqRequest, alloc_service_client::AllocServiceClient};
+    let conn = H2Conn::lazy(addr, Duration::from_secs(1)).map_err(harness)?;
+    let mut client = AllocServiceClient::new(Conn::H2(conn));
+    let mut lat_us = Vec::new();
+    let started = std::time::Instant::now();
+    let end = window.warmup + window.measure;
+    let mut uid = 0;
+    while started.elapsed() < end {
+        let t = std::time::Instant::now();
+        uid += 1;
+        let r = client.fetch_next_seq(FetchNextSeqRequest { uid, ..Default::default() }).await;
+        r.map_err(|e| harness(format!("the echo failed a call through H2Conn: {e}")))?;
+        if started.elapsed() > window.warmup {
+            lat_us.push(t.elapsed().as_micros() as u64);
+        }
+    }
+    lat_us.sort_unstable();
+    Ok(lat_us.get(lat_us.len() / 2).copied().unwrap_or(0) as f64 / 1e3)
 }
 
 /// Fetches one uid of every section once, so that each has its `cur_seq` array before anything is
