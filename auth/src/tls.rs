@@ -168,6 +168,34 @@ impl Tls {
     /// ends): this certificate, and a client certificate signed by the CA required, as
     /// [`Tls::server`] does; the caller's role is then read with [`peer_caller`].
     pub fn rustls_server(&self) -> Result<std::sync::Arc<rustls::ServerConfig>, TlsError> {
+        let setup = |e: &dyn std::fmt::Display| TlsError::Setup(e.to_string());
+        let (provider, roots, chain, key) = self.rustls_parts()?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .build()
+            .map_err(|e| setup(&e))?;
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| setup(&e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|e| setup(&e))?;
+        Ok(std::sync::Arc::new(config))
+    }
+
+    /// What both rustls sides are made of: the crypto provider, the CA as the only root, this
+    /// certificate's chain and its key.
+    #[allow(clippy::type_complexity)]
+    fn rustls_parts(
+        &self,
+    ) -> Result<
+        (
+            std::sync::Arc<rustls::crypto::CryptoProvider>,
+            rustls::RootCertStore,
+            Vec<rustls::pki_types::CertificateDer<'static>>,
+            rustls::pki_types::PrivateKeyDer<'static>,
+        ),
+        TlsError,
+    > {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let setup = |e: &dyn std::fmt::Display| TlsError::Setup(e.to_string());
@@ -176,19 +204,25 @@ impl Tls {
         for ca in CertificateDer::pem_slice_iter(&self.ca) {
             roots.add(ca.map_err(|e| setup(&e))?).map_err(|e| setup(&e))?;
         }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
-            .build()
-            .map_err(|e| setup(&e))?;
         let chain = CertificateDer::pem_slice_iter(&self.cert)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| setup(&e))?;
         let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|e| setup(&e))?;
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        Ok((provider, roots, chain, key))
+    }
+
+    /// The client side for a connection that is not tonic's (the client library's `H2Conn`):
+    /// trust only the CA, show this certificate, offer HTTP/2 by ALPN — as [`Tls::client`] does.
+    pub fn rustls_client(&self) -> Result<std::sync::Arc<rustls::ClientConfig>, TlsError> {
+        let setup = |e: &dyn std::fmt::Display| TlsError::Setup(e.to_string());
+        let (provider, roots, chain, key) = self.rustls_parts()?;
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| setup(&e))?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain, key)
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
             .map_err(|e| setup(&e))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(std::sync::Arc::new(config))
     }
 }

@@ -22,7 +22,8 @@
 //!   serves a uid and where that set's AllocSvrs are, so seeds in one set reach every set, and a
 //!   number is accepted only from a set the map allows to answer for the uid.
 //!
-//! - [`transport`]: a tonic channel per address, or an in-process transport ([`Client::in_process`])
+//! - [`transport`]: one connection per address ([`transport::H2Conn`], a request in one write,
+//!   plaintext or mutual TLS), or an in-process transport ([`Client::in_process`])
 //!   with seeded random choices, on which the deterministic simulator runs this same client.
 //!
 //! Promise kept here (docs/DESIGN.md, Promises): a call never returns a number it did not get from an owner's OK

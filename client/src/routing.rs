@@ -326,21 +326,12 @@ impl Channels {
         if let Some(ch) = map.get(addr) {
             return Ok(ch.clone());
         }
-        // Plaintext: our own HTTP/2 connection, whose unary request leaves in one write
-        // (`seqsvr_rpc`'s h2conn.rs says why); under TLS, tonic's channel.
-        let channel = match &self.tls {
-            None => Conn::H2(
-                H2Conn::lazy(addr, self.connect_timeout)
-                    .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?,
-            ),
-            Some(tls) => {
-                let endpoint = seqsvr_auth::endpoint(addr, Some(tls))
-                    .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?
-                    .connect_timeout(self.connect_timeout)
-                    .tcp_nodelay(true);
-                Conn::Tonic(endpoint.connect_lazy())
-            }
-        };
+        // Our own HTTP/2 connection, whose unary request leaves in one write (`seqsvr_rpc`'s
+        // h2conn.rs says why).
+        let channel = Conn::H2(
+            H2Conn::dial(addr, self.connect_timeout, self.tls.as_deref())
+                .map_err(|e| ClientError::failed(FailureKind::Unavailable, e))?,
+        );
         if map.len() >= MAX_CHANNELS {
             map.retain(|a, _| keep(a));
         }

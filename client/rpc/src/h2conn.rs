@@ -1,5 +1,5 @@
-//! A plaintext gRPC connection straight over the `h2` crate ([`H2Conn`]), which the data-plane
-//! client uses instead of tonic's channel when TLS is off.
+//! A gRPC connection straight over the `h2` crate ([`H2Conn`]), plaintext or mutual TLS, which
+//! the data-plane client uses instead of tonic's channel.
 //!
 //! Why: a unary call through tonic's `Channel` goes from the caller's task to a tower buffer
 //! task, then through hyper's dispatch to its connection task, and hyper's HTTP/2 client sends the
@@ -10,13 +10,13 @@
 //! a quarter to a third (docs/BENCHMARKS.md, "A call's transport").
 //!
 //! What it keeps of the channel's behaviour: lazy connection on first use, a connect timeout,
-//! `TCP_NODELAY`, a new connection after the old one ends, and the failure classes `classify`
+//! `TCP_NODELAY`, mutual TLS with the same certificates and checks (`seqsvr_auth::Tls`, HTTP/2
+//! offered by ALPN), a new connection after the old one ends, and the failure classes `classify`
 //! relies on: an error while connecting is a [`ConnectError`] (the request was never sent); a
 //! request the connection refused to open is tried once more on a new connection, since no byte
 //! of it was sent; anything after that may have reached the server.
 //!
-//! Deliberately left out: TLS (with TLS on, [`crate::Dialer`] keeps tonic's channel), request
-//! bodies that stream (the body is read whole before the request goes out; every call this is used
+//! Deliberately left out: request bodies that stream (the body is read whole before the request goes out; every call this is used
 //! for is unary), and HTTP/2 keepalive pings (callers bound every attempt with a timeout).
 
 use std::pin::Pin;
@@ -53,7 +53,8 @@ impl std::error::Error for ConnectError {
     }
 }
 
-/// One plaintext HTTP/2 connection to `host:port`, made on first use and again after it ends.
+/// One HTTP/2 connection to `host:port`, plaintext or mutual TLS, made on first use and again
+/// after it ends.
 /// Cheap to clone: clones share the connection.
 #[derive(Clone)]
 pub struct H2Conn {
@@ -63,6 +64,9 @@ pub struct H2Conn {
 struct Inner {
     addr: String,
     authority: http::uri::Authority,
+    /// `https` under TLS.
+    scheme: http::uri::Scheme,
+    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
     connect_timeout: Duration,
     live: Mutex<Option<Live>>,
     /// Held while connecting, so that callers arriving meanwhile wait for that connection
@@ -84,16 +88,50 @@ impl std::fmt::Debug for H2Conn {
 }
 
 impl H2Conn {
-    /// A connection to `addr` (`host:port`), not yet opened: no IO.
+    /// A plaintext connection to `addr` (`host:port`), not yet opened: no IO.
     pub fn lazy(addr: &str, connect_timeout: Duration) -> Result<Self, String> {
+        Self::new(addr, connect_timeout, None)
+    }
+
+    /// A connection to `addr` (`host:port`) under mutual TLS with `tls`, not yet opened: no IO.
+    /// The server's certificate must name the address's host.
+    pub fn lazy_tls(addr: &str, connect_timeout: Duration, tls: &seqsvr_auth::Tls) -> Result<Self, String> {
+        let config = tls.rustls_client().map_err(|e| format!("TLS for {addr}: {e}"))?;
+        Self::new(addr, connect_timeout, Some(tokio_rustls::TlsConnector::from(config)))
+    }
+
+    /// [`H2Conn::lazy_tls`] when `tls` is set, [`H2Conn::lazy`] otherwise.
+    pub fn dial(addr: &str, connect_timeout: Duration, tls: Option<&seqsvr_auth::Tls>) -> Result<Self, String> {
+        match tls {
+            Some(tls) => Self::lazy_tls(addr, connect_timeout, tls),
+            None => Self::lazy(addr, connect_timeout),
+        }
+    }
+
+    fn new(addr: &str, connect_timeout: Duration, tls: Option<tokio_rustls::TlsConnector>) -> Result<Self, String> {
         let authority: http::uri::Authority = addr.parse().map_err(|e| format!("bad address {addr:?}: {e}"))?;
         if authority.port_u16().is_none() {
             return Err(format!("bad address {addr:?}: no port"));
         }
+        let (scheme, tls) = match tls {
+            None => (http::uri::Scheme::HTTP, None),
+            Some(connector) => {
+                let host = authority
+                    .host()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned();
+                let name = rustls::pki_types::ServerName::try_from(host)
+                    .map_err(|e| format!("bad address {addr:?} for TLS: {e}"))?;
+                (http::uri::Scheme::HTTPS, Some((connector, name)))
+            }
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 addr: addr.to_owned(),
                 authority,
+                scheme,
+                tls,
                 connect_timeout,
                 live: Mutex::new(None),
                 connecting: tokio::sync::Mutex::new(()),
@@ -108,7 +146,7 @@ impl H2Conn {
             let (mut parts, body) = req.into_parts();
             let data = read_whole(body).await?;
             let mut uri = http::uri::Parts::default();
-            uri.scheme = Some(http::uri::Scheme::HTTP);
+            uri.scheme = Some(this.inner.scheme.clone());
             uri.authority = Some(this.inner.authority.clone());
             uri.path_and_query = parts.uri.path_and_query().cloned();
             parts.uri = http::Uri::from_parts(uri)?;
@@ -175,17 +213,21 @@ impl H2Conn {
     }
 
     async fn connect(&self) -> Result<Live, BoxError> {
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = closed.clone();
         let handshake = async {
             let tcp = tokio::net::TcpStream::connect(&self.inner.addr).await?;
             tcp.set_nodelay(true)?;
-            let (send, connection) = h2::client::Builder::new()
-                .initial_window_size(STREAM_WINDOW)
-                .initial_connection_window_size(CONNECTION_WINDOW)
-                .handshake::<_, Bytes>(tcp)
-                .await?;
-            Ok::<_, BoxError>((send, connection))
+            let send = match &self.inner.tls {
+                None => run(handshake(tcp).await?, flag),
+                Some((connector, name)) => {
+                    let tls = connector.connect(name.clone(), tcp).await?;
+                    run(handshake(tls).await?, flag)
+                }
+            };
+            Ok::<_, BoxError>(send)
         };
-        let (send, connection) = tokio::time::timeout(self.inner.connect_timeout, handshake)
+        let send = tokio::time::timeout(self.inner.connect_timeout, handshake)
             .await
             .map_err(|_| {
                 format!(
@@ -193,14 +235,6 @@ impl H2Conn {
                     self.inner.addr, self.inner.connect_timeout
                 )
             })??;
-        let closed = Arc::new(AtomicBool::new(false));
-        let flag = closed.clone();
-        // The connection's IO runs in a task of its own until the connection ends (an error, the
-        // server's GOAWAY, or every handle dropped); then the next call connects anew.
-        tokio::spawn(async move {
-            let _ = connection.await;
-            flag.store(true, Ordering::Release);
-        });
         Ok(Live { send, closed })
     }
 }
@@ -209,6 +243,33 @@ impl ConnectError {
     fn into_box(self) -> BoxError {
         Box::new(self)
     }
+}
+
+type Handshaken<T> = (h2::client::SendRequest<Bytes>, h2::client::Connection<T, Bytes>);
+
+/// The HTTP/2 handshake over `io`, with this module's windows.
+async fn handshake<T>(io: T) -> Result<Handshaken<T>, h2::Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    h2::client::Builder::new()
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .handshake::<_, Bytes>(io)
+        .await
+}
+
+/// Runs the connection's IO in a task of its own until the connection ends (an error, the
+/// server's GOAWAY, or every handle dropped), then sets `closed`: the next call connects anew.
+fn run<T>((send, connection): Handshaken<T>, closed: Arc<AtomicBool>) -> h2::client::SendRequest<Bytes>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let _ = connection.await;
+        closed.store(true, Ordering::Release);
+    });
+    send
 }
 
 /// A request body read to its end: one chunk as it is (a unary request's encoded message), more
@@ -281,8 +342,11 @@ mod tests {
     use super::*;
 
     /// A bare HTTP/2 server on loopback answering every request with `reply_bytes` of data and
-    /// gRPC's OK trailers; counts the connections it accepts.
-    async fn big_replies(reply_bytes: usize) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    /// gRPC's OK trailers, under TLS with `tls` when set; counts the connections it accepts.
+    async fn big_replies_over(
+        reply_bytes: usize,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -290,23 +354,81 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let mut conn = h2::server::handshake(tcp).await.unwrap();
-                    while let Some(Ok((_req, mut respond))) = conn.accept().await {
-                        let head = http::Response::builder()
-                            .header("content-type", "application/grpc")
-                            .body(())
-                            .unwrap();
-                        let mut stream = respond.send_response(head, false).unwrap();
-                        stream.send_data(Bytes::from(vec![0u8; reply_bytes]), false).unwrap();
-                        let mut trailers = http::HeaderMap::new();
-                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                        stream.send_trailers(trailers).unwrap();
+                    match tls {
+                        None => answer(tcp, reply_bytes).await,
+                        Some(config) => {
+                            // A client that does not trust this server drops the handshake.
+                            if let Ok(tls) = tokio_rustls::TlsAcceptor::from(config).accept(tcp).await {
+                                answer(tls, reply_bytes).await;
+                            }
+                        }
                     }
                 });
             }
         });
         (addr, accepted)
+    }
+
+    async fn big_replies(reply_bytes: usize) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        big_replies_over(reply_bytes, None).await
+    }
+
+    async fn answer<T>(io: T, reply_bytes: usize)
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let Ok(mut conn) = h2::server::handshake(io).await else {
+            return;
+        };
+        while let Some(Ok((_req, mut respond))) = conn.accept().await {
+            let head = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap();
+            let mut stream = respond.send_response(head, false).unwrap();
+            stream.send_data(Bytes::from(vec![0u8; reply_bytes]), false).unwrap();
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            stream.send_trailers(trailers).unwrap();
+        }
+    }
+
+    /// A certificate of `role` for 127.0.0.1 from `ca`, as the processes load theirs.
+    fn tls_of(ca: &seqsvr_auth::devca::DevCa, role: seqsvr_auth::Role) -> seqsvr_auth::Tls {
+        use seqsvr_auth::devca::Spec;
+        let issued = ca
+            .issue(&Spec::new(role.name(), role, &["127.0.0.1".to_string()], 1))
+            .unwrap();
+        seqsvr_auth::Tls::from_pem(
+            ca.cert_pem.as_bytes(),
+            issued.cert_pem.as_bytes(),
+            issued.key_pem.as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn under_tls_a_call_reaches_a_server_of_the_same_ca_and_never_one_of_another() {
+        use seqsvr_auth::Role;
+        let ours = seqsvr_auth::devca::DevCa::new("ours", 1).unwrap();
+        let theirs = seqsvr_auth::devca::DevCa::new("theirs", 1).unwrap();
+        let client = tls_of(&ours, Role::Client);
+
+        let (addr, _) = big_replies_over(10, Some(tls_of(&ours, Role::AllocSvr).rustls_server().unwrap())).await;
+        let conn = H2Conn::lazy_tls(&addr, Duration::from_secs(2), &client).unwrap();
+        let response = conn.call(request(b"x")).await.expect("a call over TLS");
+        let reply = response.into_body().collect().await.expect("body");
+        assert_eq!(reply.to_bytes().len(), 10);
+
+        let (addr, _) = big_replies_over(10, Some(tls_of(&theirs, Role::AllocSvr).rustls_server().unwrap())).await;
+        let conn = H2Conn::lazy_tls(&addr, Duration::from_secs(2), &client).unwrap();
+        let err = conn
+            .call(request(b"x"))
+            .await
+            .expect_err("a server our CA did not sign");
+        assert!(err.is::<ConnectError>(), "a failed handshake sent nothing: {err:?}");
     }
 
     fn request(body: &'static [u8]) -> http::Request<Body> {

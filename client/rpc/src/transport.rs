@@ -8,9 +8,9 @@
 //! generated clients, deadlines, codecs, routing, leader following, retries) is the same code in
 //! both.
 //!
-//! In production a connection is HTTP/2 over TCP: [`Dialer::dial_data`] gives the data plane a
-//! plaintext [`H2Conn`] (one write per request) and a tonic channel under TLS; the control plane
-//! always dials tonic channels ([`Dialer::dial`]).
+//! In production a connection is HTTP/2 over TCP, plaintext or mutual TLS: [`Dialer::dial_data`]
+//! gives the data plane an [`H2Conn`] (one write per request); the control plane dials tonic
+//! channels ([`Dialer::dial`]).
 //!
 //! Deliberately left out: any transport other than HTTP/2 over TCP in production.
 
@@ -154,12 +154,12 @@ impl Dialer {
         Ok(Conn::Tonic(endpoint.connect_lazy()))
     }
 
-    /// A lazily connected data-plane `Conn` to `addr` (`host:port`); no IO. Plaintext, it is an
-    /// [`H2Conn`] (a unary request in one write; see its module); under TLS, a tonic channel.
+    /// A lazily connected data-plane `Conn` to `addr` (`host:port`); no IO: an [`H2Conn`] (a
+    /// unary request in one write; see its module), under mutual TLS when this dialer has it.
     pub fn dial_data(&self, addr: &str, connect_timeout: std::time::Duration) -> Result<Conn, String> {
-        if self.via.is_some() || self.tls.is_some() {
+        if self.via.is_some() {
             return self.dial(addr, connect_timeout);
         }
-        Ok(Conn::H2(H2Conn::lazy(addr, connect_timeout)?))
+        Ok(Conn::H2(H2Conn::dial(addr, connect_timeout, self.tls.as_deref())?))
     }
 }

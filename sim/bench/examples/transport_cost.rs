@@ -10,7 +10,7 @@
 //! target/release/examples/transport_cost --rounds 3
 //! ```
 //!
-//! Deliberately left out: TLS (under TLS the client library keeps tonic's channel) and the
+//! Deliberately left out: TLS (`alloc-bench --tls` measures what TLS costs a call) and the
 //! AllocSvr itself (alloc-bench measures it against the same echo).
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

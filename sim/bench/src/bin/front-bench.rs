@@ -189,7 +189,12 @@ async fn h2_echo_p50_ms(addr: &str, window: seqsvr_bench::load::Window) -> Resul
     while started.elapsed() < end {
         let t = std::time::Instant::now();
         uid += 1;
-        let r = client.fetch_next_seq(FetchNextSeqRequest { uid, ..Default::default() }).await;
+        let r = client
+            .fetch_next_seq(FetchNextSeqRequest {
+                uid,
+                ..Default::default()
+            })
+            .await;
         r.map_err(|e| harness(format!("the echo failed a call through H2Conn: {e}")))?;
         if started.elapsed() > window.warmup {
             lat_us.push(t.elapsed().as_micros() as u64);
