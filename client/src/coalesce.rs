@@ -148,10 +148,13 @@ struct DrainState {
 }
 
 /// Every owner's queue, by owner address, behind one lock: a caller finds its owner's queue and
-/// joins it in one short critical section.
-type Queues = Arc<Mutex<HashMap<String, Queue>>>;
+/// joins it in one short critical section. Hashed with foldhash: the address is hashed for every
+/// caller, and SipHash showed in a caller's instruction count (`sim/bench/callgrind-coalescer.sh`);
+/// the addresses come from the route table, not from whoever calls.
+type QueueMap = HashMap<String, Queue, foldhash::fast::RandomState>;
+type Queues = Arc<Mutex<QueueMap>>;
 
-fn lock(queues: &Queues) -> MutexGuard<'_, HashMap<String, Queue>> {
+fn lock(queues: &Queues) -> MutexGuard<'_, QueueMap> {
     queues.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -183,7 +186,7 @@ impl Coalescer {
         Ok(Self {
             client,
             cfg,
-            queues: Arc::new(Mutex::new(HashMap::new())),
+            queues: Arc::new(Mutex::new(QueueMap::default())),
             sent: Arc::default(),
             ids: Arc::default(),
         })
@@ -294,7 +297,7 @@ impl Coalescer {
     }
 
     /// Closes the idle queues of addresses the route table no longer sends to: their drains end.
-    fn close_unrouted(&self, queues: &mut HashMap<String, Queue>) {
+    fn close_unrouted(&self, queues: &mut QueueMap) {
         let routes = self.client.routes();
         queues.retain(|addr, q| {
             let keep = !q.waiting.is_empty() || routes.routes_to(addr);

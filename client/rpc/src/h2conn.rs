@@ -9,18 +9,20 @@
 //! request leaves in one write. Measured against tonic's echo, the caller's CPU per call fell by
 //! a quarter to a third (docs/BENCHMARKS.md, "A call's transport").
 //!
-//! What it keeps of the channel's behaviour: lazy connection on first use, a connect timeout,
-//! `TCP_NODELAY`, mutual TLS with the same certificates and checks (`seqsvr_auth::Tls`, HTTP/2
-//! offered by ALPN), a new connection after the old one ends, and the failure classes `classify`
-//! relies on: an error while connecting is a [`ConnectError`] (the request was never sent); a
-//! request the connection refused to open is tried once more on a new connection, since no byte
-//! of it was sent; anything after that may have reached the server.
+//! What it keeps of the channel's behaviour: lazy connection on first use; a connect timeout, one
+//! attempt at a time, whose failure every caller waiting on it gets; `TCP_NODELAY`; mutual TLS
+//! with the same certificates and checks (`seqsvr_auth::Tls`, HTTP/2 offered by ALPN); a new
+//! connection after the old one ends; and the failure classes `classify` relies on: an error
+//! while connecting, or a stream the connection would not open, is a [`ConnectError`] (no byte of
+//! the request was sent; a connection found closed before the stream opens is replaced once
+//! first); anything after the stream opened may have reached the server.
 //!
-//! Deliberately left out: request bodies that stream (the body is read whole before the request goes out; every call this is used
-//! for is unary), and HTTP/2 keepalive pings (callers bound every attempt with a timeout).
+//! Deliberately left out: request bodies that stream (the body is read whole before the request
+//! goes out; every call this is used for is unary), and HTTP/2 keepalive pings (callers bound
+//! every attempt with a timeout).
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -70,8 +72,18 @@ struct Inner {
     connect_timeout: Duration,
     live: Mutex<Option<Live>>,
     /// Held while connecting, so that callers arriving meanwhile wait for that connection
-    /// instead of each opening one.
-    connecting: tokio::sync::Mutex<()>,
+    /// instead of each opening one; holds how the attempts so far ended.
+    connecting: tokio::sync::Mutex<Attempts>,
+    /// `Attempts::done`, readable without waiting for the lock.
+    attempts_done: AtomicU64,
+}
+
+/// The connection attempts of an [`H2Conn`] so far.
+#[derive(Default)]
+struct Attempts {
+    done: u64,
+    /// Why the last one failed (none: it succeeded, or none was made).
+    last_error: Option<String>,
 }
 
 /// An open connection: its handle for new streams and whether its task has ended.
@@ -134,7 +146,8 @@ impl H2Conn {
                 tls,
                 connect_timeout,
                 live: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(()),
+                connecting: tokio::sync::Mutex::new(Attempts::default()),
+                attempts_done: AtomicU64::new(0),
             }),
         })
     }
@@ -185,18 +198,39 @@ impl H2Conn {
         Err(ConnectError(closed).into_box())
     }
 
-    /// The live connection, connecting first when there is none.
+    /// The live connection, connecting first when there is none. Callers that waited while
+    /// another's attempt failed get its error at once instead of trying in turn (behind an
+    /// address that does not answer, each would otherwise wait out the connect timeout once more
+    /// for every caller ahead of it), as tonic's channel fails every waiting request with its
+    /// one failed connect.
     async fn live(&self) -> Result<Live, BoxError> {
         if let Some(live) = self.cached() {
             return Ok(live);
         }
-        let _connecting = self.inner.connecting.lock().await;
+        let seen = self.inner.attempts_done.load(Ordering::Acquire);
+        let mut attempts = self.inner.connecting.lock().await;
         if let Some(live) = self.cached() {
             return Ok(live);
         }
-        let live = self.connect().await.map_err(|e| ConnectError(e).into_box())?;
-        *self.inner.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
-        Ok(live)
+        if attempts.done != seen
+            && let Some(error) = &attempts.last_error
+        {
+            return Err(ConnectError(error.clone().into()).into_box());
+        }
+        let result = self.connect().await;
+        attempts.done += 1;
+        self.inner.attempts_done.store(attempts.done, Ordering::Release);
+        match result {
+            Ok(live) => {
+                attempts.last_error = None;
+                *self.inner.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+                Ok(live)
+            }
+            Err(e) => {
+                attempts.last_error = Some(e.to_string());
+                Err(ConnectError(e).into_box())
+            }
+        }
     }
 
     fn cached(&self) -> Option<Live> {
@@ -470,6 +504,31 @@ mod tests {
         let conn = H2Conn::lazy(&addr, Duration::from_secs(1)).unwrap();
         let err = conn.call(request(b"x")).await.expect_err("nothing listens");
         assert!(err.is::<ConnectError>(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn callers_waiting_on_a_failed_connect_fail_with_it_instead_of_each_trying_again() {
+        // A server that accepts and never answers the TLS handshake: each connect attempt takes
+        // the whole connect timeout.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                held.push(tcp);
+            }
+        });
+        let ca = seqsvr_auth::devca::DevCa::new("ours", 1).unwrap();
+        let timeout = Duration::from_millis(300);
+        let conn = H2Conn::lazy_tls(&addr, timeout, &tls_of(&ca, seqsvr_auth::Role::Client)).unwrap();
+        let started = tokio::time::Instant::now();
+        let calls: Vec<_> = (0..5).map(|_| tokio::spawn(conn.call(request(b"x")))).collect();
+        for call in calls {
+            let err = call.await.unwrap().expect_err("the handshake never completes");
+            assert!(err.is::<ConnectError>(), "{err:?}");
+        }
+        // One attempt for all five (each trying in turn would take five timeouts).
+        assert!(started.elapsed() < timeout * 3, "took {:?}", started.elapsed());
     }
 
     #[test]
