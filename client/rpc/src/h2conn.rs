@@ -32,7 +32,7 @@ use http_body_util::BodyExt;
 use tonic::body::Body;
 use tonic::codegen::http;
 
-use crate::transport::{BoxError, CallFuture};
+use crate::call::{BoxError, CallFuture};
 
 /// Flow-control windows the connection advertises: hyper's client defaults, which tonic's channel
 /// used, so that a large batch reply never waits for a window update.

@@ -8,6 +8,7 @@
 //! Deliberately left out: any service's calls, routing and leader following (the two client
 //! crates above), and the server side (`seqsvr-auth`, `seqsvr-proto::serving`).
 
+mod call;
 pub mod classify;
 mod h2conn;
 pub mod transport;

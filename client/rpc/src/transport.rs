@@ -26,11 +26,7 @@ use tonic::transport::channel::ResponseFuture;
 
 pub use crate::h2conn::H2Conn;
 
-/// Any error a transport reports.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A request in flight over a [`Connect`] transport.
-pub type CallFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, BoxError>> + Send>>;
+pub use crate::call::{BoxError, CallFuture};
 
 /// An in-process transport: sends one encoded gRPC request to the server at `addr`.
 pub trait Connect: Send + Sync + 'static {
