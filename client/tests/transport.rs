@@ -16,6 +16,15 @@ fn client(addr: &str) -> AllocServiceClient<Conn> {
     AllocServiceClient::new(Conn::H2(H2Conn::lazy(addr, Duration::from_secs(1)).unwrap()))
 }
 
+/// One `FetchNextSeq` of `uid`: its seq, or the status it failed with.
+async fn fetch(c: &mut AllocServiceClient<Conn>, uid: u64) -> Result<u64, tonic::Status> {
+    let request = pb::FetchNextSeqRequest {
+        uid,
+        ..Default::default()
+    };
+    Ok(c.fetch_next_seq(request).await?.into_inner().seq)
+}
+
 async fn owner() -> FakeAlloc {
     let a = FakeAlloc::start().await;
     a.set_routes(table(1, &[(0, 10, &a.addr)]));
@@ -29,13 +38,8 @@ async fn concurrent_calls_share_one_connection_and_each_gets_its_own_reply() {
     let calls = (0..200u64).map(|i| {
         let mut c = c.clone();
         tokio::spawn(async move {
-            let r = c
-                .fetch_next_seq(pb::FetchNextSeqRequest {
-                    uid: i % 50,
-                    ..Default::default()
-                })
-                .await;
-            (i % 50, r.expect("fetch").into_inner().seq)
+            let r = fetch(&mut c, i % 50).await;
+            (i % 50, r.expect("fetch"))
         })
     });
     let mut seen = std::collections::HashMap::<u64, Vec<u64>>::new();
@@ -55,34 +59,19 @@ async fn a_server_restarted_on_the_same_address_is_reached_on_a_new_connection()
     let a = owner().await;
     let addr = a.addr.clone();
     let mut c = client(&addr);
-    let first = c
-        .fetch_next_seq(pb::FetchNextSeqRequest {
-            uid: 1,
-            ..Default::default()
-        })
-        .await;
-    assert_eq!(first.expect("before the restart").into_inner().seq, 1);
+    let first = fetch(&mut c, 1).await;
+    assert_eq!(first.expect("before the restart"), 1);
     a.stop().await;
 
     // Down: the call fails as never sent (nothing listens), not as an unknown outcome.
-    let down = c
-        .fetch_next_seq(pb::FetchNextSeqRequest {
-            uid: 1,
-            ..Default::default()
-        })
-        .await;
+    let down = fetch(&mut c, 1).await;
     let status = down.expect_err("nothing listens");
     let verdict = seqsvr_rpc::classify::classify(&status);
     assert_eq!(verdict.delivery, Delivery::NotTaken, "a refused connection: {status:?}");
 
     let b = FakeAlloc::start_on(&addr).await;
     b.set_routes(table(1, &[(0, 10, &b.addr)]));
-    let again = c
-        .fetch_next_seq(pb::FetchNextSeqRequest {
-            uid: 1,
-            ..Default::default()
-        })
-        .await;
-    assert_eq!(again.expect("after the restart").into_inner().seq, 1);
+    let again = fetch(&mut c, 1).await;
+    assert_eq!(again.expect("after the restart"), 1);
     assert_eq!(b.accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

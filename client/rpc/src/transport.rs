@@ -24,9 +24,8 @@ use tonic::codegen::{Service, http};
 use tonic::transport::Channel;
 use tonic::transport::channel::ResponseFuture;
 
-pub use crate::h2conn::H2Conn;
-
 pub use crate::call::{BoxError, CallFuture};
+pub use crate::h2conn::H2Conn;
 
 /// An in-process transport: sends one encoded gRPC request to the server at `addr`.
 pub trait Connect: Send + Sync + 'static {
@@ -51,7 +50,7 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-/// [`Conn`]'s reply future: the channel's own, unboxed, on the production path.
+/// [`Conn`]'s reply future: a tonic channel's own, unboxed; the others' boxed.
 pub enum ConnFuture {
     Tonic(ResponseFuture),
     /// An [`H2Conn`]'s or an in-process transport's.
