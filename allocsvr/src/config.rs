@@ -88,6 +88,11 @@ pub struct Cli {
     /// (an HTTP caller's shorter `x-seqsvr-timeout-ms` wins).
     #[arg(long, default_value_t = 2_000)]
     pub front_deadline_ms: u64,
+    /// How often a busy worker thread looks for new network events, in tasks run (1 to 1,000;
+    /// tokio's own default is 61). Lower notices a new call sooner while the server is flooded,
+    /// at one more `epoll_wait` per that many tasks; docs/BENCHMARKS.md has both measured.
+    #[arg(long, default_value_t = crate::node::EVENT_INTERVAL)]
+    pub event_interval: u32,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
     #[command(flatten)]
     pub tls: seqsvr_auth::TlsArgs,
@@ -229,6 +234,8 @@ pub struct BinaryConfig {
     pub node: NodeConfig,
     /// Prometheus HTTP listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The runtime's event interval (`--event-interval`).
+    pub event_interval: u32,
 }
 
 /// What the front ends of one node are: where they listen, how long a call may take.
@@ -271,6 +278,12 @@ impl Cli {
         if self.max_live_keys == 0 {
             return Err("--max-live-keys must be > 0".into());
         }
+        if !(1..=1_000).contains(&self.event_interval) {
+            return Err(format!(
+                "--event-interval must be in 1..=1000, got {}",
+                self.event_interval
+            ));
+        }
         let tls = self
             .tls
             .load(Some(seqsvr_auth::Role::AllocSvr))
@@ -311,6 +324,7 @@ impl Cli {
                 front,
             },
             metrics_listen: self.metrics_listen,
+            event_interval: self.event_interval,
         })
     }
 }

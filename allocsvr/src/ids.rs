@@ -33,6 +33,79 @@ pub const RAISE_WINDOW: Duration = Duration::from_secs(2);
 /// the clock stepped back below the last tick used).
 pub const MAX_BORROW: Duration = Duration::from_millis(1_000);
 
+/// Most slots one AllocSvr asks for.
+pub const MAX_SLOTS_WANTED: usize = 256;
+
+/// How long an AllocSvr's load must have needed fewer slots before it asks for fewer: slots are
+/// gained in about a second (a renewal, an arbiter tick, a raise) but given back slowly, so that a
+/// load that comes and goes does not move slots back and forth.
+pub const SHRINK_AFTER: Duration = Duration::from_secs(60);
+
+/// Shortest span [`IdSlots::slots_wanted`] measures the rate over (renewals may come tens of
+/// milliseconds apart while ownership changes; a burst over so short a span says little).
+const MIN_SPAN: Duration = Duration::from_millis(200);
+
+/// How many slots this node's load needs: measured between renewals, asked for in each.
+#[derive(Debug)]
+struct Demand {
+    /// Since when `issued` and `short` count.
+    since: Option<tokio::time::Instant>,
+    /// Ids issued since then.
+    issued: u64,
+    /// A call was refused since then because every held slot was used past the borrowing bound.
+    short: bool,
+    /// What the last renewal asked for.
+    wanted: usize,
+    /// Since when fewer would have done, and the most any span since then needed.
+    low: Option<(tokio::time::Instant, usize)>,
+}
+
+impl Default for Demand {
+    fn default() -> Self {
+        Self {
+            since: None,
+            issued: 0,
+            short: false,
+            wanted: 1,
+            low: None,
+        }
+    }
+}
+
+impl Demand {
+    /// The slots to ask for at `now`, holding `held` of `per_ms` ids a millisecond each: enough
+    /// for the rate since the last look to fill them half (the other half is room for a burst
+    /// until the next grant), one more than held when a call found every slot used up, and never
+    /// fewer than before until [`SHRINK_AFTER`] of needing fewer.
+    fn wanted(&mut self, now: tokio::time::Instant, held: usize, per_ms: f64) -> usize {
+        let Some(since) = self.since else {
+            self.since = Some(now);
+            return self.wanted;
+        };
+        let span = now.saturating_duration_since(since);
+        if span < MIN_SPAN {
+            return self.wanted;
+        }
+        let rate = self.issued as f64 / span.as_secs_f64() / 1_000.0;
+        let mut need = (2.0 * rate / per_ms).ceil() as usize;
+        if self.short {
+            need = need.max(held + 1);
+        }
+        let need = need.clamp(1, MAX_SLOTS_WANTED);
+        (self.since, self.issued, self.short) = (Some(now), 0, false);
+        if need >= self.wanted {
+            (self.wanted, self.low) = (need, None);
+        } else {
+            let (low_since, peak) = self.low.get_or_insert((now, need));
+            *peak = (*peak).max(need);
+            if now.saturating_duration_since(*low_since) >= SHRINK_AFTER {
+                (self.wanted, self.low) = (*peak, None);
+            }
+        }
+        self.wanted
+    }
+}
+
 /// One held slot.
 struct Held {
     epoch: u64,
@@ -54,6 +127,7 @@ struct Inner {
     /// How far behind the leader's this clock was at the last call that looked, when more than
     /// the allowance (kept to log the change once).
     lagging_ms: Option<u64>,
+    demand: Demand,
 }
 
 impl Inner {
@@ -152,6 +226,17 @@ impl IdSlots {
         self.lock().slots.len()
     }
 
+    /// How many slots to ask the store for in the next renewal, from the ids issued since the
+    /// last one (see `Demand::wanted`); one while the set has no ids.
+    pub fn slots_wanted(&self) -> u32 {
+        let now = tokio::time::Instant::now();
+        let mut inner = self.lock();
+        let Some(layout) = inner.layout else { return 1 };
+        let per_ms = layout.ids_per_tick() as f64 / layout.tick_ms.max(1) as f64;
+        let held = inner.slots.len();
+        inner.demand.wanted(now, held, per_ms) as u32
+    }
+
     /// A renewal's slot part: keeps the slots still granted under the same epoch, starts the newly
     /// granted ones at their reported mark, drops the rest.
     pub fn apply_renewal(&self, layout: Option<&pb::IdLayout>, max_ahead_ms: u64, grants: &[pb::SlotGrant]) {
@@ -204,7 +289,9 @@ impl IdSlots {
     /// Issues `count` ids from one held slot (round robin), all or none.
     pub fn issue(&self, count: u64) -> Result<Issued, NoIds> {
         let now_ms = self.now_ms();
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        // Through a plain reference, so that the slots and the demand are borrowed apart.
+        let inner = &mut *guard;
         let layout = inner.layout.ok_or(NoIds::NoSlot)?;
         let n = inner.slots.len();
         if n == 0 {
@@ -226,6 +313,7 @@ impl IdSlots {
             for (&slot, held) in inner.slots.range_mut(range) {
                 match held.issuer.issue(now, count, self.unsafe_rules) {
                     Ok(runs) => {
+                        inner.demand.issued += count;
                         return Ok(Issued {
                             runs,
                             layout,
@@ -238,8 +326,10 @@ impl IdSlots {
                 }
             }
         }
-        if matches!(last, Refusal::MarkBehind { .. }) {
-            self.raise_wanted.notify_one();
+        match last {
+            Refusal::MarkBehind { .. } => self.raise_wanted.notify_one(),
+            Refusal::ClockBehind { .. } => inner.demand.short = true,
+            Refusal::Exhausted => {}
         }
         Err(NoIds::Refused(last))
     }
@@ -338,6 +428,36 @@ impl IdSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_asks_for_the_slots_its_load_needs_and_for_fewer_only_after_a_quiet_minute() {
+        let t0 = tokio::time::Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let per_ms = 100.0;
+        let mut d = Demand::default();
+        assert_eq!(d.wanted(at(0), 0, per_ms), 1, "nothing measured yet");
+        // 150 ids a millisecond: two slots would be 75 % full, three keep them at half.
+        d.issued = 150_000;
+        assert_eq!(d.wanted(at(1_000), 1, per_ms), 3);
+        // A span too short to say anything changes nothing and keeps counting.
+        d.issued = 10_000;
+        assert_eq!(d.wanted(at(1_050), 3, per_ms), 3);
+        // A call found every slot used up: one more than held, whatever the rate says.
+        d.short = true;
+        assert_eq!(d.wanted(at(2_000), 3, per_ms), 4);
+        // Quiet, then a little load: still four until a minute has needed fewer, then the most
+        // that minute needed.
+        assert_eq!(d.wanted(at(3_000), 4, per_ms), 4);
+        d.issued = 2_700_000;
+        assert_eq!(d.wanted(at(30_000), 4, per_ms), 4);
+        assert_eq!(d.wanted(at(62_000), 4, per_ms), 4);
+        assert_eq!(d.wanted(at(63_000), 4, per_ms), 2);
+        // Load returns: asked for at once, up to the cap.
+        d.issued = 400_000;
+        assert_eq!(d.wanted(at(64_000), 2, per_ms), 8);
+        d.issued = u64::MAX / 2;
+        assert_eq!(d.wanted(at(65_000), 8, per_ms), MAX_SLOTS_WANTED);
+    }
 
     fn layout() -> pb::IdLayout {
         IdLayout::twitter(0).to_pb()

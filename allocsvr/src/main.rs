@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match allocsvr::node::runtime(None) {
+    let runtime = match allocsvr::node::runtime(None, config.event_interval) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("allocsvr: cannot start the runtime: {e}");

@@ -65,6 +65,9 @@ pub struct Metrics {
     pub id_raises_too_far_ahead: Counter,
     /// Years until the layout's time field runs out.
     pub id_years_left: Gauge,
+    /// Id slots held, and how many the last renewal asked for (from the rate of ids issued).
+    pub id_slots_held: Gauge,
+    pub id_slots_wanted: Gauge,
 }
 
 impl Metrics {
@@ -99,6 +102,8 @@ impl Metrics {
             id_raise_failures: counter!("allocsvr_id_raise_failures_total"),
             id_raises_too_far_ahead: counter!("allocsvr_id_raises_too_far_ahead_total"),
             id_years_left: gauge!("allocsvr_id_years_left"),
+            id_slots_held: gauge!("allocsvr_id_slots_held"),
+            id_slots_wanted: gauge!("allocsvr_id_slots_wanted"),
         }
     }
 }

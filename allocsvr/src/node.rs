@@ -233,10 +233,11 @@ impl Core {
 pub const EVENT_INTERVAL: u32 = 7;
 
 /// The runtime the `allocsvr` binary serves on: `workers` worker threads (`None`: one per CPU the
-/// process may run on) and [`EVENT_INTERVAL`]. Tests that measure the server build theirs here.
-pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+/// process may run on) looking for IO every `event_interval` tasks ([`EVENT_INTERVAL`] unless an
+/// operator chose otherwise). Tests that measure the server build theirs here.
+pub fn runtime(workers: Option<usize>, event_interval: u32) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().event_interval(EVENT_INTERVAL);
+    builder.enable_all().event_interval(event_interval);
     if let Some(n) = workers {
         builder.worker_threads(n);
     }

@@ -56,6 +56,7 @@ fn renew_req(incarnation: u64, secret: &[u8]) -> pb::RenewRequest {
         route_version: 0,
         map_version: u64::MAX,
         secret: secret.to_vec(),
+        id_slots_wanted: 0,
     }
 }
 

@@ -103,6 +103,7 @@ async fn renew_soon(c: &seqsvr_control::StoreClient, incarnation: u64) -> bool {
             incarnation,
             route_version: u64::MAX,
             map_version: u64::MAX,
+            id_slots_wanted: 0,
         })
         .await
         .expect("renew");

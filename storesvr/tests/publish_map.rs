@@ -55,6 +55,7 @@ async fn renew(c: &seqsvr_control::StoreClient, incarnation: u64, map_version: u
         incarnation,
         route_version: u64::MAX,
         map_version,
+        id_slots_wanted: 0,
     })
     .await
     .expect("renew")

@@ -141,11 +141,14 @@ impl Renewer {
         // The grants answered are this incarnation's: a Release built from them names it (not
         // whatever this process is registered as when the Release is finally sent).
         let incarnation = self.shared.incarnation();
+        let slots_wanted = self.shared.ids().slots_wanted();
+        self.shared.metrics().id_slots_wanted.set(f64::from(slots_wanted));
         let req = pb::RenewRequest {
             secret: Vec::new(),
             incarnation: incarnation.0,
             route_version: self.shared.route_version(),
             map_version: self.shared.map_version(),
+            id_slots_wanted: slots_wanted,
         };
         match self.shared.store().renew(req, self.wait).await {
             Ok(reply) if reply.status == pb::RenewStatus::Ok as i32 => {
@@ -175,6 +178,7 @@ impl Renewer {
         shared
             .ids()
             .apply_renewal(reply.id_layout.as_ref(), reply.id_max_ahead_ms, &reply.slots);
+        shared.metrics().id_slots_held.set(shared.ids().held() as f64);
         shared.store_map(reply.map.clone());
         let generation = shared.owned().generation();
         let unchanged = self

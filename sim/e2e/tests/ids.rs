@@ -288,6 +288,75 @@ async fn ids_never_repeat_across_sets_kills_and_a_restart_on_a_clock_behind() {
     );
 }
 
+/// Sonyflake's layout gives a slot 256 ids per 10 ms tick (25,600 a second); one caller asking
+/// for 1,000 at a time uses a slot up in a few calls. The AllocSvr asks for more slots at its
+/// renewals and gets free ones of its set's share while a2 keeps its one; every id is still unique
+/// and each (AllocSvr, slot)'s ids increase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocsvr_whose_load_outgrows_its_slot_gets_more_and_nothing_repeats() {
+    let (c, client) = Cluster::issuing(&["--id-layout=sonyflake"]).await;
+    let mut ledger = Ledger::default();
+    let (addr, _) = c.allocs["a1"].clone();
+    let one = Client::new(ClientConfig {
+        deadline: Duration::from_millis(500),
+        ..ClientConfig::new([addr.clone()])
+    })
+    .unwrap();
+    let mut refused = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    while std::time::Instant::now() < until {
+        let started = unix_ms();
+        match one.next_ids(1_000).await {
+            Ok(got) => ledger.record(&got.layout, &addr, 0, &got.ids, (started, unix_ms())),
+            Err(_) => refused += 1,
+        }
+        // a2 and b1 issue too, from their own slots.
+        if let Ok(got) = client.next_ids(1).await {
+            let set = c
+                .allocs
+                .values()
+                .find(|(a, _)| *a == got.addr)
+                .map_or(u64::MAX, |(_, s)| *s);
+            ledger.record(&got.layout, &got.addr, set, &got.ids, (started, unix_ms()));
+        }
+    }
+    let a1_slots: std::collections::BTreeSet<u64> = ledger
+        .last
+        .keys()
+        .filter(|(a, _)| *a == addr)
+        .map(|(_, s)| *s)
+        .collect();
+    let status = Seqctl::new(["--store", c.stores[0].as_str()])
+        .json(&["status"])
+        .await
+        .expect("status");
+    eprintln!(
+        "a1 issued {} ids from slots {a1_slots:?} ({refused} calls refused); set 0 status: {}",
+        ledger.by_addr.get(&addr).copied().unwrap_or(0),
+        status["ids"]
+    );
+    assert!(a1_slots.len() >= 3, "a1 issued from slots {a1_slots:?} only");
+    assert!(
+        status["ids"]["slots_held"].as_u64().unwrap_or(0) >= 4,
+        "{}",
+        status["ids"]
+    );
+    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1: repeated ids");
+    assert_eq!(ledger.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
+    assert_eq!(
+        ledger.off_time,
+        Vec::<String>::new(),
+        "U3: ids outside their time bounds"
+    );
+    assert!(
+        ledger.slots[&0].iter().all(|s| *s < 8),
+        "set 0's share: {:?}",
+        ledger.slots
+    );
+    let panics = c.procs.scan_panics().unwrap();
+    assert!(panics.is_empty(), "panics: {panics:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_negative_control_that_ignores_the_floor_repeats_an_id() {
     let ledger = scenario(&["--unsafe-ids-ignore-floor"]).await;

@@ -110,6 +110,8 @@ fn forged(rng: &mut StdRng, seen: &[pb::SectionState], live: &[u64], step: u64) 
             route_version: 0,
             map_version: 0,
             secret,
+            // A forged renewal that got through would also hoard id slots.
+            id_slots_wanted: rng.random_range(0..100),
         }),
         _ => Req::Bump(pb::BumpRequest {
             incarnation,

@@ -30,6 +30,8 @@ pub struct Liveness {
     /// When this leader last heard of each incarnation, and whether that was a renewal (true)
     /// or only its registration (false).
     last_renew: HashMap<Incarnation, (Instant, bool)>,
+    /// How many time-ordered id slots each incarnation asked for in its last renewal (absent: one).
+    slots_wanted: HashMap<Incarnation, usize>,
 }
 
 /// Who the arbiter may plan with, at one instant.
@@ -46,12 +48,14 @@ impl Liveness {
     pub fn become_leader(&mut self, now: Instant) {
         self.leader_since = Some(now);
         self.last_renew.clear();
+        self.slots_wanted.clear();
     }
 
     /// Called when this node stops leading: what it heard is of no use to the next leader.
     pub fn step_down(&mut self) {
         self.leader_since = None;
         self.last_renew.clear();
+        self.slots_wanted.clear();
     }
 
     fn is_leader(&self) -> bool {
@@ -81,6 +85,18 @@ impl Liveness {
         if self.leader_since.is_some() {
             self.last_renew.insert(incarnation, (now, true));
         }
+    }
+
+    /// The id slots the incarnation asked for in a renewal that reached this leader (0: one).
+    pub fn want_slots(&mut self, incarnation: Incarnation, slots: u32) {
+        if self.leader_since.is_some() {
+            self.slots_wanted.insert(incarnation, (slots as usize).max(1));
+        }
+    }
+
+    /// The id slots the incarnation last asked for: at least one.
+    pub fn slots_wanted(&self, incarnation: Incarnation) -> usize {
+        self.slots_wanted.get(&incarnation).copied().unwrap_or(1)
     }
 
     /// The incarnation registered through this leader: its detection clock starts, but it is not

@@ -342,24 +342,74 @@ impl IdState {
     }
 }
 
-/// The arbiter's slot decisions: each incarnation in `want` that holds no slot gets a free one
-/// (lowest first); a slot whose holder is not in `keep` (declared dead, superseded, gone) is free.
-/// One slot a holder: a slot issues `ids_per_tick` ids a tick (4,096 a millisecond in Twitter's
-/// layout), more than one AllocSvr answers.
-pub fn plan_grants(ids: &IdState, keep: &BTreeSet<Incarnation>, want: &BTreeSet<Incarnation>) -> Vec<SlotMove> {
-    let holding: BTreeSet<Incarnation> = ids.iter().map(|(_, s)| s.holder).filter(|h| keep.contains(h)).collect();
-    let mut wanting = want.iter().filter(|i| !holding.contains(i));
-    let mut moves = Vec::new();
+/// The arbiter's slot decisions. `want` names the incarnations that may gain slots, each with the
+/// number it asks for (at least one, from its renewals); a slot whose holder is not in `keep`
+/// (declared dead, superseded, gone) is free. In this order:
+/// 1. each incarnation of `want` that holds none gets a free slot (lowest first); when none is
+///    free, the holder of the most slots, if it holds more than one, gives up its highest;
+/// 2. those holding fewer than they ask for get one free slot more each, in turns, until all have
+///    what they asked for or no slot is free (a holder never takes another's slot to grow);
+/// 3. a holder in `want` that holds more than it asks for frees the surplus, its highest slots
+///    first, so that slots follow load.
+///
+/// A slot issues `ids_per_tick` ids a tick (4,096 a millisecond in Twitter's layout, 25,600 a
+/// second in Sonyflake's): more than one AllocSvr answers in the first, far less in the second.
+/// Every move raises the slot's epoch, so a holder that loses a slot is fenced out of raising it,
+/// and the next holder's floor is at or above every mark the earlier one was acknowledged.
+pub fn plan_grants(ids: &IdState, keep: &BTreeSet<Incarnation>, want: &BTreeMap<Incarnation, usize>) -> Vec<SlotMove> {
+    let mut held: BTreeMap<Incarnation, Vec<u64>> = BTreeMap::new();
+    let mut free = std::collections::VecDeque::new();
     for (slot, s) in ids.iter() {
         if s.holder != NOBODY && keep.contains(&s.holder) {
+            held.entry(s.holder).or_default().push(slot);
+        } else {
+            free.push_back((slot, s.holder));
+        }
+    }
+    let count = |held: &BTreeMap<Incarnation, Vec<u64>>, i: &Incarnation| held.get(i).map_or(0, Vec::len);
+    let mut moves = Vec::new();
+    for &to in want.keys() {
+        if count(&held, &to) > 0 {
             continue;
         }
-        let Some(&to) = wanting.next() else { break };
-        moves.push(SlotMove {
-            slot,
-            from: s.holder,
-            to,
+        let taken = free.pop_front().or_else(|| {
+            // Ties go to the lowest incarnation, so that every leader plans alike.
+            let (&donor, _) = held
+                .iter()
+                .filter(|(_, v)| v.len() > 1)
+                .max_by_key(|(i, v)| (v.len(), std::cmp::Reverse(**i)))?;
+            let slots = held.get_mut(&donor)?;
+            slots.sort_unstable();
+            Some((slots.pop()?, donor))
         });
+        if let Some((slot, from)) = taken {
+            moves.push(SlotMove { slot, from, to });
+            held.entry(to).or_default().push(slot);
+        }
+    }
+    'grow: loop {
+        let mut grew = false;
+        for (&to, &asked) in want {
+            if count(&held, &to) >= asked {
+                continue;
+            }
+            let Some((slot, from)) = free.pop_front() else {
+                break 'grow;
+            };
+            moves.push(SlotMove { slot, from, to });
+            held.entry(to).or_default().push(slot);
+            grew = true;
+        }
+        if !grew {
+            break;
+        }
+    }
+    for (&from, &asked) in want {
+        let Some(slots) = held.get_mut(&from) else { continue };
+        slots.sort_unstable();
+        for &slot in slots.iter().skip(asked.max(1)) {
+            moves.push(SlotMove { slot, from, to: NOBODY });
+        }
     }
     moves
 }
@@ -411,6 +461,11 @@ mod tests {
             SlotResult::SetUp { fresh: false }
         );
         ids
+    }
+
+    /// Each of `i` asking for one slot.
+    fn one_each(i: &[Incarnation]) -> BTreeMap<Incarnation, usize> {
+        i.iter().map(|&i| (i, 1)).collect()
     }
 
     fn live(i: &[Incarnation]) -> BTreeSet<Incarnation> {
@@ -512,19 +567,19 @@ mod tests {
     fn the_arbiter_gives_each_live_incarnation_one_slot_and_takes_back_dead_ones() {
         let mut ids = set_up(0);
         let both = live(&[I1, I2]);
-        let plan = plan_grants(ids.as_ref().unwrap(), &both, &both);
+        let plan = plan_grants(ids.as_ref().unwrap(), &both, &one_each(&[I1, I2]));
         assert_eq!(
             plan.iter().map(|m| (m.slot, m.to)).collect::<Vec<_>>(),
             [(0, I1), (1, I2)]
         );
         apply(&mut ids, 0, &SlotCommand::Grant(plan), &both);
-        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &both), []);
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &one_each(&[I1, I2])), []);
         // I1 stopped renewing but is not declared dead: it keeps its slot, nobody new wants one.
-        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &live(&[I2])), []);
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &both, &one_each(&[I2])), []);
         // I1 died: I3 takes its slot, I2 keeps its own.
         let i3 = Incarnation(3);
         let now = live(&[I2, i3]);
-        let plan = plan_grants(ids.as_ref().unwrap(), &now, &now);
+        let plan = plan_grants(ids.as_ref().unwrap(), &now, &one_each(&[I2, i3]));
         assert_eq!(
             plan,
             [SlotMove {
@@ -533,6 +588,55 @@ mod tests {
                 to: i3
             }]
         );
+    }
+
+    #[test]
+    fn slots_follow_what_each_holder_asks_for() {
+        let mut ids = None;
+        let four = SlotCommand::Setup {
+            layout: IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS),
+            per_set: 4,
+            max_ahead_ms: 60_000,
+        };
+        apply(&mut ids, 0, &four, &live(&[]));
+        let i3 = Incarnation(3);
+        let all = live(&[I1, I2, i3]);
+        let held = |ids: &Option<IdState>, i| ids.as_ref().unwrap().held_by(i).map(|(s, _)| s).collect::<Vec<_>>();
+        let mv = |slot, from, to| SlotMove { slot, from, to };
+        // Each first gets one, then they grow in turns until no slot is free.
+        let plan = plan_grants(ids.as_ref().unwrap(), &all, &BTreeMap::from([(I1, 3), (I2, 2)]));
+        assert_eq!(
+            plan,
+            [
+                mv(0, NOBODY, I1),
+                mv(1, NOBODY, I2),
+                mv(2, NOBODY, I1),
+                mv(3, NOBODY, I2)
+            ]
+        );
+        apply(&mut ids, 0, &SlotCommand::Grant(plan), &all);
+        assert_eq!((held(&ids, I1), held(&ids, I2)), (vec![0, 2], vec![1, 3]));
+        // A newcomer finds none free: the holder of the most (the lowest incarnation of a tie)
+        // gives up its highest; nobody else grows at another's cost.
+        let want = BTreeMap::from([(I1, 3), (I2, 2), (i3, 1)]);
+        let plan = plan_grants(ids.as_ref().unwrap(), &all, &want);
+        assert_eq!(plan, [mv(2, I1, i3)]);
+        apply(&mut ids, 0, &SlotCommand::Grant(plan), &all);
+        assert_eq!(
+            ids.as_ref().unwrap().get(2).unwrap().epoch,
+            Epoch(2),
+            "the move fences I1 out"
+        );
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &all, &want), []);
+        // I2's load fell: it frees its surplus, and the next plan gives it to I1, which asks for more.
+        let want = BTreeMap::from([(I1, 3), (I2, 1), (i3, 1)]);
+        let plan = plan_grants(ids.as_ref().unwrap(), &all, &want);
+        assert_eq!(plan, [mv(3, I2, NOBODY)]);
+        apply(&mut ids, 0, &SlotCommand::Grant(plan), &all);
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &all, &want), [mv(3, NOBODY, I1)]);
+        // A holder that stopped renewing (not in `want`) keeps what it has, surplus or not.
+        let want = BTreeMap::from([(I2, 1), (i3, 1)]);
+        assert_eq!(plan_grants(ids.as_ref().unwrap(), &all, &want), []);
     }
 
     /// Through the whole state machine: a slot's Raise is bound to its holder's registration like a

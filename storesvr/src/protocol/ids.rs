@@ -21,9 +21,10 @@ use crate::protocol::{LeaderView, binding, not_bound, under, unexpected};
 
 /// What the arbiter writes about slots this tick, if anything: the setup while the set has none
 /// (set 0's from `own_setup`, the others' from their copy of the map), else the grants that give
-/// each renewing, non-draining incarnation one slot, taking it from the dead and then from the
-/// draining (a drained AllocSvr's slot goes to one that stays once no free slot is left; until
-/// then the draining one keeps issuing, and its SIGTERM frees it).
+/// each renewing, non-draining incarnation the slots it asks for (`slots::plan_grants`): one at
+/// least, taken from the dead and then from the draining (a drained AllocSvr's slot goes to one
+/// that stays once no free slot is left; until then the draining one keeps issuing, and its
+/// SIGTERM frees it), more from free slots, and a surplus given back.
 pub fn slots_tick(
     set: &SetState,
     view: &LeaderView,
@@ -52,11 +53,20 @@ pub fn slots_tick(
     };
     let alive = liveness::alive(set, &view.liveness, now, detect);
     let staying = |i: &&Incarnation| set.allocsvrs.get(i).is_some_and(|r| !r.draining);
-    let want = alive.renewing.iter().filter(staying).copied().collect();
-    // Free slots first, the dead's next: a draining holder gives its slot up only to a taker
-    // that found no other.
+    let want = alive
+        .renewing
+        .iter()
+        .filter(staying)
+        .map(|&i| (i, view.liveness.slots_wanted(i)))
+        .collect();
+    // Free slots first, the dead's next, then a holder's surplus: a draining holder gives its
+    // slots up only to a taker that found no other.
     let mut moves = slots::plan_grants(ids, &alive.not_dead, &want);
-    if moves.len() < want.iter().filter(|i| ids.held_by(**i).next().is_none()).count() {
+    let unserved = |moves: &[slots::SlotMove]| {
+        want.keys()
+            .any(|i| ids.held_by(*i).next().is_none() && !moves.iter().any(|m| m.to == *i))
+    };
+    if unserved(&moves) {
         let keep = alive.not_dead.iter().filter(staying).copied().collect();
         moves = slots::plan_grants(ids, &keep, &want);
     }
@@ -243,6 +253,35 @@ mod tests {
         assert!(slots_of(&st, incs[0]).2.is_empty(), "the draining holder let go");
         assert_eq!(slots_of(&st, incs[2]).2.len(), 1);
         assert_eq!(slots_of(&st, incs[1]).2.len(), 1, "the staying holder kept its slot");
+    }
+
+    #[test]
+    fn a_renewal_that_asks_for_more_slots_gets_them_while_the_draining_keep_theirs() {
+        let (mut st, incs) = set_with(&[1, 2, 3]);
+        let mut view = LeaderView::default();
+        let now = Instant::now();
+        view.liveness.observe_leadership(true, 1, now);
+        st.apply(&Command::Slots(setup()), false);
+        let detect = std::time::Duration::from_secs(2);
+        for &i in &incs {
+            view.liveness.record(i, now);
+        }
+        st.allocsvrs.get_mut(&incs[2]).unwrap().draining = true;
+        view.liveness.want_slots(incs[0], 3);
+        view.liveness.want_slots(incs[1], 0);
+        let grant = slots_tick(&st, &view, now, detect, None).expect("a grant");
+        st.apply(&grant, false);
+        let held = |st: &SetState, i| slots_of(st, i).2.len();
+        assert_eq!((held(&st, incs[0]), held(&st, incs[1]), held(&st, incs[2])), (3, 1, 0));
+        assert_eq!(slots_tick(&st, &view, now, detect, None), None, "settled");
+        // It asks for one again: two are freed (to nobody, under new epochs).
+        view.liveness.want_slots(incs[0], 1);
+        let release = slots_tick(&st, &view, now, detect, None).expect("a release");
+        st.apply(&release, false);
+        assert_eq!(held(&st, incs[0]), 1);
+        // A new leader has heard nothing yet: everyone asks for one until it renews.
+        view.liveness.observe_leadership(true, 2, now);
+        assert_eq!(view.liveness.slots_wanted(incs[0]), 1);
     }
 
     #[test]

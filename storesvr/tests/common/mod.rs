@@ -277,6 +277,7 @@ impl FakeOwner {
                         incarnation,
                         route_version: 0,
                         map_version: u64::MAX,
+                        id_slots_wanted: 0,
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -295,6 +296,7 @@ impl FakeOwner {
                     incarnation: self.incarnation,
                     route_version: 0,
                     map_version: u64::MAX,
+                    id_slots_wanted: 0,
                 })
                 .await
                 && let Some(g) = r

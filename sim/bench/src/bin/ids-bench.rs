@@ -135,7 +135,10 @@ struct Servers {
     /// Every process this benchmark started (the rest of the machine's busy time is foreign load).
     ours: Vec<u32>,
     layout: IdLayout,
+    /// Slots the AllocSvr held when it first issued (it asks for more as its load grows).
     slots_held: u64,
+    /// The StoreSvr leader, whose Status says how many slots are held.
+    leader: String,
 }
 
 type FerroidClient = ferroid::pb::id_generator_client::IdGeneratorClient<Channel>;
@@ -203,6 +206,7 @@ async fn start(args: &Args, procs: &mut Supervisor, bins: &Binaries, dir: &Path)
         ours,
         layout,
         slots_held,
+        leader: stores.leader.clone(),
     })
 }
 
@@ -287,6 +291,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         .collect();
     let mut ceilings: Vec<Ceiling> = Vec::new();
     let (mut noisy, mut samples) = (0, 0);
+    let mut slots_end = s.slots_held;
     for run in 0..args.runs {
         println!("\n== run {}/{} ==", run + 1, args.runs);
         println!("{}", report::header_for("ids/s"));
@@ -309,6 +314,10 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
                 measured.push((server, sample));
             }
             p.runs.push(Run(measured));
+            if let Some(st) = cluster::status(&s.leader).await {
+                println!("  (the AllocSvr holds {} slot(s) after this point)", st.slots_held);
+                slots_end = st.slots_held;
+            }
         }
         for count in COUNTS {
             let layout = s.layout;
@@ -323,7 +332,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
             ceilings.push(c);
         }
     }
-    summarize(&s, &points, &ceilings);
+    summarize(&s, &points, &ceilings, slots_end);
     println!(
         "\nsamples measured while processes this benchmark did not start used > {} % of a core: {noisy} of {samples}",
         args.quiet.quiet_below
@@ -348,7 +357,7 @@ fn check(procs: &mut Supervisor, server: Server, s: &Sample) -> Result<(), Failu
 }
 
 /// The table of medians, the ceiling, the ratios and the verdicts.
-fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling]) {
+fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling], slots_end: u64) {
     let runs = points.first().map_or(0, |p| p.runs.len());
     println!("\n== summary: medians of {runs} run(s); ids/s = count × calls per second; latency in µs ==");
     println!("{}", ids::summary_header());
@@ -375,7 +384,8 @@ fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling]) {
         );
     }
     println!(
-        "the layout's limit per slot ({}): {} ids per {} ms tick = {limit:.0} ids/s; the AllocSvr holds {} slot(s)",
+        "the layout's limit per slot ({}): {} ids per {} ms tick = {limit:.0} ids/s; the AllocSvr held {} slot(s) \
+         when it first issued and {slots_end} at the end (it asks for as many as its rate fills half)",
         s.layout,
         s.layout.ids_per_tick(),
         s.layout.tick_ms,

@@ -234,6 +234,7 @@ async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64
             incarnation,
             route_version: 0,
             map_version: u64::MAX,
+            id_slots_wanted: 0,
         };
         let r = client.renew(renew).await?.into_inner();
         let mut epochs = vec![0u64; SECTIONS as usize];
