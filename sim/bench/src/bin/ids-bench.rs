@@ -6,7 +6,8 @@
 //! 2. Starts the baseline echo (`ids-bench --serve-echo ADDR`: `seqsvr_bench::echo`, whose
 //!    `NextIds` answers one run of `count` ids from nothing) and, when it is installed
 //!    (`sim/bench/install-ferroid.sh`), ferroid-tonic-server on 127.0.0.1 with one generator, as the
-//!    AllocSvr holds one slot: twice, as shipped and with `TCP_NODELAY` on its accepted sockets (an
+//!    AllocSvr first holds one slot (it asks for more as its rate grows; the run prints how many it
+//!    holds after each point): twice, as shipped and with `TCP_NODELAY` on its accepted sockets (an
 //!    LD_PRELOAD shim; as shipped each call waits ~40 ms for a delayed ACK: `seqsvr_bench::ferroid`).
 //!    Without it, ferroid is skipped with a line saying how to install it.
 //! 3. At `count` 1 and 100 ids per call and 1, 16, 64, 256 callers (closed loop, one channel per 32
