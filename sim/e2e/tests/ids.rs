@@ -91,6 +91,11 @@ impl Cluster {
         self.allocs.insert(name.into(), (addr, set));
     }
 
+    /// The set of the AllocSvr at `addr` (`u64::MAX` for an address not started here).
+    fn set_of(&self, addr: &str) -> u64 {
+        self.allocs.values().find(|(a, _)| a == addr).map_or(u64::MAX, |(_, s)| *s)
+    }
+
     fn client(&self) -> Client {
         let seeds: Vec<String> = self.allocs.values().map(|(a, _)| a.clone()).collect();
         Client::new(ClientConfig {
@@ -172,6 +177,14 @@ fn unix_ms() -> u64 {
 }
 
 impl Ledger {
+    /// No id twice (U1), each (AllocSvr, slot)'s ids increasing (U2), every id's time within its
+    /// call's bounds (U3).
+    fn assert_u1_to_u3(&self) {
+        assert_eq!(self.repeats, Vec::<u64>::new(), "U1: repeated ids");
+        assert_eq!(self.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
+        assert_eq!(self.off_time, Vec::<String>::new(), "U3: ids outside their time bounds");
+    }
+
     /// `ids` of a call that began at `started` and ended at `ended` (Unix ms, this host's clock).
     fn record(&mut self, layout: &IdLayout, addr: &str, set: u64, ids: &[u64], (started, ended): (u64, u64)) {
         self.calls += 1;
@@ -224,12 +237,7 @@ async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Durati
         }
         let started = unix_ms();
         if let Ok(got) = client.next_ids(1).await {
-            let set = c
-                .allocs
-                .values()
-                .find(|(a, _)| *a == got.addr)
-                .map_or(u64::MAX, |(_, s)| *s);
-            ledger.record(&got.layout, &got.addr, set, &got.ids, (started, unix_ms()));
+            ledger.record(&got.layout, &got.addr, c.set_of(&got.addr), &got.ids, (started, unix_ms()));
         }
         i += 1;
     }
@@ -274,13 +282,7 @@ async fn ids_never_repeat_across_sets_kills_and_a_restart_on_a_clock_behind() {
         "too few ids to mean anything: {}",
         ledger.seen.len()
     );
-    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1: repeated ids");
-    assert_eq!(ledger.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
-    assert_eq!(
-        ledger.off_time,
-        Vec::<String>::new(),
-        "U3: ids outside their time bounds"
-    );
+    ledger.assert_u1_to_u3();
     assert!(
         ledger.slots[&0].iter().all(|s| *s < 8) && ledger.slots[&1].iter().all(|s| (8..16).contains(s)),
         "each set issues from its own share: {:?}",
@@ -312,12 +314,7 @@ async fn an_allocsvr_whose_load_outgrows_its_slot_gets_more_and_nothing_repeats(
         }
         // a2 and b1 issue too, from their own slots.
         if let Ok(got) = client.next_ids(1).await {
-            let set = c
-                .allocs
-                .values()
-                .find(|(a, _)| *a == got.addr)
-                .map_or(u64::MAX, |(_, s)| *s);
-            ledger.record(&got.layout, &got.addr, set, &got.ids, (started, unix_ms()));
+            ledger.record(&got.layout, &got.addr, c.set_of(&got.addr), &got.ids, (started, unix_ms()));
         }
     }
     let a1_slots: std::collections::BTreeSet<u64> = ledger
@@ -341,13 +338,7 @@ async fn an_allocsvr_whose_load_outgrows_its_slot_gets_more_and_nothing_repeats(
         "{}",
         status["ids"]
     );
-    assert_eq!(ledger.repeats, Vec::<u64>::new(), "U1: repeated ids");
-    assert_eq!(ledger.decreases, Vec::<String>::new(), "U2: a holder's ids went down");
-    assert_eq!(
-        ledger.off_time,
-        Vec::<String>::new(),
-        "U3: ids outside their time bounds"
-    );
+    ledger.assert_u1_to_u3();
     assert!(
         ledger.slots[&0].iter().all(|s| *s < 8),
         "set 0's share: {:?}",
