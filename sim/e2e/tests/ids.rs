@@ -93,7 +93,10 @@ impl Cluster {
 
     /// The set of the AllocSvr at `addr` (`u64::MAX` for an address not started here).
     fn set_of(&self, addr: &str) -> u64 {
-        self.allocs.values().find(|(a, _)| a == addr).map_or(u64::MAX, |(_, s)| *s)
+        self.allocs
+            .values()
+            .find(|(a, _)| a == addr)
+            .map_or(u64::MAX, |(_, s)| *s)
     }
 
     fn client(&self) -> Client {
@@ -237,7 +240,13 @@ async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Durati
         }
         let started = unix_ms();
         if let Ok(got) = client.next_ids(1).await {
-            ledger.record(&got.layout, &got.addr, c.set_of(&got.addr), &got.ids, (started, unix_ms()));
+            ledger.record(
+                &got.layout,
+                &got.addr,
+                c.set_of(&got.addr),
+                &got.ids,
+                (started, unix_ms()),
+            );
         }
         i += 1;
     }
@@ -314,7 +323,13 @@ async fn an_allocsvr_whose_load_outgrows_its_slot_gets_more_and_nothing_repeats(
         }
         // a2 and b1 issue too, from their own slots.
         if let Ok(got) = client.next_ids(1).await {
-            ledger.record(&got.layout, &got.addr, c.set_of(&got.addr), &got.ids, (started, unix_ms()));
+            ledger.record(
+                &got.layout,
+                &got.addr,
+                c.set_of(&got.addr),
+                &got.ids,
+                (started, unix_ms()),
+            );
         }
     }
     let a1_slots: std::collections::BTreeSet<u64> = ledger
