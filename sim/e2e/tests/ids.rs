@@ -214,6 +214,20 @@ impl Ledger {
     }
 }
 
+/// One id through the client library's own choice of AllocSvr, recorded unless refused.
+async fn ask_through_the_client(c: &Cluster, client: &Client, ledger: &mut Ledger) {
+    let started = unix_ms();
+    if let Ok(got) = client.next_ids(1).await {
+        ledger.record(
+            &got.layout,
+            &got.addr,
+            c.set_of(&got.addr),
+            &got.ids,
+            (started, unix_ms()),
+        );
+    }
+}
+
 /// For `run`, calls of 1 or 100 ids, each to one AllocSvr of `c` in turn (direct, not through the
 /// client's choice, so a holder's order is the call order), and one through the client library's
 /// own choice each time; refusals are skipped.
@@ -238,16 +252,7 @@ async fn ask_each(c: &Cluster, client: &Client, ledger: &mut Ledger, run: Durati
         if let Ok(got) = one.next_ids(count).await {
             ledger.record(&got.layout, addr, *set, &got.ids, (started, unix_ms()));
         }
-        let started = unix_ms();
-        if let Ok(got) = client.next_ids(1).await {
-            ledger.record(
-                &got.layout,
-                &got.addr,
-                c.set_of(&got.addr),
-                &got.ids,
-                (started, unix_ms()),
-            );
-        }
+        ask_through_the_client(c, client, ledger).await;
         i += 1;
     }
 }
@@ -322,15 +327,7 @@ async fn an_allocsvr_whose_load_outgrows_its_slot_gets_more_and_nothing_repeats(
             Err(_) => refused += 1,
         }
         // a2 and b1 issue too, from their own slots.
-        if let Ok(got) = client.next_ids(1).await {
-            ledger.record(
-                &got.layout,
-                &got.addr,
-                c.set_of(&got.addr),
-                &got.ids,
-                (started, unix_ms()),
-            );
-        }
+        ask_through_the_client(&c, &client, &mut ledger).await;
     }
     let a1_slots: std::collections::BTreeSet<u64> = ledger
         .last
