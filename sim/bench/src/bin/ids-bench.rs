@@ -13,7 +13,8 @@
 //! 3. At `count` 1 and 100 ids per call and 1, 16, 64, 256 callers (closed loop, one channel per 32
 //!    callers, at most 8): the servers one after another, in an order that rotates from point to
 //!    point and run to run, so that drift on a shared machine hits each alike. A ferroid call is
-//!    one `StreamIds` of `count` ids read to its end.
+//!    one `StreamIds` of `count` ids read to its end. `--callers` and `--counts` keep a subset of
+//!    the points (to measure one point many times).
 //! 4. Per run, the in-process ceiling of one slot: `SlotIssuer` in a tight loop on this thread,
 //!    next to the layout's limit (4,096 ids per millisecond per slot).
 //!
@@ -88,6 +89,13 @@ struct Args {
     /// The TCP_NODELAY shim for ferroid (default: `../lib/ferroid-nodelay.so` from its binary's dir).
     #[arg(long, value_name = "PATH")]
     ferroid_shim: Option<PathBuf>,
+    /// Measure only these numbers of callers (of 1, 16, 64, 256; default all): one point measured
+    /// many times, alternating the servers, says more than a full run in a noisy hour.
+    #[arg(long, value_delimiter = ',')]
+    callers: Vec<usize>,
+    /// Measure only these ids per call (of 1, 100; default both).
+    #[arg(long, value_delimiter = ',')]
+    counts: Vec<u32>,
     /// Internal: serve the echo baseline on ADDR until killed.
     #[arg(long, hide = true)]
     serve_echo: Option<SocketAddr>,
@@ -103,6 +111,12 @@ impl Args {
         }
         if !(1..=9).contains(&self.runs) {
             return Err("--runs must be in 1..=9".into());
+        }
+        if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
+            return Err(format!("--callers: {bad} is not one of {CONCURRENCIES:?}"));
+        }
+        if let Some(bad) = self.counts.iter().find(|c| !COUNTS.contains(c)) {
+            return Err(format!("--counts: {bad} is not one of {COUNTS:?}"));
         }
         if !(1..=1_024).contains(&self.ferroid_workers) {
             return Err("--ferroid-workers must be in 1..=1024".into());
@@ -280,10 +294,12 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
         warmup: Duration::from_millis(args.window.warmup_ms),
         measure: Duration::from_secs(args.window.seconds),
     };
-    let mut points: Vec<Point> = COUNTS
+    let counts = chosen(&COUNTS, &args.counts);
+    let callers = chosen(&CONCURRENCIES, &args.callers);
+    let mut points: Vec<Point> = counts
         .iter()
         .flat_map(|&count| {
-            CONCURRENCIES.map(|concurrency| Point {
+            callers.iter().map(move |&concurrency| Point {
                 count,
                 concurrency,
                 runs: Vec::new(),
@@ -320,7 +336,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
                 slots_end = st.slots_held;
             }
         }
-        for count in COUNTS {
+        for &count in &counts {
             let layout = s.layout;
             let c = tokio::task::spawn_blocking(move || ids::issuer_ceiling(layout, count.into(), CEILING_WINDOW))
                 .await
@@ -341,6 +357,14 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     println!("load average at the end: {}", load_average());
     drop(procs);
     Ok(true)
+}
+
+/// The values of `all` that `wanted` names, in `all`'s order; all of them when it names none.
+fn chosen<T: Copy + PartialEq>(all: &[T], wanted: &[T]) -> Vec<T> {
+    all.iter()
+        .copied()
+        .filter(|v| wanted.is_empty() || wanted.contains(v))
+        .collect()
 }
 
 /// Fails when a started process exited or a server completed no call.
@@ -375,7 +399,10 @@ fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling], slots_end: u64
         println!("{}", ids::ratio_row(p, &p.summary()));
     }
     let limit = ids::layout_limit(&s.layout);
-    for count in COUNTS {
+    for count in COUNTS
+        .into_iter()
+        .filter(|&n| ceilings.iter().any(|c| c.count == u64::from(n)))
+    {
         let of =
             |f: fn(&Ceiling) -> f64| median(ceilings.iter().filter(|c| c.count == u64::from(count)).map(f).collect());
         println!(
