@@ -8,7 +8,8 @@
 //!    its first fetch before anything is measured (`warm_sections`).
 //! 2. `redis-benchmark -t incr -r 1000000` (random keys) against Redis and against our RESP port at
 //!    `-c 1/50/256` × `-P 1/16`; `wrk` (POST `/v1/seq/{random uid}/next`) against our HTTP port and
-//!    the bare server at 1, 50 and 256 connections. Points rotate run to run.
+//!    the bare server at 1, 50 and 256 connections. Points rotate run to run; which of a pair goes
+//!    first alternates. `--only resp,http,hop` measures a part of the run.
 //! 3. Starts a second AllocSvr, waits until the two hold half the sections each, and times the
 //!    forwarding hop: `wrk` on uids the second owns, through the first (forwarded) and through the
 //!    second (direct), at 1 and 50 connections; then the least any hop over gRPC adds, a bare
@@ -53,9 +54,27 @@ struct Args {
     /// Runs of every point; medians are reported.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Measure only these parts (default all): `resp` (against Redis), `http` (against the bare
+    /// handler), `hop` (forwarded against direct, with its floor).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    only: Vec<Part>,
     /// Internal: serve the bare gRPC echo on ADDR until killed (the hop's floor).
     #[arg(long, hide = true)]
     serve_echo: Option<std::net::SocketAddr>,
+}
+
+/// The parts of a run that `--only` can pick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Part {
+    Resp,
+    Http,
+    Hop,
+}
+
+impl Args {
+    fn measures(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
 }
 
 fn main() -> ExitCode {
@@ -106,6 +125,11 @@ impl Calls for Bare {
         let first = self.0.fetch_add(u64::from(count), Ordering::Relaxed) + 1;
         Ok((first..first + u64::from(count)).collect())
     }
+}
+
+/// The median over runs of one field of a point.
+fn med(v: &[Point], f: fn(&Point) -> f64) -> f64 {
+    median(v.iter().map(f).collect())
 }
 
 /// Throughput and median latency of one load run.
@@ -406,7 +430,7 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
     for run in 0..args.runs {
         let n = resp_points.len();
         resp_points.rotate_left(run % n);
-        for &(c, p) in &resp_points {
+        for &(c, p) in resp_points.iter().filter(|_| args.measures(Part::Resp)) {
             let i = CONNECTIONS.iter().position(|&x| x == c).unwrap() * PIPELINES.len()
                 + PIPELINES.iter().position(|&x| x == p).unwrap();
             let (a, b) = if run % 2 == 0 {
@@ -420,63 +444,103 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
             redis_r[i].push(r);
             ours_r[i].push(o);
         }
-        for (i, &c) in CONNECTIONS.iter().enumerate() {
-            http_r[i].push(wrk(dir, &http1, c, None).await?);
-            bare_r[i].push(wrk(dir, &bare_addr, c, None).await?);
+        for (i, &c) in CONNECTIONS.iter().enumerate().filter(|_| args.measures(Part::Http)) {
+            // Alternating who goes first, as for RESP: the first of a pair follows whatever ran
+            // before it.
+            let (a, b) = if run % 2 == 0 {
+                (&http1, &bare_addr)
+            } else {
+                (&bare_addr, &http1)
+            };
+            let first = wrk(dir, a, c, None).await?;
+            let second = wrk(dir, b, c, None).await?;
+            let (o, r) = if run % 2 == 0 { (first, second) } else { (second, first) };
+            http_r[i].push(o);
+            bare_r[i].push(r);
         }
         cluster::check_alive(procs).map_err(harness)?;
     }
-    let med = |v: &[Point], f: fn(&Point) -> f64| median(v.iter().map(f).collect());
     let mut all_met = true;
-    println!(
-        "\nRESP INCR, random keys (redis-benchmark -t incr -r 1000000), medians of {} runs",
-        args.runs
-    );
-    println!(
-        "{:>5} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
-        "conns", "-P", "Redis/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
-    );
-    for (i, (c, p)) in CONNECTIONS
-        .iter()
-        .flat_map(|&c| PIPELINES.map(move |p| (c, p)))
-        .enumerate()
-    {
-        let (r, o) = (med(&redis_r[i], |x| x.rps), med(&ours_r[i], |x| x.rps));
-        let met = o >= r;
-        all_met &= met;
+    if args.measures(Part::Resp) {
         println!(
-            "{c:>5} {p:>3} {r:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
-            o / r,
-            med(&redis_r[i], |x| x.p50_ms),
-            med(&ours_r[i], |x| x.p50_ms),
-            verdict(met)
+            "\nRESP INCR, random keys (redis-benchmark -t incr -r 1000000), medians of {} runs",
+            args.runs
         );
+        println!(
+            "{:>5} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
+            "conns", "-P", "Redis/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
+        );
+        for (i, (c, p)) in CONNECTIONS
+            .iter()
+            .flat_map(|&c| PIPELINES.map(move |p| (c, p)))
+            .enumerate()
+        {
+            let (r, o) = (med(&redis_r[i], |x| x.rps), med(&ours_r[i], |x| x.rps));
+            let met = o >= r;
+            all_met &= met;
+            println!(
+                "{c:>5} {p:>3} {r:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
+                o / r,
+                med(&redis_r[i], |x| x.p50_ms),
+                med(&ours_r[i], |x| x.p50_ms),
+                verdict(met)
+            );
+        }
     }
-    println!(
-        "\nHTTP POST /v1/seq/{{random uid}}/next (wrk, {WRK_SECONDS} s), medians of {} runs",
-        args.runs
-    );
-    println!(
-        "{:>5} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 0.9×",
-        "conns", "bare/s", "seqsvr/s", "ratio", "bare p50", "ours p50"
-    );
-    for (i, c) in CONNECTIONS.iter().enumerate() {
-        let (b, o) = (med(&bare_r[i], |x| x.rps), med(&http_r[i], |x| x.rps));
-        let met = o >= 0.9 * b;
-        all_met &= met;
+    if args.measures(Part::Http) {
         println!(
-            "{c:>5} {b:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
-            o / b,
-            med(&bare_r[i], |x| x.p50_ms),
-            med(&http_r[i], |x| x.p50_ms),
-            verdict(met)
+            "\nHTTP POST /v1/seq/{{random uid}}/next (wrk, {WRK_SECONDS} s), medians of {} runs",
+            args.runs
         );
+        println!(
+            "{:>5} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 0.9×",
+            "conns", "bare/s", "seqsvr/s", "ratio", "bare p50", "ours p50"
+        );
+        for (i, c) in CONNECTIONS.iter().enumerate() {
+            let (b, o) = (med(&bare_r[i], |x| x.rps), med(&http_r[i], |x| x.rps));
+            let met = o >= 0.9 * b;
+            all_met &= met;
+            println!(
+                "{c:>5} {b:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
+                o / b,
+                med(&bare_r[i], |x| x.p50_ms),
+                med(&http_r[i], |x| x.p50_ms),
+                verdict(met)
+            );
+        }
     }
 
+    if args.measures(Part::Hop) {
+        all_met &= hop(args, bins, dir, procs, &stores, &http1, &resp1).await?;
+    }
+    cluster::check_alive(procs).map_err(harness)?;
+    println!(
+        "\nfront-bench: {}",
+        if all_met {
+            "every target met"
+        } else {
+            "a target is NOT MET (see above)"
+        }
+    );
+    Ok(true)
+}
+
+/// The forwarding hop: a second AllocSvr takes half the sections; `wrk` on uids it owns through
+/// the first (forwarded) and through it (direct), then the floor. Returns whether the target is met.
+async fn hop(
+    args: &Args,
+    bins: &cluster::Binaries,
+    dir: &Path,
+    procs: &mut Supervisor,
+    stores: &cluster::Stores,
+    http1: &str,
+    resp1: &str,
+) -> Result<bool, Failure> {
+    let mut all_met = true;
     // The hop: a second AllocSvr takes half the sections.
     let (http2, resp2) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
     let node2 =
-        cluster::start_allocsvr_with(procs, &bins.allocsvr, 2, &stores, &fronts(&http2, &resp2)).map_err(harness)?;
+        cluster::start_allocsvr_with(procs, &bins.allocsvr, 2, stores, &fronts(&http2, &resp2)).map_err(harness)?;
     cluster::wait_balanced(&stores.leader, 2, Duration::from_secs(90))
         .await
         .map_err(harness)?;
@@ -497,7 +561,7 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
         return Err(harness("the second AllocSvr owns no section"));
     }
     // The forwarded calls' first trip also teaches node 1's client the table: warm it.
-    wrk(dir, &http1, 1, Some(&theirs)).await?;
+    wrk(dir, http1, 1, Some(&theirs)).await?;
     println!(
         "\nForwarding hop: wrk on {} uids node 2 owns, through node 1 (forwarded) and node 2 (direct)",
         theirs.len()
@@ -511,7 +575,7 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
         let (mut d, mut f) = (Vec::new(), Vec::new());
         for _ in 0..args.runs {
             d.push(wrk(dir, &http2, c, Some(&theirs)).await?);
-            f.push(wrk(dir, &http1, c, Some(&theirs)).await?);
+            f.push(wrk(dir, http1, c, Some(&theirs)).await?);
         }
         let (dp, fp) = (med(&d, |x| x.p50_ms), med(&f, |x| x.p50_ms));
         direct_p50.push(dp);
@@ -530,21 +594,12 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
     hop_floor(args, procs, direct_p50[0]).await?;
     let mut mixed = Vec::new();
     for _ in 0..args.runs {
-        mixed.push(redis_benchmark(&resp1, 50, 1).await?);
+        mixed.push(redis_benchmark(resp1, 50, 1).await?);
     }
     println!(
         "\nRESP INCR through node 1 with two AllocSvrs (about half forwarded), -c 50 -P 1: {:.0}/s, p50 {:.3} ms",
         med(&mixed, |x| x.rps),
         med(&mixed, |x| x.p50_ms)
     );
-    cluster::check_alive(procs).map_err(harness)?;
-    println!(
-        "\nfront-bench: {}",
-        if all_met {
-            "every target met"
-        } else {
-            "a target is NOT MET (see above)"
-        }
-    );
-    Ok(true)
+    Ok(all_met)
 }
