@@ -91,8 +91,11 @@ impl IdClock {
                     && let Ok(ms) = text.trim().parse::<i64>()
                     && ms != clock.offset_ms()
                 {
-                    tracing::warn!(from = clock.offset_ms(), to = ms, "TEST: the ids' clock steps");
+                    // Stepped before the line is written: a test that waits for the line may
+                    // count on the new clock from then on.
+                    let from = clock.offset_ms();
                     clock.set_offset(ms);
+                    tracing::warn!(from, to = ms, "TEST: the ids' clock steps");
                 }
                 tokio::time::sleep(FOLLOW_EVERY).await;
             }
