@@ -18,7 +18,8 @@
 //! - [`front`]: the HTTP/JSON and Redis-protocol front ends, whose calls are forwarded to the
 //!   owner wherever they land.
 //! - [`node`]: the composition root: start, wire, shut down.
-//! - [`config`], [`error`], [`metrics`], [`rpc_metrics`] (per-method latency and error codes).
+//! - [`config`], [`error`], [`metrics`], [`rpc_metrics`] (per-method latency and error codes),
+//!   [`metrics_http`] (the Prometheus page).
 //!
 //! Promises kept here (docs/DESIGN.md): P1 (per-uid increase; reload on every gain), P2 (never
 //! above the acknowledged ceiling), P4 with the store's epochs (lease from send time, gain wait,
@@ -41,6 +42,7 @@ pub mod ids;
 pub mod issuer;
 pub mod lease;
 pub mod metrics;
+pub mod metrics_http;
 pub mod node;
 pub mod owned;
 pub mod rpc_metrics;

@@ -40,15 +40,15 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         if let Some(addr) = config.metrics_listen {
-            let installed = metrics_exporter_prometheus::PrometheusBuilder::new()
-                .with_http_listener(addr)
-                .add_global_label("node", config.node.node_id.0.to_string())
-                .set_buckets_for_metric(
-                    metrics_exporter_prometheus::Matcher::Suffix(observe::LATENCY_SUFFIX.into()),
-                    observe::LATENCY_BUCKETS_SECONDS,
-                )
-                .and_then(|b| b.install());
-            if let Err(e) = installed {
+            let builder = metrics_exporter_prometheus::PrometheusBuilder::new().set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Suffix(observe::LATENCY_SUFFIX.into()),
+                observe::LATENCY_BUCKETS_SECONDS,
+            );
+            let served = match builder {
+                Ok(b) => allocsvr::metrics_http::serve(b, addr, config.node.node_id.0).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = served {
                 error!(%addr, error = %e, "cannot serve metrics");
                 return ExitCode::FAILURE;
             }
