@@ -20,11 +20,22 @@
 //! deadline or a reset stream); a waiting call whose future is dropped leaves its queue
 //! ([`Ticket`]'s `Drop`), so no slot is ever handed to a caller that has gone.
 //!
+//! **No lock while there is room.** A call that finds nobody waiting and a slot free takes it with
+//! one atomic addition, and gives it back with one subtraction; only when calls wait are the
+//! queues, behind one lock, involved. Every call of a busy server used to take that lock twice, and
+//! at 64 callers on two cores the AllocSvr's p99 paid for it (docs/BENCHMARKS.md, "p99 at 64
+//! callers"). The calls each connection has in flight, which the reserve needs, are counted in a
+//! fixed table of atomic counters indexed by a hash of the connection: two connections that share
+//! a counter each look as busy as both together, so a collision can only deny a reserve, never
+//! grant one beyond the rule.
+//!
 //! Left out: priorities or weights between connections (every connection with waiting calls gets
 //! the same turn), and any order between the calls of one connection other than arrival.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,10 +44,20 @@ use tokio::sync::oneshot;
 /// A connection, told apart by its peer address (`None`: no address known; all such share one).
 pub(crate) type Connection = Option<SocketAddr>;
 
-/// Every call looks its connection up twice (enter, release): a fast seeded hash rather than
-/// SipHash, which a profile of `NextIds` showed on this path. The keys are peer addresses, and
-/// the map holds only connections with calls (plus at most [`IDLE_KEPT`] idle ones).
+/// The queues of connections with calls waiting (plus at most [`IDLE_KEPT`] idle ones), keyed by
+/// peer address with a fast seeded hash rather than SipHash (a profile of `NextIds` showed it on
+/// this path when every call looked its connection up).
 type Connections = HashMap<Connection, PerConnection, foldhash::fast::RandomState>;
+
+/// Counters of calls in flight by connection hash: enough that the connections of a busy server
+/// rarely share one (a shared counter only makes both look busier).
+const CONNECTION_COUNTERS: usize = 4_096;
+
+/// A value on cache lines of its own: the in-flight count changes on every call, from every
+/// worker, and should not drag the waiting count (read on every call) along with it.
+#[repr(align(128))]
+#[derive(Default)]
+struct Padded(AtomicUsize);
 
 /// Idle connections' entries kept rather than dropped at once: a connection with one call at a
 /// time would otherwise remove and re-insert its entry on every call.
@@ -63,18 +84,28 @@ pub(crate) enum Entry {
 }
 
 /// The shared state of one server's admission.
+///
+/// Ordering: `in_flight` and `parked` are changed and read with `SeqCst`, so that a call that
+/// parks (counts itself in `parked`, then reads `in_flight`) and a call that gives a slot back
+/// (lowers `in_flight`, then reads `parked`) cannot both miss each other: one of them sees the
+/// other and hands the slot over under the lock.
 pub(crate) struct Admission {
     bounds: Bounds,
+    /// Calls holding a slot, all connections.
+    in_flight: Padded,
+    /// Calls waiting; changed only under the lock.
+    parked: Padded,
+    /// Calls holding a slot, by [`Admission::counter`] of their connection.
+    by_connection: Box<[AtomicUsize]>,
+    hasher: foldhash::fast::RandomState,
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
-    in_flight: usize,
-    parked: usize,
     next_ticket: u64,
-    /// Connections with a call in flight or waiting, or a turn in `ring`, and up to [`IDLE_KEPT`]
-    /// idle ones (an idle entry is the default one); the rest have no entry.
+    /// Connections with a call waiting or a turn in `ring`, and up to [`IDLE_KEPT`] idle ones (an
+    /// idle entry is the default one); the rest have no entry.
     connections: Connections,
     /// Connections in the order they get their next grant. A connection is in it at most once
     /// (`in_ring`); one whose waiting calls all left is skipped when its turn comes.
@@ -83,7 +114,6 @@ struct State {
 
 #[derive(Default)]
 struct PerConnection {
-    in_flight: usize,
     waiting: VecDeque<Waiter>,
     in_ring: bool,
 }
@@ -95,7 +125,7 @@ struct Waiter {
 
 impl PerConnection {
     fn is_idle(&self) -> bool {
-        self.in_flight == 0 && self.waiting.is_empty() && !self.in_ring
+        self.waiting.is_empty() && !self.in_ring
     }
 }
 
@@ -113,6 +143,10 @@ impl Admission {
     pub(crate) fn new(bounds: Bounds) -> Self {
         Self {
             bounds,
+            in_flight: Padded::default(),
+            parked: Padded::default(),
+            by_connection: (0..CONNECTION_COUNTERS).map(|_| AtomicUsize::new(0)).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             state: Mutex::new(State::default()),
         }
     }
@@ -122,64 +156,85 @@ impl Admission {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Plain counts and queues, each update finished before the lock is let go: a panic
-        // elsewhere cannot leave them half-updated.
+        // A panic while holding the lock leaves the counts consistent (each change is one
+        // statement); carrying on beats refusing every call from then on.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Calls holding a slot now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.lock().in_flight
+        self.in_flight.0.load(Ordering::SeqCst)
     }
 
     /// Calls waiting for a slot now.
     pub(crate) fn parked(&self) -> usize {
-        self.lock().parked
+        self.parked.0.load(Ordering::SeqCst)
     }
 
-    /// Connections with an entry that is not idle (a call in flight or waiting, or a turn
-    /// coming).
+    /// Connections with calls waiting or a turn in the ring (tests).
     #[cfg(test)]
     pub(crate) fn connections(&self) -> usize {
         self.lock().connections.values().filter(|c| !c.is_idle()).count()
     }
 
-    /// Entries held, idle ones included.
+    /// Entries in the connection map, idle ones included (tests).
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
         self.lock().connections.len()
     }
 
-    /// Admits, parks or refuses a call that arrived on `connection`.
+    /// The in-flight counter `connection` counts in.
+    fn counter(&self, connection: Connection) -> usize {
+        (self.hasher.hash_one(connection) as usize) % CONNECTION_COUNTERS
+    }
+
+    /// Takes a slot for `connection`, counted under `counter`.
+    fn take(self: &Arc<Self>, counter: usize) -> Slot {
+        self.by_connection[counter].fetch_add(1, Ordering::Relaxed);
+        Slot {
+            admission: self.clone(),
+            counter,
+        }
+    }
+
+    /// Decides for a new call from `connection`: admitted, parked or refused.
     pub(crate) fn enter(self: &Arc<Self>, connection: Connection) -> Entry {
+        let counter = self.counter(connection);
+        // Nobody waiting and a slot free: take it without the lock. Over the limit, the addition
+        // is taken back (handing the slot on if someone parked meanwhile) and the call is decided
+        // under the lock.
+        if self.parked() == 0 {
+            if self.in_flight.0.fetch_add(1, Ordering::SeqCst) < self.bounds.limit {
+                return Entry::Admitted(self.take(counter));
+            }
+            self.give_back();
+        }
         let b = self.bounds;
         let mut guard = self.lock();
         let st = &mut *guard;
-        let conn = st.connections.entry(connection).or_default();
-        let light = conn.in_flight < b.reserve && conn.waiting.is_empty();
-        // Below the limit nothing waits (release grants until it is reached), so no queue is
-        // jumped here.
-        if st.in_flight < b.limit || (light && st.in_flight < 2 * b.limit) {
-            conn.in_flight += 1;
-            st.in_flight += 1;
-            return Entry::Admitted(Slot {
-                admission: self.clone(),
-                connection,
-            });
+        let waiting_here = st.connections.get(&connection).is_some_and(|c| !c.waiting.is_empty());
+        let light = self.by_connection[counter].load(Ordering::Relaxed) < b.reserve && !waiting_here;
+        // A free slot goes to a waiting call first; a light connection's call takes the reserve.
+        if (self.parked() == 0 && self.try_slot(b.limit)) || (light && self.try_slot(2 * b.limit)) {
+            return Entry::Admitted(self.take(counter));
         }
-        if st.parked >= b.max_parked {
+        if self.parked() >= b.max_parked {
             tidy(&mut st.connections, connection);
             return Entry::Refused;
         }
         let ticket = st.next_ticket;
         st.next_ticket += 1;
         let (grant, granted) = oneshot::channel();
+        let conn = st.connections.entry(connection).or_default();
         conn.waiting.push_back(Waiter { ticket, grant });
         if !conn.in_ring {
             conn.in_ring = true;
             st.ring.push_back(connection);
         }
-        st.parked += 1;
+        self.parked.0.fetch_add(1, Ordering::SeqCst);
+        // A slot given back since `in_flight` was read, by a call that saw nobody parked, is
+        // handed on here (to the first in turn, which may be this call).
+        self.grant_while_room(st);
         Entry::Parked(Ticket {
             admission: self.clone(),
             connection,
@@ -189,24 +244,47 @@ impl Admission {
         })
     }
 
-    /// Gives back a slot of `connection`, and hands the freed capacity to waiting calls.
-    fn release(&self, connection: Connection) {
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        st.in_flight = st.in_flight.saturating_sub(1);
-        if let Some(conn) = st.connections.get_mut(&connection) {
-            conn.in_flight = conn.in_flight.saturating_sub(1);
-            tidy(&mut st.connections, connection);
+    /// Counts one more call in flight if fewer than `bound` are: one atomic addition, taken back
+    /// when it went over. The check and the addition are one step, as the lock-free path's are,
+    /// so that two deciders never both take the last slot.
+    fn try_slot(&self, bound: usize) -> bool {
+        if self.in_flight.0.fetch_add(1, Ordering::SeqCst) < bound {
+            return true;
         }
-        while st.in_flight < self.bounds.limit && st.parked > 0 {
-            if !grant_next(st) {
+        self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// Gives back the slot of a call counted under `counter`.
+    fn release(&self, counter: usize) {
+        self.by_connection[counter].fetch_sub(1, Ordering::Relaxed);
+        self.give_back();
+    }
+
+    /// Lowers the in-flight count by one and, if calls wait, hands slots on.
+    fn give_back(&self) {
+        self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
+        if self.parked() > 0 {
+            let mut st = self.lock();
+            self.grant_while_room(&mut st);
+        }
+    }
+
+    /// Under the lock: grants slots in turn while there is room and someone waits. A slot taken
+    /// here and found no taker is given back; a call of the lock-free path that found the count
+    /// raised by it meanwhile gives its own addition back through [`Self::give_back`], which
+    /// looks for waiting calls again once this lock is free.
+    fn grant_while_room(&self, st: &mut State) {
+        while self.parked() > 0 && self.try_slot(self.bounds.limit) {
+            if !self.grant_next(st) {
+                self.in_flight.0.fetch_sub(1, Ordering::SeqCst);
                 break;
             }
         }
     }
 
-    /// Takes the call `ticket` of `connection` out of its queue: `true` if it was still waiting,
-    /// `false` if a slot had already been handed to it.
+    /// Removes a waiting call that is leaving (gave up, or waited too long); false if it was
+    /// granted a slot in the meantime (the caller then holds it).
     fn withdraw(&self, connection: Connection, ticket: u64) -> bool {
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -217,11 +295,10 @@ impl Admission {
             return false;
         };
         conn.waiting.remove(i);
-        st.parked -= 1;
+        self.parked.0.fetch_sub(1, Ordering::SeqCst);
         tidy(&mut st.connections, connection);
-        if st.parked == 0 {
-            // Every turn left in the ring is of a connection whose calls all left: drop them
-            // now, or connections that come and go would pile up in it until the next grant.
+        if self.parked() == 0 {
+            // Nobody waits: the connections still in the ring have no turn to take.
             for stale in std::mem::take(&mut st.ring) {
                 if let Some(conn) = st.connections.get_mut(&stale) {
                     conn.in_ring = false;
@@ -231,44 +308,45 @@ impl Admission {
         }
         true
     }
-}
 
-/// Hands one slot to the first waiting call of the connection whose turn it is; `false` when no
-/// connection has one (the ring is empty).
-fn grant_next(st: &mut State) -> bool {
-    while let Some(next) = st.ring.pop_front() {
-        let Some(conn) = st.connections.get_mut(&next) else {
-            continue;
-        };
-        conn.in_ring = false;
-        let Some(waiter) = conn.waiting.pop_front() else {
+    /// Hands one slot, already counted in `in_flight`, to the first waiting call of the next
+    /// connection in the ring; false if none waits.
+    fn grant_next(&self, st: &mut State) -> bool {
+        while let Some(next) = st.ring.pop_front() {
+            let Some(conn) = st.connections.get_mut(&next) else {
+                continue;
+            };
+            conn.in_ring = false;
+            let Some(waiter) = conn.waiting.pop_front() else {
+                tidy(&mut st.connections, next);
+                continue;
+            };
+            if !conn.waiting.is_empty() {
+                conn.in_ring = true;
+                st.ring.push_back(next);
+            }
+            self.by_connection[self.counter(next)].fetch_add(1, Ordering::Relaxed);
+            self.parked.0.fetch_sub(1, Ordering::SeqCst);
             tidy(&mut st.connections, next);
-            continue;
-        };
-        if !conn.waiting.is_empty() {
-            conn.in_ring = true;
-            st.ring.push_back(next);
+            // A receiver already gone belongs to a Ticket being dropped: its `withdraw` finds
+            // the call granted and gives the slot back.
+            let _ = waiter.grant.send(());
+            return true;
         }
-        conn.in_flight += 1;
-        st.in_flight += 1;
-        st.parked -= 1;
-        // Cannot fail: a ticket leaves its queue (`withdraw`, under this lock) before its
-        // receiver is dropped, so a waiter still queued has a live receiver.
-        let _ = waiter.grant.send(());
-        return true;
+        false
     }
-    false
 }
 
 /// A slot of the in-flight limit, given back when dropped.
 pub(crate) struct Slot {
     admission: Arc<Admission>,
-    connection: Connection,
+    /// The in-flight counter of the call's connection.
+    counter: usize,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.admission.release(self.connection);
+        self.admission.release(self.counter);
     }
 }
 
@@ -290,9 +368,10 @@ impl Ticket {
         self.settled = true;
         // A slot may be handed over just as the wait runs out: `withdraw` tells.
         if matches!(granted, Ok(Ok(()))) || !self.admission.withdraw(self.connection, self.ticket) {
+            // The grant counted the slot under this connection's counter already.
             return Some(Slot {
                 admission: self.admission.clone(),
-                connection: self.connection,
+                counter: self.admission.counter(self.connection),
             });
         }
         None
@@ -302,7 +381,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if !self.settled && !self.admission.withdraw(self.connection, self.ticket) {
-            self.admission.release(self.connection);
+            self.admission.release(self.admission.counter(self.connection));
         }
     }
 }
@@ -343,31 +422,85 @@ mod tests {
     }
 
     #[test]
-    fn idle_connections_keep_at_most_a_bounded_number_of_entries() {
-        let a = admission(4, 2, 8, HOUR);
-        // One call at a time on one connection: its entry stays between calls.
-        for _ in 0..3 {
-            drop(admitted(a.enter(conn(1))));
-        }
-        assert_eq!((a.connections(), a.entries()), (0, 1));
-        // Many connections, one call each, then all idle: no more than IDLE_KEPT entries remain.
-        for port in 2..(2 + 3 * IDLE_KEPT as u16) {
+    fn calls_under_the_limit_make_no_entry_and_idle_entries_stay_bounded() {
+        let a = admission(1, 0, 1_000, HOUR);
+        // Under the limit nothing but the counts is touched.
+        for port in 1..100 {
             drop(admitted(a.enter(conn(port))));
         }
+        assert_eq!((a.in_flight(), a.entries()), (0, 0));
+        // Many connections wait once each, then all are served: no more than IDLE_KEPT entries
+        // remain.
+        let held = admitted(a.enter(conn(1)));
+        let waiting: Vec<Ticket> = (2..(2 + 3 * IDLE_KEPT as u16))
+            .map(|p| parked(a.enter(conn(p))))
+            .collect();
+        assert_eq!(a.connections(), 3 * IDLE_KEPT);
+        drop(held);
+        drop(waiting);
         assert_eq!(a.connections(), 0);
-        assert_eq!(
-            a.entries(),
-            IDLE_KEPT,
-            "past the bound, each connection going idle is dropped"
+        assert!(
+            a.entries() <= IDLE_KEPT,
+            "past the bound, each connection going idle is dropped: {}",
+            a.entries()
         );
-        // A busy connection is never dropped, however many idle ones there are.
-        let busy = admitted(a.enter(conn(1)));
-        for port in 1_000..(1_000 + 2 * IDLE_KEPT as u16) {
-            drop(admitted(a.enter(conn(port))));
-        }
-        assert_eq!(a.connections(), 1);
-        drop(busy);
-        assert_eq!((a.in_flight(), a.connections()), (0, 0));
+        assert!(is_clean(&a));
+    }
+
+    /// Threads that enter and leave at once, over a small limit: the count never passes the limit
+    /// (no reserve), nothing is lost or left waiting, and every call is served in the end.
+    #[test]
+    fn concurrent_calls_never_pass_the_limit_and_none_is_stranded() {
+        let limit = 3;
+        let a = admission(limit, 0, 1_000_000, HOUR);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (held, peak, parks) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..8u16)
+                .map(|t| {
+                    let (a, held, peak, parks) = (a.clone(), held.clone(), peak.clone(), parks.clone());
+                    tokio::spawn(async move {
+                        for i in 0..2_000u32 {
+                            let slot = match a.enter(conn(t % 3)) {
+                                Entry::Admitted(slot) => slot,
+                                Entry::Parked(ticket) => {
+                                    parks.fetch_add(1, Ordering::Relaxed);
+                                    ticket.wait().await.expect("granted within an hour")
+                                }
+                                Entry::Refused => panic!("refused with room to park"),
+                            };
+                            peak.fetch_max(held.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                            if i % 7 == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                            held.fetch_sub(1, Ordering::SeqCst);
+                            drop(slot);
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                tokio::time::timeout(Duration::from_secs(60), t)
+                    .await
+                    .expect("no call stranded")
+                    .unwrap();
+            }
+        });
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            limit,
+            "slots held at once never pass the limit"
+        );
+        assert!(parks.load(Ordering::Relaxed) > 0, "the test exercised the waiting path");
+        assert!(is_clean(&a));
     }
 
     /// Whether a slot has been handed to `ticket`: it has left its queue.
@@ -378,8 +511,13 @@ mod tests {
     }
 
     fn is_clean(a: &Admission) -> bool {
+        let (in_flight, parked) = (a.in_flight(), a.parked());
         let st = a.lock();
-        st.in_flight == 0 && st.parked == 0 && st.connections.values().all(PerConnection::is_idle) && st.ring.is_empty()
+        in_flight == 0
+            && parked == 0
+            && st.connections.values().all(PerConnection::is_idle)
+            && st.ring.is_empty()
+            && a.by_connection.iter().all(|c| c.load(Ordering::SeqCst) == 0)
     }
 
     #[tokio::test]
