@@ -5,29 +5,28 @@
 //! The exporter is installed as the process's recorder without its own listener; this module runs
 //! its upkeep (folding the other histograms' values into buckets) every [`UPKEEP_EVERY`], as the
 //! exporter's listener would, and answers every request on the port with the page, whatever its
-//! path, as that listener did.
+//! path, as that listener did. The connections are served by the HTTP front end's code
+//! (`seqsvr_frontends::http::serve_router`): its header timeout and connection bound.
 //!
 //! Left out: TLS and access control on this port (bind it to a private address; the page holds
 //! no secrets), and HTTP/2.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::header::CONTENT_TYPE;
+use axum::http::header::CONTENT_TYPE;
 use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+use seqsvr_frontends::http::{HttpConfig, serve_router};
 use tokio::net::TcpListener;
-use tracing::{debug, warn};
 
 use crate::rpc_metrics::RPC_SECONDS;
 
 /// How often the exporter's histograms are folded (the exporter's own default).
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Longest a client may take to send a request's headers.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Scrapers connected at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 64;
 
 /// The content type of the text exposition format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4";
@@ -58,52 +57,30 @@ pub async fn serve(builder: PrometheusBuilder, addr: SocketAddr, node_id: u64) -
             upkeep.run_upkeep();
         }
     });
-    let labels = format!("node=\"{node_id}\"");
-    tokio::spawn(accept(listener, handle, labels));
+    let page = Arc::new((handle, format!("node=\"{node_id}\"")));
+    let app = axum::Router::new().fallback(move || {
+        let page = page.clone();
+        async move { ([(CONTENT_TYPE, TEXT_FORMAT)], render(&page.0, &page.1)) }
+    });
+    let cfg = HttpConfig {
+        max_connections: MAX_CONNECTIONS,
+        tls: None,
+    };
+    // Never stopped: the page is served for as long as the process runs.
+    let (keep, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        serve_router(listener, app, cfg, stop).await;
+        drop(keep);
+    });
     Ok(())
 }
 
-/// The whole page.
-pub fn page(handle: &PrometheusHandle, labels: &str) -> String {
+/// The whole page: the exporter's metrics, then the latency histograms labelled with `labels`.
+pub fn render(handle: &PrometheusHandle, labels: &str) -> String {
     let mut page = handle.render();
     if !page.is_empty() && !page.ends_with('\n') {
         page.push('\n');
     }
     RPC_SECONDS.render(labels, &mut page);
     page
-}
-
-async fn accept(listener: TcpListener, handle: PrometheusHandle, labels: String) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors, say: try again shortly rather than spin.
-                warn!(error = %e, "cannot accept a metrics connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (handle, labels) = (handle.clone(), labels.clone());
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |_request| {
-                let body = page(&handle, &labels);
-                async move {
-                    let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
-                    response
-                        .headers_mut()
-                        .insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static(TEXT_FORMAT));
-                    Ok::<_, Infallible>(response)
-                }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                debug!(%peer, error = %e, "metrics connection ended");
-            }
-        });
-    }
 }

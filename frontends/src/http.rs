@@ -490,9 +490,20 @@ pub async fn serve<C: Calls>(
     listener: tokio::net::TcpListener,
     calls: Arc<C>,
     cfg: HttpConfig,
+    stop: watch::Receiver<bool>,
+) {
+    serve_router(listener, router(calls), cfg, stop).await;
+}
+
+/// Serves `app` over HTTP/1.1 on the connections `listener` accepts, at most
+/// `cfg.max_connections` at once, each with this front end's header timeout and TLS, until `stop`
+/// turns true. The AllocSvr's metrics page is served by it too.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    cfg: HttpConfig,
     mut stop: watch::Receiver<bool>,
 ) {
-    let app = router(calls);
     let slots = Arc::new(Semaphore::new(cfg.max_connections));
     loop {
         // At the bound, stop accepting: callers wait in the listen queue, not in memory.
