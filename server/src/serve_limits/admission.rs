@@ -188,7 +188,7 @@ impl Admission {
         (self.hasher.hash_one(connection) as usize) % CONNECTION_COUNTERS
     }
 
-    /// Takes a slot for `connection`, counted under `counter`.
+    /// A slot just counted in `in_flight`, now also under its connection's `counter`.
     fn take(self: &Arc<Self>, counter: usize) -> Slot {
         self.by_connection[counter].fetch_add(1, Ordering::Relaxed);
         Slot {
