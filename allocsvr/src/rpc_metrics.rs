@@ -163,7 +163,8 @@ impl RpcSeconds {
     }
 }
 
-/// Index into [`METHODS`] of a request path (`METHODS.len()`: other) (`/seqsvr.v1.AllocService/FetchNextSeq`).
+/// Index into [`METHODS`] of a request path (`/seqsvr.v1.AllocService/FetchNextSeq`);
+/// `METHODS.len()` for any other.
 fn method_index(path: &str) -> usize {
     // A plain byte loop from the end: the name is a few bytes, and `rsplit`'s general search
     // (memrchr) cost more than the rest of the lookup (callgrind).

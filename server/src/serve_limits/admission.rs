@@ -156,8 +156,8 @@ impl Admission {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves the counts consistent (each change is one
-        // statement); carrying on beats refusing every call from then on.
+        // Queues and ring, each update finished before the lock is let go (the counts are atomics
+        // outside it): a panic elsewhere cannot leave them half-updated.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
