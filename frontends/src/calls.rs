@@ -82,6 +82,10 @@ impl std::fmt::Display for CallError {
 }
 
 impl From<ClientError> for CallError {
+    /// The caller sees what it can act on — the kind, and for bad input the server's reason —
+    /// never the addresses of the cluster's nodes or the RPC library's wording: those go to the
+    /// log (at debug: these failures are expected during moves and failovers, and counted in
+    /// `allocsvr_front_calls_total`).
     fn from(e: ClientError) -> Self {
         let kind = match e.failure_kind() {
             None => ErrorKind::Unknown,
@@ -91,12 +95,41 @@ impl From<ClientError> for CallError {
             Some(FailureKind::Exhausted) => ErrorKind::Exhausted,
             Some(FailureKind::BadConfig) => ErrorKind::Internal,
         };
-        let message = match e {
-            ClientError::Failed { detail, .. } => detail,
-            ClientError::Unknown { detail } => format!("outcome unknown, a number may have been taken: {detail}"),
+        let detail = match &e {
+            ClientError::Failed { detail, .. } | ClientError::Unknown { detail } => detail.as_str(),
+        };
+        tracing::debug!(?kind, %detail, "a front end's call failed");
+        let message = match kind {
+            ErrorKind::BadInput => format!("invalid request: {}", server_reason(detail)),
+            ErrorKind::Unavailable => {
+                "no owner could answer in time (starting, moving, failing over or unreachable); retry after a pause"
+                    .into()
+            }
+            ErrorKind::Overloaded => "the owner is overloaded; retry after a pause, with fewer calls at once".into(),
+            ErrorKind::Exhausted => "the 64-bit space of this uid's or key's section is used up".into(),
+            ErrorKind::Unknown => {
+                "outcome unknown: a number may have been taken, and its value is lost (never reused)".into()
+            }
+            ErrorKind::Internal => "internal error; the AllocSvr's log says more".into(),
         };
         Self { kind, message }
     }
+}
+
+/// The server's own reason in a client error's detail, without the address of the node that
+/// said it or the RPC status's name before it (`127.0.0.1:7201: Client specified an invalid
+/// argument: count 0 ...` is `count 0 ...`).
+fn server_reason(detail: &str) -> &str {
+    let mut rest = detail;
+    if let Some((head, tail)) = rest.split_once(": ")
+        && (head.parse::<std::net::SocketAddr>().is_ok() || head.starts_with("http"))
+    {
+        rest = tail;
+    }
+    for status in ["Client specified an invalid argument: ", "Out of range: "] {
+        rest = rest.strip_prefix(status).unwrap_or(rest);
+    }
+    rest
 }
 
 /// Who served a value: the section, AllocSvr, incarnation, epoch and set (the client library's).
@@ -243,6 +276,40 @@ mod tests {
             assert_eq!(e.kind, ErrorKind::BadInput, "{bad}");
         }
         assert_eq!(who_of_name("u:18446744073709551615"), Ok(Who::Uid(u64::MAX)));
+    }
+
+    #[test]
+    fn no_address_or_rpc_wording_reaches_a_caller() {
+        let cases = [
+            (FailureKind::Unavailable, "127.0.0.1:7201: not the owner of uid 702263"),
+            (FailureKind::Overloaded, "127.0.0.1:7201: Too many requests: busy"),
+            (
+                FailureKind::Exhausted,
+                "10.0.0.7:7201: Resource has been exhausted: section 3",
+            ),
+            (FailureKind::BadConfig, "no seed address http://10.0.0.1:7201 answered"),
+            (
+                FailureKind::InvalidArgument,
+                "127.0.0.1:7201: Client specified an invalid argument: count 0 is below 1",
+            ),
+        ];
+        for (kind, detail) in cases {
+            let e = CallError::from(ClientError::failed(kind, detail));
+            assert!(
+                !e.message.contains("10.0.0") && !e.message.contains("127.0.0.1"),
+                "{}",
+                e.message
+            );
+            assert!(
+                !e.message.contains("Client specified") && !e.message.contains("Resource has"),
+                "{}",
+                e.message
+            );
+        }
+        let bad = CallError::from(ClientError::failed(FailureKind::InvalidArgument, cases[4].1));
+        assert_eq!(bad.message, "invalid request: count 0 is below 1");
+        let unknown = CallError::from(ClientError::unknown("[::1]:7201: attempt timed out after 1s"));
+        assert!(!unknown.message.contains("::1"), "{}", unknown.message);
     }
 
     #[test]

@@ -404,3 +404,106 @@ async fn a_pipeline_whose_replies_are_never_read_is_cut_off() {
     // What it took before it stopped, it took once each: the values were answered in order.
     assert!(fake.taken() > 0 && fake.taken() < 100_000);
 }
+
+/// redis-py's default `pipeline()` is MULTI ... EXEC: it must get every value it took.
+#[tokio::test]
+async fn multi_exec_runs_the_queued_commands_and_answers_every_value() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["MULTI"],
+            &["INCR", "a"],
+            &["INCR", "a"],
+            &["INCRBY", "b", "5"],
+            &["GET", "a"],
+            &["EXEC"],
+            &["INCR", "a"],
+        ]),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*4\r\n:1\r\n:2\r\n:5\r\n$1\r\n2\r\n:3\r\n"
+    );
+    assert_eq!(fake.taken(), 8);
+}
+
+#[tokio::test]
+async fn nothing_is_taken_before_exec_and_a_refused_command_aborts_it() {
+    let fake = Fake::default();
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[
+            &["MULTI"],
+            &["INCR", "a"],
+            &["DISCARD"],
+            &["GET", "a"],
+            &["multi"],
+            &["SET", "a", "1"],
+            &["INCR", "a"],
+            &["MULTI"],
+            &["exec"],
+            &["EXEC"],
+            &["DISCARD"],
+            &["WATCH", "a"],
+            &["UNWATCH"],
+        ]),
+    )
+    .await;
+    let lines: Vec<&str> = out.split_terminator("\r\n").collect();
+    assert_eq!(lines[..4], ["+OK", "+QUEUED", "+OK", "$-1"], "{out}");
+    assert_eq!(lines[4], "+OK");
+    assert!(lines[5].starts_with("-ERR unknown command 'SET'"), "{out}");
+    assert_eq!(lines[6], "+QUEUED");
+    assert_eq!(lines[7], "-ERR MULTI calls can not be nested");
+    assert_eq!(lines[8], "-EXECABORT Transaction discarded because of previous errors.");
+    assert_eq!(lines[9], "-ERR EXEC without MULTI");
+    assert_eq!(lines[10], "-ERR DISCARD without MULTI");
+    assert!(lines[11].starts_with("-ERR WATCH is not served"), "{out}");
+    assert_eq!(lines[12], "+OK");
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
+async fn a_transaction_needs_authentication_and_is_bounded() {
+    let fake = Fake::default();
+    let cfg = RespConfig {
+        password: Some("pw".into()),
+        ..RespConfig::default()
+    };
+    let out = exchange(&fake, &cfg, &cmds(&[&["MULTI"], &["INCR", "a"], &["EXEC"]])).await;
+    assert_eq!(out.matches("-NOAUTH").count(), 3, "{out}");
+    let mut input = cmd(&["MULTI"]);
+    for _ in 0..=resp::MAX_QUEUED {
+        input.extend(cmd(&["INCR", "a"]));
+    }
+    input.extend(cmd(&["EXEC"]));
+    let out = exchange(&fake, &RespConfig::default(), &input).await;
+    assert!(
+        out.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n"),
+        "{}",
+        &out[out.len() - 200..]
+    );
+    assert!(out.contains("-ERR a transaction of more than"));
+    assert_eq!(fake.taken(), 0);
+}
+
+/// A value above 2^63-1 was taken: the caller is told so, with the value, never "nothing taken".
+#[tokio::test]
+async fn a_value_above_the_largest_integer_is_answered_as_taken() {
+    let fake = Fake::default();
+    fake.set("key big", i64::MAX as u64);
+    let out = exchange(&fake, &RespConfig::default(), &cmd(&["INCR", "big"])).await;
+    assert!(out.starts_with("-TAKEN 9223372036854775808 was taken"), "{out}");
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[&["HELLO", "3"], &["INCR", "big"]]),
+    )
+    .await;
+    assert!(out.ends_with("(9223372036854775809\r\n"), "{out}");
+    assert_eq!(fake.taken(), 2);
+}

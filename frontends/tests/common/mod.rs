@@ -35,6 +35,11 @@ impl Fake {
         self.taken.load(Ordering::SeqCst)
     }
 
+    /// Sets a counter's last value, as if that many had been taken (`name` as [`name`] writes it).
+    pub fn set(&self, name: &str, value: u64) {
+        self.values.lock().unwrap().insert(name.to_string(), value);
+    }
+
     pub fn fail_with(&self, e: Option<CallError>) {
         *self.fail.lock().unwrap() = e;
     }

@@ -36,19 +36,24 @@
 //! Deliberately left out: inline commands (`PING\r\n` typed by hand; every client sends arrays),
 //! `MULTI`/transactions, pub/sub, and ACL users other than `default`.
 
+mod connection;
+mod request;
+mod transaction;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis_protocol::resp2::types::{OwnedFrame as Frame2, RangeFrame, Resp2Frame as _};
+use redis_protocol::resp2::types::{OwnedFrame as Frame2, Resp2Frame as _};
 use redis_protocol::resp3::types::{OwnedFrame as Frame3, Resp3Frame as _};
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Semaphore, watch};
-use tracing::{debug, warn};
+use tracing::warn;
+
+pub use connection::{ADMIT_TIMEOUT, KEEP_BYTES, PARTIAL_TIMEOUT, WRITE_TIMEOUT, connection, serve};
+pub use request::{Ranges, RequestReader};
+pub use transaction::MAX_QUEUED;
 
 use crate::calls::{CallError, Calls, ErrorKind, Who, who_of_name};
-use crate::{Front, count_call, stopped};
+use crate::{Front, count_call};
 
 /// Most bytes of a command not yet complete (keys are at most 256 bytes; an `MGET` of
 /// [`MAX_MGET_KEYS`] of them fits).
@@ -57,14 +62,6 @@ pub const MAX_PENDING_BYTES: usize = 512 * 1024;
 pub const MAX_MGET_KEYS: usize = 1000;
 /// Most arguments of one command, the command's name included.
 pub const MAX_ARGS: usize = MAX_MGET_KEYS + 1;
-/// Longest a started command may take to arrive in full.
-pub const PARTIAL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest a reply may wait for the caller to read it.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Replies buffered before they are written even within one read's pipeline.
-const FLUSH_BYTES: usize = 64 * 1024;
-/// Most commands decoded before they are run.
-const MAX_DECODED: usize = 256;
 
 /// How the front end runs.
 #[derive(Debug, Clone)]
@@ -73,6 +70,13 @@ pub struct RespConfig {
     pub password: Option<String>,
     /// Most connections at once; one more is answered `-ERR max number of clients reached`.
     pub max_connections: usize,
+    /// Most connections at once not yet admitted (authenticated, or with a first command sent),
+    /// within `max_connections`; one more is answered
+    /// `-ERR max number of unauthenticated clients reached`.
+    pub max_unauthenticated: usize,
+    /// An admitted connection that sends nothing for this long is closed (Redis's `timeout`);
+    /// `None`, the default, never closes an idle connection.
+    pub idle_timeout: Option<Duration>,
     /// Mutual TLS: only callers whose certificate may take numbers (`crate::tls`).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
@@ -82,6 +86,8 @@ impl Default for RespConfig {
         Self {
             password: None,
             max_connections: 10_000,
+            max_unauthenticated: 1_000,
+            idle_timeout: None,
             tls: None,
         }
     }
@@ -99,6 +105,9 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// The whole error line: its code, a space, the message.
     Error(String),
+    /// A value that was taken but is above 2^63-1, the largest RESP integer: a RESP3 big number,
+    /// and in RESP2 a `-TAKEN` error that carries it (there is no other way to).
+    Big(u64),
 }
 
 impl Reply {
@@ -114,14 +123,12 @@ impl Reply {
         Reply::Bulk(s.into())
     }
 
-    /// A number as a RESP integer, which is signed: a value above 2^63-1 is refused rather
-    /// than wrapped (`GET` carries any value, as a string).
+    /// A number as a RESP integer, which is signed: a value above 2^63-1 is [`Reply::Big`],
+    /// never wrapped (`GET` carries any value, as a string).
     fn number(v: u64) -> Self {
         match i64::try_from(v) {
             Ok(i) => Reply::Int(i),
-            Err(_) => Reply::err(format!(
-                "value {v} is above 2^63-1, the largest RESP integer; it was taken and cannot be carried"
-            )),
+            Err(_) => Reply::Big(v),
         }
     }
 
@@ -147,6 +154,10 @@ impl Reply {
             Reply::Array(items) => Frame2::Array(items.into_iter().map(Reply::v2).collect()),
             Reply::Map(pairs) => Frame2::Array(pairs.into_iter().flat_map(|(k, v)| [k.v2(), v.v2()]).collect()),
             Reply::Error(e) => Frame2::Error(e),
+            Reply::Big(v) => Frame2::Error(format!(
+                "TAKEN {v} was taken for you but is above 2^63-1, the largest RESP2 integer \
+                 (HELLO 3 answers it as a big number)"
+            )),
         }
     }
 
@@ -175,6 +186,10 @@ impl Reply {
             },
             Reply::Error(e) => Frame3::SimpleError {
                 data: e,
+                attributes: None,
+            },
+            Reply::Big(v) => Frame3::BigNumber {
+                data: v.to_string().into_bytes(),
                 attributes: None,
             },
         }
@@ -209,28 +224,6 @@ impl Reply {
     }
 }
 
-/// A request's arguments, or the protocol error that closes the connection. An empty array is
-/// no command (Redis ignores it).
-fn arguments(buf: &[u8], frame: RangeFrame) -> Result<Option<Vec<&[u8]>>, String> {
-    let RangeFrame::Array(items) = frame else {
-        return Err("Protocol error: a command is an array of bulk strings".into());
-    };
-    if items.len() > MAX_ARGS {
-        return Err(format!("Protocol error: {} arguments, at most {MAX_ARGS}", items.len()));
-    }
-    if items.is_empty() {
-        return Ok(None);
-    }
-    items
-        .into_iter()
-        .map(|item| match item {
-            RangeFrame::BulkString((start, end)) | RangeFrame::SimpleString((start, end)) => Ok(&buf[start..end]),
-            _ => Err("Protocol error: a command's arguments are bulk strings".into()),
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
 /// One connection's state: protocol version, authentication, name.
 pub struct Session<'a, C> {
     calls: &'a C,
@@ -239,6 +232,23 @@ pub struct Session<'a, C> {
     proto: u8,
     authed: bool,
     name: Option<Vec<u8>>,
+    /// The commands queued since `MULTI`, while one is open.
+    queue: Option<transaction::Queue>,
+}
+
+/// Where a pipeline's replies go: onto the wire, or into an `EXEC`'s array.
+enum Sink<'o> {
+    Wire(&'o mut Vec<u8>),
+    Replies(&'o mut Vec<Reply>),
+}
+
+impl Sink<'_> {
+    fn push(&mut self, reply: Reply, proto: u8) {
+        match self {
+            Sink::Wire(out) => reply.encode(proto, out),
+            Sink::Replies(replies) => replies.push(reply),
+        }
+    }
 }
 
 /// What to do after a reply.
@@ -257,12 +267,18 @@ impl<'a, C: Calls> Session<'a, C> {
             proto: 2,
             authed: cfg.password.is_none(),
             name: None,
+            queue: None,
         }
     }
 
     /// The protocol version replies are encoded in.
     pub fn proto(&self) -> u8 {
         self.proto
+    }
+
+    /// Whether the connection may run commands (it authenticated, or needs no password).
+    pub fn authenticated(&self) -> bool {
+        self.authed
     }
 
     /// Runs one command.
@@ -308,6 +324,8 @@ impl<'a, C: Calls> Session<'a, C> {
                 _ => arity(name),
             },
             "QUIT" => return (Reply::ok(), After::Close),
+            // Nothing is watched (`WATCH` is refused), so there is nothing to forget.
+            "UNWATCH" => Reply::ok(),
             "AUTH" => match rest {
                 [pass] => self.auth(b"default", pass),
                 [user, pass] => self.auth(user, pass),
@@ -339,22 +357,50 @@ impl<'a, C: Calls> Session<'a, C> {
 
     /// Runs pipelined commands in order, answering each into `out`; stops at a `QUIT`.
     ///
+    /// `MULTI` ... `EXEC` queues the commands between and runs them at `EXEC`
+    /// ([`transaction`]); every other run of commands is a plain pipeline ([`Self::pipeline`]).
+    pub async fn run(&mut self, commands: &[Vec<&[u8]>], out: &mut Vec<u8>) -> After {
+        let mut i = 0;
+        while i < commands.len() {
+            if self.queue.is_some() || transaction::is_control(commands[i][0]) {
+                let (reply, after) = self.transaction(&commands[i]).await;
+                reply.encode(self.proto, out);
+                if after == After::Close {
+                    return After::Close;
+                }
+                i += 1;
+                continue;
+            }
+            let end = commands[i..]
+                .iter()
+                .position(|c| transaction::is_control(c[0]))
+                .map_or(commands.len(), |n| i + n);
+            if self.pipeline(&commands[i..end], &mut Sink::Wire(out)).await == After::Close {
+                return After::Close;
+            }
+            i = end;
+        }
+        After::Continue
+    }
+
+    /// Runs commands in order, each reply into `sink`; stops at a `QUIT`.
+    ///
     /// Consecutive `INCR`s of distinct names run at once (a pipeline of them costs one wait, and
     /// the calls that go to another owner share its batch RPCs); an `INCR` of a name already in
     /// the run starts a new one, so that a name's values still rise in the order sent.
-    pub async fn run(&mut self, commands: &[Vec<&[u8]>], out: &mut Vec<u8>) -> After {
+    async fn pipeline(&mut self, commands: &[Vec<&[u8]>], sink: &mut Sink<'_>) -> After {
         let mut i = 0;
         while i < commands.len() {
             let run = self.incr_run(&commands[i..]);
             if run.len() > 1 {
                 let (this, n) = (&*self, run.len());
                 let replies = futures::future::join_all(run.into_iter().map(|w| this.take_who(w, 1))).await;
-                replies.into_iter().for_each(|r| r.encode(self.proto, out));
+                replies.into_iter().for_each(|r| sink.push(r, self.proto));
                 i += n;
                 continue;
             }
             let (reply, after) = self.command(&commands[i]).await;
-            reply.encode(self.proto, out);
+            sink.push(reply, self.proto);
             if after == After::Close {
                 return After::Close;
             }
@@ -612,167 +658,4 @@ fn unknown(name: &[u8], rest: &[&[u8]]) -> Reply {
         "unknown command '{}', with args beginning with: {args}",
         clip(name)
     ))
-}
-
-/// Serves the connections `listener` accepts until `stop` turns true.
-pub async fn serve<C: Calls>(
-    listener: tokio::net::TcpListener,
-    calls: Arc<C>,
-    cfg: Arc<RespConfig>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let slots = Arc::new(Semaphore::new(cfg.max_connections));
-    let ids = AtomicU64::new(1);
-    loop {
-        let (mut stream, peer) = tokio::select! {
-            () = stopped(&mut stop) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors, most likely: wait rather than spin.
-                    warn!(error = %e, "RESP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(
-                    WRITE_TIMEOUT,
-                    stream.write_all(b"-ERR max number of clients reached\r\n"),
-                )
-                .await;
-            });
-            continue;
-        };
-        let (calls, cfg) = (calls.clone(), cfg.clone());
-        let id = ids.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            let ended = match &cfg.tls {
-                None => connection(stream, &*calls, &cfg, id).await,
-                Some(tls) => match crate::tls::accept(tls, stream).await {
-                    crate::tls::Accepted::Caller(stream, _) => connection(stream, &*calls, &cfg, id).await,
-                    crate::tls::Accepted::Refused(mut stream, why) => {
-                        let line = format!("-NOPERM {}\r\n", why.replace(['\r', '\n'], " "));
-                        let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await;
-                        let _ = stream.shutdown().await;
-                        Ok(())
-                    }
-                    crate::tls::Accepted::Failed(why) => Err(std::io::Error::other(why)),
-                },
-            };
-            if let Err(e) = ended {
-                debug!(%peer, error = %e, "RESP connection ended");
-            }
-            drop(slot);
-        });
-    }
-}
-
-/// Serves one connection until the caller closes it, sends `QUIT`, or breaks the protocol.
-pub async fn connection<S, C>(mut stream: S, calls: &C, cfg: &RespConfig, id: u64) -> std::io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    C: Calls,
-{
-    let mut session = Session::new(calls, cfg, id);
-    let mut input: Vec<u8> = Vec::with_capacity(16 * 1024);
-    let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
-    loop {
-        let mut close = false;
-        let mut used = 0;
-        loop {
-            let mut commands = Vec::new();
-            let mut broken = None;
-            while commands.len() < MAX_DECODED {
-                // Ranges into `input`, which the commands borrow until they have run: no copy of
-                // an argument, and two allocations a command instead of five.
-                match redis_protocol::resp2::decode::decode_range(&input[used..]) {
-                    Ok(Some((frame, n))) => {
-                        let args = arguments(&input[used..used + n], frame);
-                        used += n;
-                        match args {
-                            Ok(Some(args)) => commands.push(args),
-                            Ok(None) => {}
-                            Err(msg) => {
-                                broken = Some(msg);
-                                break;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        broken = Some(format!("Protocol error: {}", e.details()));
-                        break;
-                    }
-                }
-            }
-            // The commands before a broken frame are run and answered; what follows it is not.
-            if session.run(&commands, &mut out).await == After::Close {
-                close = true;
-            } else if let Some(msg) = broken {
-                Reply::err(msg).encode(session.proto(), &mut out);
-                close = true;
-            }
-            if out.len() >= FLUSH_BYTES {
-                write(&mut stream, &mut out).await?;
-            }
-            if close || commands.len() < MAX_DECODED {
-                break;
-            }
-        }
-        input.drain(..used);
-        if !close && input.len() > MAX_PENDING_BYTES {
-            Reply::err(format!(
-                "Protocol error: a command of more than {MAX_PENDING_BYTES} bytes"
-            ))
-            .encode(session.proto(), &mut out);
-            close = true;
-        }
-        write(&mut stream, &mut out).await?;
-        if close {
-            let _ = stream.shutdown().await;
-            return Ok(());
-        }
-        input.reserve(16 * 1024);
-        let read = if input.is_empty() {
-            stream.read_buf(&mut input).await?
-        } else {
-            match tokio::time::timeout(PARTIAL_TIMEOUT, stream.read_buf(&mut input)).await {
-                Ok(r) => r?,
-                Err(_) => {
-                    Reply::err(format!(
-                        "Protocol error: a command not complete within {PARTIAL_TIMEOUT:?}"
-                    ))
-                    .encode(session.proto(), &mut out);
-                    write(&mut stream, &mut out).await?;
-                    let _ = stream.shutdown().await;
-                    return Ok(());
-                }
-            }
-        };
-        if read == 0 {
-            return Ok(());
-        }
-    }
-}
-
-/// Writes and empties `out`; a caller that does not read for [`WRITE_TIMEOUT`] is cut off.
-async fn write<S: AsyncWrite + Unpin>(stream: &mut S, out: &mut Vec<u8>) -> std::io::Result<()> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(out)).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the caller read no reply for 30 s",
-            ));
-        }
-    }
-    out.clear();
-    Ok(())
 }
