@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::errors::{error, item_error};
+use super::errors::{Failure, Refusal, Segment, item_error};
 use super::{BODY_TIMEOUT, MAX_BATCH_UIDS, MAX_BODY_BYTES, MAX_TIMEOUT_MS, TIMEOUT_HEADER};
 use crate::calls::{CallError, Calls, Owner, Taken, Who, parse_u64, within};
 use crate::{Front, count_call};
+use seqsvr_proto::limits::MAX_IDS_PER_CALL;
 
 /// The caller's deadline, if it gave one.
 fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, CallError> {
@@ -38,7 +39,8 @@ fn count(
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
     default: Option<u32>,
 ) -> Result<u32, CallError> {
-    let Query(q) = query.map_err(|e| CallError::bad_input(e.body_text()))?;
+    // Our words, not the library's: a caller cannot act on serde's.
+    let Query(q) = query.map_err(|_| CallError::bad_input("the query must be name=value pairs, percent-encoded"))?;
     if let Some(other) = q.keys().find(|k| k.as_str() != "count") {
         return Err(CallError::bad_input(format!(
             "unknown query parameter {other:?}; only count"
@@ -81,10 +83,10 @@ async fn current<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>) -> Resu
     r
 }
 
-fn answer<T: serde::Serialize>(r: Result<T, CallError>) -> Response {
+fn answer<T: serde::Serialize>(r: Result<T, Failure>) -> Response {
     match r {
         Ok(v) => Json(v).into_response(),
-        Err(e) => error(&e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -156,7 +158,7 @@ struct CounterNext<'a> {
 
 pub(super) async fn seq_next<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(uid): Path<String>,
+    Segment(uid): Segment,
     headers: HeaderMap,
 ) -> Response {
     answer(
@@ -175,7 +177,7 @@ pub(super) async fn seq_next<C: Calls>(
 
 pub(super) async fn seq_reserve<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(uid): Path<String>,
+    Segment(uid): Segment,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -196,7 +198,7 @@ pub(super) async fn seq_reserve<C: Calls>(
 
 pub(super) async fn seq_current<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(uid): Path<String>,
+    Segment(uid): Segment,
     headers: HeaderMap,
 ) -> Response {
     answer(
@@ -214,7 +216,7 @@ pub(super) async fn seq_current<C: Calls>(
 
 pub(super) async fn counter_next<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(key): Path<String>,
+    Segment(key): Segment,
     headers: HeaderMap,
 ) -> Response {
     answer(
@@ -233,7 +235,7 @@ pub(super) async fn counter_next<C: Calls>(
 
 pub(super) async fn counter_reserve<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(key): Path<String>,
+    Segment(key): Segment,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -254,7 +256,7 @@ pub(super) async fn counter_reserve<C: Calls>(
 
 pub(super) async fn counter_current<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(key): Path<String>,
+    Segment(key): Segment,
     headers: HeaderMap,
 ) -> Response {
     answer(
@@ -275,6 +277,11 @@ pub(super) async fn ids<C: Calls>(
     answer(
         async {
             let n = count(query, Some(1))?;
+            // Checked here too, not only by the server: the reply is built from what `ids`
+            // returns, and its size must not depend on the backend's check.
+            if n > MAX_IDS_PER_CALL {
+                return Err(CallError::bad_input(format!("count must be 1 to {MAX_IDS_PER_CALL}, got {n}")).into());
+            }
             let d = deadline(&headers)?;
             // A lost id is never seen by anyone: an unanswered call took nothing that matters.
             let r = within(d, false, calls.ids(n)).await;
@@ -286,12 +293,43 @@ pub(super) async fn ids<C: Calls>(
     )
 }
 
+/// Why a body could not be read, in our words (the library's go to the log): over the bound, or
+/// broken framing (a bad chunk, a connection closed mid-body).
+fn body_error(e: &axum::Error) -> Failure {
+    let over = std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    tracing::debug!(error = %e, "HTTP body refused");
+    if over {
+        Refusal::TooLarge(format!("the body is over {MAX_BODY_BYTES} bytes")).into()
+    } else {
+        CallError::bad_input("the body could not be read: its length or chunked framing is broken").into()
+    }
+}
+
 /// A uid in a batch body: a number, or a string of digits (for callers whose numbers round).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
+/// Read by hand rather than as an untagged enum, whose error names this type instead of saying
+/// what a uid may be.
 enum UidIn {
     Number(u64),
     Text(String),
+}
+
+impl<'de> serde::Deserialize<'de> for UidIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = UidIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a uid: a number from 0 to 2^64-1, or a string of its digits")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<UidIn, E> {
+                Ok(UidIn::Number(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<UidIn, E> {
+                Ok(UidIn::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -306,15 +344,9 @@ pub(super) async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: Header
             let d = deadline(&headers)?;
             let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
                 Ok(Ok(b)) => b,
-                Ok(Err(e)) => {
-                    return Err(CallError::bad_input(format!(
-                        "cannot read the body (at most {MAX_BODY_BYTES} bytes): {e}"
-                    )));
-                }
+                Ok(Err(e)) => return Err(body_error(&e)),
                 Err(_) => {
-                    return Err(CallError::bad_input(format!(
-                        "the body did not arrive within {BODY_TIMEOUT:?}"
-                    )));
+                    return Err(Refusal::Timeout(format!("the body did not arrive within {BODY_TIMEOUT:?}")).into());
                 }
             };
             let input: BatchIn = serde_json::from_slice(&bytes)
@@ -323,7 +355,8 @@ pub(super) async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: Header
                 return Err(CallError::bad_input(format!(
                     "a batch needs 1 to {MAX_BATCH_UIDS} uids, got {}",
                     input.uids.len()
-                )));
+                ))
+                .into());
             }
             let uids = input
                 .uids
