@@ -1,38 +1,4 @@
-//! The HTTP/JSON front end (`--http-listen`), on axum and hyper.
-//!
-//! | method and path | body of a 200 |
-//! |---|---|
-//! | `POST /v1/seq/{uid}/next` | `{"uid":"42","seq":"7"}` |
-//! | `POST /v1/seq/{uid}/reserve?count=N` | `{"uid":"42","first":"8","last":"17","count":10}` |
-//! | `GET /v1/seq/{uid}` | `{"uid":"42","cur_seq":"17"}` |
-//! | `POST /v1/seq/batch`, body `{"uids":[1,"2"]}` | `{"results":[{"uid":"1","seq":"5"},{"uid":"2","error":{...}}]}` |
-//! | `POST /v1/counter/{key}/next` | `{"key":"orders","value":"3"}` |
-//! | `POST /v1/counter/{key}/reserve?count=N` | `{"key":"orders","first":"4","last":"13","count":10}` |
-//! | `GET /v1/counter/{key}` | `{"key":"orders","value":"13"}` |
-//! | `POST /v1/ids?count=N` | `{"ids":["7384120986624001",...]}` |
-//!
-//! A reply whose server said who it was carries `"owner": {"set", "node", "incarnation",
-//! "section", "epoch"}` (which AllocSvr served, under which ownership epoch of the section).
-//!
-//! Every 64-bit number in a reply is a JSON *string* of decimal digits: a JavaScript `number`
-//! holds integers exactly only up to 2^53, and a seq, a uid or an id can be larger; a string
-//! reaches every language unrounded (`BigInt(s)` in JavaScript). Uids in a batch body may be
-//! strings or numbers. A key in a path is percent-decoded (`/v1/counter/a%2Fb` is `a/b`).
-//!
-//! Errors are `{"error":{"code":...,"message":...,"may_have_been_taken":bool}}` with the status:
-//! 400 bad input (a body over [`MAX_BODY_BYTES`] too), 404 an unknown path, 405 a wrong method,
-//! 429 overloaded and 503 not ready or unreachable (both with `Retry-After`), 409 a section whose
-//! 64-bit space is used up, 504 no answer in time — `may_have_been_taken: true` when the call
-//! could have taken a number, whose value is then lost (never "did not happen").
-//!
-//! A caller's deadline is the `x-seqsvr-timeout-ms` header (1 to 60,000); without it the
-//! front end's own. Headers must arrive within [`HEADER_TIMEOUT`] and a body within
-//! [`BODY_TIMEOUT`], or the connection is closed.
-//!
-//! With `tls` set the port speaks HTTPS with mutual TLS: a caller needs a certificate the
-//! cluster's CA signed whose role may take numbers, or every request is answered 403.
-//!
-//! Deliberately left out: HTTP/2 (gRPC is the fast path for callers that have it).
+//! The handlers of the routes (the table in the module above) and the shapes of their replies.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,129 +6,16 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, watch};
-use tracing::{debug, warn};
 
-use crate::calls::{CallError, Calls, ErrorKind, Owner, Taken, Who, parse_u64, within};
-use crate::{Front, count_call, stopped};
-
-/// Largest request body (a batch of [`MAX_BATCH_UIDS`] uids as 20-digit strings fits).
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
-/// Most uids in one batch.
-pub const MAX_BATCH_UIDS: usize = 10_000;
-/// Longest wait for a request's headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for a request's body.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest deadline a caller may ask for.
-pub const MAX_TIMEOUT_MS: u64 = 60_000;
-/// The header that carries the caller's deadline.
-pub const TIMEOUT_HEADER: &str = "x-seqsvr-timeout-ms";
-
-/// How the front end runs.
-#[derive(Debug, Clone)]
-pub struct HttpConfig {
-    /// Most connections at once; more wait in the listen queue.
-    pub max_connections: usize,
-    /// Mutual TLS (HTTPS): only callers whose certificate may take numbers (`crate::tls`); any
-    /// other is answered 403 on every request.
-    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        Self {
-            max_connections: 10_000,
-            tls: None,
-        }
-    }
-}
-
-/// The routes for a TLS caller whose certificate may not take numbers: 403 to everything.
-fn refused(why: String) -> axum::Router {
-    let e = CallError::bad_input(why);
-    axum::Router::new().fallback(move || {
-        let body = error_body(&e, "forbidden");
-        async move { (StatusCode::FORBIDDEN, Json(body)).into_response() }
-    })
-}
-
-/// Serves HTTP/1.1 on one connection.
-async fn serve_connection<S>(stream: S, app: axum::Router, peer: std::net::SocketAddr)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let service = hyper_util::service::TowerToHyperService::new(app);
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-        .await;
-    if let Err(e) = served {
-        debug!(%peer, error = %e, "HTTP connection ended");
-    }
-}
-
-/// The routes over `calls`.
-pub fn router<C: Calls>(calls: Arc<C>) -> axum::Router {
-    axum::Router::new()
-        .route("/v1/seq/batch", post(batch::<C>))
-        .route("/v1/seq/{uid}", get(seq_current::<C>))
-        .route("/v1/seq/{uid}/next", post(seq_next::<C>))
-        .route("/v1/seq/{uid}/reserve", post(seq_reserve::<C>))
-        .route("/v1/counter/{key}", get(counter_current::<C>))
-        .route("/v1/counter/{key}/next", post(counter_next::<C>))
-        .route("/v1/counter/{key}/reserve", post(counter_reserve::<C>))
-        .route("/v1/ids", post(ids::<C>))
-        .fallback(not_found)
-        .with_state(calls)
-}
-
-/// An error reply.
-fn error(e: &CallError) -> Response {
-    let (status, code) = status_and_code(e.kind);
-    let mut r = (status, Json(error_body(e, code))).into_response();
-    if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Overloaded) {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
-/// The one mapping of a failure to its HTTP status and error code (a batch item uses the code).
-fn status_and_code(kind: ErrorKind) -> (StatusCode, &'static str) {
-    match kind {
-        ErrorKind::BadInput => (StatusCode::BAD_REQUEST, "bad_input"),
-        ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-        ErrorKind::Overloaded => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
-        ErrorKind::Exhausted => (StatusCode::CONFLICT, "exhausted"),
-        ErrorKind::Unknown => (StatusCode::GATEWAY_TIMEOUT, "unknown_outcome"),
-        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    }
-}
-
-fn error_body(e: &CallError, code: &str) -> Value {
-    json!({"error": {"code": code, "message": e.message, "may_have_been_taken": e.may_have_taken()}})
-}
-
-/// The error object of one item of a batch.
-fn item_error(e: &CallError) -> Value {
-    error_body(e, status_and_code(e.kind).1)["error"].clone()
-}
-
-async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> Response {
-    let e = CallError::bad_input(format!(
-        "no route {method} {}; the routes are /v1/seq/{{uid}}[/next|/reserve], /v1/seq/batch, \
-         /v1/counter/{{key}}[/next|/reserve] and /v1/ids",
-        uri.path()
-    ));
-    (StatusCode::NOT_FOUND, Json(error_body(&e, "not_found"))).into_response()
-}
+use super::errors::{Failure, Refusal, Segment, item_error};
+use super::{BODY_TIMEOUT, MAX_BATCH_UIDS, MAX_BODY_BYTES, MAX_TIMEOUT_MS, TIMEOUT_HEADER};
+use crate::calls::{CallError, Calls, Owner, Taken, Who, parse_u64, within};
+use crate::{Front, count_call};
+use seqsvr_proto::limits::MAX_IDS_PER_CALL;
 
 /// The caller's deadline, if it gave one.
 fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, CallError> {
@@ -186,7 +39,8 @@ fn count(
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
     default: Option<u32>,
 ) -> Result<u32, CallError> {
-    let Query(q) = query.map_err(|e| CallError::bad_input(e.body_text()))?;
+    // Our words, not the library's: a caller cannot act on serde's.
+    let Query(q) = query.map_err(|_| CallError::bad_input("the query must be name=value pairs, percent-encoded"))?;
     if let Some(other) = q.keys().find(|k| k.as_str() != "count") {
         return Err(CallError::bad_input(format!(
             "unknown query parameter {other:?}; only count"
@@ -229,10 +83,10 @@ async fn current<C: Calls>(calls: &C, headers: &HeaderMap, who: Who<'_>) -> Resu
     r
 }
 
-fn answer<T: serde::Serialize>(r: Result<T, CallError>) -> Response {
+fn answer<T: serde::Serialize>(r: Result<T, Failure>) -> Response {
     match r {
         Ok(v) => Json(v).into_response(),
-        Err(e) => error(&e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -302,7 +156,11 @@ struct CounterNext<'a> {
     value: Decimal,
 }
 
-async fn seq_next<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<String>, headers: HeaderMap) -> Response {
+pub(super) async fn seq_next<C: Calls>(
+    State(calls): State<Arc<C>>,
+    Segment(uid): Segment,
+    headers: HeaderMap,
+) -> Response {
     answer(
         async {
             let uid = uid_of(&uid)?;
@@ -317,9 +175,9 @@ async fn seq_next<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<String>
     )
 }
 
-async fn seq_reserve<C: Calls>(
+pub(super) async fn seq_reserve<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(uid): Path<String>,
+    Segment(uid): Segment,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -338,7 +196,11 @@ async fn seq_reserve<C: Calls>(
     )
 }
 
-async fn seq_current<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<String>, headers: HeaderMap) -> Response {
+pub(super) async fn seq_current<C: Calls>(
+    State(calls): State<Arc<C>>,
+    Segment(uid): Segment,
+    headers: HeaderMap,
+) -> Response {
     answer(
         async {
             let uid = uid_of(&uid)?;
@@ -352,7 +214,11 @@ async fn seq_current<C: Calls>(State(calls): State<Arc<C>>, Path(uid): Path<Stri
     )
 }
 
-async fn counter_next<C: Calls>(State(calls): State<Arc<C>>, Path(key): Path<String>, headers: HeaderMap) -> Response {
+pub(super) async fn counter_next<C: Calls>(
+    State(calls): State<Arc<C>>,
+    Segment(key): Segment,
+    headers: HeaderMap,
+) -> Response {
     answer(
         async {
             let k = key_of(&key)?;
@@ -367,9 +233,9 @@ async fn counter_next<C: Calls>(State(calls): State<Arc<C>>, Path(key): Path<Str
     )
 }
 
-async fn counter_reserve<C: Calls>(
+pub(super) async fn counter_reserve<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(key): Path<String>,
+    Segment(key): Segment,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -388,9 +254,9 @@ async fn counter_reserve<C: Calls>(
     )
 }
 
-async fn counter_current<C: Calls>(
+pub(super) async fn counter_current<C: Calls>(
     State(calls): State<Arc<C>>,
-    Path(key): Path<String>,
+    Segment(key): Segment,
     headers: HeaderMap,
 ) -> Response {
     answer(
@@ -403,7 +269,7 @@ async fn counter_current<C: Calls>(
     )
 }
 
-async fn ids<C: Calls>(
+pub(super) async fn ids<C: Calls>(
     State(calls): State<Arc<C>>,
     headers: HeaderMap,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
@@ -411,6 +277,11 @@ async fn ids<C: Calls>(
     answer(
         async {
             let n = count(query, Some(1))?;
+            // Checked here too, not only by the server: the reply is built from what `ids`
+            // returns, and its size must not depend on the backend's check.
+            if n > MAX_IDS_PER_CALL {
+                return Err(CallError::bad_input(format!("count must be 1 to {MAX_IDS_PER_CALL}, got {n}")).into());
+            }
             let d = deadline(&headers)?;
             // A lost id is never seen by anyone: an unanswered call took nothing that matters.
             let r = within(d, false, calls.ids(n)).await;
@@ -422,12 +293,43 @@ async fn ids<C: Calls>(
     )
 }
 
+/// Why a body could not be read, in our words (the library's go to the log): over the bound, or
+/// broken framing (a bad chunk, a connection closed mid-body).
+fn body_error(e: &axum::Error) -> Failure {
+    let over = std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    tracing::debug!(error = %e, "HTTP body refused");
+    if over {
+        Refusal::TooLarge(format!("the body is over {MAX_BODY_BYTES} bytes")).into()
+    } else {
+        CallError::bad_input("the body could not be read: its length or chunked framing is broken").into()
+    }
+}
+
 /// A uid in a batch body: a number, or a string of digits (for callers whose numbers round).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
+/// Read by hand rather than as an untagged enum, whose error names this type instead of saying
+/// what a uid may be.
 enum UidIn {
     Number(u64),
     Text(String),
+}
+
+impl<'de> serde::Deserialize<'de> for UidIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = UidIn;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a uid: a number from 0 to 2^64-1, or a string of its digits")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<UidIn, E> {
+                Ok(UidIn::Number(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<UidIn, E> {
+                Ok(UidIn::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -436,21 +338,15 @@ struct BatchIn {
     uids: Vec<UidIn>,
 }
 
-async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: Body) -> Response {
     answer(
         async {
             let d = deadline(&headers)?;
             let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
                 Ok(Ok(b)) => b,
-                Ok(Err(e)) => {
-                    return Err(CallError::bad_input(format!(
-                        "cannot read the body (at most {MAX_BODY_BYTES} bytes): {e}"
-                    )));
-                }
+                Ok(Err(e)) => return Err(body_error(&e)),
                 Err(_) => {
-                    return Err(CallError::bad_input(format!(
-                        "the body did not arrive within {BODY_TIMEOUT:?}"
-                    )));
+                    return Err(Refusal::Timeout(format!("the body did not arrive within {BODY_TIMEOUT:?}")).into());
                 }
             };
             let input: BatchIn = serde_json::from_slice(&bytes)
@@ -459,7 +355,8 @@ async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: 
                 return Err(CallError::bad_input(format!(
                     "a batch needs 1 to {MAX_BATCH_UIDS} uids, got {}",
                     input.uids.len()
-                )));
+                ))
+                .into());
             }
             let uids = input
                 .uids
@@ -483,58 +380,6 @@ async fn batch<C: Calls>(State(calls): State<Arc<C>>, headers: HeaderMap, body: 
         }
         .await,
     )
-}
-
-/// Serves HTTP/1.1 on the connections `listener` accepts until `stop` turns true.
-pub async fn serve<C: Calls>(
-    listener: tokio::net::TcpListener,
-    calls: Arc<C>,
-    cfg: HttpConfig,
-    stop: watch::Receiver<bool>,
-) {
-    serve_router(listener, router(calls), cfg, stop).await;
-}
-
-/// Serves `app` over HTTP/1.1 on the connections `listener` accepts, at most
-/// `cfg.max_connections` at once, each with this front end's header timeout and TLS, until `stop`
-/// turns true. The AllocSvr's metrics page is served by it too.
-pub async fn serve_router(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    cfg: HttpConfig,
-    mut stop: watch::Receiver<bool>,
-) {
-    let slots = Arc::new(Semaphore::new(cfg.max_connections));
-    loop {
-        // At the bound, stop accepting: callers wait in the listen queue, not in memory.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = tokio::select! {
-            () = stopped(&mut stop) => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let (app, tls) = (app.clone(), cfg.tls.clone());
-        tokio::spawn(async move {
-            match tls {
-                None => serve_connection(stream, app, peer).await,
-                Some(tls) => match crate::tls::accept(&tls, stream).await {
-                    crate::tls::Accepted::Caller(stream, _) => serve_connection(stream, app, peer).await,
-                    crate::tls::Accepted::Refused(stream, why) => serve_connection(stream, refused(why), peer).await,
-                    crate::tls::Accepted::Failed(why) => debug!(%peer, %why, "HTTP connection ended"),
-                },
-            }
-            drop(slot);
-        });
-    }
 }
 
 #[cfg(test)]
