@@ -313,38 +313,6 @@ proptest! {
             prop_assert_eq!(&ours[6..], &codec[..], "RESP{} {}", proto, i);
         }
     }
-
-    /// The fuzz target of the command layer: any bytes, and any arrays of arbitrary arguments,
-    /// end the connection without a panic, and every reply line is a well-formed RESP2 reply.
-    #[test]
-    fn arbitrary_input_never_panics(
-        garbage in proptest::collection::vec(any::<u8>(), 0..512),
-        commands in proptest::collection::vec(
-            proptest::collection::vec(proptest::string::string_regex("[A-Za-z0-9:_ -]{0,12}").unwrap(), 1..5),
-            0..8,
-        ),
-    ) {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let fake = Fake::default();
-        let mut input = Vec::new();
-        for c in &commands {
-            let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-            input.extend(cmd(&refs));
-        }
-        input.extend(garbage);
-        let out = rt.block_on(exchange_bytes(&fake, &RespConfig::default(), &input));
-        let mut rest = &out[..];
-        while !rest.is_empty() {
-            let n = match redis_protocol::resp2::decode::decode(rest) {
-                Ok(Some((_, n))) => n,
-                _ => match redis_protocol::resp3::decode::complete::decode(rest) {
-                    Ok(Some((_, n))) => n,
-                    other => return Err(TestCaseError::fail(format!("not a reply: {other:?} in {:?}", String::from_utf8_lossy(rest)))),
-                },
-            };
-            rest = &rest[n..];
-        }
-    }
 }
 
 #[tokio::test]
