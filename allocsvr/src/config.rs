@@ -84,6 +84,14 @@ pub struct Cli {
     /// --tls-*, where the certificate decides.
     #[arg(long)]
     pub resp_password: Option<String>,
+    /// Close a Redis-protocol connection that has authenticated (or sent a command) and then
+    /// sends nothing for this many seconds, as Redis's `timeout`; 0, the default, never does.
+    #[arg(long, default_value_t = 0)]
+    pub resp_idle_timeout_secs: u64,
+    /// Most Redis-protocol connections at once that have not yet authenticated (or, without a
+    /// password, sent a first command); each has 10 s to do so. Silent sockets fill only this.
+    #[arg(long, default_value_t = 1_000)]
+    pub resp_max_unauthenticated: usize,
     /// Longest one HTTP or Redis call may take, retries and forwarding included, in milliseconds
     /// (an HTTP caller's shorter `x-seqsvr-timeout-ms` wins).
     #[arg(long, default_value_t = 2_000)]
@@ -239,7 +247,7 @@ pub struct BinaryConfig {
 }
 
 /// What the front ends of one node are: where they listen, how long a call may take.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FrontConfig {
     /// HTTP/JSON on this address.
     pub http: Option<SocketAddr>,
@@ -247,9 +255,27 @@ pub struct FrontConfig {
     pub resp: Option<SocketAddr>,
     /// The Redis front end's `default` user's password.
     pub resp_password: Option<String>,
+    /// The Redis front end's idle timeout (`None`: never).
+    pub resp_idle_timeout: Option<Duration>,
+    /// The Redis front end's cap on connections not yet admitted.
+    pub resp_max_unauthenticated: usize,
     /// Longest one front-end call may take, retries and forwarding included (`None`: the client
     /// library's default of 5 s).
     pub deadline: Option<Duration>,
+}
+
+impl Default for FrontConfig {
+    fn default() -> Self {
+        let resp = seqsvr_frontends::resp::RespConfig::default();
+        Self {
+            http: None,
+            resp: None,
+            resp_password: None,
+            resp_idle_timeout: resp.idle_timeout,
+            resp_max_unauthenticated: resp.max_unauthenticated,
+            deadline: None,
+        }
+    }
 }
 
 impl FrontConfig {
@@ -292,8 +318,14 @@ impl Cli {
             http: self.http_listen,
             resp: self.resp_listen,
             resp_password: self.resp_password,
+            resp_idle_timeout: (self.resp_idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(self.resp_idle_timeout_secs)),
+            resp_max_unauthenticated: self.resp_max_unauthenticated,
             deadline: Some(Duration::from_millis(self.front_deadline_ms)),
         };
+        if self.resp_max_unauthenticated == 0 {
+            return Err("--resp-max-unauthenticated must be > 0: no connection could ever authenticate".into());
+        }
         check_front(&front, tls.is_some(), self.front_deadline_ms)?;
         Ok(BinaryConfig {
             node: NodeConfig {

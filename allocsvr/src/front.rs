@@ -146,6 +146,8 @@ pub async fn start<C: Calls>(
         addrs.resp = Some(bound);
         let rc = resp::RespConfig {
             password: cfg.resp_password.clone(),
+            idle_timeout: cfg.resp_idle_timeout,
+            max_unauthenticated: cfg.resp_max_unauthenticated,
             tls: tls.clone(),
             ..resp::RespConfig::default()
         };

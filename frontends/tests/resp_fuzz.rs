@@ -231,7 +231,12 @@ fn count_replies(out: &[u8]) -> Result<(usize, &[u8]), String> {
                 rest = &rest[used..];
                 n += 1;
             }
-            other => return Err(format!("not a reply: {other:?} at {:?}", String::from_utf8_lossy(&rest[..rest.len().min(200)]))),
+            other => {
+                return Err(format!(
+                    "not a reply: {other:?} at {:?}",
+                    String::from_utf8_lossy(&rest[..rest.len().min(200)])
+                ));
+            }
         }
     }
     Ok((n, last))
@@ -292,7 +297,8 @@ async fn run_case(pieces: &[Piece], delivery: &Delivery) -> Result<(), String> {
     };
     let serve = resp::connection(server, &fake, &cfg, 1);
     let limit = Duration::from_secs(3600);
-    let Ok((served, last_sent, (out, closed))) = tokio::time::timeout(limit, async { tokio::join!(serve, send, read) }).await
+    let Ok((served, last_sent, (out, closed))) =
+        tokio::time::timeout(limit, async { tokio::join!(serve, send, read) }).await
     else {
         return Err("the connection did not end".into());
     };
@@ -333,18 +339,37 @@ proptest! {
 /// The generator is not vacuous: its model and the server agree on a known case of each kind.
 #[test]
 fn known_cases_pass_the_oracle() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
     let cmd = |a: &[&str]| Piece::Command(a.iter().map(|s| s.as_bytes().to_vec()).collect());
     let cases = [
-        vec![cmd(&["INCR", "a"]), cmd(&["MULTI"]), cmd(&["INCRBY", "a", "5"]), cmd(&["EXEC"])],
-        vec![cmd(&["MULTI"]), cmd(&["INCR", "a"]), cmd(&["SET", "a", "1"]), cmd(&["EXEC"])],
+        vec![
+            cmd(&["INCR", "a"]),
+            cmd(&["MULTI"]),
+            cmd(&["INCRBY", "a", "5"]),
+            cmd(&["EXEC"]),
+        ],
+        vec![
+            cmd(&["MULTI"]),
+            cmd(&["INCR", "a"]),
+            cmd(&["SET", "a", "1"]),
+            cmd(&["EXEC"]),
+        ],
         vec![cmd(&["INCR", "a"]), Piece::Nested(10_000, false), cmd(&["INCR", "a"])],
         vec![Piece::Echo(1_000_000)],
         vec![cmd(&["INCR", "b"]), Piece::ManyArgs(MAX_ARGS + 1)],
     ];
     for (i, pieces) in cases.iter().enumerate() {
-        for d in [Delivery::Whole, Delivery::ByteByByte, Delivery::Chunks(vec![3, 5000], 30)] {
-            rt.block_on(run_case(pieces, &d)).unwrap_or_else(|e| panic!("case {i} {d:?}: {e}"));
+        for d in [
+            Delivery::Whole,
+            Delivery::ByteByByte,
+            Delivery::Chunks(vec![3, 5000], 30),
+        ] {
+            rt.block_on(run_case(pieces, &d))
+                .unwrap_or_else(|e| panic!("case {i} {d:?}: {e}"));
         }
     }
     assert_eq!(model(&cases[0]).0, 6);
