@@ -83,10 +83,12 @@ def redis_single(name):
         failed("py-redis", name, e)
 
 
-def redis_pipeline():
+def redis_pipeline(transaction):
+    """A pipeline, or redis-py's default pipeline, which is a MULTI/EXEC transaction."""
     addr, c = redis_conn()
     batch = rnd.sample(names, 3) * rnd.choice([1, 2])
-    pipe = c.pipeline(transaction=False)
+    client = "py-redis-multi" if transaction else "py-redis-pipe"
+    pipe = c.pipeline(transaction=transaction)
     for n in batch:
         pipe.incr(n)
     start = now()
@@ -94,23 +96,26 @@ def redis_pipeline():
         values = pipe.execute(raise_on_error=False)
     except redis.exceptions.ConnectionError as e:
         connections.pop(addr, None)
-        failed("py-redis-pipe", batch[0], e)
+        failed(client, batch[0], e)
+        return
+    except redis.exceptions.RedisError as e:
+        failed(client, batch[0], e)
         return
     end = now()
     for n, v in zip(batch, values):
         if isinstance(v, Exception):
-            failed("py-redis-pipe", n, v)
+            failed(client, n, v)
         else:
-            record("py-redis-pipe", n, start, end, int(v))
+            record(client, n, start, end, int(v))
 
 
 deadline = time.monotonic() + secs
 while time.monotonic() < deadline:
-    mode = rnd.randrange(3) if redis else 0
+    mode = rnd.randrange(4) if redis else 0
     if mode == 0:
         http_next(rnd.choice(names))
     elif mode == 1:
         redis_single(rnd.choice(names))
     else:
-        redis_pipeline()
+        redis_pipeline(transaction=mode == 3)
 sys.stdout.flush()
