@@ -1,0 +1,258 @@
+//! `sim run --front http|resp --hostile`: the front ends under floods, beside the normal workload
+//! and its promise checks. The run fails when a process dies (a crash, not a fault's kill; its log's
+//! tail is printed), when an AllocSvr's memory passes `--hostile-max-rss-mib`, or when a
+//! well-behaved caller's p99 with the floods passes 3x its p99 without them.
+//!
+//! Phases: first (`--hostile-baseline`) the workload and the well-behaved caller ([`caller`])
+//! alone, no faults, no floods; then the run's `--duration` with the fault schedule and rounds of
+//! floods ([`floods`]) to every AllocSvr's front end, which end by themselves with it. The memory
+//! sampler ([`rss`]) runs through both.
+//!
+//! Deliberately left out: floods of the gRPC port and of the StoreSvrs, TLS, and any judgement
+//! of how a server refuses a flood (closing, an error line, a 4xx): only what the floods do to the
+//! processes and to the other callers counts.
+
+mod caller;
+mod floods;
+mod rss;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::Lab;
+use crate::front_workload::Front;
+use crate::history::History;
+use crate::workload::Recorder;
+use caller::Sample;
+use floods::Tallies;
+use rss::{MIB, RssBook};
+
+/// Descriptors this process needs beside the floods' (the cluster's clients, proxies and logs).
+const OTHER_FDS: u64 = 2_000;
+
+/// A hostile run's options (`--hostile-*`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostileOpts {
+    /// No AllocSvr's resident memory may pass this.
+    pub max_rss_bytes: u64,
+    /// The first phase, without floods or faults.
+    pub baseline: Duration,
+}
+
+/// The hostile mode while it runs.
+pub(super) struct Hostile {
+    front: Front,
+    opts: HostileOpts,
+    lab: Arc<Lab>,
+    caller_at: (String, SocketAddr, u64),
+    stop: Arc<AtomicBool>,
+    caller: JoinHandle<Vec<Sample>>,
+    sampler: JoinHandle<RssBook>,
+    floods: Option<JoinHandle<()>>,
+    tallies: Arc<Tallies>,
+    floods_from_ns: u64,
+    fronts: usize,
+}
+
+/// What a hostile run saw, judged once the history is read back.
+pub(super) struct HostileRun {
+    front: Front,
+    opts: HostileOpts,
+    caller_at: (String, SocketAddr, u64),
+    samples: Vec<Sample>,
+    rss: RssBook,
+    tallies: Arc<Tallies>,
+    floods_from_ns: u64,
+    floods_until_ns: u64,
+    fronts: usize,
+}
+
+/// Starts the well-behaved caller (on the first AllocSvr's front end, the last uid) and the memory
+/// sampler.
+pub(super) fn start(lab: &Arc<Lab>, opts: HostileOpts, front: Front, rec: &Arc<Recorder>) -> anyhow::Result<Hostile> {
+    let fronts = lab.topo.front_addr.len();
+    check_open_files(floods::connections_per_round(front, fronts) as u64 + OTHER_FDS)?;
+    let (&first, &addr) = lab.topo.front_addr.iter().next().context("no front end")?;
+    let uid = lab.uid_limit - 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let caller = tokio::spawn(caller::run(
+        front,
+        addr,
+        uid,
+        rec.clone(),
+        lab.history.clock(),
+        stop.clone(),
+    ));
+    let sampler = tokio::spawn(rss::sample(lab.clone(), opts.max_rss_bytes, stop.clone()));
+    println!(
+        "sim: hostile: {:?} without floods or faults, then floods beside the faults; memory bound {} MiB",
+        opts.baseline,
+        opts.max_rss_bytes / MIB
+    );
+    Ok(Hostile {
+        front,
+        opts,
+        lab: lab.clone(),
+        caller_at: (crate::topology::alloc_name(first), addr, uid),
+        stop,
+        caller,
+        sampler,
+        floods: None,
+        tallies: Arc::new(Tallies::new(front)),
+        floods_from_ns: u64::MAX,
+        fronts,
+    })
+}
+
+impl Hostile {
+    /// The first phase: waits it out.
+    pub(super) async fn first_phase(&self) {
+        tokio::time::sleep(self.opts.baseline).await;
+    }
+
+    /// Starts the rounds of floods, which end by themselves after `duration`.
+    pub(super) fn start_floods(&mut self, duration: Duration) {
+        self.floods_from_ns = self.lab.history.clock().now_ns();
+        let addrs: Vec<SocketAddr> = self.lab.topo.front_addr.values().copied().collect();
+        println!(
+            "sim: hostile: floods to {} front ends for {duration:?}, rounds of up to {:?}",
+            addrs.len(),
+            floods::ROUND
+        );
+        self.floods = Some(tokio::spawn(floods::drive(
+            self.front,
+            addrs,
+            Instant::now() + duration,
+            self.stop.clone(),
+            self.tallies.clone(),
+        )));
+    }
+
+    /// Stops the floods, the caller and the sampler and collects what they saw.
+    pub(super) async fn finish(self) -> anyhow::Result<HostileRun> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(f) = self.floods {
+            f.await.context("floods")?;
+        }
+        let floods_until_ns = self.lab.history.clock().now_ns();
+        let samples = self.caller.await.context("well-behaved caller")?;
+        let rss = self.sampler.await.context("memory sampler")?;
+        Ok(HostileRun {
+            front: self.front,
+            opts: self.opts,
+            caller_at: self.caller_at,
+            samples,
+            rss,
+            tallies: self.tallies,
+            floods_from_ns: self.floods_from_ns,
+            floods_until_ns,
+            fronts: self.fronts,
+        })
+    }
+}
+
+impl HostileRun {
+    /// Prints what the floods did and returns why the run fails (empty: every bound held). The
+    /// floods' p99 leaves out the calls that began in a fault or a move or within `settle` after.
+    pub(super) fn judge(&self, h: &History, settle: Duration) -> Vec<String> {
+        let mut failures = Vec::new();
+        let rounds = self.tallies.rounds.load(Ordering::Relaxed);
+        println!(
+            "hostile: {rounds} rounds of floods to {} {:?} front ends",
+            self.fronts, self.front
+        );
+        for (kind, t) in &self.tallies.kinds {
+            println!(
+                "  {:<20} opened {:>6}  refused {:>5}  cut by the server {:>6}",
+                kind.name(),
+                t.opened.load(Ordering::Relaxed),
+                t.refused.load(Ordering::Relaxed),
+                t.cut.load(Ordering::Relaxed)
+            );
+        }
+        if rounds == 0 {
+            failures.push("no round of floods ran (a --duration of 12 s at least runs one)".to_string());
+        }
+
+        let settle_ns = settle.as_nanos() as u64;
+        let quiet_out: Vec<(u64, u64)> = h
+            .faults
+            .iter()
+            .map(|f| (f.start_ns, f.end_ns + settle_ns))
+            .chain(h.moves.iter().map(|m| (m.start_ns, m.end_ns + settle_ns)))
+            .collect();
+        let (before, during, left_out) =
+            caller::phases(&self.samples, self.floods_from_ns, self.floods_until_ns, &quiet_out);
+        let (name, addr, uid) = &self.caller_at;
+        println!(
+            "hostile: well-behaved caller: one take of uid {uid} every 10ms on one connection to {name}'s front end ({addr})"
+        );
+        let line = |label: &str, s: &[Sample]| match (caller::p99(s.iter()), caller::percentile(s.iter(), 50)) {
+            (Some((p99, n)), Some((p50, _))) => println!(
+                "  p99 {label:<14} {p99:>10.2?}  (p50 {p50:.2?}; {n} calls, {} failed)",
+                s.iter().filter(|s| !s.ok).count()
+            ),
+            _ => println!("  p99 {label:<14} no calls"),
+        };
+        line("without floods", &before);
+        line("with floods", &during);
+        println!(
+            "  ({left_out} calls with floods left out: they began in a fault or a move, or within {settle:?} after)"
+        );
+        failures.extend(caller::judge(&before, &during));
+
+        println!(
+            "hostile: AllocSvr memory (bound {} MiB), {} samples",
+            self.opts.max_rss_bytes / MIB,
+            self.rss.samples
+        );
+        for (name, r) in &self.rss.per {
+            println!(
+                "  {name:<12} peak {:>7.1} MiB  end {:>7.1} MiB",
+                r.peak as f64 / MIB as f64,
+                r.end as f64 / MIB as f64
+            );
+        }
+        if let Some((name, bytes, at_ns)) = &self.rss.over {
+            failures.push(format!(
+                "{name}'s memory reached {:.1} MiB at {:.1?} (bound {} MiB)",
+                *bytes as f64 / MIB as f64,
+                Duration::from_nanos(*at_ns),
+                self.opts.max_rss_bytes / MIB
+            ));
+        }
+        if self.rss.per.is_empty() {
+            failures.push("no AllocSvr's memory could be read".to_string());
+        }
+        for f in &failures {
+            println!("HOSTILE: {f}");
+        }
+        failures
+    }
+}
+
+/// Fails unless this process may open `need` descriptors (the soft limit, `ulimit -n`).
+fn check_open_files(need: u64) -> anyhow::Result<()> {
+    let limits = std::fs::read_to_string("/proc/self/limits").context("reading /proc/self/limits")?;
+    let soft = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .context("no open-files limit in /proc/self/limits")?;
+    if soft == "unlimited" {
+        return Ok(());
+    }
+    let soft: u64 = soft.parse().context("the open-files limit")?;
+    if soft < need {
+        bail!(
+            "--hostile holds up to {need} connections at once, but this process may open {soft} files: raise `ulimit -n`"
+        );
+    }
+    Ok(())
+}
