@@ -44,6 +44,10 @@ pub struct Hostile {
     /// or faults, whose p99 the floods' phase is held to. Before `--duration`, not part of it.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     pub hostile_baseline: std::time::Duration,
+    /// Floods left out of a hostile run (comma-separated): to tell which one a failure comes
+    /// from, or, all of them, to see the bounds hold through the faults without floods.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub hostile_skip: Vec<sim::run::hostile::FloodGroup>,
 }
 
 /// Switches that turn one safety rule off, to show that the checkers catch what it prevents: each

@@ -316,6 +316,7 @@ impl RunArgs {
             hostile: self.hostile.hostile.then_some(sim::run::hostile::HostileOpts {
                 max_rss_bytes: self.hostile.hostile_max_rss_mib * 1024 * 1024,
                 baseline: self.hostile.hostile_baseline,
+                skip: self.hostile.hostile_skip,
             }),
         }
     }

@@ -343,8 +343,8 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let background_stop = Arc::new(AtomicBool::new(false));
     let poller = tokio::spawn(poll_loop(lab.clone(), background_stop.clone()));
     let progress = tokio::spawn(progress_loop(lab.clone(), counters.clone(), background_stop.clone()));
-    let mut hostile = match opts.hostile {
-        Some(h) => Some(hostile::start(&lab, h, opts.set.front, &rec)?),
+    let mut hostile = match &opts.hostile {
+        Some(h) => Some(hostile::start(&lab, h.clone(), opts.set.front, &rec).await?),
         None => None,
     };
     if let Some(h) = &mut hostile {
@@ -399,9 +399,10 @@ fn judge(
     let h = History::read(history_path)?;
     let report = checks::check_all(&h, Some(final_max))?;
     print_report(&h, &report, &panics, &crashes);
-    // A fault's effects outlast it: a dead owner's sections wait for the detection and the new
-    // owner's lease wait, and a restarted one may gain sections back (another lease wait).
-    let settle = Duration::from_millis(2 * opts.set.lease_ms + opts.set.detect_ms);
+    // A fault's effects can outlast it by a lease: a section that a restarted or healed node
+    // gains back waits out its old holder's lease. Longer would leave out nearly every call of
+    // a run with faults (one every 10 s or so, each held for seconds).
+    let settle = Duration::from_millis(opts.set.lease_ms);
     let hostile = hostile.map(|run| run.judge(&h, settle)).unwrap_or_default();
     print_where(opts, history_path, max_path);
     Ok(Verdict {

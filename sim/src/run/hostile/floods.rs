@@ -40,9 +40,10 @@ const NESTING_ANSWER: Duration = Duration::from_secs(3);
 
 /// Idle connections of a round, spread over the front ends.
 pub(super) const IDLE_PER_ROUND: usize = 2_000;
-/// Held partial commands of ~500 KB per front end and round: 128 MB if the server keeps them all,
-/// half the default memory bound on their own.
-const PARTIALS_PER_FRONT: usize = 256;
+/// Held partial commands of ~500 KB per front end and round: 256 MB if the server keeps them all,
+/// the default memory bound on their own (each within every per-command bound: only a bound on
+/// what all of them hold together keeps a server under it).
+const PARTIALS_PER_FRONT: usize = 512;
 /// Partial commands of 1 MB (past the server's hard size bound) per front end and round.
 const OVERSIZED_PER_FRONT: usize = 16;
 /// HTTP requests whose ~400 KB of headers never end, per front end and round.
@@ -67,6 +68,23 @@ const TRICKLE_HTTP: usize = 390_000;
 const TRICKLE_TAIL: usize = 10_000;
 /// The longest a trickle goes on: past the fixed server's 10 s command deadline.
 const TRICKLE_FOR: Duration = Duration::from_secs(15);
+
+/// The floods as `--hostile-skip` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FloodGroup {
+    /// Nested RESP arrays (open and complete), nested JSON arrays.
+    Nesting,
+    /// A 490 KB command (390 KB of HTTP headers), its end a byte a millisecond.
+    Trickle,
+    /// Connections that send nothing.
+    Idle,
+    /// RESP commands of ~500 KB that never end, and of 1 MB.
+    Partial,
+    /// HTTP requests whose ~400 KB of headers never end.
+    Headers,
+    /// Pipelined takes whose replies are never read.
+    Unread,
+}
 
 /// One kind of flood connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -108,7 +126,27 @@ impl Flood {
     }
 
     fn is_nesting(self) -> bool {
-        matches!(self, Flood::NestingOpen | Flood::NestingComplete | Flood::JsonNesting)
+        self.group() == FloodGroup::Nesting
+    }
+
+    fn group(self) -> FloodGroup {
+        match self {
+            Flood::NestingOpen | Flood::NestingComplete | Flood::JsonNesting => FloodGroup::Nesting,
+            Flood::Trickle => FloodGroup::Trickle,
+            Flood::Idle => FloodGroup::Idle,
+            Flood::Partial | Flood::Oversized => FloodGroup::Partial,
+            Flood::Headers => FloodGroup::Headers,
+            Flood::Unread => FloodGroup::Unread,
+        }
+    }
+
+    /// The kinds a front end gets, but those of the `skip` groups.
+    fn of_but(front: Front, skip: &[FloodGroup]) -> Vec<Flood> {
+        Self::of(front)
+            .iter()
+            .copied()
+            .filter(|k| !skip.contains(&k.group()))
+            .collect()
     }
 
     /// The kinds a front end gets.
@@ -169,9 +207,12 @@ pub(super) struct Tallies {
 }
 
 impl Tallies {
-    pub(super) fn new(front: Front) -> Self {
+    pub(super) fn new(front: Front, skip: &[FloodGroup]) -> Self {
         Self {
-            kinds: Flood::of(front).iter().map(|&k| (k, Tally::default())).collect(),
+            kinds: Flood::of_but(front, skip)
+                .into_iter()
+                .map(|k| (k, Tally::default()))
+                .collect(),
             rounds: AtomicU64::new(0),
         }
     }
@@ -282,6 +323,7 @@ pub(super) async fn drive(
     tallies: Arc<Tallies>,
 ) {
     let payloads = Arc::new(Payloads::new(front));
+    let kinds: Vec<Flood> = tallies.kinds.keys().copied().collect();
     while !stop.load(Ordering::Relaxed) && Instant::now() + MIN_ROUND <= until {
         let round_start = Instant::now();
         let round_end = (round_start + ROUND).min(until);
@@ -289,7 +331,7 @@ pub(super) async fn drive(
         // first, and its memory and its callers' latency under them are seen too.
         let halfway = round_start + (round_end - round_start) / 2;
         let mut round = JoinSet::new();
-        for &kind in Flood::of(front) {
+        for &kind in &kinds {
             let from = if kind.is_nesting() { halfway } else { round_start };
             for &addr in &addrs {
                 for _ in 0..kind.per_front(addrs.len()) {
@@ -451,9 +493,15 @@ mod tests {
 
     #[test]
     fn a_round_stays_within_its_connection_budget() {
-        assert_eq!(connections_per_round(Front::Resp, 3), 3 * (3 + 667 + 256 + 16 + 1));
+        assert_eq!(connections_per_round(Front::Resp, 3), 3 * (3 + 667 + 512 + 16 + 1));
         assert_eq!(connections_per_round(Front::Http, 6), 6 * (2 + 334 + 256 + 1));
         assert!(Flood::of(Front::Grpc).is_empty());
+        let skip = [FloodGroup::Nesting, FloodGroup::Partial];
+        assert_eq!(
+            Flood::of_but(Front::Resp, &skip),
+            [Flood::Trickle, Flood::Idle, Flood::Unread]
+        );
+        assert_eq!(Tallies::new(Front::Http, &skip).kinds.len(), 4);
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ mod rss;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -30,6 +30,7 @@ use crate::front_workload::Front;
 use crate::history::History;
 use crate::workload::Recorder;
 use caller::Sample;
+pub use floods::FloodGroup;
 use floods::Tallies;
 use rss::{MIB, RssBook};
 
@@ -37,12 +38,14 @@ use rss::{MIB, RssBook};
 const OTHER_FDS: u64 = 2_000;
 
 /// A hostile run's options (`--hostile-*`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct HostileOpts {
     /// No AllocSvr's resident memory may pass this.
     pub max_rss_bytes: u64,
     /// The first phase, without floods or faults.
     pub baseline: Duration,
+    /// Floods left out.
+    pub skip: Vec<FloodGroup>,
 }
 
 /// The hostile mode while it runs.
@@ -56,7 +59,8 @@ pub(super) struct Hostile {
     sampler: JoinHandle<RssBook>,
     floods: Option<JoinHandle<()>>,
     tallies: Arc<Tallies>,
-    floods_from_ns: u64,
+    /// When the floods began, on the run's clock (`u64::MAX` before); the sampler reads it.
+    floods_from_ns: Arc<AtomicU64>,
     fronts: usize,
 }
 
@@ -73,13 +77,29 @@ pub(super) struct HostileRun {
     fronts: usize,
 }
 
-/// Starts the well-behaved caller (on the first AllocSvr's front end, the last uid) and the memory
-/// sampler.
-pub(super) fn start(lab: &Arc<Lab>, opts: HostileOpts, front: Front, rec: &Arc<Recorder>) -> anyhow::Result<Hostile> {
+/// Starts the well-behaved caller and the memory sampler. The caller takes the last uid at the
+/// front end of the AllocSvr that owns it when the run starts (as a caller that knows the routes
+/// would): no forwarded hop, so what it measures is the front end and the owner; when the owner
+/// changes, its calls are forwarded like anyone's.
+pub(super) async fn start(
+    lab: &Arc<Lab>,
+    opts: HostileOpts,
+    front: Front,
+    rec: &Arc<Recorder>,
+) -> anyhow::Result<Hostile> {
     let fronts = lab.topo.front_addr.len();
     check_open_files(floods::connections_per_round(front, fronts) as u64 + OTHER_FDS)?;
-    let (&first, &addr) = lab.topo.front_addr.iter().next().context("no front end")?;
     let uid = lab.uid_limit - 1;
+    let (node, addr) = match owner_front(lab, uid).await {
+        Some(found) => found,
+        None => lab
+            .topo
+            .front_addr
+            .iter()
+            .next()
+            .map(|(&n, &a)| (n, a))
+            .context("no front end")?,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let caller = tokio::spawn(caller::run(
         front,
@@ -89,7 +109,14 @@ pub(super) fn start(lab: &Arc<Lab>, opts: HostileOpts, front: Front, rec: &Arc<R
         lab.history.clock(),
         stop.clone(),
     ));
-    let sampler = tokio::spawn(rss::sample(lab.clone(), opts.max_rss_bytes, stop.clone()));
+    let floods_from_ns = Arc::new(AtomicU64::new(u64::MAX));
+    let sampler = tokio::spawn(rss::sample(
+        lab.clone(),
+        opts.max_rss_bytes,
+        floods_from_ns.clone(),
+        stop.clone(),
+    ));
+    let tallies = Arc::new(Tallies::new(front, &opts.skip));
     println!(
         "sim: hostile: {:?} without floods or faults, then floods beside the faults; memory bound {} MiB",
         opts.baseline,
@@ -99,13 +126,13 @@ pub(super) fn start(lab: &Arc<Lab>, opts: HostileOpts, front: Front, rec: &Arc<R
         front,
         opts,
         lab: lab.clone(),
-        caller_at: (crate::topology::alloc_name(first), addr, uid),
+        caller_at: (crate::topology::alloc_name(node), addr, uid),
         stop,
         caller,
         sampler,
         floods: None,
-        tallies: Arc::new(Tallies::new(front)),
-        floods_from_ns: u64::MAX,
+        tallies,
+        floods_from_ns,
         fronts,
     })
 }
@@ -118,7 +145,8 @@ impl Hostile {
 
     /// Starts the rounds of floods, which end by themselves after `duration`.
     pub(super) fn start_floods(&mut self, duration: Duration) {
-        self.floods_from_ns = self.lab.history.clock().now_ns();
+        self.floods_from_ns
+            .store(self.lab.history.clock().now_ns(), Ordering::Relaxed);
         let addrs: Vec<SocketAddr> = self.lab.topo.front_addr.values().copied().collect();
         println!(
             "sim: hostile: floods to {} front ends for {duration:?}, rounds of up to {:?}",
@@ -150,7 +178,7 @@ impl Hostile {
             samples,
             rss,
             tallies: self.tallies,
-            floods_from_ns: self.floods_from_ns,
+            floods_from_ns: self.floods_from_ns.load(Ordering::Relaxed),
             floods_until_ns,
             fronts: self.fronts,
         })
@@ -163,10 +191,14 @@ impl HostileRun {
     pub(super) fn judge(&self, h: &History, settle: Duration) -> Vec<String> {
         let mut failures = Vec::new();
         let rounds = self.tallies.rounds.load(Ordering::Relaxed);
-        println!(
-            "hostile: {rounds} rounds of floods to {} {:?} front ends",
-            self.fronts, self.front
-        );
+        if self.tallies.kinds.is_empty() {
+            println!("hostile: no floods (--hostile-skip left out every kind)");
+        } else {
+            println!(
+                "hostile: {rounds} rounds of floods to {} {:?} front ends",
+                self.fronts, self.front
+            );
+        }
         for (kind, t) in &self.tallies.kinds {
             println!(
                 "  {:<20} opened {:>6}  refused {:>5}  cut by the server {:>6}",
@@ -191,7 +223,7 @@ impl HostileRun {
             caller::phases(&self.samples, self.floods_from_ns, self.floods_until_ns, &quiet_out);
         let (name, addr, uid) = &self.caller_at;
         println!(
-            "hostile: well-behaved caller: one take of uid {uid} every 10ms on one connection to {name}'s front end ({addr})"
+            "hostile: well-behaved caller: one take of uid {uid} every 10ms on one connection to {name}'s front end ({addr}; its owner when the run began)"
         );
         let line = |label: &str, s: &[Sample]| match (caller::p99(s.iter()), caller::percentile(s.iter(), 50)) {
             (Some((p99, n)), Some((p50, _))) => println!(
@@ -213,10 +245,12 @@ impl HostileRun {
             self.rss.samples
         );
         for (name, r) in &self.rss.per {
+            let mib = |b: u64| b as f64 / MIB as f64;
             println!(
-                "  {name:<12} peak {:>7.1} MiB  end {:>7.1} MiB",
-                r.peak as f64 / MIB as f64,
-                r.end as f64 / MIB as f64
+                "  {name:<12} peak {:>7.1} MiB (before the floods {:>6.1} MiB)  end {:>7.1} MiB",
+                mib(r.peak),
+                mib(r.before_floods),
+                mib(r.end)
             );
         }
         if let Some((name, bytes, at_ns)) = &self.rss.over {
@@ -235,6 +269,17 @@ impl HostileRun {
         }
         failures
     }
+}
+
+/// The AllocSvr that owns `uid` now (set 0 holds every uid when a run starts), and its front end.
+async fn owner_front(lab: &Lab, uid: u64) -> Option<(u64, SocketAddr)> {
+    let section = uid / lab.section_size;
+    let routes = lab.stores.first()?.get_routes().await.ok()?.routes?;
+    let owner = routes
+        .entries
+        .iter()
+        .find(|e| (e.section_begin..e.section_end).contains(&section) && e.incarnation != 0)?;
+    Some((owner.node_id, *lab.topo.front_addr.get(&owner.node_id)?))
 }
 
 /// Fails unless this process may open `need` descriptors (the soft limit, `ulimit -n`).

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::super::Lab;
@@ -32,6 +32,8 @@ pub(super) fn parse_status(status: &str) -> Option<(u64, u64)> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Rss {
     pub peak: u64,
+    /// The highest resident set sampled before the floods began.
+    pub before_floods: u64,
     /// The last sample's resident set.
     pub end: u64,
 }
@@ -46,10 +48,13 @@ pub(super) struct RssBook {
 }
 
 impl RssBook {
-    /// Adds one reading of `name` at `at_ns`.
-    pub(super) fn add(&mut self, name: &str, (rss, hwm): (u64, u64), at_ns: u64, bound: u64) {
+    /// Adds one reading of `name` at `at_ns` (`before_floods`: taken before the floods began).
+    pub(super) fn add(&mut self, name: &str, (rss, hwm): (u64, u64), at_ns: u64, before_floods: bool, bound: u64) {
         let e = self.per.entry(name.to_string()).or_default();
         e.peak = e.peak.max(rss).max(hwm);
+        if before_floods {
+            e.before_floods = e.before_floods.max(rss);
+        }
         e.end = rss;
         self.samples += 1;
         if self.over.is_none() && e.peak > bound {
@@ -58,8 +63,14 @@ impl RssBook {
     }
 }
 
-/// Samples every AllocSvr of the run until `stop`.
-pub(super) async fn sample(lab: Arc<Lab>, bound: u64, stop: Arc<AtomicBool>) -> RssBook {
+/// Samples every AllocSvr of the run until `stop`; the floods begin at `floods_from_ns` (on the
+/// run's clock; `u64::MAX` until they do).
+pub(super) async fn sample(
+    lab: Arc<Lab>,
+    bound: u64,
+    floods_from_ns: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> RssBook {
     let names: Vec<String> = lab.topo.alloc_addr.keys().map(|&i| alloc_name(i)).collect();
     let clock = lab.history.clock();
     let mut book = RssBook::default();
@@ -76,7 +87,8 @@ pub(super) async fn sample(lab: Arc<Lab>, bound: u64, stop: Arc<AtomicBool>) -> 
                 continue;
             };
             if let Some(m) = parse_status(&status) {
-                book.add(name, m, clock.now_ns(), bound);
+                let now = clock.now_ns();
+                book.add(name, m, now, now < floods_from_ns.load(Ordering::Relaxed), bound);
             }
         }
         tokio::time::sleep(EVERY).await;
@@ -108,19 +120,21 @@ mod tests {
     #[test]
     fn the_peak_keeps_the_highest_mark_and_the_first_pass_of_the_bound() {
         let mut b = RssBook::default();
-        b.add("allocsvr-1", (10 * MIB, 20 * MIB), 1, 100 * MIB);
+        b.add("allocsvr-1", (10 * MIB, 20 * MIB), 1, true, 100 * MIB);
         // A restart: a new, lower mark.
-        b.add("allocsvr-1", (5 * MIB, 6 * MIB), 2, 100 * MIB);
+        b.add("allocsvr-1", (5 * MIB, 6 * MIB), 2, false, 100 * MIB);
         assert_eq!(
             b.per["allocsvr-1"],
             Rss {
                 peak: 20 * MIB,
+                before_floods: 10 * MIB,
                 end: 5 * MIB
             }
         );
         assert_eq!(b.over, None);
-        b.add("allocsvr-2", (50 * MIB, 101 * MIB), 3, 100 * MIB);
-        b.add("allocsvr-1", (200 * MIB, 200 * MIB), 4, 100 * MIB);
+        b.add("allocsvr-2", (50 * MIB, 101 * MIB), 3, false, 100 * MIB);
+        b.add("allocsvr-1", (200 * MIB, 200 * MIB), 4, false, 100 * MIB);
+        assert_eq!(b.per["allocsvr-1"].before_floods, 10 * MIB);
         assert_eq!(b.over, Some(("allocsvr-2".into(), 101 * MIB, 3)));
         assert_eq!(b.samples, 4);
     }
