@@ -282,22 +282,21 @@ async fn owner_front(lab: &Lab, uid: u64) -> Option<(u64, SocketAddr)> {
     Some((owner.node_id, *lab.topo.front_addr.get(&owner.node_id)?))
 }
 
-/// Fails unless this process may open `need` descriptors (the soft limit, `ulimit -n`).
+/// Makes sure this process may open `need` descriptors: raises its soft limit (`ulimit -n`) up to
+/// the hard one when it is lower, and fails when the hard one is. The servers, started before,
+/// keep the limit they were given.
 fn check_open_files(need: u64) -> anyhow::Result<()> {
-    let limits = std::fs::read_to_string("/proc/self/limits").context("reading /proc/self/limits")?;
-    let soft = limits
-        .lines()
-        .find_map(|l| l.strip_prefix("Max open files"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .context("no open-files limit in /proc/self/limits")?;
-    if soft == "unlimited" {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).context("the open-files limit")?;
+    if soft >= need {
         return Ok(());
     }
-    let soft: u64 = soft.parse().context("the open-files limit")?;
-    if soft < need {
+    if hard < need {
         bail!(
-            "--hostile holds up to {need} connections at once, but this process may open {soft} files: raise `ulimit -n`"
+            "--hostile holds up to {need} connections at once, but this process may open {hard} files at most: raise `ulimit -Hn`"
         );
     }
+    setrlimit(Resource::RLIMIT_NOFILE, need, hard).context("raising the open-files limit")?;
+    println!("sim: hostile: open-files limit raised from {soft} to {need}");
     Ok(())
 }
