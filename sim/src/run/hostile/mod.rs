@@ -57,7 +57,7 @@ pub(super) struct Hostile {
     stop: Arc<AtomicBool>,
     caller: JoinHandle<Vec<Sample>>,
     sampler: JoinHandle<RssBook>,
-    floods: Option<JoinHandle<()>>,
+    floods: Option<JoinHandle<std::io::Result<()>>>,
     tallies: Arc<Tallies>,
     /// When the floods began, on the run's clock (`u64::MAX` before); the sampler reads it.
     floods_from_ns: Arc<AtomicU64>,
@@ -153,20 +153,28 @@ impl Hostile {
             addrs.len(),
             floods::ROUND
         );
-        self.floods = Some(tokio::spawn(floods::drive(
+        let drive = floods::drive(
             self.front,
             addrs,
             Instant::now() + duration,
             self.stop.clone(),
             self.tallies.clone(),
-        )));
+        );
+        // The floods' thousands of tasks get a runtime and a thread of their own: on the run's
+        // runtime they would queue the workload's and the well-behaved caller's tasks behind
+        // theirs, and the caller's p99 would measure the simulator, not the servers.
+        self.floods = Some(tokio::task::spawn_blocking(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(drive);
+            Ok(())
+        }));
     }
 
     /// Stops the floods, the caller and the sampler and collects what they saw.
     pub(super) async fn finish(self) -> anyhow::Result<HostileRun> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(f) = self.floods {
-            f.await.context("floods")?;
+            f.await.context("floods")?.context("the floods' runtime")?;
         }
         let floods_until_ns = self.lab.history.clock().now_ns();
         let samples = self.caller.await.context("well-behaved caller")?;
