@@ -1,6 +1,7 @@
 //! Flags more than one `sim` command takes, declared once: the cluster's shape (`run`, `plan`,
-//! `load`) and the negative controls (`run`, `plan`, `dst`). Each command flattens the group it
-//! takes, so a flag has one name, one default and one help text everywhere.
+//! `load`), the negative controls (`run`, `plan`, `dst`) and the hostile mode (`run`, `plan`).
+//! Each command flattens the group it takes, so a flag has one name, one default and one help text
+//! everywhere.
 //!
 //! Deliberately left out: the workload's flags (`--clients`, `--rate`), whose defaults differ on
 //! purpose (`sim load` is pointed at clusters someone else runs, so it asks for less), and flags
@@ -21,6 +22,32 @@ pub struct ClusterShape {
     /// The lease.
     #[arg(long, default_value_t = 3_000)]
     pub lease_ms: u64,
+}
+
+/// The hostile mode of `sim run --front http|resp` (`sim::run::hostile`): floods of the front ends
+/// beside the workload, and the bounds the run fails on.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Hostile {
+    /// Flood every AllocSvr's front end beside the workload (nested and trickled commands, idle
+    /// sockets, partial commands, header floods, unread replies) after a first phase without
+    /// floods; fail when a process dies, an AllocSvr's memory passes `--hostile-max-rss-mib`, or a
+    /// well-behaved caller's p99 passes 3x its p99 of the first phase. Needs `--front http|resp`.
+    #[arg(long)]
+    pub hostile: bool,
+    /// The resident memory (VmRSS, and its high-water mark VmHWM) no AllocSvr may pass in a hostile
+    /// run, in MiB. 256: about 4x what a debug AllocSvr reaches under the normal front-end workload
+    /// (docs/SIMULATOR.md), and below what one round of the floods holds when a server keeps every
+    /// partial command it is sent.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=65_536))]
+    pub hostile_max_rss_mib: u64,
+    /// The first phase of a hostile run: the workload and the well-behaved caller without floods
+    /// or faults, whose p99 the floods' phase is held to. Before `--duration`, not part of it.
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    pub hostile_baseline: std::time::Duration,
+    /// Floods left out of a hostile run (comma-separated): to tell which one a failure comes
+    /// from, or, all of them, to see the bounds hold through the faults without floods.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub hostile_skip: Vec<sim::run::hostile::FloodGroup>,
 }
 
 /// Switches that turn one safety rule off, to show that the checkers catch what it prevents: each

@@ -45,7 +45,7 @@ pub enum Front {
 
 /// A uid or a key index, as the workload draws them.
 #[derive(Debug, Clone, Copy)]
-enum Subject {
+pub(crate) enum Subject {
     Uid(u64),
     Key(u64),
 }
@@ -107,8 +107,9 @@ fn lost(takes: bool, why: String) -> ClientError {
     if takes { ClientError::unknown(why) } else { failed(why) }
 }
 
-/// One client's connections to the front ends.
-struct Conns {
+/// One client's connections to the front ends (one per front end: the RESP connection is kept,
+/// HTTP's pool keeps one alive for a caller that waits for each answer).
+pub(crate) struct Conns {
     front: Front,
     addrs: Vec<SocketAddr>,
     http: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
@@ -116,7 +117,7 @@ struct Conns {
 }
 
 impl Conns {
-    fn new(front: Front, addrs: Vec<SocketAddr>) -> Self {
+    pub(crate) fn new(front: Front, addrs: Vec<SocketAddr>) -> Self {
         let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
         Self {
             front,
@@ -215,7 +216,7 @@ impl Conns {
 
     /// `count` values of `who` (a block when above 1), first to last, and who served them when the
     /// front end says (HTTP does, RESP cannot).
-    async fn take(
+    pub(crate) async fn take(
         &mut self,
         addr: SocketAddr,
         who: Subject,

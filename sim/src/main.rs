@@ -133,6 +133,8 @@ struct RunArgs {
     #[arg(long, default_value = "twitter", requires = "ids")]
     id_layout: seqsvr_proto::id_layout::LayoutShape,
     #[command(flatten)]
+    hostile: flags::Hostile,
+    #[command(flatten)]
     controls: flags::NegativeControls,
 }
 
@@ -191,6 +193,9 @@ impl RunArgs {
             && let Some(f) = self.controls.needs_keys()
         {
             return Err(format!("{f} breaks a rule of counter keys: give --keys"));
+        }
+        if self.hostile.hostile && self.front == sim::front_workload::Front::Grpc {
+            return Err("--hostile floods the HTTP or Redis front end: give --front http|resp".into());
         }
         if self.tls && self.front != sim::front_workload::Front::Grpc {
             return Err("--front http|resp runs without --tls (its clients speak plaintext)".into());
@@ -308,6 +313,11 @@ impl RunArgs {
                 0
             },
             keys: if self.keys { sim::keys::KEYS } else { 0 },
+            hostile: self.hostile.hostile.then_some(sim::run::hostile::HostileOpts {
+                max_rss_bytes: self.hostile.hostile_max_rss_mib * 1024 * 1024,
+                baseline: self.hostile.hostile_baseline,
+                skip: self.hostile.hostile_skip,
+            }),
         }
     }
 }
@@ -448,10 +458,11 @@ fn run(args: RunArgs) -> ExitCode {
         }
         Ok(v) => {
             println!(
-                "sim: FAIL (seed {seed}): {} violations, {} crashes, {} panics",
+                "sim: FAIL (seed {seed}): {} violations, {} crashes, {} panics, {} hostile-mode failures",
                 v.violations,
                 v.crashes.len(),
-                v.panics
+                v.panics,
+                v.hostile.len()
             );
             ExitCode::from(EXIT_VIOLATION)
         }

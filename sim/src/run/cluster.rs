@@ -66,7 +66,7 @@ pub(super) async fn stop_cluster(lab: &Lab) -> anyhow::Result<(Vec<PanicLine>, V
     let exits = cluster.take_unexpected_exits();
     cluster.kill_all();
     let mut crashes = lab.crashes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    crashes.extend(exits.into_iter().map(|(n, s)| format!("{n}: {s}")));
+    crashes.extend(exits.into_iter().map(|(n, s)| crash_line(&cluster, &n, &s)));
     Ok((cluster.scan_panics()?, crashes))
 }
 
@@ -243,10 +243,65 @@ pub(super) async fn restart_crashed(lab: &Lab) -> usize {
     let mut crashes = lab.crashes.lock().unwrap_or_else(|e| e.into_inner());
     for (name, status) in exits {
         println!("sim: CRASH {name} exited by itself ({status}); restarting it");
-        crashes.push(format!("{name}: {status}"));
+        crashes.push(crash_line(&cluster, &name, &status));
         let _ = cluster.start(&name);
     }
     crashes.len()
+}
+
+/// Lines of a crashed process's log shown with its crash: enough for a panic's message and
+/// location, or a runtime's last words (`has overflowed its stack`).
+const CRASH_TAIL_LINES: usize = 8;
+/// Bytes of the log read for them (the log can be long; its end is what matters).
+const CRASH_TAIL_BYTES: u64 = 16 * 1024;
+
+/// `name: status`, then the last lines its log (its stdout and stderr) had when it died.
+fn crash_line(cluster: &Supervisor, name: &str, status: &str) -> String {
+    let tail = cluster
+        .log_path(name)
+        .and_then(|p| log_tail(p, CRASH_TAIL_BYTES, CRASH_TAIL_LINES).ok())
+        .unwrap_or_default();
+    let mut line = format!("{name}: {status}");
+    for l in tail {
+        line.push_str("\n    | ");
+        line.push_str(&l);
+    }
+    line
+}
+
+/// `s` without the colour codes (`ESC [ … m`) the servers' log lines carry.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // Up to and including the sequence's final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The last `lines` lines within the last `bytes` bytes of a file.
+fn log_tail(path: &Path, bytes: u64, lines: usize) -> std::io::Result<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(bytes)))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)?;
+    let text = strip_ansi(&String::from_utf8_lossy(&buf));
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    Ok(all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect())
 }
 
 pub(super) async fn heal_everything(lab: &Lab) -> anyhow::Result<()> {
@@ -263,4 +318,34 @@ pub(super) async fn heal_everything(lab: &Lab) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_shows_the_end_of_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("allocsvr-1.log");
+        let text: String = (1..=20).map(|i| format!("line {i}\n")).collect::<String>()
+            + "\nthread 'tokio-runtime-worker' has overflowed its stack\nfatal runtime error: stack overflow\n";
+        std::fs::write(&log, text).unwrap();
+        let tail = log_tail(&log, 16 * 1024, 3).unwrap();
+        assert_eq!(
+            tail,
+            [
+                "line 20",
+                "thread 'tokio-runtime-worker' has overflowed its stack",
+                "fatal runtime error: stack overflow"
+            ]
+        );
+        // Only the last bytes are read: a line cut by the window comes out partial, never more.
+        assert_eq!(log_tail(&log, 8, 5).unwrap(), ["verflow"]);
+        assert!(log_tail(&dir.path().join("none.log"), 8, 5).is_err());
+        assert_eq!(
+            strip_ansi("\x1b[2m2026\x1b[0m \x1b[32m INFO\x1b[0m serving"),
+            "2026  INFO serving"
+        );
+    }
 }

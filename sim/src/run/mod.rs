@@ -17,10 +17,15 @@
 //! With `--ids`, time-ordered ids run beside the sequences ([`ids`]): id clients, the AllocSvrs'
 //! id clocks behind files the id clock faults write, and U1–U4 checked.
 //!
+//! With `--hostile` (and `--front http|resp`), [`hostile`] floods the front ends beside the
+//! workload after a first phase without floods, and adds its bounds (memory, a well-behaved
+//! caller's p99) to the verdict.
+//!
 //! Deliberately left out: StoreSvr membership changes.
 
 mod cluster;
 mod faults;
+pub mod hostile;
 pub mod ids;
 mod moves;
 mod targets;
@@ -77,6 +82,8 @@ pub struct RunOpts {
     pub max_block: u32,
     /// Named counters asked for beside the uids (`--keys`; 0: none).
     pub keys: u32,
+    /// Floods of the front ends beside the workload (`--hostile`).
+    pub hostile: Option<hostile::HostileOpts>,
 }
 
 /// The verdict of a run that completed (a harness failure is an `Err` instead).
@@ -84,11 +91,13 @@ pub struct Verdict {
     pub violations: usize,
     pub crashes: Vec<String>,
     pub panics: usize,
+    /// Why the hostile mode fails the run (memory, the well-behaved caller's p99).
+    pub hostile: Vec<String>,
 }
 
 impl Verdict {
     pub fn passed(&self) -> bool {
-        self.violations == 0 && self.crashes.is_empty() && self.panics == 0
+        self.violations == 0 && self.crashes.is_empty() && self.panics == 0 && self.hostile.is_empty()
     }
 }
 
@@ -334,7 +343,19 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let background_stop = Arc::new(AtomicBool::new(false));
     let poller = tokio::spawn(poll_loop(lab.clone(), background_stop.clone()));
     let progress = tokio::spawn(progress_loop(lab.clone(), counters.clone(), background_stop.clone()));
+    let mut hostile = match &opts.hostile {
+        Some(h) => Some(hostile::start(&lab, h.clone(), opts.set.front, &rec).await?),
+        None => None,
+    };
+    if let Some(h) = &mut hostile {
+        h.first_phase().await;
+        h.start_floods(opts.duration);
+    }
     drive_faults(&lab, &opts, workers, &stop).await?;
+    let hostile = match hostile {
+        Some(h) => Some(h.finish().await?),
+        None => None,
+    };
     heal_everything(&lab).await?;
     moves::finish_all(&lab).await?;
     let verify_from = clock.now_ns();
@@ -354,7 +375,15 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     history.write(&Record::Info(info))?;
     history.flush()?;
     let (panics, crashes) = stop_cluster(&lab).await?;
-    judge(&opts, &history_path, &max_path, &final_max, panics, crashes)
+    judge(
+        &opts,
+        &history_path,
+        &max_path,
+        &final_max,
+        panics,
+        crashes,
+        hostile.as_ref(),
+    )
 }
 
 /// Reads the whole history back and checks every promise over it; prints the report.
@@ -365,15 +394,22 @@ fn judge(
     final_max: &BTreeMap<u64, u64>,
     panics: Vec<PanicLine>,
     crashes: Vec<String>,
+    hostile: Option<&hostile::HostileRun>,
 ) -> anyhow::Result<Verdict> {
     let h = History::read(history_path)?;
     let report = checks::check_all(&h, Some(final_max))?;
     print_report(&h, &report, &panics, &crashes);
+    // A fault's effects can outlast it by a lease: a section that a restarted or healed node
+    // gains back waits out its old holder's lease. Longer would leave out nearly every call of
+    // a run with faults (one every 10 s or so, each held for seconds).
+    let settle = Duration::from_millis(opts.set.lease_ms);
+    let hostile = hostile.map(|run| run.judge(&h, settle)).unwrap_or_default();
     print_where(opts, history_path, max_path);
     Ok(Verdict {
         violations: report.total_violations(),
         crashes,
         panics: panics.len(),
+        hostile,
     })
 }
 
