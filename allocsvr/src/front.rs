@@ -9,7 +9,9 @@
 //! with the route table and cluster map the client library follows; NOT_OWNER, NOT_READY, a
 //! move or a dead owner are retried by the same code as for any Rust caller, within the front
 //! end's deadline. `allocsvr_front_rpcs_total{to="self"|"forwarded"}` counts the two, and
-//! `allocsvr_front_forward_seconds` times the hop.
+//! `allocsvr_front_forward_seconds` times the hop. The reads of many names at once (a Redis
+//! `MGET`) are answered from memory where they can be, and the rest sent as one `BatchGet` per
+//! owner ([`NodeCalls`]'s `current_many`), not one RPC per name.
 //!
 //! With mutual TLS on, both ports take only callers whose certificate may take numbers, and the
 //! forwarded calls carry this AllocSvr's certificate (the data plane admits the `allocsvr` role).
@@ -244,6 +246,51 @@ impl Calls for NodeCalls {
             });
         }
         self.slow.current(who).await
+    }
+
+    /// The names this node can answer at once from memory (as [`Calls::current`] would), the
+    /// rest in one batched read through the client library: one `BatchGet` per owner, to this
+    /// node in process or forwarded.
+    async fn current_many(&self, whos: &[Who<'_>]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
+        let from_memory: Vec<Option<Taken>> = whos
+            .iter()
+            .map(|&who| {
+                let (uid, key) = split(who);
+                let (value, owner) = self.service.current_now(uid, key, |s| self.may_answer(s))?;
+                Some(Taken {
+                    value,
+                    owner: Some(Owner::from(&owner)),
+                })
+            })
+            .collect();
+        // The rest, in request order: their answers fill the gaps in the same order.
+        let rest: Vec<Who<'_>> = whos
+            .iter()
+            .zip(&from_memory)
+            .filter(|(_, m)| m.is_none())
+            .map(|(&w, _)| w)
+            .collect();
+        let read = if rest.is_empty() {
+            Vec::new()
+        } else {
+            self.slow.current_many(&rest).await?
+        };
+        if read.len() != rest.len() {
+            return Err(CallError::new(
+                ErrorKind::Internal,
+                format!("{} answers for a read of {} names", read.len(), rest.len()),
+            ));
+        }
+        let mut read = read.into_iter();
+        Ok(from_memory
+            .into_iter()
+            .map(|m| match m {
+                Some(taken) => Ok(taken),
+                None => read
+                    .next()
+                    .unwrap_or_else(|| Err(CallError::new(ErrorKind::Internal, "a name went unread"))),
+            })
+            .collect())
     }
 
     async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {

@@ -1,5 +1,6 @@
 //! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq, Reserve, and the
-//! named counters' CounterNext, CounterReserve, CounterGet, CounterBatch; NextIds in `id_service`).
+//! named counters' CounterNext, CounterReserve, CounterGet, CounterBatch; BatchGet, the reads of
+//! uids and keys together; NextIds in `id_service`).
 //!
 //! A counter key is served exactly as a uid is, at its position in the uid space
 //! (`seqsvr_proto::keys`), which this server computes itself from the key (a caller's idea of it
@@ -19,6 +20,7 @@
 //!
 //! P5: GetCurSeq answers the uid's `cur_seq`, or the loaded base for a uid not fetched since this
 //! node gained the section — which can be above anything ever issued (the base is a ceiling).
+//! CounterGet and every item of BatchGet are answered by the same code (`peek_slot`).
 //!
 //! Deliberately left out: forwarding to the owner (the client routes) and waiting for the lease
 //! wait of a gained section (NOT_READY tells the caller to come back).
@@ -71,6 +73,9 @@ impl Step {
         ))
     }
 }
+
+/// A read's answer: the outcome, the value (0 unless OK) and the owner (when OK).
+type Read = (pb::Outcome, u64, Option<pb::Owner>);
 
 /// Whose number a call asks for: a uid, or a counter key at its position in the uid space.
 #[derive(Debug, Clone, Copy)]
@@ -414,19 +419,34 @@ impl Service {
     }
 
     /// `cur_seq` of `who` (P5): the outcome, the value and the owner.
-    fn peek(&self, who: Who<'_>) -> (pb::Outcome, u64, Option<pb::Owner>) {
+    fn peek(&self, who: Who<'_>) -> Read {
+        let section = who.pos.section(self.shared.params().section_size);
+        self.shared.owned().with(section, |slot| self.peek_slot(slot, who))
+    }
+
+    /// [`Self::peek`] of `who` in `slot`, the section map's entry for its section, looked up by
+    /// the caller: a batch looks every item up under one read of the map.
+    fn peek_slot(&self, slot: Option<&Arc<Slot>>, who: Who<'_>) -> Read {
+        let Some(slot) = slot else {
+            return (pb::Outcome::NotOwner, 0, None);
+        };
+        let counter = who.counter(self.shared.params().section_size);
+        let s = slot.section.lock().unwrap();
+        match s.cur_seq(counter, self.shared.lease_now(), self.shared.owned().lease_until()) {
+            Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
+            Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
+        }
+    }
+
+    /// Reads every item of a batch as [`Self::peek`] does, under one read of the section map
+    /// (as `serve_keys`, whose profile showed a lookup of the map per item to cost the most):
+    /// one lock, clock read and lease read per item.
+    fn peek_each(&self, whos: &[Who<'_>], batch: &mut Batch) {
         let size = self.shared.params().section_size;
-        let (section, counter) = (who.pos.section(size), who.counter(size));
-        self.shared.owned().with(section, |slot| {
-            let Some(slot) = slot else {
-                return (pb::Outcome::NotOwner, 0, None);
-            };
-            let s = slot.section.lock().unwrap();
-            match s.cur_seq(counter, self.shared.lease_now(), self.shared.owned().lease_until()) {
-                Peek::Value(v) => (pb::Outcome::Ok, v, Some(self.owner(slot))),
-                Peek::NotReady | Peek::LeaseExpired => (pb::Outcome::NotReady, 0, None),
-            }
-        })
+        let view = self.shared.owned().view();
+        for (i, &who) in whos.iter().enumerate() {
+            batch.read(i, self.peek_slot(view.slot(who.pos.section(size)), who));
+        }
     }
 
     /// A counter call's reply around its outcome, value and owner.
@@ -582,6 +602,44 @@ impl AllocService for Service {
         } = batch;
         let (route_version, routes) = self.shared.routes_for(req.route_version, any_not_owner);
         Ok(Response::new(pb::CounterBatchReply {
+            outcomes,
+            values: seqs,
+            route_version,
+            routes,
+            owners,
+            map_version,
+            map,
+        }))
+    }
+
+    async fn batch_get(&self, request: Request<pb::BatchGetRequest>) -> Result<Response<pb::BatchGetReply>, Status> {
+        let (map_version, map) = self.shared.map_for(map_header::read(request.metadata()));
+        let req = request.into_inner();
+        batch_len(req.uids.len() + req.keys.len(), "uids and keys")?;
+        let mut whos = Vec::with_capacity(req.uids.len() + req.keys.len());
+        for (i, uid) in req.uids.iter().enumerate() {
+            let uid = self
+                .check_uid(*uid)
+                .map_err(|e| Error::InvalidArgument(format!("uids[{i}]: {e}")))?;
+            whos.push(Who::uid(uid));
+        }
+        for (i, key) in req.keys.iter().enumerate() {
+            whos.push(
+                self.check_key(key)
+                    .map_err(|e| Error::InvalidArgument(format!("keys[{i}]: {e}")))?,
+            );
+        }
+        let mut batch = Batch::new(whos.len());
+        self.peek_each(&whos, &mut batch);
+        let Batch {
+            outcomes,
+            seqs,
+            owners,
+            any_not_owner,
+            ..
+        } = batch;
+        let (route_version, routes) = self.shared.routes_for(req.route_version, any_not_owner);
+        Ok(Response::new(pb::BatchGetReply {
             outcomes,
             values: seqs,
             route_version,
@@ -751,6 +809,15 @@ impl Batch {
             }
             Step::Exhausted(..) => self.put(i, pb::Outcome::Exhausted, 0),
             Step::NotReady | Step::Wait(_) => self.put(i, pb::Outcome::NotReady, 0),
+        }
+    }
+
+    /// Records a read's answer for index `i` (a read takes nothing, so it is never EXHAUSTED).
+    fn read(&mut self, i: usize, (outcome, value, owner): Read) {
+        self.put(i, outcome, value);
+        self.any_not_owner |= outcome == pb::Outcome::NotOwner;
+        if let Some(owner) = owner {
+            self.note_owner(owner);
         }
     }
 

@@ -517,3 +517,177 @@ async fn a_stale_caller_gets_the_map_in_the_reply_and_an_up_to_date_one_does_not
     .await;
     node.shutdown().await;
 }
+
+/// A `BatchGet` item's answer: (outcome, value, owner's section and incarnation).
+type Read = (i32, u64, Option<(u64, u64)>);
+
+fn read_of(outcome: i32, value: u64, owner: Option<pb::Owner>) -> Read {
+    (outcome, value, owner.map(|o| (o.section, o.incarnation)))
+}
+
+/// BatchGet reads uids and keys together, each as its single read (GetCurSeq, CounterGet)
+/// answers it: the ones it owns from memory, NOT_OWNER — with the route table — for a section it
+/// no longer holds, and nothing is taken.
+#[tokio::test]
+async fn batch_get_answers_each_item_as_its_single_read_does() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let limit = SECTIONS * SECTION_SIZE;
+    let section_of = |key: &str| seqsvr_proto::keys::position(key, limit).0 / SECTION_SIZE;
+    // A key in a section the node keeps, one in the section it will lose.
+    let kept = (0..).map(|i| format!("kept-{i}")).find(|k| section_of(k) != 1).unwrap();
+    let lost = (0..).map(|i| format!("lost-{i}")).find(|k| section_of(k) == 1).unwrap();
+    fetch_ok(&mut c, 5, READY).await;
+    fetch_ok(&mut c, 5, READY).await;
+    fetch_ok(&mut c, 15, READY).await;
+    for key in [&kept, &lost] {
+        poll("a key's first value", READY, || {
+            let mut c = c.clone();
+            let req = pb::CounterRequest {
+                key: key.as_bytes().to_vec(),
+                count: 0,
+                route_version: 0,
+            };
+            async move {
+                let r = c.counter_next(req).await.unwrap().into_inner();
+                (r.outcome == pb::Outcome::Ok as i32).then_some(())
+            }
+        })
+        .await;
+    }
+    store.with(|s| s.unassign(1, 2));
+    poll("section 1 dropped", READY, || {
+        let mut c = c.clone();
+        async move {
+            let r = c
+                .get_cur_seq(pb::GetCurSeqRequest {
+                    uid: 15,
+                    route_version: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (r.outcome == pb::Outcome::NotOwner as i32).then_some(())
+        }
+    })
+    .await;
+    let uids = vec![5, 15, 7, 5, 99];
+    let keys = vec![kept.clone(), lost.clone(), "never-used".to_string()];
+    let reply = c
+        .batch_get(pb::BatchGetRequest {
+            uids: uids.clone(),
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            route_version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut single = Vec::new();
+    for &uid in &uids {
+        let r = c
+            .get_cur_seq(pb::GetCurSeqRequest { uid, route_version: 0 })
+            .await
+            .unwrap()
+            .into_inner();
+        single.push(read_of(r.outcome, r.cur_seq, r.owner));
+    }
+    for key in &keys {
+        let r = c
+            .counter_get(pb::CounterRequest {
+                key: key.as_bytes().to_vec(),
+                count: 0,
+                route_version: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        single.push(read_of(r.outcome, r.value, r.owner));
+    }
+    assert_eq!(
+        (reply.outcomes.len(), reply.values.len()),
+        (8, 8),
+        "one answer per item: {reply:?}"
+    );
+    let owner_of = |i: usize| -> Option<(u64, u64)> {
+        let section = if i < uids.len() {
+            uids[i] / SECTION_SIZE
+        } else {
+            section_of(&keys[i - uids.len()])
+        };
+        (reply.outcomes[i] == pb::Outcome::Ok as i32).then(|| {
+            let o = reply.owners.iter().find(|o| o.section == section).expect("owner named");
+            (o.section, o.incarnation)
+        })
+    };
+    let batched: Vec<Read> = (0..8)
+        .map(|i| (reply.outcomes[i], reply.values[i], owner_of(i)))
+        .collect();
+    assert_eq!(batched, single, "each item as its single read answers it");
+    let ok = pb::Outcome::Ok as i32;
+    let not_owner = pb::Outcome::NotOwner as i32;
+    let outcomes: Vec<i32> = batched.iter().map(|r| r.0).collect();
+    assert_eq!(outcomes, [ok, not_owner, ok, ok, ok, ok, not_owner, ok]);
+    assert_eq!(
+        (batched[0].1, batched[3].1, batched[4].1),
+        (2, 2, 0),
+        "uid 5 twice, 99 never used"
+    );
+    assert_eq!(
+        (batched[5].1, batched[7].1),
+        (1, 0),
+        "a key's last value, 0 for one never used"
+    );
+    let routes = reply.routes.expect("a NOT_OWNER item brings the route table");
+    let routes = seqsvr_proto::Routes::new(routes).unwrap();
+    assert_eq!(routes.lookup(seqsvr_proto::Uid(15)).unwrap().incarnation.0, 0);
+    // A read takes nothing: the next fetch of uid 5 is the third.
+    assert_eq!(fetch_ok(&mut c, 5, READY).await, 3);
+    node.shutdown().await;
+}
+
+/// A BatchGet with a bad item is refused as a whole, naming the item; so is one of no items or
+/// of more than 1,000 (uids and keys counted together).
+#[tokio::test]
+async fn batch_get_refuses_a_bad_uid_or_key_naming_it() {
+    let store = store(true).await;
+    let node = start(1, &store).await;
+    let mut c = client(&node).await;
+    let limit = SECTIONS * SECTION_SIZE;
+    let key = |k: &str| k.as_bytes().to_vec();
+    // (uids, keys, what the refusal names)
+    type Case = (Vec<u64>, Vec<Vec<u8>>, &'static str);
+    let cases: [Case; 6] = [
+        (vec![], vec![], "1..=1000"),
+        (vec![1; 500], vec![key("k"); 501], "1..=1000"),
+        (vec![1, limit], vec![], "uids[1]"),
+        (vec![1], vec![key("ok"), key("")], "keys[1]"),
+        (vec![], vec![vec![0xff, 0xfe]], "keys[0]"),
+        (vec![], vec![vec![b'x'; 257]], "keys[0]"),
+    ];
+    for (uids, keys, message) in cases {
+        let what = format!("{} uids, {} keys", uids.len(), keys.len());
+        let err = c
+            .batch_get(pb::BatchGetRequest {
+                uids,
+                keys,
+                route_version: 0,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{what}: {err:?}");
+        assert!(err.message().contains(message), "{what}: {}", err.message());
+    }
+    // 1,000 items in all is within the limit.
+    let reply = c
+        .batch_get(pb::BatchGetRequest {
+            uids: vec![1; 500],
+            keys: vec![key("k"); 500],
+            route_version: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.outcomes.len(), 1_000);
+    node.shutdown().await;
+}

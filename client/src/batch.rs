@@ -7,7 +7,9 @@
 //! [`ClientError::Unknown`]. Rounds are bounded by the deadline and `max_attempts`.
 //!
 //! Named counters' keys go the same way (`CounterBatch`), routed by their place in the uid space
-//! (`seqsvr_proto::keys::position`, under the newest table's uid limit).
+//! (`seqsvr_proto::keys::position`, under the newest table's uid limit). So do reads of uids and
+//! keys together (`BatchGet`, see `batch_get`), with a read's rules: 0 is a value, and a lost
+//! reply took nothing, so a read that gets no value ends `Failed`, never `Unknown`.
 //!
 //! Deliberately left out: retrying only the part of a batch that a transport error hit more finely
 //! than per RPC — the whole RPC's uids are retried, which is safe because gaps are allowed (P6 counts
@@ -20,6 +22,7 @@ use futures::future::join_all;
 use seqsvr_proto::{Uid, pb};
 use tokio::time::Instant;
 
+use crate::batch_get::Subject;
 use crate::client::{AttemptError, Client, Counted, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
@@ -33,14 +36,21 @@ pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
 /// Most uids in one call of [`Client::batch_fetch`]: bounds the memory and the RPCs of one call.
 pub const MAX_UIDS_PER_CALL: usize = 100_000;
 
-/// What one batch asks for: uids, or counter keys.
+/// What one batch asks for: the next value of uids, or of counter keys; or the last value of
+/// uids and keys together.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Items<'a> {
     Uids(&'a [Uid]),
     Keys(&'a [&'a str]),
+    Reads(&'a [Subject<'a>]),
 }
 
 impl Items<'_> {
+    /// Whether the batch only reads: a value of 0 is an answer, and no attempt takes a number.
+    fn reads(&self) -> bool {
+        matches!(self, Items::Reads(_))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -49,6 +59,7 @@ impl Items<'_> {
         match self {
             Items::Uids(u) => u.len(),
             Items::Keys(k) => k.len(),
+            Items::Reads(r) => r.len(),
         }
     }
 
@@ -61,6 +72,15 @@ impl Items<'_> {
                 let limit = routes.uid_limit().unwrap_or(1);
                 k.iter().map(|key| seqsvr_proto::keys::position(key, limit)).collect()
             }
+            Items::Reads(r) => {
+                let limit = routes.uid_limit().unwrap_or(1);
+                r.iter()
+                    .map(|subject| match *subject {
+                        Subject::Uid(uid) => uid,
+                        Subject::Key(key) => seqsvr_proto::keys::position(key, limit),
+                    })
+                    .collect()
+            }
         }
     }
 
@@ -69,6 +89,10 @@ impl Items<'_> {
         match self {
             Items::Uids(u) => format!("uid {}", u[i]),
             Items::Keys(k) => format!("key {:?}", k[i]),
+            Items::Reads(r) => match r[i] {
+                Subject::Uid(uid) => format!("uid {uid}"),
+                Subject::Key(key) => format!("key {key:?}"),
+            },
         }
     }
 }
@@ -167,7 +191,8 @@ impl Client {
         Ok(results.into_iter().map(|r| r.map(Counted::from)).collect())
     }
 
-    /// The rounds of a batch fetch, ending at `deadline` (used by the coalescer with its callers' own).
+    /// The rounds of a batch fetch (or read), ending at `deadline` (used by the coalescer with its
+    /// callers' own).
     pub(crate) async fn batch_fetch_until(
         &self,
         items: Items<'_>,
@@ -212,7 +237,7 @@ impl Client {
                 }
                 match result {
                     Ok(reply) => self.on_reply(addr, (items, &places), chunk, reply, &mut slots, &mut round),
-                    Err(e) => round.on_failed_attempt(addr, chunk, e, timeout, &mut slots),
+                    Err(e) => round.on_failed_attempt(addr, (chunk, !items.reads()), e, timeout, &mut slots),
                 }
             }
             // Every owner asked answered (not ready, not the owner): a short transition, retried soon.
@@ -277,7 +302,7 @@ impl Client {
                 reply.values.len(),
                 chunk.len()
             );
-            round.retry_maybe_taken(chunk, &why, slots);
+            round.retry_maybe_taken((chunk, !items.reads()), &why, slots);
             return;
         }
         let routes = self.routes();
@@ -289,14 +314,14 @@ impl Client {
             let what = || items.label(i);
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
-                pb::Outcome::Ok if seq != 0 => {
+                pb::Outcome::Ok if seq != 0 || items.reads() => {
                     let (owner, raw) = owners.find(uid);
                     let Some(why) = Self::refused_answer(&routes, uid, raw) else {
                         slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
                         continue;
                     };
                     // Not from a set the map allows: the number is lost, the uid asked again.
-                    state.maybe_taken = true;
+                    state.maybe_taken |= !items.reads();
                     state.last = format!("{addr}: {why}");
                     round.wait = true;
                 }
@@ -312,7 +337,7 @@ impl Client {
                     round.wait = true;
                 }
                 pb::Outcome::Ok | pb::Outcome::Unspecified => {
-                    state.maybe_taken = true;
+                    state.maybe_taken |= !items.reads();
                     state.last = format!("{addr}: malformed outcome for {}", what());
                     round.wait = true;
                 }
@@ -348,6 +373,22 @@ impl Client {
                         }
                     })
                 }
+                Items::Reads(subjects) => {
+                    let (req, order) = read_request(subjects, chunk, route_version);
+                    let mut req = tonic::Request::new(req);
+                    req.set_timeout(timeout);
+                    seqsvr_proto::map_header::write(req.metadata_mut(), map_version);
+                    client.batch_get(req).await.map(|r| {
+                        let r = r.into_inner();
+                        BatchReply {
+                            outcomes: in_chunk_order(&order, r.outcomes),
+                            values: in_chunk_order(&order, r.values),
+                            routes: r.routes,
+                            owners: r.owners,
+                            map: r.map,
+                        }
+                    })
+                }
                 Items::Keys(keys) => {
                     let keys = chunk.iter().map(|&i| keys[i].as_bytes().to_vec()).collect();
                     let mut req = tonic::Request::new(pb::CounterBatchRequest { keys, route_version });
@@ -372,6 +413,43 @@ impl Client {
             Err(_) => Err(AttemptError::TimedOut),
         }
     }
+}
+
+/// The `BatchGet` of `chunk`'s subjects, uids and keys in two lists, and where each of the reply's
+/// answers (the uids' first, then the keys') belongs in the chunk.
+fn read_request(subjects: &[Subject<'_>], chunk: &[usize], route_version: u64) -> (pb::BatchGetRequest, Vec<usize>) {
+    let mut req = pb::BatchGetRequest {
+        route_version,
+        ..Default::default()
+    };
+    let (mut uid_at, mut key_at) = (Vec::new(), Vec::new());
+    for (k, &i) in chunk.iter().enumerate() {
+        match subjects[i] {
+            Subject::Uid(uid) => {
+                req.uids.push(uid.0);
+                uid_at.push(k);
+            }
+            Subject::Key(key) => {
+                req.keys.push(key.as_bytes().to_vec());
+                key_at.push(k);
+            }
+        }
+    }
+    uid_at.extend(key_at);
+    (req, uid_at)
+}
+
+/// A `BatchGet` reply's list in the chunk's order; one of the wrong length is left as it is, for
+/// [`Client::on_reply`] to refuse as malformed.
+fn in_chunk_order<T: Copy + Default>(order: &[usize], answers: Vec<T>) -> Vec<T> {
+    if answers.len() != order.len() {
+        return answers;
+    }
+    let mut out = vec![T::default(); answers.len()];
+    for (&k, a) in order.iter().zip(answers) {
+        out[k] = a;
+    }
+    out
 }
 
 /// A uid refused before sending (outside the table): unknown if an earlier round may have served it.
@@ -430,10 +508,11 @@ struct Round {
 
 impl Round {
     /// An attempt that produced no reply: retried, and settled as unknown or failed at the end.
+    /// `consumes`: whether the attempt could have taken numbers (false for a read).
     fn on_failed_attempt(
         &mut self,
         addr: &str,
-        chunk: &[usize],
+        (chunk, consumes): (&[usize], bool),
         e: AttemptError,
         timeout: Duration,
         slots: &mut [Slot],
@@ -441,7 +520,8 @@ impl Round {
         self.wait = true;
         let s = match e {
             AttemptError::TimedOut => {
-                self.retry_maybe_taken(chunk, &format!("{addr}: attempt timed out after {timeout:?}"), slots);
+                let why = format!("{addr}: attempt timed out after {timeout:?}");
+                self.retry_maybe_taken((chunk, consumes), &why, slots);
                 return;
             }
             AttemptError::Status(s) => s,
@@ -449,7 +529,7 @@ impl Round {
         let verdict = classify(&s);
         for &i in chunk {
             let state = &mut slots[i].state;
-            state.maybe_taken |= verdict.delivery == Delivery::Maybe;
+            state.maybe_taken |= consumes && verdict.delivery == Delivery::Maybe;
             state.last = format!("{addr}: {}: {}", s.code(), s.message());
             if verdict.invalid_argument {
                 slots[i].done = Some(Err(std::mem::take(state).into_error(FailureKind::InvalidArgument)));
@@ -463,10 +543,11 @@ impl Round {
         }
     }
 
-    /// Retries `chunk` after an attempt that may have taken effect.
-    fn retry_maybe_taken(&mut self, chunk: &[usize], why: &str, slots: &mut [Slot]) {
+    /// Retries `chunk` after an attempt that may have taken effect (taken numbers, if it
+    /// `consumes`).
+    fn retry_maybe_taken(&mut self, (chunk, consumes): (&[usize], bool), why: &str, slots: &mut [Slot]) {
         for &i in chunk {
-            slots[i].state.maybe_taken = true;
+            slots[i].state.maybe_taken |= consumes;
             slots[i].state.last = why.to_string();
         }
         self.pending.extend_from_slice(chunk);

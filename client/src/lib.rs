@@ -6,7 +6,8 @@
 //!   address, and retries NOT_OWNER / NOT_READY / unreachable with bounded, jittered backoff under an
 //!   overall deadline.
 //! - [`Client::batch_fetch`] splits many uids by owner into RPCs of at most 1,000 uids, sends them
-//!   concurrently and reassembles the answers in request order.
+//!   concurrently and reassembles the answers in request order. [`Client::batch_get`] reads the
+//!   last value of many uids and keys the same way, one `BatchGet` per owner.
 //! - [`Coalescer`] lets many concurrent single-uid callers share batch RPCs;
 //!   [`Coalescer::stats`] tells how many callers its batches carried (for tuning [`CoalescerConfig`]).
 //! - [`Client::reserve`]: a block of a uid's seqs in one call. [`ProcessOrderedBlocks`] reserves
@@ -49,6 +50,7 @@
 //! them out, so an application needs only AllocSvr addresses).
 
 mod batch;
+mod batch_get;
 mod client;
 mod coalesce;
 mod config;
@@ -64,6 +66,7 @@ mod routing_props;
 pub use seqsvr_rpc::transport;
 
 pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
+pub use batch_get::{Current, Subject};
 pub use client::{Block, Client, Counted, CounterBlock, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig, CoalescerStats};
 pub use config::ClientConfig;

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use seqsvr_client::{Client, ClientError, FailureKind};
+use seqsvr_client::{Client, ClientError, FailureKind, Subject};
 use seqsvr_proto::Uid;
 
 /// Whose number a call asks for.
@@ -156,6 +156,16 @@ pub trait Calls: Send + Sync + 'static {
     fn take(&self, who: Who<'_>, count: u32) -> impl Future<Output = Result<Taken, CallError>> + Send;
     /// The last number handed out for `who` (or a ceiling above it after an ownership change).
     fn current(&self, who: Who<'_>) -> impl Future<Output = Result<Taken, CallError>> + Send;
+    /// [`Calls::current`] of each of `whos`, one result per name in request order; the outer
+    /// error is for the whole call (nothing was read). A backend that can read many names at once
+    /// overrides the default, which reads them one by one, concurrently.
+    #[allow(clippy::type_complexity)]
+    fn current_many(
+        &self,
+        whos: &[Who<'_>],
+    ) -> impl Future<Output = Result<Vec<Result<Taken, CallError>>, CallError>> + Send {
+        async move { Ok(futures::future::join_all(whos.iter().map(|&w| self.current(w))).await) }
+    }
     /// The next seq of each uid, one result per uid in request order; the outer error is for
     /// the whole call (nothing was sent).
     #[allow(clippy::type_complexity)]
@@ -199,6 +209,28 @@ impl Calls for ClientCalls {
             Who::Key(key) => self.client.counter_get(key).await.map(|c| (c.value, c.owner))?,
         };
         Ok(Taken { value, owner })
+    }
+
+    /// One `BatchGet` per owner (the client library's [`Client::batch_get`]), not a read per name.
+    async fn current_many(&self, whos: &[Who<'_>]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
+        let subjects: Vec<Subject<'_>> = whos
+            .iter()
+            .map(|w| match *w {
+                Who::Uid(uid) => Subject::Uid(Uid(uid)),
+                Who::Key(key) => Subject::Key(key),
+            })
+            .collect();
+        let results = self.client.batch_get(&subjects).await?;
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                r.map(|c| Taken {
+                    value: c.value,
+                    owner: c.owner,
+                })
+                .map_err(CallError::from)
+            })
+            .collect())
     }
 
     async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {

@@ -475,3 +475,52 @@ async fn a_value_above_the_largest_integer_is_answered_as_taken() {
     assert!(out.ends_with("(9223372036854775809\r\n"), "{out}");
     assert_eq!(fake.taken(), 2);
 }
+
+/// An MGET is one call of the backend for all its names (which the client library sends as one
+/// batched read per owner), not one call per name; the answers keep the names' order.
+#[tokio::test]
+async fn an_mget_of_1000_names_is_one_call_of_the_backend() {
+    let fake = Fake::default();
+    let names: Vec<String> = (0..1_000)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("u:{i}")
+            } else {
+                format!("key-{i}")
+            }
+        })
+        .collect();
+    for (i, name) in names.iter().enumerate().step_by(3) {
+        let fake_name = match name.strip_prefix("u:") {
+            Some(uid) => format!("uid {uid}"),
+            None => format!("key {name}"),
+        };
+        fake.set(&fake_name, i as u64 + 1);
+    }
+    let mut args = vec!["MGET"];
+    args.extend(names.iter().map(String::as_str));
+    let out = exchange(&fake, &RespConfig::default(), &cmd(&args)).await;
+    let mut want = String::from("*1000\r\n");
+    for i in 0..names.len() {
+        if i % 3 == 0 {
+            let v = (i + 1).to_string();
+            want.push_str(&format!("${}\r\n{v}\r\n", v.len()));
+        } else {
+            want.push_str("$-1\r\n");
+        }
+    }
+    assert_eq!(out, want);
+    assert_eq!(
+        (
+            fake.current_calls.load(Ordering::SeqCst),
+            fake.many_calls.load(Ordering::SeqCst),
+            fake.many_names.load(Ordering::SeqCst)
+        ),
+        (0, 1, 1_000),
+        "(single reads, batched reads, names in them)"
+    );
+    // One name the backend cannot read fails the command: a nil would say "never used".
+    fake.fail_with(Some(CallError::new(ErrorKind::Unavailable, "not now")));
+    let out = exchange(&fake, &RespConfig::default(), &cmd(&["MGET", "a", "b"])).await;
+    assert_eq!(out, "-TRYAGAIN not now\r\n");
+}

@@ -57,6 +57,12 @@ pub struct FakeState {
     pub batch_rpcs: AtomicU64,
     /// The uids of every batch RPC, in arrival order.
     pub batches: Mutex<Vec<Vec<u64>>>,
+    /// BatchGet calls received, and the uids and keys of each, in arrival order.
+    pub batch_get_rpcs: AtomicU64,
+    pub reads: Mutex<Vec<(Vec<u64>, Vec<String>)>>,
+    /// The last value of each named counter (0 if absent): this fake reads counters, never
+    /// takes from them.
+    pub key_values: Mutex<HashMap<String, u64>>,
     /// Answer NOT_READY this many more times (per uid asked).
     pub not_ready_left: AtomicU64,
     /// Never answer.
@@ -159,6 +165,21 @@ impl FakeAlloc {
 
     pub fn batches(&self) -> Vec<Vec<u64>> {
         self.state.batches.lock().unwrap().clone()
+    }
+
+    /// The uids and keys of every BatchGet received.
+    pub fn reads(&self) -> Vec<(Vec<u64>, Vec<String>)> {
+        self.state.reads.lock().unwrap().clone()
+    }
+
+    /// Sets the last value of the named counter `key`.
+    pub fn set_key(&self, key: &str, value: u64) {
+        self.state.key_values.lock().unwrap().insert(key.to_string(), value);
+    }
+
+    /// Sets the last seq handed out for `uid`, as if this fake had served it.
+    pub fn set_seq(&self, uid: u64, seq: u64) {
+        self.state.seqs.lock().unwrap().insert(uid, seq);
     }
 
     /// Last seq handed out for `uid` (0 if none).
@@ -366,6 +387,53 @@ impl AllocService for Svc {
             set_id: 0,
             slot_epoch: 1,
         }))
+    }
+
+    /// Reads uids as GetCurSeq does, and keys at their position under the table's uid limit
+    /// (their values set with `set_key`).
+    async fn batch_get(&self, req: Request<pb::BatchGetRequest>) -> Result<Response<pb::BatchGetReply>, Status> {
+        let s = &self.0;
+        s.batch_get_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
+        let req = req.into_inner();
+        let n = req.uids.len() + req.keys.len();
+        if n == 0 || n > 1_000 {
+            return Err(Status::invalid_argument(format!("{n} items in a batch")));
+        }
+        let keys: Vec<String> = req
+            .keys
+            .iter()
+            .map(|k| String::from_utf8(k.clone()).map_err(|_| Status::invalid_argument("a key is not UTF-8")))
+            .collect::<Result<_, _>>()?;
+        s.reads.lock().unwrap().push((req.uids.clone(), keys.clone()));
+        let limit = s.routes.lock().unwrap().as_ref().map_or(1, |t| t.uid_limit);
+        let mut reply = pb::BatchGetReply::default();
+        let mut answer = |d: Decision, value: u64| {
+            reply.outcomes.push(d.outcome as i32);
+            reply.values.push(if d.outcome == pb::Outcome::Ok { value } else { 0 });
+            if let Some(o) = d.owner
+                && !reply.owners.iter().any(|x| x.section == o.section)
+            {
+                reply.owners.push(o);
+            }
+        };
+        for &uid in &req.uids {
+            let d = s.decide(uid, false)?;
+            let seq = d.seq;
+            answer(d, seq);
+        }
+        for key in &keys {
+            let d = s.decide(seqsvr_proto::keys::position(key, limit).0, false)?;
+            let value = s.key_values.lock().unwrap().get(key).copied().unwrap_or(0);
+            answer(d, value);
+        }
+        let (route_version, routes) = s.routes_for(req.route_version);
+        reply.route_version = route_version;
+        reply.routes = routes;
+        reply.map_version = map_version;
+        reply.map = map;
+        Ok(Response::new(reply))
     }
 
     async fn batch_fetch_next_seq(

@@ -9,7 +9,7 @@
 //! | `INCR name` | the next value, an integer |
 //! | `INCRBY name n` | a block of `n` values; the last of them, as Redis answers (the block is `reply-n+1..=reply`) |
 //! | `GET name` | the last value handed out as a bulk string, nil when none ever was |
-//! | `MGET name...` | `GET` of each (at most [`MAX_MGET_KEYS`]) |
+//! | `MGET name...` | `GET` of each (at most [`MAX_MGET_KEYS`]), read together: one batched read per owner |
 //! | `NEXTID [count]` | a time-ordered id (integer), or `count` of them (array) |
 //! | `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT SETNAME/GETNAME/SETINFO/ID`, `QUIT` | as Redis |
 //! | `INFO`, `COMMAND`, `CONFIG GET` | enough for `redis-cli`, `redis-benchmark` and client libraries to connect |
@@ -490,8 +490,23 @@ impl<'a, C: Calls> Session<'a, C> {
                 Err(e) => return Reply::of(&e),
             }
         }
-        // Reads: they may run at once, and the answers keep the request's order.
-        let results = futures::future::join_all(whos.into_iter().map(|w| self.calls.current(w))).await;
+        // One call for every name: the backend reads them together (one batched read per owner
+        // through the client library), and the answers keep the request's order.
+        let results = self.calls.current_many(&whos).await.and_then(|results| {
+            if results.len() == whos.len() {
+                return Ok(results);
+            }
+            let why = format!("{} answers for an MGET of {} names", results.len(), whos.len());
+            Err(CallError::new(ErrorKind::Internal, why))
+        });
+        let results = match results {
+            Ok(results) => results,
+            Err(e) => {
+                // Counted once: no name was answered.
+                count_call::<()>(Front::Resp, &Err(e.clone()));
+                return Reply::of(&e);
+            }
+        };
         let mut values = Vec::with_capacity(results.len());
         for r in results {
             count_call(Front::Resp, &r);

@@ -21,6 +21,11 @@ pub struct Fake {
     pub fail: Mutex<Option<CallError>>,
     /// How long every call takes.
     pub delay: Mutex<Option<Duration>>,
+    /// Calls of `current`, one name each.
+    pub current_calls: AtomicU64,
+    /// Calls of `current_many`, and the names they asked for in all.
+    pub many_calls: AtomicU64,
+    pub many_names: AtomicU64,
 }
 
 fn name(who: Who<'_>) -> String {
@@ -72,9 +77,21 @@ impl Calls for Fake {
     }
 
     async fn current(&self, who: Who<'_>) -> Result<Taken, CallError> {
+        self.current_calls.fetch_add(1, Ordering::SeqCst);
         self.before().await?;
         let v = self.values.lock().unwrap().get(&name(who)).copied().unwrap_or(0);
         Ok(Taken::anonymous(v))
+    }
+
+    async fn current_many(&self, whos: &[Who<'_>]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
+        self.many_calls.fetch_add(1, Ordering::SeqCst);
+        self.many_names.fetch_add(whos.len() as u64, Ordering::SeqCst);
+        self.before().await?;
+        let values = self.values.lock().unwrap();
+        Ok(whos
+            .iter()
+            .map(|&w| Ok(Taken::anonymous(values.get(&name(w)).copied().unwrap_or(0))))
+            .collect())
     }
 
     async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {

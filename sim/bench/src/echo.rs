@@ -164,6 +164,40 @@ impl AllocService for Echo {
         }))
     }
 
+    /// Reads of the real shape: a uid's value is `uid`, a key's its length (one less than the
+    /// echo's next value, as a real last value is).
+    async fn batch_get(&self, request: Request<pb::BatchGetRequest>) -> Result<Response<pb::BatchGetReply>, Status> {
+        let req = request.into_inner();
+        let n = req.uids.len() + req.keys.len();
+        if n == 0 || n > MAX_BATCH {
+            return Err(Status::invalid_argument(format!(
+                "a batch needs 1..={MAX_BATCH} uids and keys, got {n}"
+            )));
+        }
+        let mut owners: Vec<pb::Owner> = Vec::new();
+        for &uid in &req.uids {
+            let owner = self.owner(uid);
+            if !owners.contains(&owner) {
+                owners.push(owner);
+            }
+        }
+        if !req.keys.is_empty() && !owners.contains(&self.owner(0)) {
+            owners.push(self.owner(0));
+        }
+        Ok(Response::new(pb::BatchGetReply {
+            outcomes: vec![pb::Outcome::Ok as i32; n],
+            values: req
+                .uids
+                .iter()
+                .copied()
+                .chain(req.keys.iter().map(|k| k.len() as u64))
+                .collect(),
+            route_version: req.route_version,
+            owners,
+            ..Default::default()
+        }))
+    }
+
     /// Ids of the real shape (one run of `count` from a fixed id, the layout, the set), from
     /// nothing: the baseline of the `NextIds` benchmark.
     async fn next_ids(&self, request: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {

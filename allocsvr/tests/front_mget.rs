@@ -1,0 +1,245 @@
+//! How many RPCs one Redis `MGET` costs: two AllocSvrs in-process on a fake store, each owning
+//! half of the sections, and an `MGET` of 1,000 names (uids and counter keys of both halves) sent
+//! to the first one's Redis front end. The names it does not own must reach the other AllocSvr as
+//! one batched read, not one forwarded read each; the names it owns are answered from memory when
+//! its cluster map lets it, otherwise in one read of itself.
+//!
+//! The RPCs are counted by `allocsvr_front_rpcs_total{to}`, read from a metrics recorder this
+//! test installs; the counter is process-wide, so this file holds one test.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use allocsvr::Node;
+use common::{FakeStore, config, poll, test_params};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use seqsvr_proto::pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SECTIONS: u64 = 10;
+const SECTION_SIZE: u64 = 100;
+const READY: Duration = Duration::from_secs(10);
+const NAMES: usize = 1_000;
+
+/// The front ends' RPCs so far: (to this node, forwarded to another).
+fn front_rpcs() -> (u64, u64) {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    let handle = HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the test's metrics recorder")
+    });
+    let text = handle.render();
+    let read = |to: &str| {
+        let prefix = format!("allocsvr_front_rpcs_total{{to=\"{to}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map_or(0, |v| v.trim().parse::<f64>().expect("a counter's value") as u64)
+    };
+    (read("self"), read("forwarded"))
+}
+
+/// A command as a Redis client sends it.
+fn command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// One RESP2 reply, as much of it as this test reads: integers, bulk strings, nils, errors and
+/// arrays of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reply {
+    Int(u64),
+    Bulk(String),
+    Nil,
+    Error(String),
+    Array(Vec<Reply>),
+}
+
+/// Parses one reply from the start of `buf`: the reply and its length, `None` if incomplete.
+fn parse(buf: &[u8]) -> Option<(Reply, usize)> {
+    let end = buf.windows(2).position(|w| w == b"\r\n")?;
+    let line = std::str::from_utf8(&buf[1..end]).expect("RESP lines are UTF-8");
+    let after = end + 2;
+    match buf.first()? {
+        b':' => Some((Reply::Int(line.parse().unwrap()), after)),
+        b'-' => Some((Reply::Error(line.to_string()), after)),
+        b'$' if line == "-1" => Some((Reply::Nil, after)),
+        b'$' => {
+            let n: usize = line.parse().unwrap();
+            let body = buf.get(after..after + n)?;
+            buf.get(after + n..after + n + 2)?;
+            Some((Reply::Bulk(String::from_utf8(body.to_vec()).unwrap()), after + n + 2))
+        }
+        b'*' => {
+            let n: usize = line.parse().unwrap();
+            let (mut items, mut at) = (Vec::with_capacity(n), after);
+            for _ in 0..n {
+                let (item, len) = parse(&buf[at..])?;
+                items.push(item);
+                at += len;
+            }
+            Some((Reply::Array(items), at))
+        }
+        other => panic!("unexpected RESP type byte {other}"),
+    }
+}
+
+/// Sends `args` and reads the one reply, within a deadline.
+async fn call(conn: &mut TcpStream, args: &[&str]) -> Reply {
+    conn.write_all(&command(args)).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some((reply, len)) = parse(&buf) {
+                assert_eq!(len, buf.len(), "one reply, nothing after it");
+                return reply;
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the front end closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await
+    .expect("a reply within 10 s")
+}
+
+/// A node of the fake store's set with the Redis front end on 127.0.0.1:0.
+async fn start_with_resp(node_id: u64, store: &FakeStore) -> Node {
+    let mut cfg = config(node_id, store);
+    cfg.front.resp = Some("127.0.0.1:0".parse().unwrap());
+    Node::start(cfg).await.expect("node starts")
+}
+
+/// Waits until `node` answers reads of `uid` (its section held and past any wait).
+async fn wait_serving(node: &Node, uid: u64) {
+    let c = common::client(node).await;
+    poll(&format!("uid {uid} readable"), READY, || {
+        let mut c = c.clone();
+        async move {
+            let r = c
+                .get_cur_seq(pb::GetCurSeqRequest { uid, route_version: 0 })
+                .await
+                .ok()?
+                .into_inner();
+            (r.outcome == pb::Outcome::Ok as i32).then_some(())
+        }
+    })
+    .await;
+}
+
+/// The cluster map of the fake store's one set, served by `allocsvrs`.
+fn cluster_map(version: u64, allocsvrs: &[String]) -> pb::ClusterMap {
+    pb::ClusterMap {
+        version,
+        sets: vec![pb::SetInfo {
+            set_id: 0,
+            stores: vec![],
+            allocsvrs: allocsvrs.to_vec(),
+        }],
+        ranges: vec![pb::MapRange {
+            section_begin: 0,
+            section_end: SECTIONS,
+            set_id: 0,
+        }],
+        section_size: SECTION_SIZE,
+        uid_limit: SECTIONS * SECTION_SIZE,
+        ..Default::default()
+    }
+}
+
+/// 500 uids spread over every section, and 500 counter keys (placed by their hash).
+fn names() -> Vec<String> {
+    let uids = (0..NAMES as u64 / 2).map(|i| format!("u:{}", 2 * i));
+    let keys = (0..NAMES / 2).map(|i| format!("mget-key-{i}"));
+    uids.zip(keys).flat_map(|(u, k)| [u, k]).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mget_of_1000_names_is_one_batched_read_per_owner() {
+    // The recorder first: the nodes register their counters with it as they start.
+    front_rpcs();
+    let store = FakeStore::start(test_params(SECTIONS, SECTION_SIZE, 1_000), false).await;
+    let a = start_with_resp(1, &store).await;
+    let b = common::start(2, &store).await;
+    let (inc_a, inc_b) = (a.incarnation().0, b.incarnation().0);
+    store.with(|s| {
+        s.assign(0, SECTIONS / 2, inc_a, true);
+        s.assign(SECTIONS / 2, SECTIONS, inc_b, true);
+    });
+    wait_serving(&a, 0).await;
+    wait_serving(&b, (SECTIONS - 1) * SECTION_SIZE).await;
+
+    let mut conn = TcpStream::connect(a.front_addrs().resp.expect("resp front end"))
+        .await
+        .unwrap();
+    let names = names();
+    // Every seventh name gets a value (through whichever node owns it); the others never had one.
+    let mut want = vec![Reply::Nil; NAMES];
+    for (i, name) in names.iter().enumerate().step_by(7) {
+        assert_eq!(call(&mut conn, &["INCR", name]).await, Reply::Int(1), "INCR {name}");
+        want[i] = Reply::Bulk("1".into());
+    }
+    let mget: Vec<&str> = std::iter::once("MGET")
+        .chain(names.iter().map(String::as_str))
+        .collect();
+
+    // No cluster map: the front end answers nothing from memory, every name goes through the
+    // client library, to this node in process or forwarded to the other.
+    let before = front_rpcs();
+    let got = call(&mut conn, &mget).await;
+    let after = front_rpcs();
+    assert_eq!(got, Reply::Array(want.clone()), "MGET answers each name's last value");
+    let (to_self, forwarded) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("MGET of {NAMES} names without a map: {to_self} RPCs to self, {forwarded} forwarded");
+    // One read per owner; one more allowed for a retry after a renewal that lands late on a
+    // loaded machine.
+    assert!(
+        (1..=2).contains(&forwarded),
+        "{forwarded} forwarded RPCs for one MGET: one batched read to the other owner expected"
+    );
+    assert!(
+        (1..=2).contains(&to_self),
+        "{to_self} RPCs to this node for one MGET: one batched read expected"
+    );
+
+    // With a map that lets this node's set answer, the names it owns are read from memory and
+    // only the other owner's are sent, in one RPC.
+    let addrs = [a.local_addr().to_string(), b.local_addr().to_string()];
+    store.with(|s| s.map = Some(cluster_map(2, &addrs)));
+    // A read the long way brings the map to the front end's client (a reply carries it); from
+    // then on a GET of an owned name costs no RPC.
+    let deadline = tokio::time::Instant::now() + READY;
+    loop {
+        let before = front_rpcs();
+        assert_eq!(call(&mut conn, &["GET", "u:0"]).await, Reply::Bulk("1".into()));
+        if front_rpcs() == before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the front end never learned the map"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = front_rpcs();
+    let got = call(&mut conn, &mget).await;
+    let after = front_rpcs();
+    assert_eq!(got, Reply::Array(want), "MGET answers each name's last value");
+    let (to_self, forwarded) = (after.0 - before.0, after.1 - before.1);
+    eprintln!("MGET of {NAMES} names with a map: {to_self} RPCs to self, {forwarded} forwarded");
+    assert_eq!(to_self, 0, "this node's own names are answered from memory");
+    assert!(
+        (1..=2).contains(&forwarded),
+        "{forwarded} forwarded RPCs for one MGET: one batched read to the other owner expected"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
