@@ -274,3 +274,54 @@ async fn unauthenticated_connections_have_their_own_cap() {
     stop_tx.send(true).unwrap();
     server.await.unwrap();
 }
+
+/// Large commands share one budget: past it, one more is refused with `-OVERLOADED` as soon as
+/// its header announces it, and a place is free again once one of them completes.
+#[tokio::test]
+async fn large_commands_arriving_at_once_share_a_budget() {
+    let fake = std::sync::Arc::new(Fake::default());
+    let cfg = std::sync::Arc::new(RespConfig {
+        large_command_bytes: 1 << 20,
+        ..RespConfig::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(resp::serve(listener, fake, cfg, stop));
+    // 400 KB announced, 100 bytes sent: each holds ~384 KiB of the 1 MiB budget.
+    let header = b"*2\r\n$4\r\nMGET\r\n$400000\r\n".to_vec();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(&header).await.unwrap();
+        c.write_all(&[b'k'; 100]).await.unwrap();
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third.write_all(&header).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), third.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.starts_with("-OVERLOADED too many large commands"), "{out}");
+    // The first completes (a bad key, but complete): its room is given back.
+    held[0].write_all(&vec![b'k'; 400_000 - 100]).await.unwrap();
+    held[0].write_all(b"\r\n").await.unwrap();
+    let mut reply = [0u8; 4];
+    held[0].read_exact(&mut reply).await.unwrap();
+    assert_eq!(&reply, b"-ERR");
+    let mut fourth = tokio::net::TcpStream::connect(addr).await.unwrap();
+    fourth.write_all(&header).await.unwrap();
+    fourth.write_all(&vec![b'k'; 400_000]).await.unwrap();
+    fourth.write_all(b"\r\n").await.unwrap();
+    let mut reply = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), fourth.read_exact(&mut reply))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&reply, b"-ERR", "the fourth was served, not refused");
+    stop_tx.send(true).unwrap();
+    server.await.unwrap();
+}

@@ -19,7 +19,7 @@
 //! Deliberately left out: a per-IP cap (behind a load balancer every caller has its address).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -45,6 +45,66 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// Most commands read before they are run.
 const MAX_DECODED: usize = 256;
 
+/// The bytes all connections together may hold for commands larger than [`KEEP_BYTES`] while
+/// they arrive: without it, each of 10,000 connections may hold a command of up to
+/// [`MAX_PENDING_BYTES`](super::MAX_PENDING_BYTES), 5 GB in all.
+#[derive(Debug)]
+pub(super) struct LargeBudget {
+    used: AtomicUsize,
+    limit: usize,
+}
+
+impl LargeBudget {
+    pub(super) fn new(limit: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            limit,
+        }
+    }
+
+    /// Takes `n` more bytes if they fit.
+    fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + n <= self.limit).then_some(used + n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// What one connection holds of the [`LargeBudget`]; given back when dropped.
+struct Held<'b> {
+    budget: &'b LargeBudget,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Holds what a command of `need` bytes takes beyond [`KEEP_BYTES`]; false when the budget
+    /// has no room for it.
+    fn hold(&mut self, need: usize) -> bool {
+        let want = need.saturating_sub(KEEP_BYTES);
+        if want > self.bytes {
+            if !self.budget.take(want - self.bytes) {
+                return false;
+            }
+        } else {
+            self.budget.give(self.bytes - want);
+        }
+        self.bytes = want;
+        true
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.budget.give(self.bytes);
+    }
+}
+
 /// Serves the connections `listener` accepts until `stop` turns true.
 pub async fn serve<C: Calls>(
     listener: tokio::net::TcpListener,
@@ -54,6 +114,7 @@ pub async fn serve<C: Calls>(
 ) {
     let slots = Arc::new(Semaphore::new(cfg.max_connections));
     let unadmitted = Arc::new(Semaphore::new(cfg.max_unauthenticated.min(cfg.max_connections)));
+    let large = Arc::new(LargeBudget::new(cfg.large_command_bytes));
     let ids = AtomicU64::new(1);
     loop {
         let (mut stream, peer) = tokio::select! {
@@ -89,14 +150,14 @@ pub async fn serve<C: Calls>(
                 continue;
             }
         };
-        let (calls, cfg) = (calls.clone(), cfg.clone());
+        let (calls, cfg, large) = (calls.clone(), cfg.clone(), large.clone());
         let id = ids.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let ended = match &cfg.tls {
-                None => serve_connection(stream, &*calls, &cfg, id, Some(gate)).await,
+                None => serve_connection(stream, &*calls, &cfg, id, Some(gate), &large).await,
                 Some(tls) => match crate::tls::accept(tls, stream).await {
                     crate::tls::Accepted::Caller(stream, _) => {
-                        serve_connection(stream, &*calls, &cfg, id, Some(gate)).await
+                        serve_connection(stream, &*calls, &cfg, id, Some(gate), &large).await
                     }
                     crate::tls::Accepted::Refused(mut stream, why) => {
                         let line = format!("-NOPERM {}\r\n", why.replace(['\r', '\n'], " "));
@@ -122,7 +183,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     C: Calls,
 {
-    serve_connection(stream, calls, cfg, id, None).await
+    let large = LargeBudget::new(cfg.large_command_bytes);
+    serve_connection(stream, calls, cfg, id, None, &large).await
 }
 
 /// Which deadline the next read waits under.
@@ -139,6 +201,7 @@ async fn serve_connection<S, C>(
     cfg: &RespConfig,
     id: u64,
     mut gate: Option<OwnedSemaphorePermit>,
+    large: &LargeBudget,
 ) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -149,6 +212,10 @@ where
     let mut reader = RequestReader::default();
     let mut input: Vec<u8> = Vec::with_capacity(KEEP_BYTES);
     let mut out: Vec<u8> = Vec::with_capacity(KEEP_BYTES);
+    let mut held = Held {
+        budget: large,
+        bytes: 0,
+    };
     let mut admitted = false;
     // When the first byte of the command not yet complete arrived.
     let mut started: Option<Instant> = None;
@@ -191,6 +258,15 @@ where
         let done = reader.consumed();
         input.drain(..done);
         reader.discard(done);
+        // A large command takes its room from the budget before its bytes are read, all at once
+        // (no doubling past it).
+        let need = reader.announced();
+        if !close && !held.hold(need) {
+            out.extend_from_slice(b"-OVERLOADED too many large commands arriving at once; send it again later\r\n");
+            close = true;
+        } else if need > input.capacity() {
+            input.reserve_exact(need - input.len());
+        }
         if input.is_empty() {
             started = None;
         } else if done > 0 || started.is_none() {
@@ -246,10 +322,13 @@ where
     }
 }
 
-/// Reads what has arrived into `input`, at most [`KEEP_BYTES`] more than it holds now unless it
-/// already has the room.
+/// Reads what has arrived into `input`, into the room it has, or [`KEEP_BYTES`] more when it has
+/// almost none.
 async fn read_some<S: AsyncRead + Unpin>(stream: &mut S, input: &mut Vec<u8>) -> std::io::Result<usize> {
-    input.reserve(KEEP_BYTES);
+    // Exactly: the amortized doubling of `reserve` would double a large command's room.
+    if input.capacity() - input.len() < 1024 {
+        input.reserve_exact(KEEP_BYTES);
+    }
     stream.read_buf(input).await
 }
 

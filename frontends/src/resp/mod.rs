@@ -74,6 +74,9 @@ pub struct RespConfig {
     /// within `max_connections`; one more is answered
     /// `-ERR max number of unauthenticated clients reached`.
     pub max_unauthenticated: usize,
+    /// The bytes all connections together may hold for commands over 16 KiB while they arrive;
+    /// a command that would pass it is answered `-OVERLOADED` and its connection closed.
+    pub large_command_bytes: usize,
     /// An admitted connection that sends nothing for this long is closed (Redis's `timeout`);
     /// `None`, the default, never closes an idle connection.
     pub idle_timeout: Option<Duration>,
@@ -87,6 +90,7 @@ impl Default for RespConfig {
             password: None,
             max_connections: 10_000,
             max_unauthenticated: 1_000,
+            large_command_bytes: 64 << 20,
             idle_timeout: None,
             tls: None,
         }
@@ -316,11 +320,11 @@ impl<'a, C: Calls> Session<'a, C> {
             "NEXTID" => self.next_id(rest).await,
             "PING" => match rest {
                 [] => Reply::Simple("PONG"),
-                [msg] => Reply::bulk(*msg),
+                [msg] => echo(msg),
                 _ => arity(name),
             },
             "ECHO" => match rest {
-                [msg] => Reply::bulk(*msg),
+                [msg] => echo(msg),
                 _ => arity(name),
             },
             "QUIT" => return (Reply::ok(), After::Close),
@@ -656,6 +660,21 @@ fn who(name: &[u8]) -> Result<Who<'_>, CallError> {
         seqsvr_proto::keys::check_key_str(key).map_err(|e| CallError::bad_input(e.to_string()))?;
     }
     Ok(who)
+}
+
+/// Most bytes `ECHO` and `PING` send back: a reply the caller does not read is held for
+/// [`WRITE_TIMEOUT`], and nothing this service answers is larger than this but what a caller
+/// asks to be echoed.
+pub const MAX_ECHO_BYTES: usize = 4096;
+
+fn echo(msg: &[u8]) -> Reply {
+    if msg.len() > MAX_ECHO_BYTES {
+        return Reply::err(format!(
+            "a message of {} bytes; at most {MAX_ECHO_BYTES} are echoed",
+            msg.len()
+        ));
+    }
+    Reply::bulk(msg)
 }
 
 fn arity(name: &str) -> Reply {

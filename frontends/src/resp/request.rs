@@ -170,6 +170,12 @@ impl RequestReader {
         }
     }
 
+    /// The fewest bytes the command being read will occupy from its first byte, as far as its
+    /// headers have told (0 when none is being read): what a connection must hold for it.
+    pub fn announced(&self) -> usize {
+        self.pos - self.start + self.bulk.map_or(0, |len| len + 2)
+    }
+
     /// Bytes looked at so far, over the reader's life.
     pub fn examined(&self) -> u64 {
         self.examined
