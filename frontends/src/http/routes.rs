@@ -285,9 +285,10 @@ pub(super) async fn ids<C: Calls>(
         }
         let d = deadline(&headers)?;
         // Many ids make a reply of up to 94 KB: a batch, with a place of its own.
-        let place = match n > MAX_IDS_UNBATCHED {
-            true => Some(batches.admit(d).await?),
-            false => None,
+        let place = if n > MAX_IDS_UNBATCHED {
+            Some(batches.admit(d).await?)
+        } else {
+            None
         };
         // A lost id is never seen by anyone: an unanswered call took nothing that matters.
         let r = within(d, false, calls.ids(n)).await;
