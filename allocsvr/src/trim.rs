@@ -25,7 +25,7 @@ pub fn after_floods() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let started = std::thread::Builder::new().name("malloc-trim".into()).spawn(|| {
-            let mut trim = Trim::default();
+            let mut trim = Trim::from_now();
             loop {
                 std::thread::sleep(PERIOD);
                 let _ = trim.maybe(TRIM_ABOVE_BYTES);
@@ -44,7 +44,7 @@ pub fn after_floods() {
 /// first flood. Nor does the RSS alone: memory in use is no reason to trim, and a trim in the
 /// middle of a flood must not stop the one after it.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Trim {
     /// The resident bytes not in use right after the last trim: the process's own (code,
     /// stacks, the runtime's) and what glibc could not give back.
@@ -53,6 +53,14 @@ struct Trim {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 impl Trim {
+    /// Counting from what is resident and not in use now: a process that just started has
+    /// nothing a flood left, and its first look must not say otherwise.
+    fn from_now() -> Self {
+        Self {
+            idle_after_last: Self::look().map_or(0, |(_, _, idle)| idle),
+        }
+    }
+
     /// `malloc_trim(0)` if it is time to; then the free bytes glibc held and the RSS before and
     /// after.
     fn maybe(&mut self, threshold: usize) -> Option<(usize, usize, usize)> {
@@ -116,9 +124,7 @@ mod tests {
     /// and a second flood is trimmed again.
     #[test]
     fn memory_freed_after_a_flood_goes_back_once_per_flood() {
-        let mut trim = Trim::default();
-        // The first look trims what the process started with, if anything.
-        let _ = trim.maybe(TRIM_ABOVE_BYTES);
+        let mut trim = Trim::from_now();
         let held: Vec<Vec<u8>> = (0..FLOOD_BYTES / 4096).map(|i| vec![i as u8 | 1; 4096]).collect();
         assert_eq!(trim.maybe(TRIM_ABOVE_BYTES), None, "memory in use was trimmed");
         drop(held);

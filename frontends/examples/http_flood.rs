@@ -111,7 +111,8 @@ fn idle_kib() -> u64 {
 fn trim_after_floods() {
     const THRESHOLD_KIB: u64 = 4 << 10;
     std::thread::spawn(|| {
-        let mut idle_after_last = 0;
+        // From what is resident and not in use at the start, as the AllocSvr's.
+        let mut idle_after_last = idle_kib();
         loop {
             std::thread::sleep(Duration::from_secs(10));
             let (rss, free) = (rss_kib(), free_in_arenas());
