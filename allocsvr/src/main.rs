@@ -9,6 +9,8 @@ use allocsvr::{Cli, Node};
 use seqsvr_server::observe;
 use tracing::{error, info};
 
+mod trim;
+
 fn main() -> ExitCode {
     let cli: Cli = seqsvr_server::cli::parse(ENV_PREFIX);
     tracing_subscriber::fmt()
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    trim::after_floods();
     // Make every panic visible in the log (the simulator greps for "panicked").
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

@@ -3,7 +3,8 @@
 //! AllocSvr runs it), and the flooding callers on a runtime of their own.
 //!
 //! ```text
-//! cargo run -p seqsvr-frontends --example http_flood -- [connections] [heads|pipelines|bodies|all]
+//! cargo run -p seqsvr-frontends --example http_flood -- [connections] [heads|pipelines|bodies|all] [trim]
+//! cargo run -p seqsvr-frontends --example http_flood -- <seconds> serve [trim]
 //! ```
 //!
 //! Floods, each from `connections` sockets at once (500 by default):
@@ -12,8 +13,11 @@
 //!   no reply ever read;
 //! - `bodies`: `POST /v1/seq/batch` with a body of the largest size allowed, written at once.
 //!
+//! `serve` only serves, for a load generator, and prints the RSS at the start and the end.
+//!
 //! Each prints the process's RSS (from `/proc/self/status`) before, at its peak, and 30 s after
-//! the flood ended. The RSS includes the flooding callers' own memory (small: their buffers are
+//! the flood ended. With `trim`, a thread calls glibc's `malloc_trim(0)` every 10 s, as the
+//! AllocSvr binary does after a flood (`docs/decisions/0003-memory-after-a-flood.md`). The RSS includes the flooding callers' own memory (small: their buffers are
 //! written from one shared request). Linux only. Left out: any check — this prints numbers for
 //! a person; the bounds a test can hold are in `tests/http_hostile.rs`.
 
@@ -64,10 +68,79 @@ async fn caller(addr: SocketAddr, chunk: Arc<Vec<u8>>, count: usize, pause: Dura
     tokio::time::sleep_until(hold_until.into()).await;
 }
 
+/// glibc's `struct mallinfo2`: sizes of the heap, in bytes.
+#[repr(C)]
+#[derive(Default)]
+struct MallInfo2 {
+    arena: usize,
+    ordblks: usize,
+    smblks: usize,
+    hblks: usize,
+    hblkhd: usize,
+    usmblks: usize,
+    fsmblks: usize,
+    uordblks: usize,
+    /// Free bytes held in the arenas' chunks: what `malloc_trim` can give back.
+    fordblks: usize,
+    keepcost: usize,
+}
+
+unsafe extern "C" {
+    /// glibc's: gives the free memory of every arena back to the system; 1 if any was.
+    fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    /// glibc's: the heap's sizes, summed over every arena.
+    fn mallinfo2() -> MallInfo2;
+}
+
+/// Free bytes glibc holds in its arenas.
+fn free_in_arenas() -> usize {
+    // SAFETY: mallinfo2 takes nothing and returns a struct by value; glibc ≥ 2.33.
+    unsafe { mallinfo2() }.fordblks
+}
+
+/// The resident KiB not in use: the RSS less glibc's bytes in use.
+fn idle_kib() -> u64 {
+    // SAFETY: as in `free_in_arenas`.
+    let m = unsafe { mallinfo2() };
+    rss_kib().saturating_sub(((m.uordblks + m.hblkhd) / 1024) as u64)
+}
+
+/// As the AllocSvr binary does (`allocsvr/src/trim.rs`): every 10 s, when glibc holds 4 MiB
+/// free and the resident memory not in use grew by 4 MiB since the last trim, `malloc_trim(0)`;
+/// each trim printed with its time.
+fn trim_after_floods() {
+    const THRESHOLD_KIB: u64 = 4 << 10;
+    std::thread::spawn(|| {
+        // From what is resident and not in use at the start, as the AllocSvr's.
+        let mut idle_after_last = idle_kib();
+        loop {
+            std::thread::sleep(Duration::from_secs(10));
+            let (rss, free) = (rss_kib(), free_in_arenas());
+            if idle_kib() < idle_after_last + THRESHOLD_KIB || (free as u64) < THRESHOLD_KIB * 1024 {
+                continue;
+            }
+            let started = Instant::now();
+            // SAFETY: glibc's malloc_trim takes any pad and is safe to call from any thread.
+            unsafe { malloc_trim(0) };
+            let took = started.elapsed();
+            idle_after_last = idle_kib();
+            println!(
+                "  trim: {} free in arenas, RSS {} -> {} in {took:?}",
+                mib(free as u64 / 1024),
+                mib(rss),
+                mib(rss_kib()),
+            );
+        }
+    });
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let connections: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(500);
     let which = args.next().unwrap_or_else(|| "all".into());
+    if args.next().as_deref() == Some("trim") {
+        trim_after_floods();
+    }
 
     let server = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -83,6 +156,13 @@ fn main() {
         stop,
     ));
 
+    if which == "serve" {
+        // For a load generator (`wrk`): the same front end, for `connections` seconds.
+        println!("serving on {addr} for {connections} s, at start {}", mib(rss_kib()));
+        std::thread::sleep(Duration::from_secs(connections as u64));
+        println!("at the end {}", mib(rss_kib()));
+        return;
+    }
     let callers = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -127,11 +207,12 @@ fn main() {
         let ended = rss_kib();
         std::thread::sleep(Duration::from_secs(30));
         println!(
-            "{name}: before {}, peak {}, at the end {}, 30 s later {}",
+            "{name}: before {}, peak {}, at the end {}, 30 s later {} ({} free in glibc's arenas)",
             mib(before),
             mib(peak),
             mib(ended),
-            mib(rss_kib())
+            mib(rss_kib()),
+            mib(free_in_arenas() as u64 / 1024)
         );
     }
 }

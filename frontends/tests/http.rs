@@ -11,7 +11,10 @@ use axum::http::{Request, StatusCode};
 use common::Fake;
 use http_body_util::BodyExt;
 use seqsvr_frontends::calls::{CallError, ErrorKind};
-use seqsvr_frontends::http::{MAX_BODY_BYTES, TIMEOUT_HEADER, router};
+use seqsvr_frontends::http::{
+    BATCH_WAIT, MAX_BATCHES_IN_SERVICE, MAX_BODY_BYTES, MAX_IDS_UNBATCHED, TIMEOUT_HEADER, router,
+};
+use seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -27,7 +30,11 @@ async fn call(fake: &Arc<Fake>, method: &str, uri: &str, body: Option<Body>, tim
         req = req.header(TIMEOUT_HEADER, t);
     }
     let req = req.body(body.unwrap_or_else(Body::empty)).unwrap();
-    let resp = router(fake.clone()).oneshot(req).await.unwrap();
+    answer(router(fake.clone()).oneshot(req).await.unwrap()).await
+}
+
+/// A reply read to its end.
+async fn answer(resp: axum::response::Response) -> Answer {
     let status = resp.status();
     let retry_after = resp
         .headers()
@@ -141,7 +148,7 @@ async fn bad_input_is_a_400_with_the_reason_and_takes_nothing() {
             "POST",
             "/v1/seq/batch".into(),
             Some(r#"{"uids": []}"#.into()),
-            "1 to 10000 uids",
+            "1 to 1000 uids",
         ),
         (
             "POST",
@@ -309,7 +316,7 @@ async fn every_error_is_the_documented_json_and_takes_nothing() {
             Some(big),
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            "262144",
+            "the body is over",
         ),
     ];
     for (method, uri, body, status, code, why) in cases {
@@ -335,4 +342,116 @@ async fn a_body_that_stops_arriving_is_a_json_408() {
     assert_eq!(a.body["error"]["code"], "timeout");
     assert_eq!(a.body["error"]["may_have_been_taken"], false);
     assert_eq!(fake.taken(), 0);
+}
+
+/// A batch takes at most what a gRPC batch takes (the client library splits larger calls into
+/// batches of that size): the most uids, even as 20-digit strings one a line, fit the body bound
+/// and are answered; one more is refused with the count, and takes nothing.
+#[tokio::test]
+async fn a_batch_takes_at_most_what_a_grpc_batch_takes() {
+    let fake = Arc::new(Fake::default());
+    let widest: Vec<String> = (0..MAX_UIDS_PER_BATCH as u64)
+        .map(|i| (u64::MAX - i).to_string())
+        .collect();
+    let pretty = serde_json::to_string_pretty(&json!({ "uids": widest })).unwrap();
+    assert!(pretty.len() <= MAX_BODY_BYTES, "{} bytes", pretty.len());
+    let a = call(&fake, "POST", "/v1/seq/batch", Some(Body::from(pretty)), None).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body["error"]);
+    assert_eq!(a.body["results"].as_array().map(Vec::len), Some(MAX_UIDS_PER_BATCH));
+    assert_eq!(a.body["results"][0], json!({"uid": "18446744073709551615", "seq": "1"}));
+    let taken = fake.taken();
+
+    let one_more = json!({ "uids": (0..=MAX_UIDS_PER_BATCH as u64).collect::<Vec<_>>() }).to_string();
+    let a = call(&fake, "POST", "/v1/seq/batch", Some(Body::from(one_more)), None).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body["error"]);
+    assert_eq!(a.body["error"]["code"], "bad_input");
+    let msg = a.body["error"]["message"].as_str().unwrap_or_default();
+    let want = format!(
+        "a batch needs 1 to {MAX_UIDS_PER_BATCH} uids, got {}",
+        MAX_UIDS_PER_BATCH + 1
+    );
+    assert!(msg.contains(&want), "{msg}");
+    assert_eq!(fake.taken(), taken);
+}
+
+fn batch_of_one() -> Request<Body> {
+    Request::post("/v1/seq/batch")
+        .body(Body::from(r#"{"uids":[1]}"#))
+        .unwrap()
+}
+
+fn post_to(uri: &str) -> Request<Body> {
+    Request::post(uri).body(Body::empty()).unwrap()
+}
+
+/// The answer to a batch that found no place: a 429 `overloaded` with `Retry-After`, after
+/// waiting [`BATCH_WAIT`], that took nothing.
+async fn assert_refused_for_room(app: &axum::Router, req: Request<Body>, fake: &Fake) {
+    let taken = fake.taken();
+    let started = tokio::time::Instant::now();
+    let a = answer(app.clone().oneshot(req).await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.body);
+    assert_eq!(a.body["error"]["code"], "overloaded");
+    assert_eq!(a.body["error"]["may_have_been_taken"], false);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert!(started.elapsed() >= BATCH_WAIT, "refused after {:?}", started.elapsed());
+    assert_eq!(fake.taken(), taken);
+}
+
+/// At most [`MAX_BATCHES_IN_SERVICE`] batches are served at once — a batch of uids, or ids of
+/// more than [`MAX_IDS_UNBATCHED`] — each from before its body is read until its reply has been
+/// taken whole (or dropped with its connection): the next waits [`BATCH_WAIT`] for a place, then
+/// is a 429 that took nothing. Single calls never wait for a place.
+#[tokio::test(start_paused = true)]
+async fn batches_in_service_are_bounded_until_their_replies_are_taken() {
+    let fake = Arc::new(Fake::default());
+    let app = router(fake.clone());
+    // Replies produced but not read: each keeps its place.
+    let mut held = Vec::new();
+    for i in 0..MAX_BATCHES_IN_SERVICE {
+        let req = if i % 2 == 0 {
+            batch_of_one()
+        } else {
+            post_to(&format!("/v1/ids?count={}", MAX_IDS_UNBATCHED + 1))
+        };
+        let r = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        held.push(r);
+    }
+    assert_refused_for_room(&app, batch_of_one(), &fake).await;
+    assert_refused_for_room(
+        &app,
+        post_to(&format!("/v1/ids?count={}", MAX_IDS_UNBATCHED + 1)),
+        &fake,
+    )
+    .await;
+    // Single calls, and ids of at most MAX_IDS_UNBATCHED, are not batches.
+    let a = answer(app.clone().oneshot(post_to("/v1/seq/1/next")).await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let uri = format!("/v1/ids?count={MAX_IDS_UNBATCHED}");
+    let a = answer(app.clone().oneshot(post_to(&uri)).await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK);
+
+    // A reply read to its end gives its place back.
+    let read = answer(held.pop().unwrap()).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.body);
+    let a = answer(app.clone().oneshot(batch_of_one()).await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    // So does one dropped unread (its connection closed).
+    drop(held);
+    let a = answer(app.clone().oneshot(batch_of_one()).await.unwrap()).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+
+    // Batches waiting on the backend hold their places too.
+    *fake.delay.lock().unwrap() = Some(Duration::from_secs(5));
+    let in_service: Vec<_> = (0..MAX_BATCHES_IN_SERVICE)
+        .map(|_| tokio::spawn(app.clone().oneshot(batch_of_one())))
+        .collect();
+    // Every one of them is parked in the backend before the next comes.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_refused_for_room(&app, batch_of_one(), &fake).await;
+    for t in in_service {
+        let a = answer(t.await.unwrap().unwrap()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    }
 }

@@ -22,6 +22,7 @@ use futures::future::{BoxFuture, Either, FutureExt, Then};
 use serde_json::{Value, json};
 use tracing::debug;
 
+use super::{MAX_ITEM_MESSAGE_BYTES, MAX_MESSAGE_BYTES};
 use crate::calls::{CallError, ErrorKind};
 
 /// The one mapping of a failed call to its HTTP status and error code (a batch item uses the code).
@@ -94,9 +95,28 @@ impl IntoResponse for Failure {
     }
 }
 
-/// The one error body.
+/// The one error body, its message cut to [`MAX_MESSAGE_BYTES`].
 fn error_body(code: &str, message: &str, may_have_been_taken: bool) -> Value {
+    let message = cut(message, MAX_MESSAGE_BYTES);
     json!({"error": {"code": code, "message": message, "may_have_been_taken": may_have_been_taken}})
+}
+
+/// The longest start of `message` (whole characters) that takes at most `max` bytes as a JSON
+/// string's contents, with serde_json's escapes counted: a message quoting the caller's input
+/// then cannot make a reply grow with the request.
+pub(super) fn cut(message: &str, max: usize) -> &str {
+    let mut written = 0;
+    for (at, c) in message.char_indices() {
+        written += match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if written > max {
+            return &message[..at];
+        }
+    }
+    message
 }
 
 fn reply(status: StatusCode, code: &str, message: &str, may_have_been_taken: bool) -> Response {
@@ -114,10 +134,23 @@ pub(super) fn error(e: &CallError) -> Response {
     r
 }
 
-/// The error object of one item of a batch.
-pub(super) fn item_error(e: &CallError) -> Value {
-    let code = status_and_code(e.kind).1;
-    error_body(code, &e.message, e.may_have_taken())["error"].take()
+/// The error object of one item of a batch, written as the error body's (keys in the order a
+/// map writes them), its message cut to [`MAX_ITEM_MESSAGE_BYTES`].
+#[derive(serde::Serialize)]
+pub(super) struct ItemError<'a> {
+    code: &'static str,
+    may_have_been_taken: bool,
+    message: &'a str,
+}
+
+impl<'a> From<&'a CallError> for ItemError<'a> {
+    fn from(e: &'a CallError) -> Self {
+        Self {
+            code: status_and_code(e.kind).1,
+            may_have_been_taken: e.may_have_taken(),
+            message: cut(&e.message, MAX_ITEM_MESSAGE_BYTES),
+        }
+    }
 }
 
 const ROUTES: &str = "the routes are POST /v1/seq/{uid}/next, POST /v1/seq/{uid}/reserve, GET /v1/seq/{uid}, \
@@ -251,6 +284,31 @@ async fn as_json(r: Response) -> Response {
 mod tests {
     use super::*;
     use tower::{Layer, ServiceExt};
+
+    /// A cut message, written as JSON, takes at most the bound, ends on a whole character, and
+    /// is as long as the bound allows; a short one is whole.
+    #[test]
+    fn a_message_is_cut_to_its_bound_as_json() {
+        for unit in ["a", "\"", "\\", "\n", "\u{1}", "é", "€", "😀", "a\u{1f}\"é"] {
+            let long = unit.repeat(500);
+            for max in [0, 1, 7, 256, 1024] {
+                let cut = cut(&long, max);
+                let written = serde_json::to_string(cut).unwrap().len() - 2;
+                assert!(written <= max, "{unit:?} at {max}: {written}");
+                assert!(long.starts_with(cut));
+                let one_more = &long[..long[cut.len()..]
+                    .chars()
+                    .next()
+                    .map_or(long.len(), |c| cut.len() + c.len_utf8())];
+                let longer = serde_json::to_string(one_more).unwrap().len() - 2;
+                assert!(
+                    cut.len() == long.len() || longer > max,
+                    "{unit:?} at {max}: could take more"
+                );
+            }
+        }
+        assert_eq!(cut("why", 256), "why");
+    }
 
     /// An error reply any library makes becomes the documented JSON with its status and
     /// headers; a success and our own JSON errors pass unchanged.

@@ -39,12 +39,21 @@
 //! closed and its slot under `max_connections` freed. A head over the bound, or one HTTP cannot
 //! parse, is answered by hyper itself — 431 or 400 with no body — before the connection closes.
 //!
+//! Batches — `POST /v1/seq/batch` (1 to [`MAX_BATCH_UIDS`] uids, as a gRPC batch) and
+//! `POST /v1/ids` of more than [`MAX_IDS_UNBATCHED`] — are the requests whose memory grows with
+//! their size: at most [`MAX_BATCHES_IN_SERVICE`] are served at once, each from before its body
+//! is read until its reply has been handed to the connection (`batches`); one more waits
+//! [`BATCH_WAIT`], then is answered 429 `overloaded`. So the front end's heap is at most
+//! `max_connections` × [`CONNECTION_BYTES`] + [`MAX_BATCHES_IN_SERVICE`] × [`BATCH_BYTES`]
+//! (`tests/http_memory.rs` holds it; `docs/FRONTENDS.md` has the numbers).
+//!
 //! With `tls` set the port speaks HTTPS with mutual TLS: a caller needs a certificate the
 //! cluster's CA signed whose role may take numbers, or every request is answered 403.
 //!
 //! Deliberately left out: HTTP/2 (gRPC is the fast path for callers that have it), and a JSON
 //! body on hyper's own 400/431 to a head it cannot read (hyper writes it before our code runs).
 
+mod batches;
 mod errors;
 mod io;
 mod routes;
@@ -53,15 +62,54 @@ mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::routing::{get, post};
 
 use crate::calls::Calls;
 pub use server::{connection, serve, serve_router};
 
-/// Largest request body (a batch of [`MAX_BATCH_UIDS`] uids as 20-digit strings fits).
-pub const MAX_BODY_BYTES: usize = 256 * 1024;
-/// Most uids in one batch.
-pub const MAX_BATCH_UIDS: usize = 10_000;
+/// Largest request body: a batch of [`MAX_BATCH_UIDS`] uids as quoted 20-digit strings, one a
+/// line and indented (28 bytes each), fits twice over. Read whole before it is parsed, by at most
+/// [`MAX_BATCHES_IN_SERVICE`] requests at once.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Most uids in one batch: a gRPC batch's, as many names as RESP's `MGET` takes. The client
+/// library splits larger calls into batches of this size; an HTTP caller does the same.
+pub const MAX_BATCH_UIDS: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
+/// Most batches in service at once (`batches`): a batch of uids, or ids of more than
+/// [`MAX_IDS_UNBATCHED`]. Each holds at most [`BATCH_BYTES`], so all of them at most 64 MiB; 64
+/// keep both cores busy with batches of a thousand while any single call still finds the
+/// runtime free.
+pub const MAX_BATCHES_IN_SERVICE: usize = 64;
+/// Longest a batch waits for a place (or the caller's deadline, if shorter) before its 429: a
+/// burst queues briefly, a flood is turned away.
+pub const BATCH_WAIT: Duration = Duration::from_secs(1);
+/// Most ids a `POST /v1/ids` takes without being a batch: its reply (≤ 1.5 KB) is no larger than
+/// a single call's.
+pub const MAX_IDS_UNBATCHED: u32 = 64;
+/// Most bytes of an error's message in a reply, as JSON (escapes counted): a message that quotes
+/// the caller's input is cut there, so that no error reply grows with the request.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Most bytes of one batch item's error message, as JSON: the messages a call fails with are
+/// about 100 bytes, and a thousand of them stay a small reply.
+pub const MAX_ITEM_MESSAGE_BYTES: usize = 256;
+/// Largest reply to any request but a batch (asserted in `routes`): a 256-byte key written with
+/// every byte escaped, an owner of five 20-digit numbers, or an error message cut to
+/// [`MAX_MESSAGE_BYTES`].
+pub const MAX_REPLY_BYTES: usize = 4 * 1024;
+/// Largest reply to a batch (asserted in `routes`): [`MAX_BATCH_UIDS`] items of at most 364 bytes
+/// (an error with a message of [`MAX_ITEM_MESSAGE_BYTES`], or a seq with its owner).
+pub const MAX_BATCH_REPLY_BYTES: usize = MAX_BATCH_UIDS * 364 + 16;
+/// What one connection holds at most outside a batch, in bytes: hyper's read buffer (at most
+/// [`MAX_BUFFERED_BYTES`], its allocation up to twice that as it grows), the reply being written
+/// (at most [`MAX_REPLY_BYTES`]), and hyper's, axum's and the runtime's state of the connection.
+/// `docs/FRONTENDS.md` multiplies it by the connections; `tests/http_memory.rs` holds it.
+pub const CONNECTION_BYTES: usize = 48 * 1024;
+/// What one batch in service holds at most on top of its connection, in bytes: its body as read
+/// (up to twice [`MAX_BODY_BYTES`]: the chunks, then one contiguous copy), the uids (8 KB), the
+/// call's results (about 170 bytes an item with a failure's message) and the reply (at most
+/// [`MAX_BATCH_REPLY_BYTES`], sized exactly before it is written) — about 680 KB, rounded up for
+/// the allocator's size classes.
+pub const BATCH_BYTES: usize = 1024 * 1024;
 /// Longest wait for a request's head, from when the server starts waiting for it (the first
 /// request, or the next on a keep-alive connection).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -102,17 +150,18 @@ impl Default for HttpConfig {
     }
 }
 
-/// The routes over `calls`.
+/// The routes over `calls`, with their own [`MAX_BATCHES_IN_SERVICE`] places for batches.
 pub fn router<C: Calls>(calls: Arc<C>) -> axum::Router {
+    let batches = Extension(batches::Batches::new(MAX_BATCHES_IN_SERVICE, BATCH_WAIT));
     axum::Router::new()
-        .route("/v1/seq/batch", post(routes::batch::<C>))
+        .route("/v1/seq/batch", post(routes::batch::<C>).layer(batches.clone()))
         .route("/v1/seq/{uid}", get(routes::seq_current::<C>))
         .route("/v1/seq/{uid}/next", post(routes::seq_next::<C>))
         .route("/v1/seq/{uid}/reserve", post(routes::seq_reserve::<C>))
         .route("/v1/counter/{key}", get(routes::counter_current::<C>))
         .route("/v1/counter/{key}/next", post(routes::counter_next::<C>))
         .route("/v1/counter/{key}/reserve", post(routes::counter_reserve::<C>))
-        .route("/v1/ids", post(routes::ids::<C>))
+        .route("/v1/ids", post(routes::ids::<C>).layer(batches))
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
         .layer(errors::JsonErrors)
