@@ -97,6 +97,16 @@ pub const MAX_BLOCK: u32 = 1_000_000;
 /// approaches (it holds one).
 pub const MAX_RAISE_ITEMS: usize = 1_024;
 
+/// Most time-ordered id slots one set leases (`--id-slots-per-set`). Every replica of every set
+/// holds a record of 24 bytes per slot of its share (holder, epoch, mark) in its state machine and
+/// in every snapshot (up to 30 bytes in postcard), scans the share on every renewal it answers and
+/// every arbiter tick, and allocates the whole share when it applies the setup, which is a log
+/// entry: an unbounded share (2^33 slots is 192 GiB) would crash-loop every replica on that entry.
+/// 65,536 is Sonyflake's whole layout (16 slot bits) in one set: 1.5 MiB of state, a scan of a
+/// few tens of microseconds, and 256 times the default share of 64. More slots than that serve
+/// more sets, not bigger ones.
+pub const MAX_ID_SLOTS_PER_SET: u64 = 1 << 16;
+
 /// Most bytes of an encoded cluster map a set keeps as its cached copy (`PublishMap`): one Raft
 /// command, and handed out whole in data-plane replies to callers that are behind. A map of 64
 /// sets with 16 addresses each and a few thousand ranges and moves stays far below it.
