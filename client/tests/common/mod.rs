@@ -4,7 +4,8 @@
 //! answers NOT_OWNER (with its table when the caller's is older) for the rest, and can be told to
 //! answer NOT_READY a number of times, to never answer, to refuse every call with INVALID_ARGUMENT
 //! (or as overloaded a number of times, or as a used-up section), or
-//! to delay every reply. It counts RPCs and records the uids of every batch it receives.
+//! to delay every reply. It counts RPCs and records the uids of every batch it receives. A
+//! counter key is served as the uid at its position (`seqsvr_proto::keys::position`).
 
 #![allow(dead_code)]
 
@@ -55,6 +56,8 @@ pub struct FakeState {
     pub fetch_rpcs: AtomicU64,
     pub get_rpcs: AtomicU64,
     pub batch_rpcs: AtomicU64,
+    /// CounterNext and CounterBatch calls received.
+    pub counter_rpcs: AtomicU64,
     /// The uids of every batch RPC, in arrival order.
     pub batches: Mutex<Vec<Vec<u64>>>,
     /// Answer NOT_READY this many more times (per uid asked).
@@ -225,6 +228,21 @@ impl FakeState {
         }
     }
 
+    /// [`Self::decide`] of a key's next value, placed as the server places it: at its position
+    /// under the fake's own table (NOT_OWNER without one).
+    fn decide_key(&self, key: &[u8]) -> Result<Decision, Status> {
+        let key = seqsvr_proto::keys::check_key(key).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let limit = self.routes.lock().unwrap().as_ref().map(|t| t.uid_limit);
+        match limit {
+            Some(limit) => self.decide(seqsvr_proto::keys::position(key, limit).0, true),
+            None => Ok(Decision {
+                outcome: pb::Outcome::NotOwner,
+                seq: 0,
+                owner: None,
+            }),
+        }
+    }
+
     fn decide(&self, uid: u64, consume: bool) -> Result<Decision, Status> {
         let table = self.routes.lock().unwrap().clone();
         let Some(table) = table else {
@@ -312,9 +330,26 @@ impl AllocService for Svc {
         Err(Status::unimplemented("the fake AllocSvr serves no blocks"))
     }
 
-    /// Counters, like blocks, are the real AllocSvr's to test (sim/e2e).
-    async fn counter_next(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
-        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    /// A key is served as the uid at its position (the fake keeps no names): enough to test how
+    /// the client routes keys and checks the answers. Reserve and Get of a key are the real
+    /// AllocSvr's to test (sim/e2e).
+    async fn counter_next(&self, req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        let s = &self.0;
+        s.counter_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
+        let req = req.into_inner();
+        let d = s.decide_key(&req.key)?;
+        let (route_version, routes) = s.routes_for(req.route_version);
+        Ok(Response::new(pb::CounterReply {
+            outcome: d.outcome as i32,
+            value: d.seq,
+            route_version,
+            routes,
+            owner: d.owner,
+            map_version,
+            map,
+        }))
     }
 
     async fn counter_reserve(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
@@ -325,11 +360,33 @@ impl AllocService for Svc {
         Err(Status::unimplemented("the fake AllocSvr serves no counters"))
     }
 
+    /// As `counter_next`, for each key.
     async fn counter_batch(
         &self,
-        _req: Request<pb::CounterBatchRequest>,
+        req: Request<pb::CounterBatchRequest>,
     ) -> Result<Response<pb::CounterBatchReply>, Status> {
-        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+        let s = &self.0;
+        s.counter_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
+        let req = req.into_inner();
+        let mut reply = pb::CounterBatchReply::default();
+        for key in &req.keys {
+            let d = s.decide_key(key)?;
+            reply.outcomes.push(d.outcome as i32);
+            reply.values.push(d.seq);
+            if let Some(o) = d.owner
+                && !reply.owners.iter().any(|x| x.section == o.section)
+            {
+                reply.owners.push(o);
+            }
+        }
+        let (route_version, routes) = s.routes_for(req.route_version);
+        reply.route_version = route_version;
+        reply.routes = routes;
+        reply.map_version = map_version;
+        reply.map = map;
+        Ok(Response::new(reply))
     }
 
     async fn get_cur_seq(&self, req: Request<pb::GetCurSeqRequest>) -> Result<Response<pb::GetCurSeqReply>, Status> {
