@@ -86,6 +86,13 @@ pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 /// tick of Twitter's 4,096 — so one call never borrows more than a few ticks ahead of the clock.
 pub const MAX_IDS_PER_CALL: u32 = 4_096;
 
+/// How far ahead of its clock an AllocSvr hands out ids, at most: when a tick's sequence numbers
+/// run out the next tick is borrowed, up to this far (the AllocSvr's `ids::MAX_BORROW`, asserted
+/// equal there). So one call is handed at most the ids of the clock's tick and of the ticks this
+/// allows ahead of it ([`crate::id_layout::IdLayout::most_ids_per_call`]): a larger count could
+/// never be served, however long it waited.
+pub const ID_BORROW_MS: u64 = 1_000;
+
 /// Most seqs in one block (`Reserve`). A block is also bounded by the set's `step`: one bump
 /// raises a ceiling by a step, so a block of at most a step is served after at most one bump,
 /// and no caller can make a section bump several steps at once (`MAX_BUMP_STEPS` of the store).

@@ -81,6 +81,9 @@ pub struct FakeState {
     pub id_counts: Mutex<Vec<u32>>,
     /// The next time-ordered id this fake hands out (consecutive, from 1).
     pub next_id: AtomicU64,
+    /// The id layout NextIds replies name (Twitter's when unset); a count above what one call can
+    /// be handed under it is refused as INVALID_ARGUMENT, as the AllocSvr does.
+    pub id_layout: Mutex<Option<seqsvr_proto::id_layout::IdLayout>>,
 }
 
 /// A running fake server; stopped when dropped.
@@ -415,11 +418,22 @@ impl AllocService for Svc {
         s.gate().await?;
         let count = req.into_inner().count;
         s.id_counts.lock().unwrap().push(count);
+        let layout = s
+            .id_layout
+            .lock()
+            .unwrap()
+            .unwrap_or(seqsvr_proto::id_layout::IdLayout::twitter(0));
+        if count > layout.most_ids_per_call() {
+            return Err(Status::invalid_argument(format!(
+                "count must be at most {}",
+                layout.most_ids_per_call()
+            )));
+        }
         let first = s.next_id.fetch_add(u64::from(count), Ordering::SeqCst) + 1;
         s.slow_reply().await;
         Ok(Response::new(pb::NextIdsReply {
             runs: vec![pb::IdRun { first, count }],
-            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
+            layout: Some(layout.to_pb()),
             set_id: 0,
             slot_epoch: 1,
         }))
