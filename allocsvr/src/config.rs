@@ -65,11 +65,17 @@ pub struct Cli {
     /// Longest a call may run, in milliseconds; a caller's shorter deadline (grpc-timeout) wins.
     #[arg(long, default_value_t = serve_limits::allocsvr().rpc_timeout.as_millis() as u64)]
     pub rpc_timeout_ms: u64,
-    /// Named counters' keys held in memory at most, over all owned sections (about 60 bytes
-    /// each). A section that would add a key past it forgets its own keys; each of those then
+    /// Named counters' keys held in memory at most, over all owned sections. A section that would
+    /// add a key past it (or past --max-live-key-bytes) forgets its own keys; each of those then
     /// restarts above everything the section issued (a gap, never a repeat).
     #[arg(long, default_value_t = DEFAULT_MAX_LIVE_KEYS)]
     pub max_live_keys: usize,
+    /// Bytes of named counters' keys held in memory at most, over all owned sections: each
+    /// section's key map and the names longer than 24 bytes (held on the heap). A key of up to
+    /// 24 bytes costs about 40–75 bytes, a 256-byte key about 300 (allocator headers not counted).
+    /// Past it, as past --max-live-keys.
+    #[arg(long, default_value_t = DEFAULT_MAX_LIVE_KEY_BYTES)]
+    pub max_live_key_bytes: usize,
     /// Serve HTTP/JSON on this ip:port (`POST /v1/seq/{uid}/next`, `/v1/counter/{key}/next`,
     /// `/v1/ids`, …); a call for a uid or key another AllocSvr owns is forwarded to it. HTTPS with
     /// mutual TLS under --tls-* (a `client` or `admin` certificate).
@@ -177,8 +183,12 @@ impl UnsafeSwitches {
     }
 }
 
-/// Default of `--max-live-keys`: about 240 MB of keys.
+/// Default of `--max-live-keys`: 150–300 MB of keys of up to 24 bytes, as the maps fill and double.
 pub const DEFAULT_MAX_LIVE_KEYS: usize = 4_000_000;
+
+/// Default of `--max-live-key-bytes`, 256 MiB: about what the default count of short keys takes,
+/// so that long keys cannot take five times that (4,000,000 keys of 256 bytes: 1.2 GB).
+pub const DEFAULT_MAX_LIVE_KEY_BYTES: usize = 256 << 20;
 
 /// Validated configuration of one AllocSvr process.
 #[derive(Debug, Clone)]
@@ -210,6 +220,8 @@ pub struct NodeConfig {
     pub id_clock_file: Option<std::path::PathBuf>,
     /// Counter keys held in memory at most (see `section`).
     pub max_live_keys: usize,
+    /// Bytes of counter keys held in memory at most (see `section::KeyBudget`).
+    pub max_live_key_bytes: usize,
     /// The HTTP/JSON and Redis-protocol front ends (none by default).
     pub front: FrontConfig,
 }
@@ -231,6 +243,7 @@ impl NodeConfig {
             id_clock: crate::id_clock::IdClock::host(),
             id_clock_file: None,
             max_live_keys: DEFAULT_MAX_LIVE_KEYS,
+            max_live_key_bytes: DEFAULT_MAX_LIVE_KEY_BYTES,
             front: FrontConfig::default(),
         }
     }
@@ -304,6 +317,13 @@ impl Cli {
         if self.max_live_keys == 0 {
             return Err("--max-live-keys must be > 0".into());
         }
+        // Room for a few keys of the longest name in one section's smallest table.
+        if self.max_live_key_bytes < 4_096 {
+            return Err(format!(
+                "--max-live-key-bytes must be at least 4096 (a few 256-byte keys), got {}",
+                self.max_live_key_bytes
+            ));
+        }
         if !(1..=1_000).contains(&self.event_interval) {
             return Err(format!(
                 "--event-interval must be in 1..=1000, got {}",
@@ -353,6 +373,7 @@ impl Cli {
                 id_clock: crate::id_clock::IdClock::with_offset(self.test_clock_offset_ms),
                 id_clock_file: self.test_clock_file,
                 max_live_keys: self.max_live_keys,
+                max_live_key_bytes: self.max_live_key_bytes,
                 front,
             },
             metrics_listen: self.metrics_listen,
@@ -478,12 +499,18 @@ mod tests {
             ("--max-in-flight", "0"),
             ("--max-streams-per-connection", "0"),
             ("--rpc-timeout-ms", "0"),
+            ("--max-live-keys", "0"),
+            ("--max-live-key-bytes", "4095"),
         ] {
             let mut args = good.to_vec();
             args.extend([flag, zero]);
             assert!(cli(&args).unwrap_err().contains(flag), "{flag}");
         }
         assert_eq!(c.node.serve_limits, serve_limits::allocsvr(), "defaults from one table");
+        assert_eq!(
+            (c.node.max_live_keys, c.node.max_live_key_bytes),
+            (DEFAULT_MAX_LIVE_KEYS, DEFAULT_MAX_LIVE_KEY_BYTES)
+        );
         let wildcard = ["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"];
         let c = cli(&[&wildcard[..], &["--advertise", "10.77.0.21:7000"]].concat()).unwrap();
         assert_eq!(

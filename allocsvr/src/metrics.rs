@@ -18,6 +18,8 @@ pub struct Metrics {
     pub key_seqs: Counter,
     /// Counter keys held in memory (all owned sections), and how many the node may hold.
     pub keys_live: Gauge,
+    /// Bytes those keys take (their maps and long names), bounded by `--max-live-key-bytes`.
+    pub key_bytes_live: Gauge,
     /// Fetches answered NOT_OWNER.
     pub fetch_not_owner: Counter,
     /// Fetches answered NOT_READY.
@@ -78,6 +80,7 @@ impl Metrics {
             block_seqs: counter!("allocsvr_block_seqs_total"),
             key_seqs: counter!("allocsvr_key_seqs_total"),
             keys_live: gauge!("allocsvr_keys_live"),
+            key_bytes_live: gauge!("allocsvr_key_bytes_live"),
             fetch_not_owner: counter!("allocsvr_fetch_total", "outcome" => "not_owner"),
             fetch_not_ready: counter!("allocsvr_fetch_total", "outcome" => "not_ready"),
             bump_rpcs: counter!("allocsvr_bump_rpcs_total"),

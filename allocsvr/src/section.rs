@@ -19,8 +19,9 @@
 //! `cur_seq`, in a map beside the array. A key not in the map starts at the *key floor*: the
 //! loaded base, raised to the section's highest issued seq whenever keys are forgotten. Keys
 //! are forgotten all at once, by the section that needs room for a new key while the node holds
-//! its budget of live keys ([`KeyBudget`]): a forgotten key then restarts above everything the
-//! section issued (a gap, never a repeat), so memory is bounded without any record of old keys.
+//! its budget of live keys, in number or in bytes ([`KeyBudget`]): a forgotten key then restarts
+//! above everything the section issued (a gap, never a repeat), so memory is bounded without any
+//! record of old keys.
 //!
 //! Deliberately left out: the bump RPC itself, waiting, and ownership decisions (see `grants` and
 //! `tasks`); forgetting single idle keys (an LRU would cost a list node and a clock read per key
@@ -71,21 +72,70 @@ pub enum Counter<'a> {
     Key(&'a str),
 }
 
-/// The live counter keys one AllocSvr may hold, shared by its sections: a section that would add
-/// a key past `max` forgets its own keys first.
+/// The live counter keys one AllocSvr may hold, shared by its sections, bounded in number and in
+/// bytes: a section that would add a key past either bound forgets its own keys first.
+///
+/// Bytes are what bounds memory: a key's cost depends on its length (a name of up to 24 bytes
+/// lives in its map entry, a longer one on the heap: a 256-byte key costs about six times a short
+/// one), so a count alone sizes memory only for one length of key. The bytes counted are each
+/// section's key map (its table, sized as `std`'s hash map lays it out) and the names held outside
+/// it; `allocsvr/tests/key_memory.rs` holds the count to what the allocator is asked for.
 #[derive(Debug, Clone)]
 pub struct KeyBudget {
+    /// Keys held, over every section.
     pub live: Arc<AtomicUsize>,
+    /// Bytes those keys take, over every section.
+    pub bytes: Arc<AtomicUsize>,
     pub max: usize,
+    pub max_bytes: usize,
 }
 
 impl KeyBudget {
+    /// At most `max` keys, in any number of bytes.
     pub fn new(max: usize) -> Self {
+        Self::with_max_bytes(max, usize::MAX)
+    }
+
+    /// At most `max` keys and `max_bytes` bytes of them.
+    pub fn with_max_bytes(max: usize, max_bytes: usize) -> Self {
         Self {
             live: Arc::new(AtomicUsize::new(0)),
+            bytes: Arc::new(AtomicUsize::new(0)),
             max,
+            max_bytes,
         }
     }
+
+    /// Whether one key more, costing `more` bytes, would pass a bound.
+    fn would_pass(&self, more: usize) -> bool {
+        self.live.load(Ordering::Relaxed) >= self.max
+            || self.bytes.load(Ordering::Relaxed).saturating_add(more) > self.max_bytes
+    }
+}
+
+/// One entry of a section's key map.
+type KeyEntry = (CompactString, u64);
+
+/// Bytes of a key map's table with room for `capacity` entries, as `std`'s hash map (hashbrown)
+/// allocates it: a power-of-two number of buckets (`capacity + 1` below 8 of them, `capacity ×
+/// 8/7` from there), an entry and a control byte each, and 16 control bytes more.
+fn table_bytes(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = buckets_of(capacity);
+    buckets * size_of::<KeyEntry>() + buckets + 16
+}
+
+fn buckets_of(capacity: usize) -> usize {
+    if capacity < 8 { capacity + 1 } else { capacity / 7 * 8 }.next_power_of_two()
+}
+
+/// The capacity a full table of `capacity` grows to on its next insert: 4 buckets for the first
+/// entry, then twice the buckets.
+fn grown_capacity(capacity: usize) -> usize {
+    let buckets = if capacity == 0 { 4 } else { buckets_of(capacity) * 2 };
+    if buckets <= 8 { buckets - 1 } else { buckets / 8 * 7 }
 }
 
 /// Fixed properties of a section that come from the set's parameters.
@@ -123,7 +173,8 @@ pub struct Section {
     /// its entry: no allocation of its own, and a lookup compares it without a further cache miss
     /// (random keys made that miss a visible share of an `INCR`; perf, docs/BENCHMARKS.md).
     keys: HashMap<CompactString, u64>,
-    /// Bytes of the keys' names held outside their entries (names longer than 24 bytes).
+    /// Bytes the keys take: the map's table and the names held outside their entries (names
+    /// longer than 24 bytes); what `budget` is charged.
     key_bytes: usize,
     /// Where a key not in `keys` starts: the base, raised to `hi` when keys are forgotten.
     key_floor: u64,
@@ -206,10 +257,9 @@ impl Section {
     }
 
     /// Bytes of uid and key memory held (for the ≤ 8.5 bytes/uid budget): the array, the key
-    /// map's slots (an entry and a control byte each) and the keys' names.
+    /// map's table and the keys' names.
     pub fn memory_bytes(&self) -> usize {
-        let slot = size_of::<(CompactString, u64)>() + 1;
-        self.cur.capacity() * size_of::<u64>() + self.keys.capacity() * slot + self.key_bytes
+        self.cur.capacity() * size_of::<u64>() + self.key_bytes
     }
 
     /// Counter keys held.
@@ -224,10 +274,11 @@ impl Section {
             self.key_floor = self.key_floor.max(self.hi);
         }
         self.keys = HashMap::new();
-        self.key_bytes = 0;
         if let Some(b) = &self.budget {
             b.live.fetch_sub(n, Ordering::Relaxed);
+            b.bytes.fetch_sub(self.key_bytes, Ordering::Relaxed);
         }
+        self.key_bytes = 0;
         n
     }
 
@@ -269,21 +320,26 @@ impl Section {
     /// Starts holding `key`, which the map does not hold, at `value`; a full key budget first
     /// forgets this section's keys.
     fn insert_key(&mut self, key: &str, value: u64) {
-        let full = self
-            .budget
-            .as_ref()
-            .is_some_and(|b| b.live.load(Ordering::Relaxed) >= b.max);
-        if full {
+        let name = CompactString::from(key);
+        let name_bytes = if name.is_heap_allocated() { name.capacity() } else { 0 };
+        // A full table doubles on this insert: counted before it is made, so that one section's
+        // growth cannot pass the bound by the size of its table.
+        let capacity = self.keys.capacity();
+        let growth = match self.keys.len() < capacity {
+            true => 0,
+            false => table_bytes(grown_capacity(capacity)) - table_bytes(capacity),
+        };
+        if self.budget.as_ref().is_some_and(|b| b.would_pass(growth + name_bytes)) {
             // `hi` covers `value` already: the key restarts above it if it is forgotten again.
             self.forget_keys();
         }
-        let name = CompactString::from(key);
-        if name.is_heap_allocated() {
-            self.key_bytes += key.len();
-        }
+        let table_before = table_bytes(self.keys.capacity());
         self.keys.insert(name, value);
+        let added = table_bytes(self.keys.capacity()) - table_before + name_bytes;
+        self.key_bytes += added;
         if let Some(b) = &self.budget {
             b.live.fetch_add(1, Ordering::Relaxed);
+            b.bytes.fetch_add(added, Ordering::Relaxed);
         }
     }
 
@@ -473,6 +529,7 @@ impl Drop for Section {
     fn drop(&mut self) {
         if let Some(b) = &self.budget {
             b.live.fetch_sub(self.keys.len(), Ordering::Relaxed);
+            b.bytes.fetch_sub(self.key_bytes, Ordering::Relaxed);
         }
     }
 }
@@ -788,6 +845,48 @@ mod tests {
             Next::Served(8),
             "old memory reused (negative control)"
         );
+    }
+
+    /// The byte bound forgets as the count does, counting a table's doubling before it is made,
+    /// and hands every byte back when the keys are forgotten or the section dropped.
+    #[test]
+    fn a_byte_bound_forgets_long_keys_before_passing_it_and_every_byte_comes_back() {
+        let t0 = Instant::now();
+        let lease = Some(t0 + Duration::from_secs(10));
+        // The smallest table (4 buckets: 4 × 33 + 16 = 148 bytes) and two 256-byte names fit;
+        // a third name does not.
+        let budget = KeyBudget::with_max_bytes(usize::MAX, 148 + 2 * 256);
+        let mut s = Section::new(SectionId(3), Epoch(1), spec(false), t0).with_key_budget(budget.clone());
+        s.loaded(100, None);
+        s.maybe_prefetch();
+        s.bump_acked(104);
+        let key = |c: char| c.to_string().repeat(256);
+        for c in ['a', 'b'] {
+            assert_eq!(s.try_take(Counter::Key(&key(c)), 1, t0, lease), Next::Served(101));
+        }
+        assert_eq!(budget.bytes.load(Ordering::Relaxed), 148 + 2 * 256);
+        assert_eq!(s.memory_bytes(), 148 + 2 * 256);
+        // The third is past the bound: "a" and "b" are forgotten first, and restart above 101.
+        assert_eq!(s.try_take(Counter::Key(&key('c')), 1, t0, lease), Next::Served(101));
+        assert_eq!(s.key_count(), 1);
+        assert_eq!(budget.bytes.load(Ordering::Relaxed), 148 + 256);
+        assert_eq!(s.try_take(Counter::Key(&key('a')), 1, t0, lease), Next::Served(102));
+        drop(s);
+        assert_eq!(budget.bytes.load(Ordering::Relaxed), 0);
+        assert_eq!(budget.live.load(Ordering::Relaxed), 0);
+        // The table's growth is counted before it happens: 3 short keys fill 4 buckets, and a
+        // fourth would double them (8 × 33 + 16 = 280 bytes), past a bound of 200.
+        assert_eq!((table_bytes(3), table_bytes(grown_capacity(3))), (148, 280));
+        assert_eq!((grown_capacity(0), grown_capacity(7), grown_capacity(14)), (3, 14, 28));
+        let budget = KeyBudget::with_max_bytes(usize::MAX, 200);
+        let mut s = Section::new(SectionId(3), Epoch(1), spec(false), t0).with_key_budget(budget.clone());
+        s.loaded(100, None);
+        s.maybe_prefetch();
+        s.bump_acked(104);
+        for k in ["a", "b", "c", "d"] {
+            s.try_take(Counter::Key(k), 1, t0, lease);
+        }
+        assert_eq!((s.key_count(), budget.bytes.load(Ordering::Relaxed)), (1, 148));
     }
 
     /// Keys in the property test, after the `SIZE` uids; the budget holds fewer, so keys are

@@ -105,7 +105,7 @@ impl AllocState {
             metrics: Metrics::new(),
             stopping: AtomicBool::new(false),
             ids: IdSlots::new(cfg.id_clock.clone(), cfg.unsafe_switches.ids),
-            keys: KeyBudget::new(cfg.max_live_keys),
+            keys: KeyBudget::with_max_bytes(cfg.max_live_keys, cfg.max_live_key_bytes),
         };
         (Arc::new(shared), bump_rx)
     }
@@ -279,6 +279,9 @@ impl AllocState {
         self.metrics
             .keys_live
             .set(self.keys.live.load(std::sync::atomic::Ordering::Relaxed) as f64);
+        self.metrics
+            .key_bytes_live
+            .set(self.keys.bytes.load(std::sync::atomic::Ordering::Relaxed) as f64);
     }
 
     /// Memory kept from an earlier epoch (only under `--unsafe-keep-memory`).

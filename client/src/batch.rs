@@ -7,7 +7,9 @@
 //! [`ClientError::Unknown`]. Rounds are bounded by the deadline and `max_attempts`.
 //!
 //! Named counters' keys go the same way (`CounterBatch`), routed by their place in the uid space
-//! (`seqsvr_proto::keys::position`, under the newest table's uid limit). So do reads of uids and
+//! (`seqsvr_proto::keys::position`, under the newest table's uid limit), or sent to a seed while
+//! no table or map gave the limit; each answer is checked against its key's place under the
+//! view its reply taught. So do reads of uids and
 //! keys together (`BatchGet`, see `batch_get`), with a read's rules: 0 is a value, and a lost
 //! reply took nothing, so a read that gets no value ends `Failed`, never `Unknown`.
 //!
@@ -26,7 +28,7 @@ use crate::batch_get::Subject;
 use crate::client::{AttemptError, Client, Counted, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
-use crate::routing::{RouteSet, target_addr};
+use crate::routing::{RouteSet, target_of};
 use seqsvr_proto::refusal::Refusal;
 use seqsvr_rpc::classify::{Delivery, classify};
 
@@ -63,24 +65,16 @@ impl Items<'_> {
         }
     }
 
-    /// The uids the items are routed by, by index: a key's position under the table's uid limit
-    /// (placed once per round, and the reply checked against the same place).
-    fn places(&self, routes: &RouteSet) -> Vec<Uid> {
+    /// The uid item `i` is routed by and its answer checked against: a key's position under the
+    /// uid limit `routes` know, `None` while they know none (a fresh client: a seed is asked).
+    fn place(&self, i: usize, routes: &RouteSet) -> Option<Uid> {
         match self {
-            Items::Uids(u) => u.to_vec(),
-            Items::Keys(k) => {
-                let limit = routes.uid_limit().unwrap_or(1);
-                k.iter().map(|key| seqsvr_proto::keys::position(key, limit)).collect()
-            }
-            Items::Reads(r) => {
-                let limit = routes.uid_limit().unwrap_or(1);
-                r.iter()
-                    .map(|subject| match *subject {
-                        Subject::Uid(uid) => uid,
-                        Subject::Key(key) => seqsvr_proto::keys::position(key, limit),
-                    })
-                    .collect()
-            }
+            Items::Uids(u) => Some(u[i]),
+            Items::Keys(k) => routes.key_place(k[i]),
+            Items::Reads(r) => match r[i] {
+                Subject::Uid(uid) => Some(uid),
+                Subject::Key(key) => routes.key_place(key),
+            },
         }
     }
 
@@ -203,8 +197,7 @@ impl Client {
         let mut budget = Budget::until(&self.inner.cfg, deadline);
         while !pending.is_empty() {
             let routes = self.routes();
-            let places = items.places(&routes);
-            let groups = self.group_by_owner(&routes, &places, &pending, &mut slots);
+            let groups = self.group_by_owner(&routes, items, &pending, &mut slots);
             let map_version = routes.map_version();
             pending.clear();
             if groups.is_empty() {
@@ -236,7 +229,7 @@ impl Client {
                     unreachable.push(addr);
                 }
                 match result {
-                    Ok(reply) => self.on_reply(addr, (items, &places), chunk, reply, &mut slots, &mut round),
+                    Ok(reply) => self.on_reply(addr, items, chunk, reply, &mut slots, &mut round),
                     Err(e) => round.on_failed_attempt(addr, (chunk, !items.reads()), e, timeout, &mut slots),
                 }
             }
@@ -267,7 +260,7 @@ impl Client {
     fn group_by_owner<'a>(
         &'a self,
         routes: &'a RouteSet,
-        places: &[Uid],
+        items: Items<'_>,
         pending: &[usize],
         slots: &mut [Slot],
     ) -> BTreeMap<&'a str, (u64, Vec<usize>)> {
@@ -275,7 +268,9 @@ impl Client {
         // simulator replays a seed bit for bit); a batch spans a few owners, so this costs nothing.
         let mut groups: BTreeMap<&str, (u64, Vec<usize>)> = BTreeMap::new();
         for &i in pending {
-            match target_addr(routes, places[i], &self.inner.seeds, |n| self.random_index(n)) {
+            match target_of(routes, items.place(i, routes), &self.inner.seeds, |n| {
+                self.random_index(n)
+            }) {
                 Ok(t) => groups.entry(t.addr).or_insert((t.version, Vec::new())).1.push(i),
                 Err(e) => slots[i].done = Some(Err(settle_refused(&slots[i].state, e))),
             }
@@ -287,7 +282,7 @@ impl Client {
     fn on_reply(
         &self,
         addr: &str,
-        (items, places): (Items<'_>, &[Uid]),
+        items: Items<'_>,
         chunk: &[usize],
         mut reply: BatchReply,
         slots: &mut [Slot],
@@ -305,20 +300,30 @@ impl Client {
             round.retry_maybe_taken((chunk, !items.reads()), &why, slots);
             return;
         }
+        // Read after the reply was learnt from: a fresh client places its keys only now, and each
+        // answer is checked against its own item's section.
         let routes = self.routes();
         let owners = OwnerIndex::new(&reply.owners, routes.section_size());
         for (k, &i) in chunk.iter().enumerate() {
-            let (uid, seq) = (places[i], reply.values[k]);
+            let (place, seq) = (items.place(i, &routes), reply.values[k]);
             // Only a refusal names its item: formatting it for every served one cost about a
             // percent of a coalescing caller's CPU (perf, counter-bench).
             let what = || items.label(i);
             let state = &mut slots[i].state;
             match pb::Outcome::try_from(reply.outcomes[k]).unwrap_or(pb::Outcome::Unspecified) {
                 pb::Outcome::Ok if seq != 0 || items.reads() => {
-                    let (owner, raw) = owners.find(uid);
-                    let Some(why) = Self::refused_answer(&routes, uid, raw) else {
-                        slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
-                        continue;
+                    let why = match place {
+                        Some(uid) => {
+                            let (owner, raw) = owners.find(uid);
+                            let Some(why) = Self::refused_answer(&routes, uid, raw) else {
+                                slots[i].done = Some(Ok(Fetched { uid, seq, owner }));
+                                continue;
+                            };
+                            why
+                        }
+                        // Only a server with no table leaves a fresh client without one; it owns
+                        // nothing, so its answer breaks the contract.
+                        None => format!("answered for {} but sent no route table", what()),
                     };
                     // Not from a set the map allows: the number is lost, the uid asked again.
                     state.maybe_taken |= !items.reads();

@@ -27,7 +27,7 @@ use tonic::Status;
 use crate::config::ClientConfig;
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
-use crate::routing::{Channels, InProcess, RouteCache, RouteSet, Seeds, Target, target_addr};
+use crate::routing::{Channels, InProcess, RouteCache, RouteSet, Seeds, Target, target_of};
 use crate::transport::{Conn, Connect};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -186,15 +186,21 @@ impl Op<'_> {
         matches!(self, Op::Get | Op::KeyGet(_))
     }
 
-    /// The uid the call is routed by: a key's position under the known route tables (the server
-    /// places the key itself; before any table is known, a seed is asked and its NOT_OWNER
-    /// brings one).
-    fn routed_by(self, uid: Uid, routes: &RouteSet) -> Uid {
+    /// The uid the call is routed by and its answer checked against: a key's position under the
+    /// known uid space, `None` before any table or map is known (the server places the key
+    /// itself; a seed is asked, and its reply brings the table).
+    fn routed_by(self, uid: Uid, routes: &RouteSet) -> Option<Uid> {
         match self {
-            Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => {
-                seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1))
-            }
-            Op::Fetch | Op::Get | Op::Reserve(_) => uid,
+            Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => routes.key_place(key),
+            Op::Fetch | Op::Get | Op::Reserve(_) => Some(uid),
+        }
+    }
+
+    /// What the call is for, in an error.
+    fn subject(self, uid: Uid) -> String {
+        match self {
+            Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => format!("key {key:?}"),
+            Op::Fetch | Op::Get | Op::Reserve(_) => format!("uid {uid}"),
         }
     }
 }
@@ -421,8 +427,8 @@ impl Client {
         let mut state = Unsettled::default();
         loop {
             let routes = self.routes();
-            let uid = op.routed_by(uid, &routes);
-            let Target { addr, version } = match target_addr(&routes, uid, &self.inner.seeds, |n| self.random_index(n))
+            let place = op.routed_by(uid, &routes);
+            let Target { addr, version } = match target_of(&routes, place, &self.inner.seeds, |n| self.random_index(n))
             {
                 Ok(t) => t,
                 Err(e) if state.maybe_taken => return Err(ClientError::unknown(e.to_string())),
@@ -432,7 +438,11 @@ impl Client {
                 break;
             };
             let versions = (version, routes.map_version());
-            let reply = match self.send_single(op, addr, uid, versions, timeout).await {
+            // A key's request carries the key, not a uid: the place only chose the address.
+            let reply = match self
+                .send_single(op, addr, place.unwrap_or(uid), versions, timeout)
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     self.after_failed_attempt(op, addr, e, timeout, &mut state, &mut budget)
@@ -445,7 +455,12 @@ impl Client {
             let answered = matches!(reply.outcome, pb::Outcome::NotOwner | pb::Outcome::NotReady);
             match reply.outcome {
                 pb::Outcome::Ok if op.reads() || reply.value != 0 => {
-                    let refused = self.with_routes(|r| Self::refused_answer(r, uid, reply.owner.as_ref()));
+                    // Checked where the answer is for, under the view the reply just taught: a
+                    // fresh client places its key only now.
+                    let refused = self.with_routes(|r| match op.routed_by(uid, r) {
+                        Some(place) => Self::refused_answer(r, place, reply.owner.as_ref()),
+                        None => Some(format!("answered for {} but sent no route table", op.subject(uid))),
+                    });
                     let Some(why) = refused else {
                         return Ok((reply.value, reply.owner.as_ref().map(Owner::from)));
                     };
@@ -454,14 +469,14 @@ impl Client {
                     self.learn_routes_elsewhere(addr, timeout).await;
                 }
                 pb::Outcome::NotOwner => {
-                    state.last = format!("{addr}: not the owner of uid {uid}");
+                    state.last = format!("{addr}: not the owner of {}", op.subject(uid));
                     // The reply's table or map changed the route, or another server's may.
                     if changed || self.learn_routes_elsewhere(addr, timeout).await {
-                        tracing::debug!(%uid, %addr, "not owner; resending with the new route table");
+                        tracing::debug!(?place, %addr, "not owner; resending with the new route table");
                         continue;
                     }
                 }
-                pb::Outcome::NotReady => state.last = format!("{addr}: owner of uid {uid} is not ready"),
+                pb::Outcome::NotReady => state.last = format!("{addr}: owner of {} is not ready", op.subject(uid)),
                 // Only batch replies say EXHAUSTED (a single fetch is refused with a status);
                 // from a single call it breaks the contract like the outcomes below.
                 pb::Outcome::Ok | pb::Outcome::Unspecified | pb::Outcome::Exhausted => {

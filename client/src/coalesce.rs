@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::batch::{Items, MAX_UIDS_PER_RPC};
 use crate::client::{Client, Counted, Fetched};
 use crate::error::{ClientError, FailureKind};
-use crate::routing::target_addr;
+use crate::routing::target_of;
 
 /// What a [`Coalescer`] has sent so far (uid and key batches; ids are counted apart): callers per
 /// batch is the figure to watch when tuning [`CoalescerConfig`] — a batch costs both sides about
@@ -221,11 +221,11 @@ impl Coalescer {
     async fn enqueue(&self, item: Item) -> Result<Fetched, ClientError> {
         let deadline = Instant::now() + self.client.config().deadline;
         let joined = self.client.with_routes(|routes| {
-            let uid = match &item {
-                Item::Uid(uid) => *uid,
-                Item::Key(key) => seqsvr_proto::keys::position(key, routes.uid_limit().unwrap_or(1)),
+            let place = match &item {
+                Item::Uid(uid) => Some(*uid),
+                Item::Key(key) => routes.key_place(key),
             };
-            let target = target_addr(routes, uid, &self.client.inner.seeds, |n| self.client.random_index(n))?;
+            let target = target_of(routes, place, &self.client.inner.seeds, |n| self.client.random_index(n))?;
             self.join(target.addr, item, deadline)
         })?;
         let unanswered = || {

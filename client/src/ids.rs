@@ -42,7 +42,9 @@ impl Client {
         Ok(self.next_ids(1).await?.ids[0])
     }
 
-    /// `count` (1 to 4,096) time-ordered ids from one AllocSvr, in increasing order.
+    /// `count` (1 to 4,096) time-ordered ids from one AllocSvr, in increasing order. A count above
+    /// what one call can be handed under the cluster's layout ([`IdLayout::most_ids_per_call`]:
+    /// 4,096 for Twitter's and Sonyflake's) is refused by the AllocSvr as `InvalidArgument`.
     pub async fn next_ids(&self, count: u32) -> Result<Ids, ClientError> {
         if count == 0 || count > MAX_IDS_PER_CALL {
             return Err(ClientError::failed(
@@ -134,11 +136,16 @@ fn unpack(reply: pb::NextIdsReply, count: u32, addr: String) -> Result<Ids, Clie
 }
 
 /// The waiters of [`crate::Coalescer::next_id`]: callers of any uid share one queue, since any
-/// AllocSvr answers for ids. A drain task takes up to [`MAX_IDS_PER_CALL`] of them into one
-/// `NextIds`, under the same policy as the seq batches (a lone caller goes out at once; while
-/// batches are in flight the next waits for `busy_batch` callers).
+/// AllocSvr answers for ids. A drain task takes up to as many of them as one call can be handed
+/// (at most [`MAX_IDS_PER_CALL`], fewer under a layout with few sequence bits and long ticks:
+/// [`IdLayout::most_ids_per_call`]) into one `NextIds`, under the same policy as the seq batches
+/// (a lone caller goes out at once; while batches are in flight the next waits for `busy_batch`
+/// callers).
 #[derive(Debug, Default)]
 pub(crate) struct IdQueue {
+    /// The most ids one call can be handed under the layout of the last reply; 0 before one
+    /// came, when [`FEWEST_PER_CALL`] is sent at most.
+    most_per_call: std::sync::atomic::AtomicU32,
     waiting: std::sync::Mutex<Vec<IdWaiter>>,
     wake: tokio::sync::Notify,
     in_flight: std::sync::atomic::AtomicUsize,
@@ -152,7 +159,21 @@ struct IdWaiter {
     reply: tokio::sync::oneshot::Sender<Result<u64, ClientError>>,
 }
 
+/// Ids one call is handed under any valid layout: 2 a tick (one sequence bit) over the clock's
+/// tick and one borrowed (ticks are at most a second, borrowing reaches a second ahead). A batch
+/// sent before the layout is known is no larger, so that no caller of one id is refused as if it
+/// had asked for too many.
+const FEWEST_PER_CALL: u32 = 4;
+
 impl IdQueue {
+    /// The most callers one `NextIds` may carry now.
+    fn most_per_call(&self) -> usize {
+        match self.most_per_call.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => FEWEST_PER_CALL as usize,
+            n => n as usize,
+        }
+    }
+
     fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<IdWaiter>> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -201,11 +222,11 @@ impl IdQueue {
 /// Takes waiting id callers off the queue in batches until the queue is closed.
 async fn drain_ids(client: Client, q: std::sync::Arc<IdQueue>, (_, busy, max_in_flight): (usize, usize, usize)) {
     use std::sync::atomic::Ordering;
-    let max = MAX_IDS_PER_CALL as usize;
     loop {
         if q.closed.load(Ordering::Acquire) {
             return;
         }
+        let max = q.most_per_call();
         let batch = {
             let mut waiting = q.waiting();
             let running = q.in_flight.load(Ordering::Acquire);
@@ -224,7 +245,7 @@ async fn drain_ids(client: Client, q: std::sync::Arc<IdQueue>, (_, busy, max_in_
         q.in_flight.fetch_add(1, Ordering::AcqRel);
         let (client, q) = (client.clone(), q.clone());
         tokio::spawn(async move {
-            serve_ids(&client, batch).await;
+            serve_ids(&client, &q, batch).await;
             q.in_flight.fetch_sub(1, Ordering::AcqRel);
             q.wake.notify_one();
         });
@@ -232,7 +253,7 @@ async fn drain_ids(client: Client, q: std::sync::Arc<IdQueue>, (_, busy, max_in_
 }
 
 /// One `NextIds` for a batch of callers; each gets its own id, in the order they joined.
-async fn serve_ids(client: &Client, batch: Vec<IdWaiter>) {
+async fn serve_ids(client: &Client, q: &IdQueue, batch: Vec<IdWaiter>) {
     let now = Instant::now();
     let (live, expired): (Vec<IdWaiter>, Vec<IdWaiter>) = batch.into_iter().partition(|w| w.deadline > now);
     for w in expired {
@@ -246,6 +267,8 @@ async fn serve_ids(client: &Client, batch: Vec<IdWaiter>) {
     }
     match client.next_ids(live.len() as u32).await {
         Ok(got) => {
+            let most = got.layout.most_ids_per_call();
+            q.most_per_call.store(most, std::sync::atomic::Ordering::Relaxed);
             for (w, id) in live.into_iter().zip(got.ids) {
                 let _ = w.reply.send(Ok(id));
             }

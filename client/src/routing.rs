@@ -10,6 +10,10 @@
 //! the map lists for that set, and the reply carries that set's table. So seeds in one set are
 //! enough: the other sets are found through the map (see `map`).
 //!
+//! A counter key is routed by its position in the uid space, which needs the space's size: a
+//! client that knows neither a table nor the map asks a seed, and checks the answer against the
+//! key's position once the reply taught it the size (never against a stand-in uid).
+//!
 //! Deliberately left out: learning routes or the map from StoreSvrs. The data plane hands both
 //! out on demand, which keeps the client independent of the control plane.
 
@@ -79,6 +83,13 @@ impl RouteSet {
     pub fn section_size(&self) -> Option<u64> {
         let from_map = || self.map.as_ref().map(|m| m.section_size());
         self.tables().next().map(|t| t.section_size()).or_else(from_map)
+    }
+
+    /// Where counter key `key` lives: its position under the uid space's size, `None` while that
+    /// is unknown (a fresh client, before its first reply). Never a stand-in such as uid 0: an
+    /// answer checked against another uid's section would be refused, and its value lost.
+    pub(crate) fn key_place(&self, key: &str) -> Option<Uid> {
+        self.uid_limit().map(|limit| seqsvr_proto::keys::position(key, limit))
     }
 
     /// The set the map gives `uid`'s section to.
@@ -249,6 +260,24 @@ pub(crate) fn target_addr<'a>(
         None => seeds.next(),
     };
     Ok(Target { addr, version: 0 })
+}
+
+/// [`target_addr`] of a place that may not be known yet: a counter key cannot be placed before
+/// the uid space's size is ([`RouteSet::key_place`]), and then a seed is asked — the server places
+/// the key itself, and its reply brings the table and the map.
+pub(crate) fn target_of<'a>(
+    routes: &'a RouteSet,
+    place: Option<Uid>,
+    seeds: &'a Seeds,
+    pick: impl FnOnce(usize) -> usize,
+) -> Result<Target<'a>, ClientError> {
+    match place {
+        Some(uid) => target_addr(routes, uid, seeds, pick),
+        None => Ok(Target {
+            addr: seeds.next(),
+            version: 0,
+        }),
+    }
 }
 
 /// Seed addresses, handed out round-robin so that one dead seed does not stall every retry.

@@ -239,3 +239,35 @@ async fn concurrent_id_callers_share_next_ids_calls_and_each_gets_its_own_id() {
         a.state.id_counts.lock().unwrap()
     );
 }
+
+/// Under a layout of 4 ids a tick of a second one call can be handed at most 8 ids, and the
+/// AllocSvr refuses a larger count as bad input: the coalescer must not put more of its callers
+/// into one NextIds than the layout serves (each caller asked for one id, which is no bad input).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_callers_are_batched_no_larger_than_the_layout_serves() {
+    let a = FakeAlloc::start().await;
+    a.set_routes(table(1, &[(0, 10, &a.addr)]));
+    a.state.delay_ms.store(20, Ordering::SeqCst);
+    let small = seqsvr_proto::id_layout::IdLayout {
+        tick_ms: 1_000,
+        epoch_ms: 0,
+        slot_bits: 4,
+        seq_bits: 2,
+    };
+    *a.state.id_layout.lock().unwrap() = Some(small);
+    let coalescer = Arc::new(Coalescer::new(client_for(&a.addr).await, CoalescerConfig::default()).unwrap());
+    let callers: Vec<_> = (0..100)
+        .map(|_| {
+            let c = coalescer.clone();
+            tokio::spawn(async move { c.next_id().await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for c in callers {
+        ids.push(c.await.unwrap().expect("every caller gets an id"));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=100).collect::<Vec<u64>>(), "each caller got a distinct id");
+    let counts = a.state.id_counts.lock().unwrap().clone();
+    assert!(counts.iter().all(|&n| n <= 8), "{counts:?}");
+}

@@ -367,3 +367,64 @@ async fn a_set_without_seeds_is_reached_through_the_map() {
         "and its table was learned"
     );
 }
+
+/// Fake B as set 1's AllocSvr, serving sections [1, 10), under a map that gives section 0 (uid 0's)
+/// to set 0, whose AllocSvr is not up; and two keys whose positions (under the fakes' uid limit of
+/// 1,000) are in set 1's sections.
+async fn set_1_serving_keys() -> (FakeAlloc, Vec<String>) {
+    use seqsvr_proto::pb;
+    let b = FakeAlloc::start().await;
+    let mut b_table = table(1, &[(0, 1, ""), (1, 10, &b.addr)]);
+    b_table.set_id = 1;
+    b_table.entries[1].set_id = 1;
+    b.set_routes(b_table);
+    let mut map = cluster_map(5, 0, &[&dead_addr().await]);
+    map.sets.push(pb::SetInfo {
+        set_id: 1,
+        stores: vec![],
+        allocsvrs: vec![b.addr.clone()],
+    });
+    let range = |section_begin, section_end, set_id| pb::MapRange {
+        section_begin,
+        section_end,
+        set_id,
+    };
+    map.ranges = vec![range(0, 1, 0), range(1, 10, 1)];
+    *b.state.map.lock().unwrap() = Some(map);
+    let keys = (0..)
+        .map(|i| format!("orders-{i}"))
+        .filter(|k| seqsvr_proto::keys::position(k, 1_000).0 >= 100)
+        .take(2)
+        .collect();
+    (b, keys)
+}
+
+/// A fresh client knows no uid limit, so it cannot place a key and asks its seed. The seed owns
+/// the key's section in set 1 while the map gives uid 0's section to set 0: its answer is
+/// correct and must be taken, not checked as if it were for uid 0 and refused (the value burned).
+#[tokio::test]
+async fn a_fresh_clients_first_counter_next_takes_the_owners_answer() {
+    let (b, keys) = set_1_serving_keys().await;
+    let fresh = Client::new(config(&[&b.addr])).unwrap();
+    let got = fresh.counter_next(&keys[0]).await.unwrap();
+    assert_eq!(got.value, 1, "the first answer was taken, not burned");
+    assert_eq!(b.state.counter_rpcs.load(Ordering::SeqCst), 1);
+    assert_eq!(got.owner.map(|o| o.set_id), Some(1));
+}
+
+/// The same through a batch (`counter_batch`, and the coalescer's counter calls, which send batches).
+#[tokio::test]
+async fn a_fresh_clients_first_counter_batch_takes_the_owners_answer() {
+    let (b, keys) = set_1_serving_keys().await;
+    let fresh = Client::new(config(&[&b.addr])).unwrap();
+    let got = fresh.counter_batch(&[&keys[0], &keys[1]]).await.unwrap();
+    let values: Vec<u64> = got.iter().map(|r| r.as_ref().unwrap().value).collect();
+    assert_eq!(values, [1, 1], "the first answers were taken, not burned");
+    assert_eq!(b.state.counter_rpcs.load(Ordering::SeqCst), 1);
+    // Each answer checked against its key's own section: its owner found, and allowed by the map.
+    let sets: Vec<Option<u64>> = got
+        .iter()
+        .map(|r| r.as_ref().unwrap().owner.map(|o| o.set_id))
+        .collect();
+    assert_eq!(sets, [Some(1), Some(1)], "the owners of the keys' sections");
+}

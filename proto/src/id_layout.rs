@@ -97,6 +97,18 @@ impl IdLayout {
         1 << self.seq_bits
     }
 
+    /// Most ids one `NextIds` can ever be handed under this layout: they come from one slot, from
+    /// the clock's tick and the ticks borrowed ahead of it ([`crate::limits::ID_BORROW_MS`]), so
+    /// `ids_per_tick × (ID_BORROW_MS / tick_ms + 1)`, and never more than
+    /// [`crate::limits::MAX_IDS_PER_CALL`]. Twitter's and Sonyflake's layouts reach the latter;
+    /// the least any valid layout allows is 4 (one sequence bit, ticks of a second).
+    pub fn most_ids_per_call(&self) -> u32 {
+        use crate::limits::{ID_BORROW_MS, MAX_IDS_PER_CALL};
+        let ticks = ID_BORROW_MS / self.tick_ms.max(1) + 1;
+        let most = self.ids_per_tick().saturating_mul(ticks);
+        most.min(u64::from(MAX_IDS_PER_CALL)) as u32
+    }
+
     /// The Unix millisecond at which the time field runs out (its last tick ends).
     pub fn end_ms(&self) -> u64 {
         let span = (self.max_tick() as u128 + 1) * self.tick_ms as u128;
@@ -363,6 +375,26 @@ mod tests {
         for bad in ["", "10/12", "a/12/1", "10/12/1/1", "99/1/1"] {
             assert!(bad.parse::<LayoutShape>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn one_call_is_handed_at_most_the_clocks_tick_and_the_borrowed_ones() {
+        let shape = |slot_bits, seq_bits, tick_ms| IdLayout {
+            tick_ms,
+            epoch_ms: 0,
+            slot_bits,
+            seq_bits,
+        };
+        let most = |l: IdLayout| l.most_ids_per_call();
+        // 4,096 × 1,001 ticks and 256 × 101 ticks: the wire's limit.
+        assert_eq!(most(IdLayout::twitter(0)), 4_096);
+        assert_eq!(most(IdLayout::sonyflake(0)), 4_096);
+        // 4 a tick of a second, one tick borrowed; the least any valid layout allows.
+        assert_eq!(most(shape(4, 2, 1_000)), 8);
+        assert_eq!(most(shape(20, 1, 1_000)), 4);
+        // 2 a tick of 10 ms, 100 borrowed; and sequence bits that would overflow a product.
+        assert_eq!(most(shape(10, 1, 10)), 202);
+        assert_eq!(most(shape(1, 61, 1)), 4_096);
     }
 
     #[test]

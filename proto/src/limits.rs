@@ -86,6 +86,13 @@ pub const MAX_UIDS_PER_BATCH: usize = 1_000;
 /// tick of Twitter's 4,096 — so one call never borrows more than a few ticks ahead of the clock.
 pub const MAX_IDS_PER_CALL: u32 = 4_096;
 
+/// How far ahead of its clock an AllocSvr hands out ids, at most: when a tick's sequence numbers
+/// run out the next tick is borrowed, up to this far (the AllocSvr's `ids::MAX_BORROW`, asserted
+/// equal there). So one call is handed at most the ids of the clock's tick and of the ticks this
+/// allows ahead of it ([`crate::id_layout::IdLayout::most_ids_per_call`]): a larger count could
+/// never be served, however long it waited.
+pub const ID_BORROW_MS: u64 = 1_000;
+
 /// Most seqs in one block (`Reserve`). A block is also bounded by the set's `step`: one bump
 /// raises a ceiling by a step, so a block of at most a step is served after at most one bump,
 /// and no caller can make a section bump several steps at once (`MAX_BUMP_STEPS` of the store).
@@ -96,6 +103,16 @@ pub const MAX_BLOCK: u32 = 1_000_000;
 /// Most slot items in one `RaiseMarks`: all slots of one set's share, which an AllocSvr never
 /// approaches (it holds one).
 pub const MAX_RAISE_ITEMS: usize = 1_024;
+
+/// Most time-ordered id slots one set leases (`--id-slots-per-set`). Every replica of every set
+/// holds a record of 24 bytes per slot of its share (holder, epoch, mark) in its state machine and
+/// in every snapshot (up to 30 bytes in postcard), scans the share on every renewal it answers and
+/// every arbiter tick, and allocates the whole share when it applies the setup, which is a log
+/// entry: an unbounded share (2^33 slots is 192 GiB) would crash-loop every replica on that entry.
+/// 65,536 is Sonyflake's whole layout (16 slot bits) in one set: 1.5 MiB of state, a scan of a
+/// few tens of microseconds, and 256 times the default share of 64. More slots than that serve
+/// more sets, not bigger ones.
+pub const MAX_ID_SLOTS_PER_SET: u64 = 1 << 16;
 
 /// Most bytes of an encoded cluster map a set keeps as its cached copy (`PublishMap`): one Raft
 /// command, and handed out whole in data-plane replies to callers that are behind. A map of 64

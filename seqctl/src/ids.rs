@@ -17,6 +17,8 @@ use crate::{Cli, EXIT_FAILED, Failure, store_client, store_seeds, table};
 #[derive(Subcommand, Debug)]
 pub(crate) enum IdCmd {
     /// N (default 1, at most 4096) time-ordered ids, unique in the whole cluster (needs --alloc).
+    /// A layout with few sequence bits and long ticks allows fewer in one call (8 for 2 bits and
+    /// 1 s ticks); more is refused as bad input (exit code 2), naming the limit.
     Next {
         #[arg(default_value_t = 1)]
         count: u32,

@@ -11,6 +11,7 @@ use crate::domain::slots::SlotCommand;
 use clap::Parser;
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
+use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::params::SetParams;
 use seqsvr_server::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
@@ -109,8 +110,9 @@ pub struct Config {
     pub id_epoch_ms: u64,
 
     /// Time-ordered ids: slots each set leases; set K has [K × N, (K + 1) × N), so the layout's
-    /// slots bound the number of sets (Twitter's 1,024 slots: 16 sets of 64). An AllocSvr holds
-    /// one. Set 0 only, like --id-layout.
+    /// slots bound the number of sets (Twitter's 1,024 slots: 16 sets of 64). At most 65,536
+    /// (every replica holds each slot of its set's share in memory, 24 bytes a slot). An AllocSvr
+    /// holds one or more. Set 0 only, like --id-layout.
     #[arg(long, default_value_t = 64)]
     pub id_slots_per_set: u64,
 
@@ -260,11 +262,14 @@ impl Config {
         layout
             .validate(now_ms)
             .map_err(|e| format!("--id-layout/--id-epoch-ms: {e}"))?;
-        if self.id_slots_per_set == 0 || self.id_slots_per_set > layout.slots() {
+        // The layout's slots bound the share, and so does what a replica holds per slot.
+        let most = layout.slots().min(MAX_ID_SLOTS_PER_SET);
+        if self.id_slots_per_set == 0 || self.id_slots_per_set > most {
             return Err(format!(
-                "--id-slots-per-set must be in 1..={} (the layout's {} slot bits)",
+                "--id-slots-per-set must be in 1..={most} (the layout's {} slot bits make {} slots; a set \
+                 leases at most {MAX_ID_SLOTS_PER_SET}, each held in every replica's memory)",
+                layout.slot_bits,
                 layout.slots(),
-                layout.slot_bits
             ));
         }
         // An AllocSvr keeps its marks a 2 s window ahead of its clock; the allowance must leave
@@ -399,5 +404,27 @@ mod tests {
             let e = check(extra).expect_err(flag);
             assert!(e.contains(flag), "{extra:?}: {e}");
         }
+    }
+
+    /// A layout of 33 slot bits passes the layout's own rules (29 time bits of 1 s last 17 years),
+    /// so only the bound on a set's share stops 2^33 slots a set, which every replica would try to
+    /// allocate when it applies the setup.
+    #[test]
+    fn slots_per_set_are_bounded_by_memory_not_only_by_the_layout() {
+        let wide = ["--id-layout", "33/1/1000", "--id-slots-per-set"];
+        for too_many in ["8589934592", "65537"] {
+            let e = check(&[&wide[..], &[too_many]].concat()).expect_err(too_many);
+            assert!(
+                e.contains("--id-slots-per-set") && e.contains("65536"),
+                "{too_many}: {e}"
+            );
+        }
+        assert_eq!(check(&[&wide[..], &["65536"]].concat()), Ok(()));
+        assert_eq!(
+            check(&["--id-layout", "sonyflake", "--id-slots-per-set", "65536"]),
+            Ok(())
+        );
+        let e = check(&["--id-slots-per-set", "2048"]).expect_err("past Twitter's 1,024 slots");
+        assert!(e.contains("1..=1024"), "{e}");
     }
 }

@@ -4,7 +4,8 @@
 //! answers NOT_OWNER (with its table when the caller's is older) for the rest, and can be told to
 //! answer NOT_READY a number of times, to never answer, to refuse every call with INVALID_ARGUMENT
 //! (or as overloaded a number of times, or as a used-up section), or
-//! to delay every reply. It counts RPCs and records the uids of every batch it receives.
+//! to delay every reply. It counts RPCs and records the uids of every batch it receives. A
+//! counter key is served as the uid at its position (`seqsvr_proto::keys::position`).
 
 #![allow(dead_code)]
 
@@ -55,6 +56,8 @@ pub struct FakeState {
     pub fetch_rpcs: AtomicU64,
     pub get_rpcs: AtomicU64,
     pub batch_rpcs: AtomicU64,
+    /// CounterNext and CounterBatch calls received.
+    pub counter_rpcs: AtomicU64,
     /// The uids of every batch RPC, in arrival order.
     pub batches: Mutex<Vec<Vec<u64>>>,
     /// BatchGet calls received, and the uids and keys of each, in arrival order.
@@ -84,6 +87,9 @@ pub struct FakeState {
     pub id_counts: Mutex<Vec<u32>>,
     /// The next time-ordered id this fake hands out (consecutive, from 1).
     pub next_id: AtomicU64,
+    /// The id layout NextIds replies name (Twitter's when unset); a count above what one call can
+    /// be handed under it is refused as INVALID_ARGUMENT, as the AllocSvr does.
+    pub id_layout: Mutex<Option<seqsvr_proto::id_layout::IdLayout>>,
 }
 
 /// A running fake server; stopped when dropped.
@@ -246,6 +252,21 @@ impl FakeState {
         }
     }
 
+    /// [`Self::decide`] of a key's next value, placed as the server places it: at its position
+    /// under the fake's own table (NOT_OWNER without one).
+    fn decide_key(&self, key: &[u8]) -> Result<Decision, Status> {
+        let key = seqsvr_proto::keys::check_key(key).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let limit = self.routes.lock().unwrap().as_ref().map(|t| t.uid_limit);
+        match limit {
+            Some(limit) => self.decide(seqsvr_proto::keys::position(key, limit).0, true),
+            None => Ok(Decision {
+                outcome: pb::Outcome::NotOwner,
+                seq: 0,
+                owner: None,
+            }),
+        }
+    }
+
     fn decide(&self, uid: u64, consume: bool) -> Result<Decision, Status> {
         let table = self.routes.lock().unwrap().clone();
         let Some(table) = table else {
@@ -333,9 +354,26 @@ impl AllocService for Svc {
         Err(Status::unimplemented("the fake AllocSvr serves no blocks"))
     }
 
-    /// Counters, like blocks, are the real AllocSvr's to test (sim/e2e).
-    async fn counter_next(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
-        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+    /// A key is served as the uid at its position (the fake keeps no names): enough to test how
+    /// the client routes keys and checks the answers. Reserve and Get of a key are the real
+    /// AllocSvr's to test (sim/e2e).
+    async fn counter_next(&self, req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
+        let s = &self.0;
+        s.counter_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
+        let req = req.into_inner();
+        let d = s.decide_key(&req.key)?;
+        let (route_version, routes) = s.routes_for(req.route_version);
+        Ok(Response::new(pb::CounterReply {
+            outcome: d.outcome as i32,
+            value: d.seq,
+            route_version,
+            routes,
+            owner: d.owner,
+            map_version,
+            map,
+        }))
     }
 
     async fn counter_reserve(&self, _req: Request<pb::CounterRequest>) -> Result<Response<pb::CounterReply>, Status> {
@@ -346,11 +384,33 @@ impl AllocService for Svc {
         Err(Status::unimplemented("the fake AllocSvr serves no counters"))
     }
 
+    /// As `counter_next`, for each key.
     async fn counter_batch(
         &self,
-        _req: Request<pb::CounterBatchRequest>,
+        req: Request<pb::CounterBatchRequest>,
     ) -> Result<Response<pb::CounterBatchReply>, Status> {
-        Err(Status::unimplemented("the fake AllocSvr serves no counters"))
+        let s = &self.0;
+        s.counter_rpcs.fetch_add(1, Ordering::SeqCst);
+        s.gate().await?;
+        let (map_version, map) = s.map_for(req.metadata());
+        let req = req.into_inner();
+        let mut reply = pb::CounterBatchReply::default();
+        for key in &req.keys {
+            let d = s.decide_key(key)?;
+            reply.outcomes.push(d.outcome as i32);
+            reply.values.push(d.seq);
+            if let Some(o) = d.owner
+                && !reply.owners.iter().any(|x| x.section == o.section)
+            {
+                reply.owners.push(o);
+            }
+        }
+        let (route_version, routes) = s.routes_for(req.route_version);
+        reply.route_version = route_version;
+        reply.routes = routes;
+        reply.map_version = map_version;
+        reply.map = map;
+        Ok(Response::new(reply))
     }
 
     async fn get_cur_seq(&self, req: Request<pb::GetCurSeqRequest>) -> Result<Response<pb::GetCurSeqReply>, Status> {
@@ -379,11 +439,22 @@ impl AllocService for Svc {
         s.gate().await?;
         let count = req.into_inner().count;
         s.id_counts.lock().unwrap().push(count);
+        let layout = s
+            .id_layout
+            .lock()
+            .unwrap()
+            .unwrap_or(seqsvr_proto::id_layout::IdLayout::twitter(0));
+        if count > layout.most_ids_per_call() {
+            return Err(Status::invalid_argument(format!(
+                "count must be at most {}",
+                layout.most_ids_per_call()
+            )));
+        }
         let first = s.next_id.fetch_add(u64::from(count), Ordering::SeqCst) + 1;
         s.slow_reply().await;
         Ok(Response::new(pb::NextIdsReply {
             runs: vec![pb::IdRun { first, count }],
-            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
+            layout: Some(layout.to_pb()),
             set_id: 0,
             slot_epoch: 1,
         }))

@@ -15,11 +15,16 @@
 //!   command, so every replica decides alike) is refused: one bad clock cannot push a slot's ids
 //!   years ahead.
 //!
+//! A setup is refused, before anything is allocated, when its layout's bits do not fit or its
+//! share is above `MAX_ID_SLOTS_PER_SET` (`seqsvr_proto::limits`): it is a log entry, and one that
+//! allocated without a bound would crash every replica that applies it, again at every restart.
+//!
 //! Left out: who should hold which slot (`plan_grants`, run by the arbiter on the leader), issuing
 //! (the AllocSvr's `issuer`), and slot ranges that move between sets (a set's share is fixed by
 //! its id).
 
 use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::{Epoch, Incarnation};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,6 +213,17 @@ fn setup(
                 s.layout, s.per_set, s.max_ahead_ms
             )),
         };
+    }
+    // A setup is a log entry every replica applies: whatever it says, it must be refused here,
+    // before the share is allocated, and alike on every replica (no clock, no host limit).
+    if let Err(e) = IdLayout::from_pb(&layout.to_pb()) {
+        return Err(e.to_string());
+    }
+    if per_set > MAX_ID_SLOTS_PER_SET {
+        return Err(format!(
+            "{per_set} slots a set: at most {MAX_ID_SLOTS_PER_SET} slots a set (every replica holds each \
+             slot of its share in memory)"
+        ));
     }
     let slots = layout.slots();
     let first = set_id
@@ -510,6 +526,52 @@ mod tests {
             panic!()
         };
         assert!(why.contains("cannot change"), "{why}");
+    }
+
+    /// A setup is an entry every replica applies, and one that allocated without a bound would
+    /// crash-loop them all on it: a share above the bound, or a layout whose bits do not fit, is
+    /// refused before anything is allocated. The first case is ordered first on purpose: today's
+    /// code would allocate 2^17 slots (3 MiB) and fail the assertion, not try 192 GiB.
+    #[test]
+    fn a_setup_above_the_slot_bound_is_refused_before_allocating() {
+        let wide = |slot_bits| IdLayout {
+            tick_ms: 1_000,
+            epoch_ms: 0,
+            slot_bits,
+            seq_bits: 1,
+        };
+        let cases = [
+            (wide(33), 1 << 17, "at most 65536 slots a set"),
+            (wide(33), 1 << 33, "at most 65536 slots a set"),
+            (wide(70), 4, "slot and sequence bits"),
+            (wide(62), 4, "slot and sequence bits"),
+        ];
+        for (layout, per_set, why) in cases {
+            let setup = SlotCommand::Setup {
+                layout,
+                per_set,
+                max_ahead_ms: 5_000,
+            };
+            let mut ids = None;
+            let got = apply(&mut ids, 0, &setup, &live(&[]));
+            let SlotResult::Refused(msg) = got else {
+                panic!("{per_set} slots of {layout:?} were set up")
+            };
+            assert!(msg.contains(why), "{msg}");
+            assert_eq!(ids, None);
+            assert_eq!(setup_refusal(0, &setup), Some(msg));
+        }
+        // The bound itself is a valid share.
+        let mut ids = None;
+        let at_bound = SlotCommand::Setup {
+            layout: wide(33),
+            per_set: seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET,
+            max_ahead_ms: 5_000,
+        };
+        assert_eq!(
+            apply(&mut ids, 1, &at_bound, &live(&[])),
+            SlotResult::SetUp { fresh: true }
+        );
     }
 
     #[test]
