@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
+use crate::raft::clocks::PeerClocks;
 use crate::raft::identity::Identity;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft::types::{Node, Raft};
@@ -98,6 +99,7 @@ async fn start_raft(
     config: &Config,
     tls: Option<Arc<Tls>>,
     identity: Arc<Identity>,
+    clocks: Arc<PeerClocks>,
     log_store: LogStore,
     sm: StateMachineStore,
 ) -> Result<Raft, StartError> {
@@ -117,6 +119,7 @@ async fn start_raft(
         dial: Arc::new(config.dial_map()),
         tls,
         identity: identity.clone(),
+        clocks,
     };
     let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
         .await
@@ -259,7 +262,16 @@ impl StoreNode {
         } else {
             identity
         });
-        let raft = start_raft(&config, tls.clone(), identity.clone(), opened.log_store, opened.sm).await?;
+        let clocks = Arc::new(PeerClocks::default());
+        let raft = start_raft(
+            &config,
+            tls.clone(),
+            identity.clone(),
+            clocks.clone(),
+            opened.log_store,
+            opened.sm,
+        )
+        .await?;
         maybe_bootstrap(&config, tls.as_deref(), &raft, &identity).await?;
         let listen_error = |source| StartError::Listen {
             addr: config.listen,
@@ -276,6 +288,8 @@ impl StoreNode {
             state,
             config,
             identity,
+            clocks,
+            clock_warned: Mutex::new(None),
             view: Mutex::new(Default::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),
