@@ -247,6 +247,13 @@ impl StoreNode {
     /// Opens storage, starts Raft and serves on `config.listen`.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate().map_err(StartError::Config)?;
+        if config.test_clock_offset_ms != 0 {
+            tracing::warn!(
+                offset_ms = config.test_clock_offset_ms,
+                "TEST: this replica's wall clock is offset"
+            );
+            crate::config::set_test_clock_offset_ms(config.test_clock_offset_ms);
+        }
         let tls = config.tls.load(Some(Role::StoreSvr))?.map(Arc::new);
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
