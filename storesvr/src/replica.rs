@@ -135,7 +135,8 @@ impl ReplicaState {
     /// Whether this replica leads now, by openraft's last metrics (no round trip: for answers
     /// that are safe from any committed state and only want the leader's clock).
     pub(crate) fn leads(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
+        let watch = self.raft.metrics();
+        let m = watch.borrow();
         m.state == openraft::ServerState::Leader && m.current_leader == Some(self.node_id)
     }
 
