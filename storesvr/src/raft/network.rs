@@ -222,9 +222,10 @@ impl RaftPeerService {
         );
         let mut reply = tonic::Response::new(reply);
         // The answering replica's wall clock, for the leader's comparison of clocks (`clocks`).
-        if let Ok(v) = crate::config::unix_now_ms().to_string().parse() {
-            reply.metadata_mut().insert(CLOCK_HEADER, v);
-        }
+        reply.metadata_mut().insert(
+            CLOCK_HEADER,
+            tonic::metadata::AsciiMetadataValue::from(crate::config::unix_now_ms()),
+        );
         Ok(reply)
     }
 }
