@@ -154,9 +154,11 @@ impl Inner {
             (None, Some(lag)) => warn!(
                 lag_ms = lag,
                 max_ahead_ms = self.max_ahead_ms,
-                "this host's clock is behind the store leader's by more than the allowance: issuing no ids"
+                "this host's clock is behind the store's (its StoreSvrs' quorum clock) by more than the \
+                 allowance: this host is the one that is off (unless the store leader could not compare, see \
+                 storesvr_clock_skew_ms); issuing no ids"
             ),
-            (Some(_), None) => info!("this host's clock agrees with the store leader's again: issuing ids"),
+            (Some(_), None) => info!("this host's clock agrees with the store's again: issuing ids"),
             _ => {}
         }
         self.lagging_ms
