@@ -1,6 +1,7 @@
 //! The StoreService's side of time-ordered ids, sans-IO like the rest of `protocol`: setting a
 //! set's ids up, the arbiter's slot grants, what a renewal tells a holder about its slots, and the
-//! fenced `RaiseMarks` write.
+//! fenced `RaiseMarks` write (capped at the leader's clock plus the allowance), or the answer
+//! without a write when it would change no mark.
 //!
 //! Set 0 sets its ids up from its own flags; every other set adopts set 0's setup from the
 //! published cluster map, so that all sets issue under one layout and disjoint slot shares. A set
