@@ -69,8 +69,10 @@ pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb
             Err(NoIds::ClockLagging(ms)) => {
                 shared.metrics().ids_refused_clock_lagging.increment(1);
                 return Err(Error::Unavailable(format!(
-                    "this AllocSvr's clock is {ms} ms behind the store leader's, more than the allowance of {} ms: \
-                     its ids would carry a time that far in the past; ask another AllocSvr",
+                    "this AllocSvr's clock is {ms} ms behind the store's, more than the allowance of {} ms: the store \
+                     stamps with its StoreSvrs' quorum clock, so this host is the one that is off (unless the store \
+                     leader could not compare, see storesvr_clock_skew_ms); its ids would carry a time that far in \
+                     the past; ask another AllocSvr",
                     shared.ids().max_ahead_ms()
                 )));
             }
@@ -140,7 +142,7 @@ fn refused(shared: &AllocState, refusal: Refusal) -> Error {
             Error::Unavailable(format!(
                 "the slot's acknowledged mark (tick {mark}) is below tick {needed}, which this call needs, and \
                  no raise was acknowledged within {} ms (the store is slow or unreachable, or this host's clock \
-                 runs ahead of the store leader's): retry, or ask another AllocSvr",
+                 runs ahead of the store's): retry, or ask another AllocSvr",
                 ID_WAIT.as_millis()
             ))
         }

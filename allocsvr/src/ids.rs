@@ -128,6 +128,8 @@ struct Inner {
     /// the allowance (kept to log the change once).
     lagging_ms: Option<u64>,
     demand: Demand,
+    /// When the raiser last warned of a capped raise.
+    warned_at: Option<tokio::time::Instant>,
 }
 
 impl Inner {
@@ -152,9 +154,11 @@ impl Inner {
             (None, Some(lag)) => warn!(
                 lag_ms = lag,
                 max_ahead_ms = self.max_ahead_ms,
-                "this host's clock is behind the store leader's by more than the allowance: issuing no ids"
+                "this host's clock is behind the store's (its StoreSvrs' quorum clock) by more than the \
+                 allowance: this host is the one that is off (unless the store leader could not compare, see \
+                 storesvr_clock_skew_ms); issuing no ids"
             ),
-            (Some(_), None) => info!("this host's clock agrees with the store leader's again: issuing ids"),
+            (Some(_), None) => info!("this host's clock agrees with the store's again: issuing ids"),
             _ => {}
         }
         self.lagging_ms
@@ -186,6 +190,15 @@ pub enum NoIds {
 
 /// A raise to send: one slot's target under its epoch.
 pub type RaiseWanted = pb::SlotMark;
+
+/// What a RaiseMarks reply did.
+#[derive(Debug, Default)]
+pub struct RaiseReply {
+    /// A mark rose, or a slot was let go: the waiting calls have something new to try.
+    pub progressed: bool,
+    /// The results that said the raise asked past the leader's clock plus the allowance.
+    pub too_far: Vec<pb::RaiseResult>,
+}
 
 /// The node's slots.
 pub struct IdSlots {
@@ -367,19 +380,20 @@ impl IdSlots {
     }
 
     /// Applies a RaiseMarks reply: an acknowledged mark under the slot's epoch widens what it may
-    /// issue; `STALE_EPOCH` means the slot was granted again, so it is dropped. Returns the
-    /// results that said the clock is too far ahead.
+    /// issue; `STALE_EPOCH` means the slot was granted again, so it is dropped. `TOO_FAR_AHEAD`
+    /// says the raise asked past the leader's clock plus the allowance: a store that caps raises
+    /// applied it at that limit, one that refuses them did not, and either way the mark it
+    /// reports is one the slot holds under this holder's epoch, so it is acknowledged as well (a
+    /// holder then issues up to the cap instead of nothing).
+    ///
+    /// Calls waiting for a raise are woken only when a mark rose or a slot was let go: a reply
+    /// that changed nothing would only send them back to ask for the same raise (issue 47).
     ///
     /// `leader_ms` is the leader's clock when it proposed the raise (0: an older leader that does
     /// not say) and `sent` when the raise was sent: from then on every call checks this clock
     /// against the leader's, and one further behind it than the allowance issues nothing until it
     /// catches up.
-    pub fn on_raised(
-        &self,
-        results: &[pb::RaiseResult],
-        leader_ms: u64,
-        sent: tokio::time::Instant,
-    ) -> Vec<pb::RaiseResult> {
+    pub fn on_raised(&self, results: &[pb::RaiseResult], leader_ms: u64, sent: tokio::time::Instant) -> RaiseReply {
         let now_ms = self.now_ms();
         let mut inner = self.lock();
         if leader_ms > 0 {
@@ -390,15 +404,20 @@ impl IdSlots {
             }
             inner.check_lag(now_ms);
         }
-        let mut too_far = Vec::new();
+        let mut reply = RaiseReply::default();
         for r in results {
             let outcome = pb::RaiseOutcome::try_from(r.outcome).unwrap_or(pb::RaiseOutcome::Unspecified);
             match outcome {
-                pb::RaiseOutcome::Applied | pb::RaiseOutcome::NoOp => {
+                pb::RaiseOutcome::Applied | pb::RaiseOutcome::NoOp | pb::RaiseOutcome::TooFarAhead => {
+                    if outcome == pb::RaiseOutcome::TooFarAhead {
+                        reply.too_far.push(*r);
+                    }
                     if let Some(h) = inner.slots.get_mut(&r.slot)
                         && h.epoch == r.epoch
+                        && r.mark > h.issuer.mark()
                     {
                         h.issuer.acknowledged(r.mark);
+                        reply.progressed = true;
                     }
                 }
                 // The slot moved on past the epoch held (a raise sent under an older epoch that
@@ -408,15 +427,31 @@ impl IdSlots {
                         || inner.slots.get(&r.slot).is_some_and(|h| r.epoch > h.epoch);
                     if moved_on && inner.slots.remove(&r.slot).is_some() {
                         info!(slot = r.slot, "id slot granted elsewhere; let go of it");
+                        reply.progressed = true;
                     }
                 }
-                pb::RaiseOutcome::TooFarAhead => too_far.push(*r),
                 pb::RaiseOutcome::Unspecified => warn!(slot = r.slot, "raise result without an outcome"),
             }
         }
         drop(inner);
-        self.raised.notify_waiters();
-        too_far
+        if reply.progressed {
+            self.raised.notify_waiters();
+        }
+        reply
+    }
+
+    /// Whether a warning is due, at most one per `every` (a holder whose clock runs ahead meets a
+    /// capped raise every few hundred ms); notes it as given.
+    pub fn warn_due(&self, every: Duration) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut inner = self.lock();
+        let due = inner
+            .warned_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= every);
+        if due {
+            inner.warned_at = Some(now);
+        }
+        due
     }
 
     /// The store's allowance past its leader's clock (for messages).
@@ -652,5 +687,50 @@ mod tests {
             "the clock agrees again: what is missing now is a raise"
         );
         assert_eq!(slots.raises_due().len(), 1);
+    }
+
+    /// Issue 47, items 7 and 8: a raise capped at the store's limit still acknowledges the mark
+    /// the store holds (committed under this holder's epoch), so the holder issues up to it; a
+    /// reply that raises no mark wakes none of the calls waiting for one.
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_raise_is_served_within_its_mark_and_a_refusal_wakes_nobody() {
+        let clock = IdClock::on_tokio_time(1_800_000_000_000);
+        let slots = IdSlots::new(clock.clone(), UnsafeIssuing::default());
+        slots.apply_renewal(
+            Some(&layout()),
+            3_000,
+            &[pb::SlotGrant {
+                slot: 0,
+                epoch: 1,
+                mark: 0,
+            }],
+        );
+        let now = clock.now_ms();
+        let capped = |mark| pb::RaiseResult {
+            slot: 0,
+            outcome: pb::RaiseOutcome::TooFarAhead as i32,
+            mark,
+            epoch: 1,
+            limit: mark,
+        };
+        // The leader's clock is 1.5 s behind this one: the 2 s window is capped 1.5 s short.
+        slots.on_raised(&[capped(now + 500)], now - 1_500, tokio::time::Instant::now());
+        assert!(slots.issue(1).is_ok(), "issued below the capped mark");
+        // The same answer again raises nothing: a call waiting for a raise is not woken.
+        let waiting = slots.raised.notified();
+        tokio::pin!(waiting);
+        waiting.as_mut().enable();
+        slots.on_raised(&[capped(now + 500)], now - 1_500, tokio::time::Instant::now());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), waiting.as_mut())
+                .await
+                .is_err(),
+            "woken by a reply that raised no mark"
+        );
+        slots.on_raised(&[capped(now + 900)], now - 1_100, tokio::time::Instant::now());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), waiting).await.is_ok(),
+            "a mark rose: the waiting call tries again"
+        );
     }
 }

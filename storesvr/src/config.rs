@@ -200,6 +200,12 @@ pub struct Config {
     /// its owners are provably gone, so the target set may serve while they still do. Breaks P1.
     #[arg(long, hide = true)]
     pub unsafe_skip_move_wait: bool,
+
+    /// TEST ONLY, a clock fault: this replica's wall clock (the one id raises are capped by and
+    /// reported to the followers' leader) runs this many ms off the host's (negative: behind).
+    /// Leases and Raft timing keep the monotonic clock.
+    #[arg(long, hide = true, allow_hyphen_values = true, default_value_t = 0)]
+    pub test_clock_offset_ms: i64,
 }
 
 impl Config {
@@ -331,12 +337,23 @@ impl Config {
     }
 }
 
+/// The test-only offset of [`unix_now_ms`] (`--test-clock-offset-ms`): process-wide, as the host's
+/// clock is; set once at start.
+static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets the process's test clock offset (`--test-clock-offset-ms`).
+pub(crate) fn set_test_clock_offset_ms(ms: i64) {
+    CLOCK_OFFSET_MS.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// This host's wall clock, Unix milliseconds (0 before 1970): the one reading of it the id
-/// checks, the RaiseMarks cap and restores share.
+/// checks, the RaiseMarks cap, the clock replies to peers and restores share.
 pub(crate) fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
+    let host = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_millis() as i64);
+    host.saturating_add(CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed))
+        .max(0) as u64
 }
 
 fn id_addr_map(list: &[IdAddr]) -> BTreeMap<u64, String> {

@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::grpc::admin::AdminSvc;
 use crate::grpc::store::StoreSvc;
+use crate::raft::clocks::PeerClocks;
 use crate::raft::identity::Identity;
 use crate::raft::network::{MAX_PEER_MESSAGE, Network, RaftPeerService};
 use crate::raft::types::{Node, Raft};
@@ -98,6 +99,7 @@ async fn start_raft(
     config: &Config,
     tls: Option<Arc<Tls>>,
     identity: Arc<Identity>,
+    clocks: Arc<PeerClocks>,
     log_store: LogStore,
     sm: StateMachineStore,
 ) -> Result<Raft, StartError> {
@@ -117,6 +119,7 @@ async fn start_raft(
         dial: Arc::new(config.dial_map()),
         tls,
         identity: identity.clone(),
+        clocks,
     };
     let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, sm)
         .await
@@ -244,6 +247,13 @@ impl StoreNode {
     /// Opens storage, starts Raft and serves on `config.listen`.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         config.validate().map_err(StartError::Config)?;
+        if config.test_clock_offset_ms != 0 {
+            tracing::warn!(
+                offset_ms = config.test_clock_offset_ms,
+                "TEST: this replica's wall clock is offset"
+            );
+            crate::config::set_test_clock_offset_ms(config.test_clock_offset_ms);
+        }
         let tls = config.tls.load(Some(Role::StoreSvr))?.map(Arc::new);
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
@@ -259,7 +269,16 @@ impl StoreNode {
         } else {
             identity
         });
-        let raft = start_raft(&config, tls.clone(), identity.clone(), opened.log_store, opened.sm).await?;
+        let clocks = Arc::new(PeerClocks::default());
+        let raft = start_raft(
+            &config,
+            tls.clone(),
+            identity.clone(),
+            clocks.clone(),
+            opened.log_store,
+            opened.sm,
+        )
+        .await?;
         maybe_bootstrap(&config, tls.as_deref(), &raft, &identity).await?;
         let listen_error = |source| StartError::Listen {
             addr: config.listen,
@@ -276,6 +295,8 @@ impl StoreNode {
             state,
             config,
             identity,
+            clocks,
+            clock_warned: Mutex::new(None),
             view: Mutex::new(Default::default()),
             routes: Mutex::new(None),
             frozen_seen: Mutex::new(FrozenSeen::default()),

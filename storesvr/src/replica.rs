@@ -29,6 +29,8 @@ use openraft::error::{CheckIsLeaderError, RaftError};
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the arbiter looks at liveness and ownership.
 pub const ARBITER_TICK: Duration = Duration::from_millis(100);
+/// At most one warning about clocks (a capped raise, a leader's clock off the quorum's) per this.
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// A leader-only call either proceeds or tells the caller where the leader is.
 pub(crate) enum Led<T> {
@@ -43,6 +45,11 @@ pub struct ReplicaState {
     pub(crate) config: Config,
     /// This replica's set, group and node, as every Raft message carries them.
     pub(crate) identity: std::sync::Arc<crate::raft::identity::Identity>,
+    /// The followers' wall clocks as this replica read them while leading (`raft::clocks`).
+    pub(crate) clocks: std::sync::Arc<crate::raft::clocks::PeerClocks>,
+    /// When a clock warning was last logged, and what was left unsaid since: at most one line
+    /// per [`WARN_EVERY`], as a holder asks again every few hundred ms (issue 47).
+    pub(crate) clock_warned: Mutex<Option<(Instant, u64)>>,
     pub(crate) raft: Raft,
     pub(crate) state: SharedState,
     pub(crate) writer: Writer,
@@ -125,6 +132,73 @@ impl ReplicaState {
     /// index is made durable (`Durability::make_durable`), so after a restart the replica must
     /// first replay to the committed index it found on disk: until then a local read could show
     /// an older state than it showed before the crash (P3 on every replica).
+    /// Whether this replica leads now, by openraft's last metrics (no round trip: for answers
+    /// that are safe from any committed state and only want the leader's clock).
+    pub(crate) fn leads(&self) -> bool {
+        let watch = self.raft.metrics();
+        let m = watch.borrow();
+        m.state == openraft::ServerState::Leader && m.current_leader == Some(self.node_id)
+    }
+
+    /// The voters other than this replica.
+    fn other_voters(&self) -> Vec<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config
+            .membership()
+            .voter_ids()
+            .filter(|&id| id != self.node_id)
+            .collect()
+    }
+
+    /// The quorum's clock minus this replica's, from the followers' last replies (`None`: too
+    /// few fresh readings, as on a follower).
+    pub(crate) fn quorum_offset(&self) -> Option<i64> {
+        self.clocks.quorum_offset(&self.other_voters(), Instant::now())
+    }
+
+    /// The clock a raise is stamped with: this leader's own, moved to the quorum's when the
+    /// followers' readings show a majority elsewhere (`raft::clocks`), so that one replica's wrong
+    /// clock does not stop or skew the set's ids. Says so, at most every [`WARN_EVERY`], when
+    /// this clock is off the quorum's by more than half the allowance.
+    pub(crate) fn id_clock_ms(&self, max_ahead_ms: u64) -> u64 {
+        let own = crate::config::unix_now_ms();
+        let Some(offset) = self.quorum_offset() else {
+            return own;
+        };
+        if let Some(why) = crate::raft::clocks::disagreement(offset, max_ahead_ms / 2) {
+            self.warn_clock(&why);
+        }
+        own.saturating_add_signed(offset)
+    }
+
+    /// Logs `why` unless a clock warning was logged less than [`WARN_EVERY`] ago (then counts it).
+    pub(crate) fn warn_clock(&self, why: &str) {
+        let mut warned = self.clock_warned.lock().unwrap_or_else(|e| e.into_inner());
+        match warned.as_mut() {
+            Some((at, unsaid)) if at.elapsed() < WARN_EVERY => *unsaid += 1,
+            _ => {
+                let unsaid = warned.map_or(0, |(_, n)| n);
+                tracing::warn!(similar_since_last = unsaid, "{why}");
+                *warned = Some((Instant::now(), 0));
+            }
+        }
+    }
+
+    /// A raise was capped at this leader's limit: the AllocSvr's clock is ahead of the clock the
+    /// raise was stamped with (the quorum's, or this leader's when it cannot tell).
+    pub(crate) fn raise_capped_warning(&self, incarnation: u64) {
+        let side = match self.quorum_offset() {
+            Some(_) => "the AllocSvr's clock runs ahead of the StoreSvr quorum's",
+            None => {
+                "the AllocSvr's clock runs ahead of this leader's (too few followers answered for a comparison                  with the quorum's: either side may be the wrong one)"
+            }
+        };
+        self.warn_clock(&format!(
+            "capped slot marks of incarnation {incarnation} at the leader's clock plus the allowance: {side};              it issues ids only up to the cap"
+        ));
+    }
+
     pub fn is_restored(&self) -> bool {
         if self.restored.load(Ordering::Acquire) {
             return true;

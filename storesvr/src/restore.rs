@@ -33,7 +33,7 @@ use seqsvr_proto::{NodeId, SectionId};
 use crate::backup;
 use crate::domain::ranges::{RangeRun, RangeState};
 use crate::domain::restore::{
-    LiveMap, LiveMove, Margin, MarginArgs, Raised, check_against_map, choose_margin, restore,
+    LiveMap, LiveMove, Margin, MarginArgs, Raised, RestoreAt, check_against_map, choose_margin, restore,
 };
 use crate::startup::claim_data_dir;
 use crate::storage::kv::{FileKv, KvStore};
@@ -147,18 +147,30 @@ pub async fn run(args: &RestoreArgs) -> Result<String, RestoreFailure> {
         source,
     })?;
     let restored_set = set.params.as_ref().map_or(0, |p| p.set_id);
-    match live_map(args, restored_set).await? {
-        Some(live) => check_against_map(&set, &live)?,
-        None => tracing::warn!("--skip-map-check: the backup is not checked against the cluster map"),
-    }
+    let live_ids = match live_map(args, restored_set).await? {
+        Some(live) => {
+            check_against_map(&set, &live)?;
+            live.ids
+        }
+        None => {
+            tracing::warn!("--skip-map-check: the backup is not checked against the cluster map");
+            None
+        }
+    };
     let step = set.params.as_ref().map_or(0, |p| p.step);
     let margin_args = MarginArgs {
         steps: args.margin_steps,
         max_bumps_per_sec: args.max_bumps_per_sec,
     };
     let margin = choose_margin(step, margin_args, age_of(&header))?;
-    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id), crate::config::unix_now_ms())?;
-    let report = report(args, &header, &margin, &raised);
+    let at = RestoreAt {
+        now_ms: crate::config::unix_now_ms(),
+        taken_at_ms: header.taken_at_unix_ms,
+        live_ids,
+    };
+    let (restored, raised) = restore(&set, margin.seqs, NodeId(args.node_id), &at)?;
+    let unchecked_ids = args.map_from.is_empty() && set.ids.is_none();
+    let report = report(args, &header, &margin, &raised, unchecked_ids);
     if args.dry_run {
         return Ok(format!("DRY RUN, nothing written\n{report}"));
     }
@@ -255,6 +267,7 @@ pub fn live_map_of(reply: &pb::ClusterMapReply) -> LiveMap {
             .iter()
             .filter_map(|h| Some((reply.set_id, held_run(h)?)))
             .collect(),
+        ids: map.ids.as_ref().and_then(crate::domain::slots::setup_from_pb),
     }
 }
 
@@ -360,7 +373,7 @@ async fn write_data_dir(args: &RestoreArgs, data: SmData) -> Result<(), RestoreF
         .map_err(io_err(parent))
 }
 
-fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised) -> String {
+fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised, unchecked_ids: bool) -> String {
     let age = age_of(h).map_or_else(
         |ahead| format!("{ahead} ms in the future"),
         |a| format!("{:.1} s ago", a.as_secs_f64()),
@@ -389,11 +402,24 @@ fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised) -> String {
             r.route_version.0, r.route_version.1, r.last_incarnation.0, r.last_incarnation.1
         ),
     ];
+    if r.ids_adopted {
+        lines.push("time-ordered ids: the backup predates the set's id setup; it takes the live map's setup".into());
+    }
     if let Some(tick) = r.slot_marks_at_least {
         lines.push(format!(
-            "time-ordered ids: every slot mark raised to at least tick {tick} (this clock plus twice the \
-             set's allowance ahead); holders cleared"
+            "time-ordered ids: every slot mark raised to at least tick {tick} (the latest of this clock and \
+             the backup's highest mark, each moved on by the backup's age, plus twice the set's allowance); \
+             holders cleared"
         ));
+    }
+    if unchecked_ids {
+        lines.push(
+            "WARNING: the backup has no time-ordered id setup and --skip-map-check left the live one unread: if \
+             the lost set set its ids up after the backup, restore with --map-from so that the restored set \
+             takes that setup and raises its marks (set 0 would otherwise set up again from its own flags and \
+             issue from mark 0)"
+                .into(),
+        );
     }
     if r.margin == 0 {
         lines.push(

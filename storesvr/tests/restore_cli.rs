@@ -195,3 +195,52 @@ fn a_good_backup_is_restored_once_with_every_ceiling_raised_and_reported() {
     assert_eq!(again.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("is not empty"), "{stderr}");
 }
+
+/// The tick the report says every slot mark was raised to.
+fn marks_raised_to(report: &str) -> u64 {
+    report
+        .split("every slot mark raised to at least tick ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no slot marks in {report}"))
+}
+
+/// Issue 47, item 9: a restore must not trust the restoring host's clock alone. A clock that
+/// reads before the backup was taken is wrong for sure, and refused even with `--margin-steps`
+/// (which needs no age); and the marks rise past the backup's highest mark moved on by the
+/// backup's age, not only past this clock: the lost set's holders raised their marks up to its
+/// leader's clock plus the allowance, which may be ahead of this host's.
+#[test]
+fn a_restore_refuses_a_clock_before_the_backup_and_raises_marks_past_the_backups_own() {
+    use seqsvr_proto::id_layout::IdLayout;
+    use storesvr::domain::slots::SlotCommand;
+    let tmp = tempfile::tempdir().unwrap();
+    let future = backup_file(|_| {}, now_ms() + 3_600_000);
+    let out = restore(tmp.path(), &future, &["--margin-steps=1"]);
+    assert_refused(tmp.path(), &out, "before the backup was taken");
+
+    // Twitter's layout from 1970, so that a tick is a Unix millisecond; a slot of the lost set was
+    // raised an hour past this clock (its leader's clock ran that far ahead).
+    let age_ms = 10_000;
+    let high = now_ms() + 3_600_000;
+    let with_ids = backup_file(
+        |s| {
+            let setup = SlotCommand::Setup {
+                layout: IdLayout::twitter(0),
+                per_set: 4,
+                max_ahead_ms: 3_000,
+            };
+            s.apply(&StateCommand::Slots(setup), false);
+            s.ids.as_mut().unwrap().slots[1].mark = high;
+        },
+        now_ms() - age_ms,
+    );
+    let out = restore(tmp.path(), &with_ids, &["--margin-steps=1", "--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let tick = marks_raised_to(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        tick >= high + age_ms + 6_000,
+        "marks raised to {tick}, below the backup's highest {high} plus its age and twice the allowance"
+    );
+}

@@ -53,6 +53,13 @@ struct Script {
     releases: Vec<pb::ReleaseRequest>,
     /// Releases are recorded but fail (as lost) while this is set.
     lose_releases: bool,
+    /// Time-ordered ids: marks above this tick are refused as too far ahead (an old store's
+    /// answer to a holder whose clock is ahead of its leader's); `None`, every raise applies.
+    raise_limit: Option<u64>,
+    /// Per slot, the mark the store holds.
+    marks: BTreeMap<u64, u64>,
+    /// RaiseMarks received.
+    raises: u64,
 }
 
 #[derive(Default)]
@@ -164,9 +171,41 @@ impl Store for FakeStore {
         })
     }
 
-    fn raise_marks(&self, _: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
-        // This store sets up no ids, so no slot is ever held and no raise is sent.
-        Box::pin(async { Err(StoreFailure::Refused("no time-ordered ids here".into())) })
+    fn raise_marks(&self, req: pb::RaiseMarksRequest, _: Duration) -> Call<'_, pb::RaiseMarksReply> {
+        // Only the raiser's own tests hand the node a slot (`id_holder`); a round trip takes 1 ms,
+        // so that a raiser that asks again at once still lets time pass.
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let results = self.with(|s| {
+                s.raises += 1;
+                req.items
+                    .iter()
+                    .map(|i| {
+                        let mark = s.marks.entry(i.slot).or_default();
+                        let too_far = s.raise_limit.filter(|&limit| i.mark > limit);
+                        if too_far.is_none() {
+                            *mark = (*mark).max(i.mark);
+                        }
+                        let outcome = match too_far {
+                            Some(_) => pb::RaiseOutcome::TooFarAhead,
+                            None => pb::RaiseOutcome::Applied,
+                        };
+                        pb::RaiseResult {
+                            slot: i.slot,
+                            outcome: outcome as i32,
+                            mark: *mark,
+                            epoch: i.epoch,
+                            limit: too_far.unwrap_or(0),
+                        }
+                    })
+                    .collect()
+            });
+            Ok(pb::RaiseMarksReply {
+                not_leader: None,
+                leader_ms: 0,
+                results,
+            })
+        })
     }
 
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
@@ -519,5 +558,72 @@ async fn a_full_bump_queue_gives_the_prefetch_up_instead_of_growing() {
         slot.section.lock().unwrap().bump_in_flight(),
         None,
         "given up, so the next fetch asks again"
+    );
+}
+
+/// A node that holds id slot 0 of Twitter's layout (from 2020) under epoch 1 with a floor of 0, its
+/// raiser running; no renewal loop (it would drop the slot: this store sets no ids up).
+async fn id_holder(store: Arc<FakeStore>) -> (Arc<AllocState>, watch::Sender<bool>) {
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut cfg = NodeConfig::new(NodeId(1), listen, vec![]);
+    cfg.id_clock = crate::id_clock::IdClock::on_tokio_time(1_800_000_000_000);
+    let (incarnation, params) = renew::register(&*store, cfg.node_id, "a:1", None).await.unwrap();
+    let (shared, _queue) = AllocState::new(&cfg, params, "a:1".into(), store, incarnation);
+    let layout = seqsvr_proto::id_layout::IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS);
+    let grant = pb::SlotGrant {
+        slot: 0,
+        epoch: 1,
+        mark: 0,
+    };
+    shared.ids().apply_renewal(Some(&layout.to_pb()), 10_000, &[grant]);
+    let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(super::raise::raiser(shared.clone(), stop_rx));
+    (shared, stop)
+}
+
+/// Issue 47, item 7: a store whose leader's clock is behind refuses every raise this holder asks
+/// for. Three callers that ask again at once, then nobody: the raiser backs off instead of
+/// sending a RaiseMarks (a Raft entry, fsynced on every replica) for every refused call, and
+/// calls stop waking each other on every refusal.
+#[tokio::test(start_paused = true)]
+async fn a_refused_raise_backs_off_instead_of_flooding_the_store() {
+    let store = FakeStore::granting_all(1);
+    store.with(|s| s.raise_limit = Some(0));
+    let (shared, _stop) = id_holder(store.clone()).await;
+    let busy_until = Instant::now() + Duration::from_secs(5);
+    let callers: Vec<_> = (0..3)
+        .map(|_| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let mut calls = 0u64;
+                while Instant::now() < busy_until {
+                    let req = pb::NextIdsRequest { count: 1 };
+                    assert!(crate::id_service::next_ids(&shared, req).await.is_err());
+                    calls += 1;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut calls = 0;
+    for c in callers {
+        calls += c.await.unwrap();
+    }
+    let busy = store.with(|s| s.raises);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle = store.with(|s| s.raises) - busy;
+    assert!(
+        busy <= 15,
+        "{busy} refused RaiseMarks in 5 s under {calls} calls (each one a Raft entry on a real store)"
+    );
+    assert!(idle <= 6, "{idle} refused RaiseMarks in 10 idle seconds");
+    println!("{busy} raises under {calls} calls in 5 s, {idle} in 10 idle seconds");
+    // The store's clock catches up: the next raise is applied and ids are issued again.
+    store.with(|s| s.raise_limit = None);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        crate::id_service::next_ids(&shared, pb::NextIdsRequest { count: 1 })
+            .await
+            .is_ok()
     );
 }

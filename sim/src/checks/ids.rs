@@ -16,8 +16,15 @@
 //!   began then `time(B) ≥ time(A) − 2·max_skew`. The allowance bounds both sides: a holder
 //!   whose clock lags the leader's by more issues nothing, and no mark is acknowledged past the
 //!   leader's clock plus the allowance, so borrowing never reaches beyond it either (the store's
-//!   leaders read the true time in the simulators). One tick of slack below: a tick starts at
+//!   clocks read the true time in the simulators but for the faults below). One tick of slack below: a tick starts at
 //!   or before the clock that chose it.
+//!
+//!   While a StoreSvr clock fault (`store-clock-*`) may have moved the store leader's reference
+//!   clock — the quorum's is used, but with a replica down the leader cannot tell which of two
+//!   clocks is wrong — both bounds are widened by the fault's size, from its start until its
+//!   size, the allowance and 5 s more after its end (a mark raised under a fast clock stays usable
+//!   until the true time reaches it). U1, U2 and U4 are never widened: no clock may cause a
+//!   repeat.
 //!
 //! Deliberately left out: density (ids are not dense; a slot's unused ticks are simply skipped).
 
@@ -48,7 +55,7 @@ pub fn check(calls: &[IdCall], info: &IdsInfo, faults: &[FaultSpan]) -> Vec<(Pro
     vec![
         repeats(calls, faults),
         (Promise::U2, per_holder_order(calls, &info.layout)),
-        (Promise::U3, times(calls, info)),
+        (Promise::U3, times(calls, info, faults)),
     ]
     .into_iter()
     .flat_map(|(p, v): (Promise, Vec<Violation>)| {
@@ -166,15 +173,59 @@ fn per_holder_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
     found
 }
 
+/// Kind names of the faults that put a StoreSvr replica's wall clock off (`sim dst --ids`).
+pub fn is_store_clock_fault(kind: &str) -> bool {
+    kind.starts_with("store-clock")
+}
+
+/// How long after a StoreSvr clock fault ends its effect may last beyond the fault's own size: a
+/// holder's reading of the leader's clock is renewed at its next raise (within a few seconds,
+/// backing off), and a mark raised under a fast clock stays usable until the true time reaches it.
+const STORE_CLOCK_SETTLE_MS: u64 = 5_000;
+
+/// For each StoreSvr clock fault, `(from_ns, to_ns, off_ms)`: while a call overlaps the span, U3
+/// holds only within the allowance plus `off_ms`. A leader stamps raises with the quorum's clock,
+/// so one wrong clock of three moves nothing while all three answer; with one of them down the
+/// leader cannot tell which of two is wrong and uses its own, so the reference U3 is measured
+/// against is then off by as much as the fault (docs/DESIGN.md). The size is read back from the
+/// fault's target, which says "off by up to N ms" (`dst::faults::inject`).
+fn store_clock_windows(faults: &[FaultSpan], skew_ms: u64) -> Vec<(u64, u64, i128)> {
+    faults
+        .iter()
+        .filter(|f| is_store_clock_fault(&f.kind))
+        .filter_map(|f| {
+            let off: u64 = f
+                .target
+                .split("off by up to ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()?;
+            let tail_ms = off + skew_ms + STORE_CLOCK_SETTLE_MS;
+            Some((f.start_ns, f.end_ns + tail_ms * 1_000_000, off as i128))
+        })
+        .collect()
+}
+
 /// U3: each call's ids within the allowance of the true time, and completed-before order within
-/// twice it.
-fn times(calls: &[IdCall], info: &IdsInfo) -> Vec<Violation> {
+/// twice it (each widened while a StoreSvr clock fault may have moved the reference).
+fn times(calls: &[IdCall], info: &IdsInfo, faults: &[FaultSpan]) -> Vec<Violation> {
     let layout = info.layout;
     let skew = info.max_skew_ms as i128;
+    let windows = store_clock_windows(faults, info.max_skew_ms);
+    let extra = |invoke_ns: u64, complete_ns: u64| -> i128 {
+        windows
+            .iter()
+            .filter(|(from, to, _)| invoke_ns <= *to && complete_ns >= *from)
+            .map(|w| w.2)
+            .max()
+            .unwrap_or(0)
+    };
     let true_ms = |ns: u64| info.origin_ms as i128 + (ns / 1_000_000) as i128;
     let mut found = Vec::new();
-    // (invoke, complete, min time, max time, call)
-    let mut spans: Vec<(u64, u64, i128, i128, u64)> = Vec::new();
+    // (invoke, complete, min time, max time, call, widening)
+    let mut spans: Vec<(u64, u64, i128, i128, u64, i128)> = Vec::new();
     for c in calls.iter().filter(|c| c.outcome == Outcome::Ok) {
         let stamped: Vec<i128> = c
             .ids()
@@ -184,9 +235,11 @@ fn times(calls: &[IdCall], info: &IdsInfo) -> Vec<Violation> {
         let (Some(&lo), Some(&hi)) = (stamped.iter().min(), stamped.iter().max()) else {
             continue;
         };
+        let widening = extra(c.invoke_ns, c.complete_ns);
+        let wide = skew + widening;
         let (earliest, latest) = (
-            true_ms(c.invoke_ns) - skew - layout.tick_ms as i128,
-            true_ms(c.complete_ns) + skew + 1,
+            true_ms(c.invoke_ns) - wide - layout.tick_ms as i128,
+            true_ms(c.complete_ns) + wide + 1,
         );
         if lo < earliest || hi > latest {
             let (t, bound) = if lo < earliest { (lo, earliest) } else { (hi, latest) };
@@ -200,21 +253,21 @@ fn times(calls: &[IdCall], info: &IdsInfo) -> Vec<Violation> {
                 vec![c.id],
             ));
         }
-        spans.push((c.invoke_ns, c.complete_ns, lo, hi, c.id));
+        spans.push((c.invoke_ns, c.complete_ns, lo, hi, c.id, widening));
     }
     let mut done = spans.clone();
     done.sort_by_key(|s| s.1);
     spans.sort_by_key(|s| s.0);
-    let (mut next, mut best): (usize, Option<(i128, u64)>) = (0, None);
-    for (invoke, _, lo, _, call) in spans {
+    let (mut next, mut best): (usize, Option<(i128, u64, i128)>) = (0, None);
+    for (invoke, _, lo, _, call, this_extra) in spans {
         while next < done.len() && done[next].1 < invoke {
-            if best.is_none_or(|(t, _)| done[next].3 > t) {
-                best = Some((done[next].3, done[next].4));
+            if best.is_none_or(|(t, ..)| done[next].3 > t) {
+                best = Some((done[next].3, done[next].4, done[next].5));
             }
             next += 1;
         }
-        if let Some((t, earlier)) = best
-            && lo < t - 2 * skew
+        if let Some((t, earlier, earlier_extra)) = best
+            && lo < t - 2 * skew - earlier_extra - this_extra
         {
             found.push(Violation::new(
                 Promise::U3,
@@ -335,5 +388,26 @@ mod tests {
             call(2, 20_000, 1, ORIGIN + 22_900, 0, 1),
         ];
         assert!(counts(&calls, &[]).is_empty());
+    }
+
+    /// While a StoreSvr clock fault may have moved the leader's reference clock, U3 is widened by
+    /// the fault's size, and only then: the same call outside the fault's window is caught.
+    #[test]
+    fn a_store_clock_fault_widens_u3_by_its_size_for_the_calls_it_reaches() {
+        // 5 s behind the true time against a 3 s allowance, at 20 s.
+        let calls = [call(1, 20_000, 0, ORIGIN + 15_000, 0, 1)];
+        let fault = |start_ms: u64, off_ms: u64| FaultSpan {
+            id: 0,
+            kind: "store-clock-step".into(),
+            target: format!("storesvr-1 (clock -{off_ms} ms, off by up to {off_ms} ms)"),
+            start_ns: start_ms * 1_000_000,
+            end_ns: (start_ms + 1_000) * 1_000_000,
+        };
+        assert!(counts(&calls, &[fault(19_000, 2_000)]).is_empty(), "within 3 s + 2 s");
+        assert_eq!(counts(&calls, &[fault(19_000, 1_000)]).get(&Promise::U3), Some(&1));
+        // Still in its tail: 1 s long, then 2 s + 3 s + 5 s.
+        assert!(counts(&calls, &[fault(9_500, 2_000)]).is_empty());
+        // Over by then: no widening.
+        assert_eq!(counts(&calls, &[fault(8_000, 2_000)]).get(&Promise::U3), Some(&1));
     }
 }

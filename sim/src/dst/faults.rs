@@ -73,6 +73,15 @@ pub enum Kind {
     /// classic Snowflake duplicate (a restart on a host whose clock is behind, reusing its
     /// worker id). The clock is put right when the fault heals (`--ids` only).
     IdClockRestartBehind(usize, i64),
+    /// A StoreSvr replica's wall clock (set `.0`; replica `.1`, or the leader at the time when
+    /// `None`) steps by `.2` ms and steps back when the fault heals (`--ids` only).
+    StoreClockStep(u64, Option<usize>, i64),
+    /// A StoreSvr replica's wall clock runs `.2` parts per thousand fast or slow for the fault,
+    /// then steps back to the true time (`--ids` only).
+    StoreClockDrift(u64, Option<usize>, i64),
+    /// A StoreSvr replica is killed and started again at once on a clock `.2` ms behind (put right
+    /// when the fault heals; `--ids` only).
+    StoreClockRestartBehind(u64, Option<usize>, i64),
 }
 
 /// Share of seeds that draw one clock fault, on top of the others.
@@ -104,6 +113,9 @@ impl Fault {
             | Kind::IdClockDrift(i, _)
             | Kind::IdClockRestartBehind(i, _) => alloc_set(i) == set,
             Kind::KillStoreLeader(s, _) | Kind::IsolateStoreLeader(s) => s == set,
+            Kind::StoreClockStep(s, ..) | Kind::StoreClockDrift(s, ..) | Kind::StoreClockRestartBehind(s, ..) => {
+                s == set
+            }
             Kind::RestoreSet(p) => p.set == set,
             Kind::Forge(_) => set == 0,
             Kind::Lossy(_) | Kind::Duplicate(_) | Kind::Slow(_) => false,
@@ -145,8 +157,49 @@ pub fn schedule(seed: u64, load_ms: u64, allocs: usize, lease_ms: u64, two_sets:
     if ids {
         let all_allocs = allocs + if two_sets { super::moves::SET1_ALLOCS } else { 0 };
         all.extend(id_clock_faults(seed, load_ms, all_allocs));
+        all.extend(store_clock_faults(seed, load_ms, if two_sets { 2 } else { 1 }));
     }
     all
+}
+
+/// Zero to two faults of the StoreSvrs' wall clocks (`--ids` only, issue 47): a replica — the
+/// leader at the time in two draws of three — stepped by ±0.5 s, ±2 s, ±10 s or ±1 h, drifting
+/// 5 % or 50 % fast or slow, or restarted on a clock 2 s, 10 s or an hour behind. Raises are
+/// stamped with the quorum's clock (`storesvr::raft::clocks`), so one wrong clock of three
+/// moves nothing while the three answer; with one of them down, the leader cannot tell and uses
+/// its own. Drawn from a generator of its own, listed last.
+pub fn store_clock_faults(seed: u64, load_ms: u64, sets: u64) -> Vec<Fault> {
+    const STEPS_MS: [i64; 8] = [-3_600_000, -10_000, -2_000, -500, 500, 2_000, 10_000, 3_600_000];
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5c10_c4f0_0000_0000);
+    let n = rng.random_range(0..=2);
+    (0..n)
+        .map(|_| {
+            let set = rng.random_range(0..sets);
+            let replica = match rng.random_range(0..3) {
+                0 => Some(rng.random_range(0..REPLICAS)),
+                _ => None,
+            };
+            let at_ms = rng.random_range(300..load_ms.saturating_sub(300).max(301));
+            let for_ms = rng.random_range(100..load_ms.saturating_sub(at_ms).max(101));
+            let kind = match rng.random_range(0..5) {
+                0 | 1 => Kind::StoreClockStep(set, replica, STEPS_MS[rng.random_range(0..STEPS_MS.len())]),
+                2 => Kind::StoreClockDrift(set, replica, [-500, -50, 50, 500][rng.random_range(0..4)]),
+                _ => Kind::StoreClockRestartBehind(set, replica, [-3_600_000, -10_000, -2_000][rng.random_range(0..3)]),
+            };
+            Fault { kind, at_ms, for_ms }
+        })
+        .collect()
+}
+
+/// How far a StoreSvr clock fault can put a replica's clock off the true time, ms: what the U3
+/// checker widens its bound by for the calls it may have reached (`checks::ids`). It reads it
+/// back from the fault's target, which says "off by up to N ms".
+pub fn store_clock_bound_ms(kind: &Kind, for_ms: u64) -> u64 {
+    match *kind {
+        Kind::StoreClockStep(_, _, ms) | Kind::StoreClockRestartBehind(_, _, ms) => ms.unsigned_abs(),
+        Kind::StoreClockDrift(_, _, per_mille) => per_mille.unsigned_abs() * for_ms / 1_000,
+        _ => 0,
+    }
 }
 
 /// One to three faults of the AllocSvrs' id clocks (any set's): steps back and forward, small
@@ -359,7 +412,48 @@ pub fn inject(world: &std::sync::Arc<World>, f: &Fault) -> String {
             world.start_alloc(i);
             format!("allocsvr-{i} (restarted, id clock {ms:+} ms)")
         }
+        Kind::StoreClockStep(set, r, ms) | Kind::StoreClockRestartBehind(set, r, ms) => {
+            let restart = matches!(f.kind, Kind::StoreClockRestartBehind(..));
+            let mut st = world.lock();
+            let g = &mut st.groups[set as usize];
+            let r = r.or(g.leader()).unwrap_or(0);
+            if restart {
+                g.crash(r, false);
+            }
+            g.replicas[r].clock_offset_ms += ms;
+            if restart {
+                g.restart(r);
+            }
+            let bound = store_clock_bound_ms(&f.kind, f.for_ms);
+            format!("{} (clock {ms:+} ms, off by up to {bound} ms)", replica_name(set, r))
+        }
+        Kind::StoreClockDrift(set, r, per_mille) => {
+            let r = {
+                let st = world.lock();
+                r.or(st.groups[set as usize].leader()).unwrap_or(0)
+            };
+            store_clock_drift(world, set, r, per_mille, Duration::from_millis(f.for_ms));
+            let bound = store_clock_bound_ms(&f.kind, f.for_ms);
+            format!(
+                "{} (clock {per_mille:+}‰, off by up to {bound} ms)",
+                replica_name(set, r)
+            )
+        }
     }
+}
+
+/// Replica `r` of `set` gains (or loses) `per_mille` ms a second for `d`, every 50 ms.
+fn store_clock_drift(world: &std::sync::Arc<World>, set: u64, r: usize, per_mille: i64, d: Duration) {
+    let world = world.clone();
+    tokio::spawn(async move {
+        let end = tokio::time::Instant::now() + d;
+        let every = Duration::from_millis(50);
+        while tokio::time::Instant::now() + every <= end {
+            tokio::time::sleep(every).await;
+            world.lock().groups[set as usize].replicas[r].clock_offset_ms +=
+                per_mille * every.as_millis() as i64 / 1_000;
+        }
+    });
 }
 
 /// AllocSvr `i`'s id clock gains (or loses) `per_mille` ms a second for `d`: an offset that grows
@@ -477,6 +571,12 @@ pub fn heal(world: &std::sync::Arc<World>, f: &Fault, target: &str) {
         Kind::IdClockStep(i, _) | Kind::IdClockDrift(i, _) | Kind::IdClockRestartBehind(i, _) => {
             world.id_clock(i).set_offset(0);
         }
+        Kind::StoreClockStep(set, ..) | Kind::StoreClockDrift(set, ..) | Kind::StoreClockRestartBehind(set, ..) => {
+            // The target starts with the replica's name: `storesvr-R (…)` or `storesvr-S-R (…)`.
+            let name = target.split(' ').next().unwrap_or_default();
+            let r: usize = name.rsplit('-').next().and_then(|r| r.parse().ok()).unwrap_or(0);
+            world.lock().groups[set as usize].replicas[r].clock_offset_ms = 0;
+        }
     }
 }
 
@@ -496,6 +596,7 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
             for r in 0..REPLICAS {
                 g.restart(r);
                 g.replicas[r].isolated = false;
+                g.replicas[r].clock_offset_ms = 0;
             }
         }
         for (i, s) in st.allocs.iter_mut().enumerate() {
@@ -515,6 +616,32 @@ pub fn heal_all(world: &std::sync::Arc<World>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `--ids`, the StoreSvr clock faults come after everything a seed drew before them, which
+    /// stays where it was.
+    #[test]
+    fn store_clock_faults_come_last_and_leave_the_earlier_faults_where_they_were() {
+        let json = |f: &[Fault]| serde_json::to_string(f).unwrap();
+        let mut drawn = 0;
+        for seed in 0..500 {
+            let lease_ms = super::super::params(seed).lease_ms;
+            for two_sets in [false, true] {
+                let mut before = schedule(seed, 8_000, 3, lease_ms, two_sets, false);
+                let all_allocs = 3 + if two_sets { super::super::moves::SET1_ALLOCS } else { 0 };
+                before.extend(id_clock_faults(seed, 8_000, all_allocs));
+                let now = schedule(seed, 8_000, 3, lease_ms, two_sets, true);
+                assert_eq!(json(&now[..before.len()]), json(&before), "seed {seed}");
+                let added = &now[before.len()..];
+                assert!(
+                    added.iter().all(|f| store_clock_bound_ms(&f.kind, f.for_ms) > 0),
+                    "seed {seed}"
+                );
+                assert!(added.iter().all(|f| two_sets || f.hits_set(0)), "seed {seed}");
+                drawn += added.len();
+            }
+        }
+        assert!(drawn > 500, "{drawn} StoreSvr clock faults in 1,000 schedules");
+    }
 
     /// The faults a seed drew before set 1's faults and restores existed stay first, the same and
     /// at the same indices, in both modes; what follows them is set 1's (two sets only) or a

@@ -78,6 +78,8 @@ pub struct Replica {
     pub view: LeaderView,
     /// When this leader first saw each move frozen (leader memory, like `view`).
     pub frozen: FrozenSeen,
+    /// Its wall clock minus the true time, ms (StoreSvr clock faults, `--ids` only).
+    pub clock_offset_ms: i64,
 }
 
 /// A change of a section's owner or epoch, for the trace of a failing seed.
@@ -118,7 +120,7 @@ pub struct Group {
     pub generation: u64,
     /// Time-ordered ids: set 0's setup (as its `--id-*` flags give it; the other sets adopt it
     /// from the cluster map), and the true Unix time at an instant, which every replica's wall
-    /// clock reads (no clock faults on the StoreSvrs).
+    /// clock reads plus its own offset (`Replica::clock_offset_ms`).
     pub ids: Option<GroupIds>,
 }
 
@@ -364,12 +366,11 @@ impl Group {
             )?)),
             Req::RaiseMarks(q) => {
                 let unfenced = self.rules.slots_unfenced();
-                Step::Commit(protocol::ids::raise_command(
-                    &self.set,
-                    q,
-                    self.leader_ms(now),
-                    (unfenced, self.rules.skip_binding),
-                )?)
+                let skips = (unfenced, self.rules.skip_binding);
+                match protocol::ids::raise_step(&self.set, q, self.leader_ms(r, now), skips)? {
+                    protocol::ids::RaiseStep::Propose(cmd) => Step::Commit(cmd),
+                    protocol::ids::RaiseStep::Answer(reply) => Step::Answer(Rep::RaiseMarks(reply)),
+                }
             }
             Req::ExportStatus(q) => {
                 let p = protocol::params_of(&self.set)?;
@@ -438,7 +439,7 @@ impl Group {
             Req::ChangeMap(_) => moves::map_changed(result).map(Rep::ChangeMap),
             Req::RangeStep(_) => moves::stepped(result).map(Rep::RangeStep),
             Req::PublishMap(_) => moves::published(result).map(Rep::PublishMap),
-            Req::RaiseMarks(q) => protocol::ids::raised(q, result, self.leader_ms(now)).map(Rep::RaiseMarks),
+            Req::RaiseMarks(q) => protocol::ids::raised(q, result, self.leader_ms(r, now)).map(Rep::RaiseMarks),
             Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => {
                 Err(protocol::unexpected(result))
             }
@@ -446,9 +447,18 @@ impl Group {
         answer.unwrap_or_else(Rep::Error)
     }
 
-    /// The wall clock of this group's leader (0 without ids: nothing reads it then).
-    fn leader_ms(&self, now: Instant) -> u64 {
-        self.ids.as_ref().map_or(0, |ids| ids.unix_ms(now))
+    /// The clock leader `r` stamps a raise with (0 without ids: nothing reads it then): its own
+    /// wall clock moved to the quorum's, as production's `raft::clocks` does it, over the
+    /// replicas it reaches (their heartbeat replies carry their clocks).
+    fn leader_ms(&self, r: usize, now: Instant) -> u64 {
+        let Some(ids) = self.ids.as_ref() else { return 0 };
+        let own = self.replicas[r].clock_offset_ms;
+        let peers: Vec<i64> = (0..REPLICAS)
+            .filter(|&p| p != r && self.replicas[p].up && !self.replicas[p].isolated)
+            .map(|p| self.replicas[p].clock_offset_ms - own)
+            .collect();
+        let quorum = storesvr::raft::clocks::quorum_offset(&peers, REPLICAS).unwrap_or(0);
+        ids.unix_ms(now).saturating_add_signed(own + quorum)
     }
 
     /// One arbiter tick on replica `r` (production `tasks::arbiter`): the commands to write, in

@@ -5,7 +5,9 @@
 //! (`storesvr::protocol::ids`, applied by the state machine), the AllocSvr's raiser and issuer,
 //! the client library's `next_ids`. Every AllocSvr stamps ids with its own wall clock
 //! (`World::id_clock`: the simulated true time plus an offset the clock faults step and drift);
-//! the StoreSvrs read the true time.
+//! every StoreSvr replica reads the true time plus an offset of its own (`Replica::clock_offset_ms`,
+//! stepped and drifted by the `store-clock-*` faults), and a leader stamps raises with the
+//! quorum's clock (`Group::leader_ms`).
 //!
 //! The layouts: Twitter's (4,096 ids a millisecond), Sonyflake's (10 ms ticks, 256 a tick) and a
 //! small one of 4 ids a millisecond, where a call of a few hundred ids borrows ticks ahead of the

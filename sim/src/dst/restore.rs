@@ -38,7 +38,7 @@ use seqsvr_control::leader::Seed;
 use seqsvr_control::{AdminClient, Dialer, StoreTimeouts};
 use seqsvr_proto::NodeId;
 use serde::Serialize;
-use storesvr::domain::restore::{MarginArgs, check_against_map, choose_margin, restore};
+use storesvr::domain::restore::{MarginArgs, RestoreAt, check_against_map, choose_margin, restore};
 use storesvr::domain::state::SetState;
 use storesvr::storage::sm_store::SmData;
 
@@ -64,6 +64,10 @@ pub struct Plan {
     pub outage_ms: u64,
     /// Steps of margin above the set's growth since the backup.
     pub extra_steps: u64,
+    /// How far the restoring host's clock is behind the true time (with `--ids` only; without,
+    /// the clock is not read): 0, less than the backup's age (accepted: the marks rise past the
+    /// backup's highest mark moved on by its age), or an hour (before the backup: refused).
+    pub clock_behind_ms: u64,
 }
 
 /// The seed's restore, if it has one: the backup from 0.7 s (the set is initialized by then) to
@@ -82,6 +86,19 @@ pub fn plan(seed: u64, load_ms: u64, two_sets: bool) -> Option<(Plan, u64, u64)>
         lose_after_ms: rng.random_range(100..2_500),
         outage_ms: rng.random_range(100..800),
         extra_steps: rng.random_range(0..=2),
+        clock_behind_ms: 0,
+    };
+    // A generator of its own, drawn after the others: the plans of the seeds before restores had
+    // a wrong clock stay as they were.
+    let mut clock = StdRng::seed_from_u64(seed ^ 0x0c10_c4be_0000_0000);
+    let plan = Plan {
+        clock_behind_ms: match clock.random_range(0..4) {
+            // Before the backup was taken: refused.
+            0 => 3_600_000,
+            1 => clock.random_range(0..plan.lose_after_ms + plan.outage_ms),
+            _ => 0,
+        },
+        ..plan
     };
     let for_ms = (plan.lose_after_ms + plan.outage_ms + MAP_READ.as_millis() as u64).min(load_ms - at_ms);
     Some((plan, at_ms, for_ms))
@@ -95,7 +112,8 @@ pub fn start(world: &Arc<World>, plan: Plan) -> String {
             set: st.groups[plan.set as usize].set.clone(),
             ..Default::default()
         };
-        storesvr::backup::capture(&data, world.now_ns() / 1_000_000)
+        // Stamped with the true time as a Unix clock (the leaders' clocks in the simulation).
+        storesvr::backup::capture(&data, super::world::ID_ORIGIN_MS + world.now_ns() / 1_000_000)
     };
     match file {
         Ok(file) => {
@@ -157,14 +175,16 @@ async fn attempt(
     age: Duration,
 ) -> Result<(SetState, Option<String>), (bool, String)> {
     let other = |e: String| (false, e);
-    let (_, backup) = storesvr::backup::read(file).map_err(|e| other(e.to_string()))?;
+    let (header, backup) = storesvr::backup::read(file).map_err(|e| other(e.to_string()))?;
     let (two_sets, skip) = {
         let st = world.lock();
         (st.groups.len() > 1, st.skip_restore_check)
     };
     let mut skipped = None;
+    let mut live_ids = None;
     if two_sets {
         let live = live_map(world, 1 - plan.set).await.map_err(other)?;
+        live_ids = live.ids.clone();
         if let Err(e) = check_against_map(&backup, &live) {
             if !skip {
                 return Err((true, e.to_string()));
@@ -182,10 +202,19 @@ async fn attempt(
         .map(NodeId)
         .find(|n| !backup.replica_ids_ever.contains(n))
         .unwrap_or(NodeId(u64::MAX));
-    // The restoring host's wall clock (the true time: StoreSvr clocks take no faults): time-ordered
-    // id marks are raised past it (with `--ids`; without, no set has slots and it is not read).
-    let now_ms = super::world::ID_ORIGIN_MS + world.start.elapsed().as_millis() as u64;
-    let (restored, _) = restore(&backup, margin.seqs, node, now_ms).map_err(|e| other(e.to_string()))?;
+    // The restoring host's wall clock: the true time, or with `--ids` the plan's wrong one. Time-
+    // ordered id marks are raised past the latest of it and the backup's highest mark, each moved
+    // on by the age; without `--ids` no set has slots, and the clock is only checked against the
+    // backup's time.
+    let with_ids = world.lock().groups.iter().any(|g| g.ids.is_some());
+    let behind = if with_ids { plan.clock_behind_ms } else { 0 };
+    let true_ms = super::world::ID_ORIGIN_MS + world.start.elapsed().as_millis() as u64;
+    let at = RestoreAt {
+        now_ms: true_ms.saturating_sub(behind),
+        taken_at_ms: header.taken_at_unix_ms,
+        live_ids: live_ids.clone(),
+    };
+    let (restored, _) = restore(&backup, margin.seqs, node, &at).map_err(|e| other(e.to_string()))?;
     Ok((restored, skipped))
 }
 

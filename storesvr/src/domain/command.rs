@@ -236,7 +236,9 @@ fn describe_slots(c: &SlotCommand) -> String {
             "set up time-ordered ids: layout {layout}, {per_set} slots a set, marks at most {max_ahead_ms} ms ahead"
         ),
         SlotCommand::Grant(moves) => format!("grant {} slots", moves.len()),
-        SlotCommand::Raise { holder, items, .. } => format!("raise {} slot marks of incarnation {holder}", items.len()),
+        SlotCommand::Raise { holder, items, .. } | SlotCommand::RaiseCapped { holder, items, .. } => {
+            format!("raise {} slot marks of incarnation {holder}", items.len())
+        }
         SlotCommand::Release { holder, items } => format!("release {} slots of incarnation {holder}", items.len()),
     }
 }

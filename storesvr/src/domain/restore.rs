@@ -47,6 +47,7 @@ use thiserror::Error;
 
 use super::ranges::{RangeRun, RangeState};
 use super::section::NOBODY;
+use super::slots::{self, IdState, SlotCommand};
 use super::state::{MAX_BUMP_STEPS, SetState};
 
 /// How far the route version and the incarnation counter jump on a restore: more than any set
@@ -105,6 +106,22 @@ pub enum RestoreError {
     },
     #[error("node id {0} was a member of the backed-up set: give the restored replica a node id never used")]
     NodeIdUsed(u64),
+    #[error(
+        "this host's clock reads {now_ms} ms since the Unix epoch, {behind_ms} ms before the backup was taken \
+         ({taken_at_ms}): the clock is wrong, and a restore raises the slot marks of time-ordered ids from it \
+         (and set 0 sets them up from it); set the clock right (NTP) and restore again"
+    )]
+    ClockBeforeBackup {
+        now_ms: u64,
+        taken_at_ms: u64,
+        behind_ms: u64,
+    },
+    #[error(
+        "the live cluster map sets time-ordered ids up as {live}, but the backup holds {backup}: a set restored \
+         so would issue under another layout or slot share than the other sets (duplicate ids); restore a \
+         backup of this cluster"
+    )]
+    IdSetupDiffers { live: String, backup: String },
     #[error("the {0} cannot jump by 2^32 without passing 2^64-1")]
     VersionOverflow(&'static str),
     #[error(
@@ -132,6 +149,8 @@ pub struct LiveMap {
     /// holds in its own state machine cannot lag behind what it serves. Empty from a server that
     /// does not report them.
     pub held: Vec<(u64, RangeRun)>,
+    /// The time-ordered ids' setup the map carries (set 0's), as the command that adopts it.
+    pub ids: Option<SlotCommand>,
 }
 
 /// One move of the live map.
@@ -177,6 +196,7 @@ type Verdict = (String, String, &'static str);
 /// The first run of sections with the same verdict is named, in uids.
 pub fn check_against_map(backup: &SetState, live: &LiveMap) -> Result<(), RestoreError> {
     let p = backup.params.as_ref().ok_or(RestoreError::NotInitialized)?;
+    check_ids_against_map(backup.ids.as_ref(), live.ids.as_ref())?;
     let mut bad: Option<(u64, u64, Verdict)> = None;
     for section in 0..p.total_sections() {
         match (&mut bad, verdict(backup, p.set_id, live, section)) {
@@ -322,6 +342,8 @@ pub struct Raised {
     pub last_incarnation: (u64, u64),
     /// The tick every slot mark was raised to, when the set has time-ordered ids.
     pub slot_marks_at_least: Option<u64>,
+    /// The backup had no id setup and took the live map's.
+    pub ids_adopted: bool,
 }
 
 /// Refuses a backup taken while a move had a range importing or frozen here.
@@ -342,18 +364,100 @@ fn refuse_moves_in_flight(st: &SetState) -> Result<(), RestoreError> {
     Ok(())
 }
 
+/// The clocks a restore reads, and the id setup of the live cluster, if known.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreAt {
+    /// The restoring host's wall clock, Unix ms.
+    pub now_ms: u64,
+    /// When the backup was taken, by the lost set's leader's clock (the file's header).
+    pub taken_at_ms: u64,
+    /// The live map's id setup ([`LiveMap::ids`]): adopted when the backup predates the ids.
+    pub live_ids: Option<SlotCommand>,
+}
+
+/// Refuses a backup whose id setup differs from the live map's. A backup without one is not
+/// refused: [`restore`] adopts the live setup (see there).
+pub fn check_ids_against_map(backup: Option<&IdState>, live: Option<&SlotCommand>) -> Result<(), RestoreError> {
+    let (
+        Some(b),
+        Some(SlotCommand::Setup {
+            layout,
+            per_set,
+            max_ahead_ms,
+        }),
+    ) = (backup, live)
+    else {
+        return Ok(());
+    };
+    if (b.layout, b.per_set, b.max_ahead_ms) == (*layout, *per_set, *max_ahead_ms) {
+        return Ok(());
+    }
+    let show = |l: &seqsvr_proto::id_layout::IdLayout, n: u64, a: u64| {
+        format!("layout {l}, {n} slots a set, marks at most {a} ms ahead")
+    };
+    Err(RestoreError::IdSetupDiffers {
+        live: show(layout, *per_set, *max_ahead_ms),
+        backup: show(&b.layout, b.per_set, b.max_ahead_ms),
+    })
+}
+
+/// The tick every slot mark of the restored set starts at, and why, for a set set up as `ids`.
+///
+/// Every mark the lost set acknowledged was at most its leader's clock plus the allowance `A`
+/// when acknowledged. That leader's clock is not known here; three things bound it from below,
+/// and the latest of them, plus `2A`, is the floor:
+/// - this host's clock (refused when it reads before the backup: wrong for sure);
+/// - the backup's time plus its age, by this clock: the lost leader's clock at its last raise, if
+///   the two clocks agreed;
+/// - the backup's highest mark plus the age: a mark `M` was at most that leader's clock plus `A`
+///   when raised, so its clock then was at least `M − A`, and it ran on for the age. This one
+///   holds whatever this host's clock says about the lost leader's, as long as some holder kept
+///   its mark ahead of its clock when the backup was taken (they raise 2 s ahead).
+///
+/// The second allowance covers a lost leader whose clock ran ahead of this one by up to `A`.
+fn marks_floor(ids: &IdState, at: &RestoreAt) -> u64 {
+    let age_ms = at.now_ms.saturating_sub(at.taken_at_ms);
+    let highest = ids.slots.iter().map(|s| s.mark).max().unwrap_or(0);
+    // The end of the highest tick, Unix ms (0 when no mark was ever raised).
+    let highest_ms = match highest {
+        0 => 0,
+        m => ids.layout.ms_of(m.saturating_add(1)),
+    };
+    let lost_clock_ms = at
+        .now_ms
+        .max(at.taken_at_ms.saturating_add(age_ms))
+        .max(highest_ms.saturating_add(age_ms));
+    let floor = lost_clock_ms.saturating_add(ids.max_ahead_ms.saturating_mul(2));
+    ids.layout.tick_of(floor).unwrap_or(0).min(ids.layout.max_tick())
+}
+
 /// The state a new set starts from: `backup` with every ceiling raised by `margin`, no owners,
 /// epochs moved past any the old set can have granted, no AllocSvrs, and the route version and incarnation counter moved past
 /// anything the old set can have issued; `node` is recorded as a member (it must be a new id).
 ///
-/// Slot marks (time-ordered ids) are raised to the tick of `now_ms` plus twice the set's
-/// `max_ahead_ms`: the lost set refused every raise past its leader's clock plus `max_ahead_ms`,
-/// so no holder was acknowledged a mark above that unless a leader's clock ran more than
-/// `max_ahead_ms` ahead of the restoring host's — the second allowance is for that skew.
-pub fn restore(backup: &SetState, margin: u64, node: NodeId, now_ms: u64) -> Result<(SetState, Raised), RestoreError> {
-    if backup.params.is_none() {
+/// Slot marks (time-ordered ids) are raised to [`marks_floor`]. A backup taken before its set
+/// set ids up, restored into a cluster whose map has a setup, takes that setup now, marks
+/// raised the same way: the lost set may have set its ids up and issued after the backup, and a
+/// restored set 0 without a setup would write one from its own flags at its first start (perhaps
+/// another, overlapping the other sets' slot shares) and issue from mark 0. Refused: a clock that
+/// reads before the backup was taken.
+pub fn restore(
+    backup: &SetState,
+    margin: u64,
+    node: NodeId,
+    at: &RestoreAt,
+) -> Result<(SetState, Raised), RestoreError> {
+    let Some(params) = backup.params.as_ref() else {
         return Err(RestoreError::NotInitialized);
+    };
+    if at.now_ms < at.taken_at_ms {
+        return Err(RestoreError::ClockBeforeBackup {
+            now_ms: at.now_ms,
+            taken_at_ms: at.taken_at_ms,
+            behind_ms: at.taken_at_ms - at.now_ms,
+        });
     }
+    check_ids_against_map(backup.ids.as_ref(), at.live_ids.as_ref())?;
     refuse_moves_in_flight(backup)?;
     if backup.replica_ids_ever.contains(&node) {
         return Err(RestoreError::NodeIdUsed(node.0));
@@ -392,9 +496,21 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId, now_ms: u64) -> Res
         map.version = jump(map.version, "cluster map version")?;
     }
     st.bindings = Default::default();
+    if st.ids.is_none()
+        && let Some(setup) = &at.live_ids
+    {
+        // Nobody holds a slot of a fresh setup: no incarnation needs to be registered.
+        let adopted = slots::apply(&mut st.ids, params.set_id, setup, &Default::default());
+        if let slots::SlotResult::Refused(why) = adopted {
+            return Err(RestoreError::IdSetupDiffers {
+                live: format!("{setup:?}"),
+                backup: format!("none, and this set cannot take the live one: {why}"),
+            });
+        }
+        r.ids_adopted = true;
+    }
     if let Some(ids) = st.ids.as_mut() {
-        let ahead = now_ms.saturating_add(ids.max_ahead_ms.saturating_mul(2));
-        let floor = ids.layout.tick_of(ahead).unwrap_or(0);
+        let floor = marks_floor(ids, at);
         r.slot_marks_at_least = Some(floor);
         ids.raise_all(floor);
         for s in &mut ids.slots {
@@ -416,6 +532,14 @@ pub fn restore(backup: &SetState, margin: u64, node: NodeId, now_ms: u64) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restore at `now_ms` of a backup taken at 0, with no live id setup.
+    fn at(now_ms: u64) -> RestoreAt {
+        RestoreAt {
+            now_ms,
+            ..RestoreAt::default()
+        }
+    }
     use crate::domain::ranges::RangeState;
     use crate::domain::state::{BumpItem, Command, CommandResult};
     use crate::domain::testing::{set_with, small_params};
@@ -458,6 +582,7 @@ mod tests {
                 })
                 .collect(),
             held: vec![],
+            ids: None,
         }
     }
 
@@ -579,7 +704,7 @@ mod tests {
             to: holder,
         }]);
         apply(&mut before.ids, 0, &grant, &registered);
-        let (after, r) = restore(&before, 10, NodeId(9), 50_000).unwrap();
+        let (after, r) = restore(&before, 10, NodeId(9), &at(50_000)).unwrap();
         assert_eq!(r.slot_marks_at_least, Some(52_000));
         for (_, s) in after.ids.as_ref().unwrap().iter() {
             assert_eq!((s.holder, s.mark), (NOBODY, 52_000));
@@ -587,10 +712,83 @@ mod tests {
         }
     }
 
+    /// Issue 47, item 9: a backup taken before set 0 set its ids up, restored into a cluster that
+    /// issues ids, takes the live setup with every mark raised past the clock (it raised none, and
+    /// set 0 would have set up again from its own flags); a backup whose setup differs from the
+    /// live one is refused; a clock before the backup is refused.
+    #[test]
+    fn a_restore_takes_the_live_id_setup_the_backup_lacks_and_refuses_one_it_contradicts() {
+        let setup = |per_set| SlotCommand::Setup {
+            layout: seqsvr_proto::id_layout::IdLayout::twitter(0),
+            per_set,
+            max_ahead_ms: 1_000,
+        };
+        let before = served();
+        assert!(before.ids.is_none());
+        let live = RestoreAt {
+            now_ms: 50_000,
+            taken_at_ms: 40_000,
+            live_ids: Some(setup(4)),
+        };
+        let (after, r) = restore(&before, 10, NodeId(9), &live).unwrap();
+        assert!(r.ids_adopted);
+        let ids = after.ids.as_ref().expect("the live setup, adopted");
+        assert_eq!((ids.per_set, ids.slots.len()), (4, 4));
+        assert!(ids.slots.iter().all(|s| s.mark == 52_000 && s.epoch.0 >= VERSION_GAP));
+
+        let mut other = before.clone();
+        slots::apply(&mut other.ids, 0, &setup(8), &Default::default());
+        let err = restore(&other, 10, NodeId(9), &live).unwrap_err();
+        assert!(matches!(err, RestoreError::IdSetupDiffers { .. }), "{err}");
+        let mut map = live_map_of_set0();
+        map.ids = Some(setup(4));
+        assert!(matches!(
+            check_against_map(&other, &map),
+            Err(RestoreError::IdSetupDiffers { .. })
+        ));
+
+        let early = RestoreAt { now_ms: 39_000, ..live };
+        assert_eq!(
+            restore(&before, 10, NodeId(9), &early).unwrap_err(),
+            RestoreError::ClockBeforeBackup {
+                now_ms: 39_000,
+                taken_at_ms: 40_000,
+                behind_ms: 1_000
+            }
+        );
+    }
+
+    /// The live map of a one-set cluster: set 0 holds every section.
+    fn live_map_of_set0() -> LiveMap {
+        live(&[(0, 10, 0)], &[])
+    }
+
+    /// The backup's highest mark, moved on by the backup's age, bounds the lost leader's clock
+    /// when this host's is behind it.
+    #[test]
+    fn marks_rise_past_the_backups_highest_mark_moved_on_by_its_age() {
+        let mut before = served();
+        let setup = SlotCommand::Setup {
+            layout: seqsvr_proto::id_layout::IdLayout::twitter(0),
+            per_set: 2,
+            max_ahead_ms: 1_000,
+        };
+        slots::apply(&mut before.ids, 0, &setup, &Default::default());
+        before.ids.as_mut().unwrap().slots[1].mark = 100_000;
+        let at = RestoreAt {
+            now_ms: 50_000,
+            taken_at_ms: 45_000,
+            live_ids: None,
+        };
+        let (_, r) = restore(&before, 10, NodeId(9), &at).unwrap();
+        // Tick 100,000 ends at 100,001 ms; 5 s of age; twice the allowance.
+        assert_eq!(r.slot_marks_at_least, Some(100_001 + 5_000 + 2_000));
+    }
+
     #[test]
     fn a_restored_set_0_jumps_its_map_version() {
         let before = served();
-        let (after, _) = restore(&before, 10, NodeId(9), 0).unwrap();
+        let (after, _) = restore(&before, 10, NodeId(9), &at(0)).unwrap();
         let v = |st: &SetState| st.map.as_ref().unwrap().version;
         assert_eq!(v(&after), v(&before) + VERSION_GAP);
     }
@@ -598,7 +796,7 @@ mod tests {
     #[test]
     fn every_ceiling_goes_up_by_the_margin_and_every_owner_goes() {
         let before = served();
-        let (after, r) = restore(&before, 1_000, NodeId(9), 0).unwrap();
+        let (after, r) = restore(&before, 1_000, NodeId(9), &at(0)).unwrap();
         for (a, b) in after.sections.iter().zip(&before.sections) {
             assert_eq!(a.max_seq, b.max_seq + 1_000);
             assert_eq!(
@@ -621,7 +819,7 @@ mod tests {
     fn an_overflowing_section_is_named_and_nothing_is_returned() {
         let mut st = served();
         st.sections[7].max_seq = u64::MAX - 5;
-        let err = restore(&st, 6, NodeId(9), 0).unwrap_err();
+        let err = restore(&st, 6, NodeId(9), &at(0)).unwrap_err();
         assert_eq!(
             err,
             RestoreError::Overflow {
@@ -631,7 +829,7 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("section 7"), "{err}");
-        assert!(restore(&st, 5, NodeId(9), 0).is_ok(), "exactly 2^64-1 fits");
+        assert!(restore(&st, 5, NodeId(9), &at(0)).is_ok(), "exactly 2^64-1 fits");
     }
 
     #[test]
@@ -643,7 +841,7 @@ mod tests {
             Some(RangeState::Migrating { op: 5, to_set: 1 }),
         );
         assert!(matches!(
-            restore(&st, 1, NodeId(9), 0),
+            restore(&st, 1, NodeId(9), &at(0)),
             Err(RestoreError::MoveInFlight {
                 op: 5,
                 begin: 2,
@@ -654,16 +852,16 @@ mod tests {
         st.ranges
             .set(SectionId(2), SectionId(4), Some(RangeState::Importing { op: 6 }));
         assert!(matches!(
-            restore(&st, 1, NodeId(9), 0),
+            restore(&st, 1, NodeId(9), &at(0)),
             Err(RestoreError::MoveInFlight { op: 6, .. })
         ));
         assert_eq!(
-            restore(&SetState::default(), 1, NodeId(9), 0),
+            restore(&SetState::default(), 1, NodeId(9), &at(0)),
             Err(RestoreError::NotInitialized)
         );
         let mut st = served();
         st.replica_ids_ever.insert(NodeId(4));
-        assert_eq!(restore(&st, 1, NodeId(4), 0), Err(RestoreError::NodeIdUsed(4)));
+        assert_eq!(restore(&st, 1, NodeId(4), &at(0)), Err(RestoreError::NodeIdUsed(4)));
     }
 
     #[test]

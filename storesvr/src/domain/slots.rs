@@ -12,8 +12,10 @@
 //!   mark a new holder reads with its grant is at or above every mark an earlier holder was
 //!   acknowledged — the floor it issues above;
 //! - a raise more than `max_ahead_ms` past the proposing leader's wall clock (carried in the
-//!   command, so every replica decides alike) is refused: one bad clock cannot push a slot's ids
-//!   years ahead.
+//!   command, so every replica decides alike) is capped at that limit ([`SlotCommand::RaiseCapped`],
+//!   what leaders propose now; the first [`SlotCommand::Raise`] refused it, and old entries of it
+//!   still apply so): one bad clock cannot push a slot's ids years ahead, and a leader whose clock
+//!   is a little behind the holders' still lets them issue up to its limit instead of stopping them.
 //!
 //! A setup is refused, before anything is allocated, when its layout's bits do not fit or its
 //! share is above `MAX_ID_SLOTS_PER_SET` (`seqsvr_proto::limits`): it is a log entry, and one that
@@ -94,6 +96,16 @@ pub enum SlotCommand {
         holder: Incarnation,
         items: Vec<(u64, Epoch)>,
     },
+    /// [`SlotCommand::Raise`] with a mark past the limit applied at the limit rather than refused
+    /// (issue 47): a leader a little behind the holders' clocks no longer stops every raise.
+    /// A variant of its own, not a changed `Raise`: an entry of the old kind, replayed from a log,
+    /// must apply as it did when it was first applied, or replicas of two builds would disagree
+    /// on a mark.
+    RaiseCapped {
+        holder: Incarnation,
+        items: Vec<RaiseItem>,
+        leader_ms: u64,
+    },
 }
 
 /// What happened to one raise item.
@@ -110,6 +122,11 @@ pub enum RaiseOutcome {
     },
     /// Not a slot of this set's share.
     NotOurs,
+    /// Past the limit (as `TooFarAhead`), so the mark was raised to the limit instead, if that is
+    /// above it ([`SlotCommand::RaiseCapped`]): the result's mark is what the holder may use.
+    Capped {
+        limit: u64,
+    },
 }
 
 /// One raise item's outcome with the slot's mark and epoch after it.
@@ -178,7 +195,15 @@ pub fn apply_with(
                 items,
                 leader_ms,
             },
-        ) => s.raise(*holder, items, *leader_ms, skip_fence),
+        ) => s.raise(*holder, items, *leader_ms, skip_fence, false),
+        (
+            Some(s),
+            SlotCommand::RaiseCapped {
+                holder,
+                items,
+                leader_ms,
+            },
+        ) => s.raise(*holder, items, *leader_ms, skip_fence, true),
         (Some(s), SlotCommand::Release { holder, items }) => s.release(*holder, items),
     }
 }
@@ -284,42 +309,101 @@ impl IdState {
         SlotResult::Granted { moved }
     }
 
-    fn raise(&mut self, holder: Incarnation, items: &[RaiseItem], leader_ms: u64, skip_fence: bool) -> SlotResult {
-        let layout = self.layout;
-        // The tick containing the leader's clock plus the allowance; before the epoch, tick 0.
-        let limit = layout
+    /// The highest tick a raise proposed at the leader's `leader_ms` may reach: the tick
+    /// containing the leader's clock plus the allowance (before the epoch, tick 0), at most the
+    /// layout's last.
+    pub fn raise_limit(&self, leader_ms: u64) -> u64 {
+        self.layout
             .tick_of(leader_ms.saturating_add(self.max_ahead_ms))
             .unwrap_or(0)
-            .min(layout.max_tick());
+            .min(self.layout.max_tick())
+    }
+
+    /// What a raise of `item` by `holder` would do to the slot as it is now: the outcome, and the
+    /// slot's mark after it (`None`: not a slot of this share).
+    fn raise_outcome(
+        &self,
+        holder: Incarnation,
+        item: &RaiseItem,
+        limit: u64,
+        skip_fence: bool,
+        capped: bool,
+    ) -> (RaiseOutcome, Option<u64>) {
+        let Some(s) = self.get(item.slot) else {
+            return (RaiseOutcome::NotOurs, None);
+        };
+        let fenced_out = s.holder != holder || s.epoch != item.epoch || holder == NOBODY;
+        if fenced_out && !skip_fence {
+            (RaiseOutcome::StaleEpoch, Some(s.mark))
+        } else if item.mark > limit && capped {
+            (RaiseOutcome::Capped { limit }, Some(s.mark.max(limit)))
+        } else if item.mark > limit {
+            (RaiseOutcome::TooFarAhead { limit }, Some(s.mark))
+        } else if item.mark <= s.mark {
+            (RaiseOutcome::NoOp, Some(s.mark))
+        } else {
+            (RaiseOutcome::Applied, Some(item.mark))
+        }
+    }
+
+    /// The result of a raise that would change no mark, computed without applying it (`None`
+    /// when it would change one): the leader answers such a raise without a Raft entry. Every
+    /// item sees the state as it is, which is also what applying them in turn would see, since
+    /// none changes it.
+    pub fn unchanged_raise(
+        &self,
+        holder: Incarnation,
+        items: &[RaiseItem],
+        leader_ms: u64,
+        skip_fence: bool,
+    ) -> Option<Vec<RaiseResult>> {
+        let limit = self.raise_limit(leader_ms);
+        items
+            .iter()
+            .map(|item| {
+                let (outcome, after) = self.raise_outcome(holder, item, limit, skip_fence, true);
+                let before = self.get(item.slot).map(|s| s.mark);
+                (after == before).then(|| self.result_of(item, outcome, skip_fence))
+            })
+            .collect()
+    }
+
+    fn result_of(&self, item: &RaiseItem, outcome: RaiseOutcome, skip_fence: bool) -> RaiseResult {
+        let Some(s) = self.get(item.slot) else {
+            return RaiseResult {
+                slot: item.slot,
+                outcome: RaiseOutcome::NotOurs,
+                mark: 0,
+                epoch: Epoch(0),
+            };
+        };
+        RaiseResult {
+            slot: item.slot,
+            outcome,
+            mark: s.mark,
+            // Knowing no epochs, the unfenced store echoes the raise's own (as a bump's).
+            epoch: if skip_fence { item.epoch } else { s.epoch },
+        }
+    }
+
+    fn raise(
+        &mut self,
+        holder: Incarnation,
+        items: &[RaiseItem],
+        leader_ms: u64,
+        skip_fence: bool,
+        capped: bool,
+    ) -> SlotResult {
+        let limit = self.raise_limit(leader_ms);
         let results = items
             .iter()
             .map(|item| {
-                let Some(s) = self.get_mut(item.slot) else {
-                    return RaiseResult {
-                        slot: item.slot,
-                        outcome: RaiseOutcome::NotOurs,
-                        mark: 0,
-                        epoch: Epoch(0),
-                    };
-                };
-                let fenced_out = s.holder != holder || s.epoch != item.epoch || holder == NOBODY;
-                let outcome = if fenced_out && !skip_fence {
-                    RaiseOutcome::StaleEpoch
-                } else if item.mark > limit {
-                    RaiseOutcome::TooFarAhead { limit }
-                } else if item.mark <= s.mark {
-                    RaiseOutcome::NoOp
-                } else {
-                    s.mark = item.mark;
-                    RaiseOutcome::Applied
-                };
-                RaiseResult {
-                    slot: item.slot,
-                    outcome,
-                    mark: s.mark,
-                    // Knowing no epochs, the unfenced store echoes the raise's own (as a bump's).
-                    epoch: if skip_fence { item.epoch } else { s.epoch },
+                // In turn: a later item of the same slot sees what an earlier one did.
+                let (outcome, after) = self.raise_outcome(holder, item, limit, skip_fence, capped);
+                if let (Some(mark), Some(s)) = (after, self.get_mut(item.slot)) {
+                    s.mark = mark;
                 }
+                self.result_of(item, outcome, skip_fence)
             })
             .collect();
         SlotResult::Raised(results)

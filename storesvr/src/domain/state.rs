@@ -144,7 +144,11 @@ impl SetState {
         };
         let acting = match cmd {
             Command::Bump { incarnation, .. } | Command::Release { incarnation, .. } => Some(*incarnation),
-            Command::Slots(SlotCommand::Raise { holder, .. } | SlotCommand::Release { holder, .. }) => Some(*holder),
+            Command::Slots(
+                SlotCommand::Raise { holder, .. }
+                | SlotCommand::RaiseCapped { holder, .. }
+                | SlotCommand::Release { holder, .. },
+            ) => Some(*holder),
             _ => None,
         };
         if presented.is_some() && acting.is_none() && !matches!(cmd, Command::Register { .. }) {

@@ -307,13 +307,23 @@ fn slot_command() -> impl Strategy<Value = SlotCommand> {
         )
     });
     let item = (slot(), epoch(), small_or_any(20_000)).prop_map(|(slot, epoch, mark)| RaiseItem { slot, epoch, mark });
-    let raise =
-        (inc(), prop::collection::vec(item, 0..3), small_or_any(20_000)).prop_map(|(holder, items, leader_ms)| {
-            SlotCommand::Raise {
+    let raise = (
+        inc(),
+        prop::collection::vec(item, 0..3),
+        small_or_any(20_000),
+        any::<bool>(),
+    )
+        .prop_map(|(holder, items, leader_ms, capped)| match capped {
+            true => SlotCommand::RaiseCapped {
                 holder,
                 items,
                 leader_ms,
-            }
+            },
+            false => SlotCommand::Raise {
+                holder,
+                items,
+                leader_ms,
+            },
         });
     let release = (inc(), prop::collection::vec((slot(), epoch()), 0..3))
         .prop_map(|(holder, items)| SlotCommand::Release { holder, items });
@@ -378,20 +388,28 @@ fn check_slots(before: &SetState, after: &SetState, cmd: &Command) -> Result<(),
             return Err(format!("slot {slot} went back: {old:?} -> {s:?}"));
         }
         if s.mark > old.mark {
+            let raised_by = |holder: &Incarnation, items: &[RaiseItem], leader_ms: u64, capped: bool| {
+                let limit = a.raise_limit(leader_ms);
+                items.iter().any(|i| {
+                    let target = if capped { i.mark.min(limit) } else { i.mark };
+                    i.slot == slot
+                        && *holder == old.holder
+                        && i.epoch == old.epoch
+                        && target == s.mark
+                        && i.mark.min(limit) == target
+                })
+            };
             let fenced = match cmd {
                 Command::Slots(SlotCommand::Raise {
                     holder,
                     items,
                     leader_ms,
-                }) => items.iter().any(|i| {
-                    i.slot == slot
-                        && *holder == old.holder
-                        && i.epoch == old.epoch
-                        && i.mark == s.mark
-                        && a.layout
-                            .tick_of(leader_ms.saturating_add(a.max_ahead_ms))
-                            .is_some_and(|limit| i.mark <= limit)
-                }),
+                }) => raised_by(holder, items, *leader_ms, false),
+                Command::Slots(SlotCommand::RaiseCapped {
+                    holder,
+                    items,
+                    leader_ms,
+                }) => raised_by(holder, items, *leader_ms, true),
                 _ => false,
             };
             if !fenced {

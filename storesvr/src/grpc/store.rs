@@ -238,35 +238,50 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let req = req.into_inner();
         let c = &self.ctx.config;
         let skips = (c.unsafe_rules().slots_unfenced(), c.unsafe_skip_binding);
-        let leader_ms = crate::config::unix_now_ms();
-        let cmd = self
+        let max_ahead_ms = self.ctx.data(|d| d.set.ids.as_ref().map_or(0, |i| i.max_ahead_ms));
+        let leader_ms = self.ctx.id_clock_ms(max_ahead_ms);
+        let step = self
             .ctx
-            .data(|d| protocol::ids::raise_command(&d.set, &req, leader_ms, skips))?;
-        match self.ctx.write(cmd).await? {
-            Led::Elsewhere(hint) => Ok(Response::new(pb::RaiseMarksReply {
-                not_leader: Some(hint),
-                ..Default::default()
-            })),
-            Led::Here(result) => {
-                // Raft entries that are not bumps: the benchmark's store-write bound counts them.
-                metrics::counter!("storesvr_slot_raises_total").increment(1);
-                let reply = protocol::ids::raised(&req, result, leader_ms)?;
-                let ahead = reply
-                    .results
-                    .iter()
-                    .filter(|r| r.outcome == pb::RaiseOutcome::TooFarAhead as i32)
-                    .count();
-                if ahead > 0 {
-                    // The holder's clock runs ahead of this leader's by more than the allowance.
-                    metrics::counter!("storesvr_slot_raises_too_far_ahead_total").increment(ahead as u64);
-                    tracing::warn!(
-                        incarnation = req.incarnation,
-                        "refused slot marks past this leader's clock plus the allowance: the AllocSvr's clock is ahead"
-                    );
+            .data(|d| protocol::ids::raise_step(&d.set, &req, leader_ms, skips))?;
+        let reply = match step {
+            // Answered from the applied state, but only by the leader: its clock is the one a
+            // holder compares its own with.
+            protocol::ids::RaiseStep::Answer(reply) => match self.ctx.leads() {
+                true => {
+                    metrics::counter!("storesvr_slot_raises_unwritten_total").increment(1);
+                    reply
                 }
-                Ok(Response::new(reply))
-            }
+                false => {
+                    return Ok(Response::new(pb::RaiseMarksReply {
+                        not_leader: Some(self.ctx.leader_hint(None)),
+                        ..Default::default()
+                    }));
+                }
+            },
+            protocol::ids::RaiseStep::Propose(cmd) => match self.ctx.write(cmd).await? {
+                Led::Elsewhere(hint) => {
+                    return Ok(Response::new(pb::RaiseMarksReply {
+                        not_leader: Some(hint),
+                        ..Default::default()
+                    }));
+                }
+                Led::Here(result) => {
+                    // Raft entries that are not bumps: the benchmark's store-write bound counts them.
+                    metrics::counter!("storesvr_slot_raises_total").increment(1);
+                    protocol::ids::raised(&req, result, leader_ms)?
+                }
+            },
+        };
+        let ahead = reply
+            .results
+            .iter()
+            .filter(|r| r.outcome == pb::RaiseOutcome::TooFarAhead as i32)
+            .count();
+        if ahead > 0 {
+            metrics::counter!("storesvr_slot_raises_too_far_ahead_total").increment(ahead as u64);
+            self.ctx.raise_capped_warning(req.incarnation);
         }
+        Ok(Response::new(reply))
     }
 
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {

@@ -1,6 +1,7 @@
 //! The StoreService's side of time-ordered ids, sans-IO like the rest of `protocol`: setting a
 //! set's ids up, the arbiter's slot grants, what a renewal tells a holder about its slots, and the
-//! fenced `RaiseMarks` write.
+//! fenced `RaiseMarks` write (capped at the leader's clock plus the allowance), or the answer
+//! without a write when it would change no mark.
 //!
 //! Set 0 sets its ids up from its own flags; every other set adopts set 0's setup from the
 //! published cluster map, so that all sets issue under one layout and disjoint slot shares. A set
@@ -94,22 +95,37 @@ pub fn slots_of(set: &SetState, incarnation: Incarnation) -> (Option<pb::IdLayou
     (Some(ids.layout.to_pb()), ids.max_ahead_ms, grants)
 }
 
-/// The write a RaiseMarks asks for, made under the caller's secret; `leader_ms` is this leader's
-/// wall clock, which caps the marks (carried in the command so every replica decides alike).
+/// What a RaiseMarks takes: a Raft write, or nothing but an answer.
+#[derive(Debug, PartialEq)]
+pub enum RaiseStep {
+    Propose(Command),
+    /// No mark would change (a raise already applied, under a stale epoch, or capped at a mark the
+    /// slot has reached): answered from the applied state, with no entry in the log. A holder
+    /// whose clock runs ahead of a slow leader asks the same capped raise again and again, and
+    /// each would otherwise be a log entry fsynced on every replica (issue 47).
+    Answer(pb::RaiseMarksReply),
+}
+
+/// The write a RaiseMarks asks for, made under the caller's secret, or the answer when it would
+/// change nothing; `leader_ms` is this leader's wall clock, which caps the marks (carried in the
+/// command so every replica decides alike).
+///
+/// The answer without a write is as safe as the write's: every mark it reports is one the slot
+/// holds in a committed state under the epoch it reports, and the caller checked the secret.
 ///
 /// `skip_epoch_fence` (negative control) also skips the check that the incarnation is registered,
 /// as for a Bump.
-pub fn raise_command(
+pub fn raise_step(
     set: &SetState,
     req: &pb::RaiseMarksRequest,
     leader_ms: u64,
     (skip_epoch_fence, skip_binding): (bool, bool),
-) -> Result<Command, RpcError> {
-    if set.ids.is_none() {
+) -> Result<RaiseStep, RpcError> {
+    let Some(ids) = set.ids.as_ref() else {
         return Err(RpcError::FailedPrecondition(
             "this set has no time-ordered ids set up yet".into(),
         ));
-    }
+    };
     if req.items.is_empty() || req.items.len() > MAX_RAISE_ITEMS {
         return Err(RpcError::InvalidArgument(format!(
             "a RaiseMarks names 1 to {MAX_RAISE_ITEMS} slots, got {}",
@@ -124,7 +140,7 @@ pub fn raise_command(
         )));
     }
     let presented = binding(set, "RaiseMarks", req.incarnation, &req.secret, skip_binding)?;
-    let items = req
+    let items: Vec<RaiseItem> = req
         .items
         .iter()
         .map(|i| RaiseItem {
@@ -133,12 +149,15 @@ pub fn raise_command(
             mark: i.mark,
         })
         .collect();
-    let cmd = Command::Slots(SlotCommand::Raise {
+    if let Some(results) = ids.unchanged_raise(incarnation, &items, leader_ms, skip_epoch_fence) {
+        return raised(req, CommandResult::Slots(SlotResult::Raised(results)), leader_ms).map(RaiseStep::Answer);
+    }
+    let cmd = Command::Slots(SlotCommand::RaiseCapped {
         holder: incarnation,
         items,
         leader_ms,
     });
-    Ok(under(presented, cmd))
+    Ok(RaiseStep::Propose(under(presented, cmd)))
 }
 
 /// The reply to a committed RaiseMarks.
@@ -158,7 +177,11 @@ pub fn raised(
                         RaiseOutcome::Applied => (pb::RaiseOutcome::Applied, 0),
                         RaiseOutcome::NoOp => (pb::RaiseOutcome::NoOp, 0),
                         RaiseOutcome::StaleEpoch => (pb::RaiseOutcome::StaleEpoch, 0),
-                        RaiseOutcome::TooFarAhead { limit } => (pb::RaiseOutcome::TooFarAhead, limit),
+                        // Capped or refused, the wire says TOO_FAR_AHEAD with the limit, and the
+                        // mark the slot holds: an older AllocSvr treats both as a refusal.
+                        RaiseOutcome::TooFarAhead { limit } | RaiseOutcome::Capped { limit } => {
+                            (pb::RaiseOutcome::TooFarAhead, limit)
+                        }
                         RaiseOutcome::NotOurs => (pb::RaiseOutcome::NotOurs, 0),
                     };
                     pb::RaiseResult {
@@ -297,12 +320,94 @@ mod tests {
             epoch: 1,
             mark: 9,
         }];
-        let err = raise_command(&st, &req(one.clone(), incs[0].0), 0, (false, false)).unwrap_err();
+        let err = raise_step(&st, &req(one.clone(), incs[0].0), 0, (false, false)).unwrap_err();
         assert!(format!("{err:?}").contains("no time-ordered ids"), "{err:?}");
         st.apply(&Command::Slots(setup()), false);
-        assert!(raise_command(&st, &req(vec![], incs[0].0), 0, (false, false)).is_err());
-        let err = raise_command(&st, &req(one.clone(), 99), 0, (false, false)).unwrap_err();
+        assert!(raise_step(&st, &req(vec![], incs[0].0), 0, (false, false)).is_err());
+        let err = raise_step(&st, &req(one.clone(), 99), 0, (false, false)).unwrap_err();
         assert!(format!("{err:?}").contains("unknown incarnation 99"), "{err:?}");
-        assert!(raise_command(&st, &req(one, incs[0].0), 0, (false, false)).is_ok());
+        assert!(raise_step(&st, &req(one, incs[0].0), 0, (false, false)).is_ok());
+    }
+
+    /// A set whose slot 0 is held by the first of `nodes` under epoch 1, its mark 0.
+    fn holding_slot_zero() -> (SetState, Incarnation) {
+        let (mut st, incs) = set_with(&[1]);
+        st.apply(&Command::Slots(setup()), false);
+        let grant = SlotCommand::Grant(vec![slots::SlotMove {
+            slot: 0,
+            from: crate::domain::section::NOBODY,
+            to: incs[0],
+        }]);
+        st.apply(&Command::Slots(grant), false);
+        (st, incs[0])
+    }
+
+    fn raise_req(holder: Incarnation, epoch: u64, mark: u64) -> pb::RaiseMarksRequest {
+        pb::RaiseMarksRequest {
+            incarnation: holder.0,
+            items: vec![pb::SlotMark { slot: 0, epoch, mark }],
+            secret: Vec::new(),
+        }
+    }
+
+    /// The one result of a raise, proposed and applied if it needs a write.
+    fn raise(st: &mut SetState, req: &pb::RaiseMarksRequest, leader_ms: u64) -> (pb::RaiseResult, bool) {
+        match raise_step(st, req, leader_ms, (false, false)).unwrap() {
+            RaiseStep::Propose(cmd) => {
+                let result = st.apply(&cmd, false);
+                (raised(req, result, leader_ms).unwrap().results[0], true)
+            }
+            RaiseStep::Answer(reply) => (reply.results[0], false),
+        }
+    }
+
+    /// Issue 47, item 8: the store leader's clock is behind the holder's, so the holder asks for
+    /// a mark past the leader's clock plus the allowance. The mark is raised to that limit (the
+    /// holder issues up to it) instead of being refused, which stopped every id of the set.
+    #[test]
+    fn a_raise_past_the_leaders_clock_plus_the_allowance_is_applied_capped_at_the_limit() {
+        let (mut st, holder) = holding_slot_zero();
+        let leader_ms = 1_800_000_000_000;
+        // Twitter's layout from 1970: a tick is a Unix millisecond.
+        let limit = leader_ms + 5_000;
+        let (r, written) = raise(&mut st, &raise_req(holder, 1, limit + 1_000), leader_ms);
+        assert_eq!(
+            (r.outcome, r.limit, r.mark, written),
+            (pb::RaiseOutcome::TooFarAhead as i32, limit, limit, true)
+        );
+        assert_eq!(st.ids.as_ref().unwrap().get(0).unwrap().mark, limit);
+    }
+
+    /// Issue 47, item 7: a raise that would change no mark — asked again while the leader's clock
+    /// stands still, under a stale epoch, or already applied — is answered without a Raft entry,
+    /// with what the slot holds; one that would change a mark is still written.
+    #[test]
+    fn a_raise_that_would_change_no_mark_is_answered_without_a_proposal() {
+        let (mut st, holder) = holding_slot_zero();
+        let leader_ms = 1_800_000_000_000;
+        let limit = leader_ms + 5_000;
+        let (_, written) = raise(&mut st, &raise_req(holder, 1, limit + 1_000), leader_ms);
+        assert!(written, "the first capped raise moves the mark");
+        let before = st.clone();
+        for (req, outcome) in [
+            (raise_req(holder, 1, limit + 2_000), pb::RaiseOutcome::TooFarAhead),
+            (raise_req(holder, 1, limit - 10), pb::RaiseOutcome::NoOp),
+            (raise_req(holder, 7, limit + 5), pb::RaiseOutcome::StaleEpoch),
+        ] {
+            let RaiseStep::Answer(reply) = raise_step(&st, &req, leader_ms, (false, false)).unwrap() else {
+                panic!("{req:?} would change nothing, yet it is proposed");
+            };
+            let r = reply.results[0];
+            assert_eq!((r.outcome, r.mark, r.epoch), (outcome as i32, limit, 1), "{req:?}");
+            assert_eq!(reply.leader_ms, leader_ms);
+        }
+        assert_eq!(st, before);
+        // The leader's clock moved on: the limit did too, and the raise is written.
+        let (r, written) = raise(&mut st, &raise_req(holder, 1, limit + 2_000), leader_ms + 500);
+        assert_eq!((r.mark, written), (limit + 500, true));
+        // A forged raise is refused before anything is answered.
+        let mut forged = raise_req(holder, 1, 1);
+        forged.incarnation = 99;
+        assert!(raise_step(&st, &forged, leader_ms, (false, false)).is_err());
     }
 }

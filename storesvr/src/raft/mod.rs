@@ -3,6 +3,7 @@
 //!
 //! Deliberately left out: storage (`storage`) and the client-facing services (`grpc`).
 
+pub mod clocks;
 pub mod identity;
 pub mod network;
 pub mod types;

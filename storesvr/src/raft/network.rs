@@ -15,8 +15,12 @@
 //! arrival before openraft sees it (see `identity`): traffic of another group is refused as if
 //! the peer were unreachable.
 //!
+//! Every reply also carries the answering replica's wall clock in a header (`clocks`), which the
+//! leader compares with its own.
+//!
 //! Left out: authentication of peers (mTLS's role check does that, see `seqsvr_auth`).
 
+use crate::raft::clocks::{CLOCK_HEADER, PeerClocks};
 use crate::raft::identity::{Carries, Identity};
 use crate::raft::types::{Node, NodeId, Raft, TypeConfig};
 use openraft::error::{
@@ -52,6 +56,8 @@ pub struct Network {
     pub tls: Option<Arc<seqsvr_auth::Tls>>,
     /// What every message is stamped with and checked against.
     pub identity: Arc<Identity>,
+    /// Where the followers' wall clocks, read off their replies, are kept (`clocks`).
+    pub clocks: Arc<PeerClocks>,
 }
 
 pub struct PeerClient {
@@ -59,6 +65,7 @@ pub struct PeerClient {
     client: Option<RaftServiceClient<Channel>>,
     addr: String,
     identity: Arc<Identity>,
+    clocks: Arc<PeerClocks>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -80,6 +87,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client,
             addr,
             identity: self.identity.clone(),
+            clocks: self.clocks.clone(),
         }
     }
 }
@@ -127,14 +135,21 @@ impl PeerClient {
         );
         let mut request = Request::new(payload);
         request.set_timeout(option.hard_ttl());
+        let (sent, sent_ms) = (std::time::Instant::now(), crate::config::unix_now_ms());
         let reply = match kind {
             Kind::Append(_) => client.append_entries(request).await,
             Kind::Vote => client.vote(request).await,
             Kind::Snapshot => client.install_snapshot(request).await,
         };
-        let reply = reply
-            .map_err(|s| RPCError::Unreachable(Unreachable::new(&TransportError(s.to_string()))))?
-            .into_inner();
+        let reply = reply.map_err(|s| RPCError::Unreachable(Unreachable::new(&TransportError(s.to_string()))))?;
+        if let Some(peer_ms) = reply
+            .metadata()
+            .get(CLOCK_HEADER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        {
+            self.clocks.record(self.target, sent, sent_ms, peer_ms);
+        }
+        let reply = reply.into_inner();
         // A reply of another group is no reply: openraft backs off as from an unreachable peer.
         self.identity
             .check_reply(&reply, self.target)
@@ -205,7 +220,13 @@ impl RaftPeerService {
             },
             0,
         );
-        Ok(tonic::Response::new(reply))
+        let mut reply = tonic::Response::new(reply);
+        // The answering replica's wall clock, for the leader's comparison of clocks (`clocks`).
+        reply.metadata_mut().insert(
+            CLOCK_HEADER,
+            tonic::metadata::AsciiMetadataValue::from(crate::config::unix_now_ms()),
+        );
+        Ok(reply)
     }
 }
 

@@ -14,6 +14,9 @@
 //! reports the replicated values it has applied, so a dashboard takes the leader's (`max by
 //! (set)` over caught-up replicas gives the same).
 //!
+//! On the leader also the replicas' wall clocks (`storesvr_clock_offset_ms{peer}`,
+//! `storesvr_clock_skew_ms`: its own clock minus the quorum's; issue 47).
+//!
 //! Left out: per-follower lag series (the maximum is what an alert needs; `seqctl status` names
 //! the replica), and anything that would scan a section's uids (the ceilings are per section).
 
@@ -272,6 +275,31 @@ pub async fn metrics_loop(ctx: Weak<ReplicaState>) {
         }
         publish_raft(&raft);
         publish_state(&ctx.data(|d| state_sample(&d.set)));
+        publish_clocks(&ctx, raft.is_leader);
+    }
+}
+
+/// On the leader, each follower's clock offset from its own and its own skew from the quorum's
+/// clock (`raft::clocks`); the alert compares the skew with the id allowance, also published.
+/// Off the leader the skew reads 0: followers read no clocks.
+fn publish_clocks(ctx: &ReplicaState, is_leader: bool) {
+    let max_ahead_ms = ctx.data(|d| d.set.ids.as_ref().map(|i| i.max_ahead_ms));
+    if let Some(ms) = max_ahead_ms {
+        gauge!("storesvr_id_max_ahead_ms").set(ms as f64);
+    }
+    let skew = if is_leader {
+        ctx.quorum_offset().map_or(0, |o| -o)
+    } else {
+        0
+    };
+    gauge!("storesvr_clock_skew_ms").set(skew as f64);
+    if is_leader {
+        for (peer, r) in ctx.clocks.fresh(std::time::Instant::now()) {
+            gauge!("storesvr_clock_offset_ms", "peer" => peer.to_string()).set(r.offset_ms as f64);
+        }
+        if let Some(why) = max_ahead_ms.and_then(|ms| crate::raft::clocks::disagreement(-skew, ms / 2)) {
+            ctx.warn_clock(&why);
+        }
     }
 }
 
