@@ -13,28 +13,31 @@
 //! | `NEXTID [count]` | a time-ordered id (integer), or `count` of them (array) |
 //! | `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT SETNAME/GETNAME/SETINFO/ID`, `QUIT` | as Redis |
 //! | `INFO`, `COMMAND`, `CONFIG GET` | enough for `redis-cli`, `redis-benchmark` and client libraries to connect |
+//! | `MULTI`, `EXEC`, `DISCARD` | a queued pipeline, without isolation (`transaction.rs`) |
 //!
 //! Every other command is `-ERR unknown command`, as Redis answers it: a counter that only rises
 //! cannot `SET`, `DECR` or `DEL`, and a command it does not serve never gets a wrong answer.
 //! Errors carry a code a caller can act on: `ERR` bad input, `TRYAGAIN` not ready or unreachable,
 //! `OVERLOADED`, `UNKNOWN` (the call may have taken a number: its value is lost),
-//! `EXHAUSTED` (the 64-bit space of the uid's section is used up).
+//! `EXHAUSTED` (the 64-bit space of the uid's section is used up), `TAKEN` (a value above 2^63-1
+//! was taken; the message carries it). No message names a node or the RPC library's wording.
 //!
 //! Pipelined commands run one after another in the order sent (an `INCR` then a `GET` of the same
 //! name in one pipeline sees the `INCR`), and their replies go out in one write per read.
 //!
-//! Bad input: a frame the decoder (the `redis-protocol` crate) refuses, a request that is not an
-//! array of bulk strings, more than [`MAX_ARGS`] arguments, a command that is not complete within
-//! [`MAX_PENDING_BYTES`] or [`PARTIAL_TIMEOUT`]: one `-ERR Protocol error` reply, then the
-//! connection is closed, as Redis does. A reply the caller does not read for [`WRITE_TIMEOUT`]
-//! closes the connection too. Nothing is taken from any counter for a command refused.
+//! Requests are read by [`RequestReader`] (ours: an array of bulk strings and nothing else, without
+//! recursion, resumably); `redis-protocol` only encodes replies. Bad input — any other type byte,
+//! more than [`MAX_ARGS`] arguments, a command over [`MAX_PENDING_BYTES`] or not complete within
+//! [`PARTIAL_TIMEOUT`] of its first byte — gets one `-ERR Protocol error` reply, then the
+//! connection is closed, as Redis does; the deadlines, caps and memory bounds of a connection are
+//! in `connection.rs`'s table. Nothing is taken from any counter for a command refused.
 //!
 //! With `tls` set, a connection is served only after the TLS handshake and only to a caller whose
 //! certificate's role may take numbers; any other gets `-NOPERM` and is closed. `AUTH` is then not
 //! needed (and the AllocSvr takes no password with TLS).
 //!
 //! Deliberately left out: inline commands (`PING\r\n` typed by hand; every client sends arrays),
-//! `MULTI`/transactions, pub/sub, and ACL users other than `default`.
+//! `WATCH` (transactions are not isolated), pub/sub, and ACL users other than `default`.
 
 mod connection;
 mod request;
