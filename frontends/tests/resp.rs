@@ -16,11 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A command as a client sends it: an array of bulk strings.
 fn cmd(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    out
+    common::resp_command(args)
 }
 
 /// Sends `input`, closes the sending side, and returns everything the server wrote until it

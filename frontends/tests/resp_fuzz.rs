@@ -101,13 +101,7 @@ impl Piece {
 }
 
 fn encode(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
+    common::resp_command(args)
 }
 
 fn command() -> impl Strategy<Value = Vec<Vec<u8>>> {

@@ -108,3 +108,15 @@ impl Calls for Fake {
         Ok((first..first + u64::from(count)).collect())
     }
 }
+
+/// A Redis command as every client sends it: an array of bulk strings.
+pub fn resp_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        let a = a.as_ref();
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
