@@ -224,17 +224,10 @@ impl Core {
     }
 }
 
-/// How often a busy worker of [`runtime`] looks for new IO, in tasks polled (tokio's default is
-/// 61). Under a flood the run queue never empties, and a well-behaved caller's request is noticed
-/// only at the next look, then queued behind what that look found. In docs/BENCHMARKS.md's flood
-/// (b) on one core (in-flight limit 4) the caller's p99 was 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7,
-/// against 0.3–0.6 ms unloaded. The cost is one `epoll_wait` per 7 polls while busy; an idle
-/// worker waits on the IO driver either way.
-pub const EVENT_INTERVAL: u32 = 7;
-
 /// The runtime the `allocsvr` binary serves on: `workers` worker threads (`None`: one per CPU the
-/// process may run on) looking for IO every `event_interval` tasks ([`EVENT_INTERVAL`] unless an
-/// operator chose otherwise). Tests that measure the server build theirs here.
+/// process may run on) looking for IO every `event_interval` tasks
+/// ([`EVENT_INTERVAL`](crate::config::EVENT_INTERVAL) unless an operator chose otherwise). Tests
+/// that measure the server build theirs here.
 pub fn runtime(workers: Option<usize>, event_interval: u32) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().event_interval(event_interval);

@@ -153,7 +153,7 @@ impl Server {
             // The binary's runtime: one worker per CPU the thread may run on, as the binary has.
             // (Two workers on one CPU take turns at the kernel's time slices, and a call queued on
             // the descheduled one waits a slice: the pinned flood's p99 was ~5 ms with two.)
-            let rt = allocsvr::node::runtime(None, allocsvr::node::EVENT_INTERVAL).expect("the server's runtime");
+            let rt = allocsvr::node::runtime(None, allocsvr::config::EVENT_INTERVAL).expect("the server's runtime");
             let limits = limits(in_flight_per_cpu);
             eprintln!("server: {limits:?}");
             rt.block_on(async move {

@@ -24,7 +24,6 @@ use futures::future::join_all;
 use seqsvr_proto::{Uid, pb};
 use tokio::time::Instant;
 
-use crate::batch_get::Subject;
 use crate::client::{AttemptError, Client, Counted, Fetched, Owner, Unsettled};
 use crate::error::{ClientError, FailureKind};
 use crate::retry::Budget;
@@ -34,6 +33,15 @@ use seqsvr_rpc::classify::{Delivery, classify};
 
 /// Most uids in one `BatchFetchNextSeq` RPC: the server's limit, from the shared table.
 pub const MAX_UIDS_PER_RPC: usize = seqsvr_proto::limits::MAX_UIDS_PER_BATCH;
+
+/// What one item of a batched read names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Subject<'a> {
+    /// A uid's sequence, as [`Client::get_cur_seq`] reads it.
+    Uid(Uid),
+    /// A named counter, as [`Client::counter_get`] reads it.
+    Key(&'a str),
+}
 
 /// Most uids in one call of [`Client::batch_fetch`]: bounds the memory and the RPCs of one call.
 pub const MAX_UIDS_PER_CALL: usize = 100_000;

@@ -12,20 +12,9 @@
 
 use tokio::time::Instant;
 
-use seqsvr_proto::Uid;
-
-use crate::batch::{Items, MAX_UIDS_PER_CALL};
+use crate::batch::{Items, MAX_UIDS_PER_CALL, Subject};
 use crate::client::{Client, Owner};
 use crate::error::{ClientError, FailureKind};
-
-/// What one item of a batched read names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Subject<'a> {
-    /// A uid's sequence, as [`Client::get_cur_seq`] reads it.
-    Uid(Uid),
-    /// A named counter, as [`Client::counter_get`] reads it.
-    Key(&'a str),
-}
 
 /// One item's answer of [`Client::batch_get`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -65,8 +65,8 @@ mod routing_props;
 /// The transport is shared with the control-plane clients (see `seqsvr_rpc::transport`).
 pub use seqsvr_rpc::transport;
 
-pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC};
-pub use batch_get::{Current, Subject};
+pub use batch::{MAX_UIDS_PER_CALL, MAX_UIDS_PER_RPC, Subject};
+pub use batch_get::Current;
 pub use client::{Block, Client, Counted, CounterBlock, CurSeq, Fetched, Owner};
 pub use coalesce::{Coalescer, CoalescerConfig, CoalescerStats};
 pub use config::ClientConfig;
