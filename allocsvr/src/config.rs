@@ -306,22 +306,14 @@ impl FrontConfig {
 }
 
 impl Cli {
-    /// Checks every flag and builds the config; the error says which flag is wrong and why.
-    pub fn validate(self) -> Result<BinaryConfig, String> {
+    /// The flags that are numbers with a range of their own.
+    fn check_numbers(&self) -> Result<(), String> {
         if self.node_id == 0 {
             return Err("--node-id must be > 0".into());
         }
-        let store = Seed::parse_list(&self.store).map_err(|e| format!("--store: {e}"))?;
         if self.start_timeout_ms == 0 {
             return Err("--start-timeout-ms must be > 0".into());
         }
-        check_advertised(self.listen, self.advertise.as_ref())?;
-        let serve_limits = ServeLimits {
-            max_in_flight: self.max_in_flight,
-            max_streams_per_connection: self.max_streams_per_connection,
-            rpc_timeout: Duration::from_millis(self.rpc_timeout_ms),
-        };
-        serve_limits.check()?;
         if self.max_live_keys == 0 {
             return Err("--max-live-keys must be > 0".into());
         }
@@ -338,6 +330,23 @@ impl Cli {
                 self.event_interval
             ));
         }
+        if self.resp_max_unauthenticated == 0 {
+            return Err("--resp-max-unauthenticated must be > 0: no connection could ever authenticate".into());
+        }
+        Ok(())
+    }
+
+    /// Checks every flag and builds the config; the error says which flag is wrong and why.
+    pub fn validate(self) -> Result<BinaryConfig, String> {
+        self.check_numbers()?;
+        let store = Seed::parse_list(&self.store).map_err(|e| format!("--store: {e}"))?;
+        check_advertised(self.listen, self.advertise.as_ref())?;
+        let serve_limits = ServeLimits {
+            max_in_flight: self.max_in_flight,
+            max_streams_per_connection: self.max_streams_per_connection,
+            rpc_timeout: Duration::from_millis(self.rpc_timeout_ms),
+        };
+        serve_limits.check()?;
         let tls = self
             .tls
             .load(Some(seqsvr_auth::Role::AllocSvr))
@@ -351,9 +360,6 @@ impl Cli {
             resp_max_unauthenticated: self.resp_max_unauthenticated,
             deadline: Some(Duration::from_millis(self.front_deadline_ms)),
         };
-        if self.resp_max_unauthenticated == 0 {
-            return Err("--resp-max-unauthenticated must be > 0: no connection could ever authenticate".into());
-        }
         check_front(&front, tls.is_some(), self.front_deadline_ms)?;
         Ok(BinaryConfig {
             node: NodeConfig {

@@ -108,6 +108,19 @@ struct BatchReply {
     map: Option<pb::ClusterMap>,
 }
 
+impl BatchReply {
+    /// Why the reply cannot answer a chunk of `items` items (one outcome and one value each).
+    fn malformed(&self, addr: &str, items: usize) -> Option<String> {
+        (self.outcomes.len() != items || self.values.len() != items).then(|| {
+            format!(
+                "{addr}: malformed batch reply ({} outcomes, {} values for {items} items)",
+                self.outcomes.len(),
+                self.values.len(),
+            )
+        })
+    }
+}
+
 /// One uid's progress through the rounds.
 #[derive(Default)]
 struct Slot {
@@ -298,13 +311,7 @@ impl Client {
     ) {
         round.rerouted |= self.inner.routes.offer_map(reply.map.as_ref());
         round.rerouted |= self.inner.routes.offer(reply.routes.take());
-        if reply.outcomes.len() != chunk.len() || reply.values.len() != chunk.len() {
-            let why = format!(
-                "{addr}: malformed batch reply ({} outcomes, {} values for {} items)",
-                reply.outcomes.len(),
-                reply.values.len(),
-                chunk.len()
-            );
+        if let Some(why) = reply.malformed(addr, chunk.len()) {
             round.retry_maybe_taken((chunk, !items.reads()), &why, slots);
             return;
         }

@@ -329,33 +329,7 @@ impl Recorder {
                 return vec![];
             }
         };
-        let mut ok = base.clone();
-        let mut failed = Call {
-            outcome: Outcome::Failed,
-            ..base.clone()
-        };
-        let mut unknown = Call {
-            outcome: Outcome::Unknown,
-            ..base
-        };
-        for (uid, r) in uids.iter().zip(each) {
-            match r {
-                Ok((seq, owner)) => {
-                    ok.uids.push(*uid);
-                    ok.values.push(seq);
-                    if let Some(o) = owner.as_ref().map(owner_tag)
-                        && !ok.owners.contains(&o)
-                    {
-                        ok.owners.push(o);
-                    }
-                }
-                Err(e) => {
-                    let target = if e.is_unknown() { &mut unknown } else { &mut failed };
-                    target.uids.push(*uid);
-                    target.error.get_or_insert_with(|| e.to_string());
-                }
-            }
-        }
+        let [ok, failed, unknown] = split_by_outcome(base, uids, each);
         let served = ok.uids.clone();
         for (n, mut c) in [ok, failed, unknown]
             .into_iter()
@@ -369,6 +343,39 @@ impl Recorder {
         }
         served
     }
+}
+
+/// One batch's answers as three calls sharing `base`'s times: the subjects served (with their
+/// values and owners), those that failed, and those whose outcome is unknown.
+fn split_by_outcome(base: Call, uids: &[u64], each: BatchResults) -> [Call; 3] {
+    let mut ok = base.clone();
+    let mut failed = Call {
+        outcome: Outcome::Failed,
+        ..base.clone()
+    };
+    let mut unknown = Call {
+        outcome: Outcome::Unknown,
+        ..base
+    };
+    for (uid, r) in uids.iter().zip(each) {
+        match r {
+            Ok((seq, owner)) => {
+                ok.uids.push(*uid);
+                ok.values.push(seq);
+                if let Some(o) = owner.as_ref().map(owner_tag)
+                    && !ok.owners.contains(&o)
+                {
+                    ok.owners.push(o);
+                }
+            }
+            Err(e) => {
+                let target = if e.is_unknown() { &mut unknown } else { &mut failed };
+                target.uids.push(*uid);
+                target.error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    [ok, failed, unknown]
 }
 
 /// A client's pace: at most `rate_per_client` calls a second, late ticks not caught up.

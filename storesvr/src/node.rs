@@ -243,6 +243,22 @@ async fn serve(
     ))
 }
 
+/// This replica's identity in its group, from its data dir; with `--unsafe-skip-group-check`, one
+/// that admits the Raft messages of any group.
+fn load_identity(config: &Config) -> Result<Identity, StartError> {
+    let identity =
+        Identity::load(&config.data_dir, config.node_id, config.set_id).map_err(|source| StartError::DataDir {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?;
+    Ok(if config.unsafe_skip_group_check {
+        tracing::warn!("UNSAFE: --unsafe-skip-group-check is on; Raft messages of other groups are admitted");
+        identity.without_check()
+    } else {
+        identity
+    })
+}
+
 impl StoreNode {
     /// Opens storage, starts Raft and serves on `config.listen`.
     pub async fn start(config: Config) -> Result<Self, StartError> {
@@ -258,17 +274,7 @@ impl StoreNode {
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
         check_set_id(&config, &state)?;
-        let identity =
-            Identity::load(&config.data_dir, config.node_id, config.set_id).map_err(|source| StartError::DataDir {
-                dir: config.data_dir.display().to_string(),
-                source,
-            })?;
-        let identity = Arc::new(if config.unsafe_skip_group_check {
-            tracing::warn!("UNSAFE: --unsafe-skip-group-check is on; Raft messages of other groups are admitted");
-            identity.without_check()
-        } else {
-            identity
-        });
+        let identity = Arc::new(load_identity(&config)?);
         let clocks = Arc::new(PeerClocks::default());
         let raft = start_raft(
             &config,

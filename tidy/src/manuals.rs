@@ -2,8 +2,8 @@
 //! except the journal and the decision records (which are history on purpose), and the README:
 //!
 //! - at most [`MAX_LINES`] lines ([`MAX_BENCHMARK_LINES`] for a benchmark's page);
-//! - no commit hash, except on a benchmark table's one provenance line, which starts with
-//!   `Measured:`;
+//! - no commit hash, except as provenance: on a benchmark table's one line that starts with
+//!   `Measured:`, or in the rows of a table with a `commit` column (a "last verified" table);
 //! - no heading with a date in it (a dated heading is a journal entry in the wrong place);
 //! - no path of one machine (`/work/…`, `/home/…`): output pasted into a manual is cleaned first;
 //! - every relative link leads to a file that exists.
@@ -63,12 +63,22 @@ pub fn check(repo: &Path, name: &str, text: &str) -> Vec<String> {
         ));
     }
     let mut in_code = false;
+    // Whether the table being read has a `commit` column: its rows are provenance.
+    let mut commit_table = false;
+    let mut previous = "";
     for (n, line) in text.lines().enumerate() {
         let at = format!("{name}:{}", n + 1);
         if line.trim_start().starts_with("```") {
             in_code = !in_code;
         }
+        let row = line.trim_start().starts_with('|');
+        if row && !previous.trim_start().starts_with('|') {
+            commit_table = line.split('|').any(|cell| cell.trim().eq_ignore_ascii_case("commit"));
+        }
+        commit_table &= row;
+        previous = line;
         if !line.starts_with("Measured:")
+            && !commit_table
             && let Some(hash) = commit_hash(line)
         {
             problems.push(format!(
@@ -172,10 +182,20 @@ mod tests {
     fn history_in_a_manual_is_found() {
         let text = "# Page\n## Results, 2026-11-29\n## Results (March 2025)\n\
                     ran on `9040b6c` at 0x1f2e3d4c\nMeasured: commit 9040b6c\n\
-                    cd /work/main && run\n```\n# 2026-11-29 a comment in code\n```\n";
+                    cd /work/main && run\n```\n# 2026-11-29 a comment in code\n```\n\
+                    | run | commit |\n|---|---|\n| dst | 9040b6c |\n\n| run |\n| 9040b6c |\n";
         let problems = check(Path::new("."), "docs/X.md", text);
         let lines: Vec<&str> = problems.iter().map(|p| p.split(' ').next().unwrap()).collect();
-        assert_eq!(lines, ["docs/X.md:2:", "docs/X.md:3:", "docs/X.md:4:", "docs/X.md:6:"]);
+        assert_eq!(
+            lines,
+            [
+                "docs/X.md:2:",
+                "docs/X.md:3:",
+                "docs/X.md:4:",
+                "docs/X.md:6:",
+                "docs/X.md:15:"
+            ]
+        );
     }
 
     #[test]

@@ -290,18 +290,8 @@ impl<'a, C: Calls> Session<'a, C> {
 
     /// Runs one command.
     pub async fn command(&mut self, args: &[&[u8]]) -> (Reply, After) {
-        // The name in upper case on the stack (a `String` per command showed in profiles of
-        // pipelined INCRs); a name longer than any served, or not UTF-8, is no command's.
         let mut upper = [0u8; 16];
-        let name = match args[0] {
-            n if n.len() <= upper.len() => {
-                let upper = &mut upper[..n.len()];
-                upper.copy_from_slice(n);
-                upper.make_ascii_uppercase();
-                std::str::from_utf8(upper).unwrap_or_default()
-            }
-            _ => "",
-        };
+        let name = upper_name(args[0], &mut upper);
         let rest = &args[1..];
         if !self.authed && !matches!(name, "AUTH" | "HELLO" | "QUIT") {
             return (Reply::Error("NOAUTH Authentication required.".into()), After::Continue);
@@ -695,4 +685,15 @@ fn unknown(name: &[u8], rest: &[&[u8]]) -> Reply {
         "unknown command '{}', with args beginning with: {args}",
         clip(name)
     ))
+}
+
+/// A command's name in upper case, in `buf` on the stack (a `String` per command showed in profiles
+/// of pipelined INCRs); a name longer than any served, or not UTF-8, is no command's: "".
+fn upper_name<'b>(raw: &[u8], buf: &'b mut [u8; 16]) -> &'b str {
+    let Some(upper) = buf.get_mut(..raw.len()) else {
+        return "";
+    };
+    upper.copy_from_slice(raw);
+    upper.make_ascii_uppercase();
+    std::str::from_utf8(upper).unwrap_or_default()
 }

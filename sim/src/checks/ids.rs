@@ -104,42 +104,7 @@ fn per_holder_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
     let mut found = Vec::new();
     let mut by_holder: BTreeMap<(u64, u64), Vec<Span>> = BTreeMap::new();
     for c in calls.iter().filter(|c| c.outcome == Outcome::Ok) {
-        let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
-        let mut last: BTreeMap<u64, u64> = BTreeMap::new();
-        for id in c.ids() {
-            let Some(parts) = layout.decompose(id) else {
-                found.push(Violation::new(
-                    Promise::U2,
-                    format!("id {id} does not decode under {layout}"),
-                    vec![c.id],
-                ));
-                continue;
-            };
-            if let Some(&prev) = last.get(&parts.slot)
-                && id <= prev
-            {
-                found.push(Violation::new(
-                    Promise::U2,
-                    format!("slot {}: id {id} follows {prev} within one reply", parts.slot),
-                    vec![c.id],
-                ));
-            }
-            last.insert(parts.slot, id);
-            spans
-                .entry(parts.slot)
-                .and_modify(|s| {
-                    s.min = s.min.min(id);
-                    s.max = s.max.max(id);
-                })
-                .or_insert(Span {
-                    call: c.id,
-                    invoke_ns: c.invoke_ns,
-                    complete_ns: c.complete_ns,
-                    min: id,
-                    max: id,
-                });
-        }
-        for (slot, span) in spans {
+        for (slot, span) in spans_of(c, layout, &mut found) {
             by_holder.entry((slot, c.slot_epoch)).or_default().push(span);
         }
     }
@@ -171,6 +136,47 @@ fn per_holder_order(calls: &[IdCall], layout: &IdLayout) -> Vec<Violation> {
         }
     }
     found
+}
+
+/// The span of ids one successful call got per slot; ids out of order within the reply, or that do
+/// not decode, are U2 violations added to `found`.
+fn spans_of(c: &IdCall, layout: &IdLayout, found: &mut Vec<Violation>) -> BTreeMap<u64, Span> {
+    let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
+    let mut last: BTreeMap<u64, u64> = BTreeMap::new();
+    for id in c.ids() {
+        let Some(parts) = layout.decompose(id) else {
+            found.push(Violation::new(
+                Promise::U2,
+                format!("id {id} does not decode under {layout}"),
+                vec![c.id],
+            ));
+            continue;
+        };
+        if let Some(&prev) = last.get(&parts.slot)
+            && id <= prev
+        {
+            found.push(Violation::new(
+                Promise::U2,
+                format!("slot {}: id {id} follows {prev} within one reply", parts.slot),
+                vec![c.id],
+            ));
+        }
+        last.insert(parts.slot, id);
+        spans
+            .entry(parts.slot)
+            .and_modify(|s| {
+                s.min = s.min.min(id);
+                s.max = s.max.max(id);
+            })
+            .or_insert(Span {
+                call: c.id,
+                invoke_ns: c.invoke_ns,
+                complete_ns: c.complete_ns,
+                min: id,
+                max: id,
+            });
+    }
+    spans
 }
 
 /// Kind names of the faults that put a StoreSvr replica's wall clock off (`sim dst --ids`).

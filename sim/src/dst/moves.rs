@@ -149,9 +149,25 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
         }
     };
     tokio::join!(drive, cancel);
-    // Whatever the drivers' fate, repeat until the map says the move is done or cancelled, as an
-    // operator would: the cancel again when one was asked for (a refusal after the seal leaves
-    // the move to a resume), else `seqctl move resume`.
+    let Some(done) = settle(world, op, plan, section, to).await else {
+        return;
+    };
+    let _ = rec.history.write(&Record::Move(MoveSpan {
+        op,
+        sections: (section, end),
+        from,
+        to,
+        start_ns,
+        end_ns: rec.history.clock().now_ns(),
+        done,
+    }));
+}
+
+/// Repeats until the map says the move `op` of `section` to set `to` is done or cancelled, as an
+/// operator would: the cancel again when one was asked for (a refusal after the seal leaves the
+/// move to a resume), else `seqctl move resume`. Whether it is done (`false` also when the map
+/// never said); `None` when it never began.
+async fn settle(world: &Arc<World>, op: u64, plan: &PlannedMove, section: u64, to: u64) -> Option<bool> {
     let mut done = None;
     for _ in 0..RESUMES {
         match phase(world, op).await {
@@ -161,7 +177,7 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
             // live map, so a move whose record vanished is one that had switched). The map's
             // owner of the range tells the two apart.
             Ok(None) if owner_of(world, section).await == Some(to) => done = Some(true),
-            Ok(None) => return,
+            Ok(None) => return None,
             Ok(Some(pb::MovePhase::Done)) => done = Some(true),
             Ok(Some(pb::MovePhase::Cancelled)) => done = Some(false),
             Ok(Some(_)) => {
@@ -179,16 +195,7 @@ async fn one(world: &Arc<World>, op: u64, plan: &PlannedMove, rec: &Recorder, se
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let done = done.unwrap_or(false);
-    let _ = rec.history.write(&Record::Move(MoveSpan {
-        op,
-        sections: (section, end),
-        from,
-        to,
-        start_ns,
-        end_ns: rec.history.clock().now_ns(),
-        done,
-    }));
+    Some(done.unwrap_or(false))
 }
 
 /// The set the map gives `section` to (`None`: no map read).

@@ -11,6 +11,7 @@
 //! call checks, writes and answers is in `protocol` (shared with the deterministic
 //! simulator); this module adds Raft, the route cache, logs and metrics.
 
+use crate::domain::liveness::Liveness;
 use crate::domain::ranges::RangeState;
 use crate::domain::state::{NOBODY, SetParams, SetState};
 use crate::error::RpcError;
@@ -18,7 +19,7 @@ use crate::protocol;
 use crate::replica::{Led, ReplicaState};
 use seqsvr_proto::{SectionId, pb};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 pub use crate::protocol::{MAX_BUMP_ITEMS, MAX_LOAD_SECTIONS};
@@ -328,24 +329,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
         let now = ReplicaState::lease_now();
         let detect = self.ctx.detect();
         let reply = self.ctx.data(|d| {
-            let view = self.ctx.view();
-            let live = &view.liveness;
-            let alive = crate::domain::liveness::alive(&d.set, live, now, detect);
-            let allocsvrs = d
-                .set
-                .allocsvrs
-                .values()
-                .map(|r| pb::AllocSvrInfo {
-                    node_id: r.node_id.0,
-                    incarnation: r.incarnation.0,
-                    addr: r.addr.clone(),
-                    alive: alive.renewing.contains(&r.incarnation),
-                    last_renew_ms_ago: live
-                        .last_seen(r.incarnation)
-                        .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
-                    sections_owned: d.set.sections.iter().filter(|s| s.owner == r.incarnation).count() as u64,
-                })
-                .collect();
+            let allocsvrs = allocsvr_infos(&d.set, &self.ctx.view().liveness, now, detect);
             pb::StatusReply {
                 node_id: self.ctx.node_id,
                 set_id: self.ctx.config.set_id,
@@ -379,4 +363,22 @@ impl pb::store_service_server::StoreService for StoreSvc {
         self.expose(applied).await?;
         Ok(Response::new(reply))
     }
+}
+
+/// What `Status` says of each AllocSvr incarnation the set knows, as this replica sees it now.
+fn allocsvr_infos(set: &SetState, live: &Liveness, now: Instant, detect: Duration) -> Vec<pb::AllocSvrInfo> {
+    let alive = crate::domain::liveness::alive(set, live, now, detect);
+    set.allocsvrs
+        .values()
+        .map(|r| pb::AllocSvrInfo {
+            node_id: r.node_id.0,
+            incarnation: r.incarnation.0,
+            addr: r.addr.clone(),
+            alive: alive.renewing.contains(&r.incarnation),
+            last_renew_ms_ago: live
+                .last_seen(r.incarnation)
+                .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
+            sections_owned: set.sections.iter().filter(|s| s.owner == r.incarnation).count() as u64,
+        })
+        .collect()
 }

@@ -528,6 +528,21 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
     Ok(true)
 }
 
+/// Up to 500 uids, spread over the sections `node_id` owns in `table`.
+fn sample_uids_of(table: &seqsvr_proto::pb::RouteTable, node_id: u64) -> Vec<u64> {
+    table
+        .entries
+        .iter()
+        .filter(|e| e.node_id == node_id)
+        .flat_map(|e| {
+            (e.section_begin..e.section_end)
+                .step_by(97)
+                .map(|s| s * SECTION_SIZE + 7)
+        })
+        .take(500)
+        .collect()
+}
+
 /// The forwarding hop: a second AllocSvr takes half the sections; `wrk` on uids it owns through
 /// the first (forwarded) and through it (direct), then the floor. Returns whether the target is met.
 async fn hop(
@@ -549,17 +564,7 @@ async fn hop(
         .map_err(harness)?;
     wait_http(&http2, Duration::from_secs(60)).await?;
     let table = cluster::routes(&stores.leader).await.map_err(harness)?;
-    let theirs: Vec<u64> = table
-        .entries
-        .iter()
-        .filter(|e| e.node_id == node2.node_id)
-        .flat_map(|e| {
-            (e.section_begin..e.section_end)
-                .step_by(97)
-                .map(|s| s * SECTION_SIZE + 7)
-        })
-        .take(500)
-        .collect();
+    let theirs = sample_uids_of(&table, node2.node_id);
     if theirs.is_empty() {
         return Err(harness("the second AllocSvr owns no section"));
     }

@@ -197,6 +197,17 @@ impl HostileRun {
     /// Prints what the floods did and returns why the run fails (empty: every bound held). The
     /// floods' p99 leaves out the calls that began in a fault or a move or within `settle` after.
     pub(super) fn judge(&self, h: &History, settle: Duration) -> Vec<String> {
+        let mut failures = self.judge_floods();
+        failures.extend(self.judge_caller(h, settle));
+        failures.extend(self.judge_memory());
+        for f in &failures {
+            println!("HOSTILE: {f}");
+        }
+        failures
+    }
+
+    /// Prints what each kind of flood did; fails a run in which no round ran.
+    fn judge_floods(&self) -> Vec<String> {
         let mut failures = Vec::new();
         let rounds = self.tallies.rounds.load(Ordering::Relaxed);
         if self.tallies.kinds.is_empty() {
@@ -219,7 +230,11 @@ impl HostileRun {
         if rounds == 0 {
             failures.push("no round of floods ran (a --duration of 12 s at least runs one)".to_string());
         }
+        failures
+    }
 
+    /// Prints the well-behaved caller's p99 without and with the floods, and judges them.
+    fn judge_caller(&self, h: &History, settle: Duration) -> Vec<String> {
         let settle_ns = settle.as_nanos() as u64;
         let quiet_out: Vec<(u64, u64)> = h
             .faults
@@ -245,8 +260,12 @@ impl HostileRun {
         println!(
             "  ({left_out} calls with floods left out: they began in a fault or a move, or within {settle:?} after)"
         );
-        failures.extend(caller::judge(&before, &during));
+        caller::judge(&before, &during)
+    }
 
+    /// Prints each AllocSvr's memory; fails a run in which one passed the bound.
+    fn judge_memory(&self) -> Vec<String> {
+        let mut failures = Vec::new();
         println!(
             "hostile: AllocSvr memory (bound {} MiB), {} samples",
             self.opts.max_rss_bytes / MIB,
@@ -271,9 +290,6 @@ impl HostileRun {
         }
         if self.rss.per.is_empty() {
             failures.push("no AllocSvr's memory could be read".to_string());
-        }
-        for f in &failures {
-            println!("HOSTILE: {f}");
         }
         failures
     }
