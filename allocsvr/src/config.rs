@@ -104,7 +104,7 @@ pub struct Cli {
     pub front_deadline_ms: u64,
     /// How often a busy worker thread looks for new network events, in tasks run (1 to 1,000;
     /// tokio's own default is 61). Lower notices a new call sooner while the server is flooded,
-    /// at one more `epoll_wait` per that many tasks; docs/BENCHMARKS.md has both measured.
+    /// at one more `epoll_wait` per that many tasks; docs/journal/benchmarks-2026-11.md has both measured.
     #[arg(long, default_value_t = crate::node::EVENT_INTERVAL)]
     pub event_interval: u32,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.
