@@ -129,7 +129,7 @@ pub struct ServeLimits {
 /// against 0.96 with no effective limit, 2026-11-23); at 32 per CPU it was 0.91, within noise of no
 /// limit. A sequence service is first a throughput service, so the default is 32; an operator who
 /// expects floods from callers they do not control sets `--max-in-flight` to 4 per CPU for the
-/// tighter tail (docs/OPERATIONS.md).
+/// tighter tail (docs/operations/alerts.md, SeqsvrOverloaded).
 pub const ALLOCSVR_IN_FLIGHT_PER_CPU: usize = 32;
 
 /// Calls in flight per CPU for an AllocSvr that expects floods from callers it does not control
