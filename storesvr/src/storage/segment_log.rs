@@ -5,7 +5,7 @@
 //! read back almost only from its end, and on this disk sled's insert + flush +
 //! `fdatasync` of its db file took 110–140 µs against 50–65 µs for an append and
 //! `fdatasync` of a plain file, while sled's IO threads took about a fifth of the
-//! leader's CPU under load (docs/BENCHMARKS.md). Both sit on the commit path of
+//! leader's CPU under load (docs/journal/benchmarks-2026-11.md). Both sit on the commit path of
 //! every entry on every replica.
 //!
 //! Layout: `dir/<first index, 20 digits>.seg`, each a run of records
@@ -29,7 +29,7 @@
 //! after its last record, and records are written over them. A sync then only
 //! overwrites blocks that are already allocated and does not change the file's
 //! size, so `fdatasync` has no metadata to commit: 108–127 µs against 136–186 µs
-//! for an append of 120 bytes on the benchmark machine's disk (docs/BENCHMARKS.md),
+//! for an append of 120 bytes on the benchmark machine's disk (docs/journal/benchmarks-2026-11.md),
 //! and a sync sits on every commit's path on the leader and on a follower. Zeros
 //! read as a torn tail (a zero header fails its checksum), so opening cuts them
 //! like one, and a segment is cut back to its last record before a later one is
