@@ -23,11 +23,11 @@ use seqsvr_server::serve_limits::{self, ServeLimits};
 pub const ENV_PREFIX: &str = "ALLOCSVR";
 
 /// How often a busy worker of [`runtime`](crate::node::runtime) looks for new IO, in tasks
-/// polled (tokio's default is 61). Under a flood the run queue never empties, and a well-behaved caller's request is noticed
-/// only at the next look, then queued behind what that look found. In docs/benchmarks/overload.md's
-/// flood (b) on one core (in-flight limit 4) the caller's p99 was 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7,
-/// against 0.3–0.6 ms unloaded. The cost is one `epoll_wait` per 7 polls while busy; an idle
-/// worker waits on the IO driver either way.
+/// polled (tokio's default is 61). Under a flood the run queue never empties, and a well-behaved
+/// caller's request is noticed only at the next look, then queued behind what that look found. In
+/// docs/benchmarks/overload.md's flood (b) on one core (in-flight limit 4) the caller's p99 was
+/// 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7, against 0.3–0.6 ms unloaded. The cost is one
+/// `epoll_wait` per 7 polls while busy; an idle worker waits on the IO driver either way.
 pub const EVENT_INTERVAL: u32 = 7;
 
 /// Options of the `allocsvr` binary.
