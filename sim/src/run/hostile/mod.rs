@@ -326,7 +326,11 @@ fn lower_priority(nice: i32) -> std::io::Result<()> {
     }
     // SAFETY: setpriority reads only its arguments; gettid names the calling thread.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
-    if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Makes sure this process may open `need` descriptors: raises its soft limit (`ulimit -n`) up to
