@@ -15,7 +15,7 @@ use seqsvr_proto::pb;
 use seqsvr_server::lease_clock::LeaseClock;
 
 use crate::config::Config;
-use crate::domain::state::{Command, CommandResult, SetParams};
+use crate::domain::state::{Command, CommandResult, SetState};
 use crate::error::RpcError;
 use crate::protocol::LeaderView;
 use crate::raft::types::Raft;
@@ -81,12 +81,20 @@ impl ReplicaState {
         f(&self.state.read().expect("state lock poisoned"))
     }
 
-    pub(crate) fn params(&self) -> Result<SetParams, RpcError> {
-        self.data(|d| crate::protocol::params_of(&d.set))
-    }
-
     pub(crate) fn view(&self) -> std::sync::MutexGuard<'_, LeaderView> {
         self.view.lock().expect("leader view lock poisoned")
+    }
+
+    /// The route table of `set` (this replica's state, which the caller holds), rebuilt only when
+    /// its version changed.
+    pub(crate) fn route_table(&self, set: &SetState) -> Result<pb::RouteTable, RpcError> {
+        let mut cache = self.routes.lock().expect("routes lock poisoned");
+        if let Some(t) = cache.as_ref().filter(|t| t.version == set.route_version) {
+            return Ok(t.clone());
+        }
+        let t = crate::protocol::routes::table(set)?;
+        *cache = Some(t.clone());
+        Ok(t)
     }
 
     pub(crate) async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {

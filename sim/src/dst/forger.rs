@@ -55,7 +55,11 @@ pub async fn forge(world: Arc<World>, seed: u64) {
                 end: sections,
             }],
         });
-        let Some(Rep::Load(seen)) = world.deliver(0, leader, &load).await else {
+        let Some(seen) = world
+            .deliver(0, leader, &load)
+            .await
+            .and_then(Rep::take::<pb::LoadReply>)
+        else {
             continue;
         };
         let Some(req) = forged(&mut rng, &seen.sections, &live, step) else {

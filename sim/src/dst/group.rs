@@ -1,6 +1,7 @@
 //! One set's StoreSvr group as `sim dst` runs it: three replicas around one committed state (the
 //! production state machine, `SetState::apply_with`), each with its own leader-only view, and
-//! every request answered by the production service logic (`storesvr::protocol`).
+//! every request answered by the production service logic: `storesvr::protocol::step` and
+//! `committed`, the dispatch the gRPC services run, over each replica's memory (`Here`).
 //!
 //! What is modelled rather than run is Raft itself, by what it guarantees and how it fails:
 //! - one committed log, applied in order; a leader is a replica that is up, was elected in the
@@ -16,52 +17,38 @@
 //! the segment log are tested by openraft, by `storesvr`'s tests and by `sim run`), membership
 //! changes, and per-replica lag of local reads (the polls here are linearizable).
 
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::pb;
 use storesvr::domain::command;
 use storesvr::domain::state::{Command, CommandResult, SetParams, SetState, UnsafeRules};
 use storesvr::error::RpcError;
-use storesvr::protocol::moves::{self as moves, FrozenSeen};
-use storesvr::protocol::{self, LeaderView, Tick};
+use storesvr::protocol::moves::FrozenSeen;
+use storesvr::protocol::{self, CallReply, LeaderView, ReplicaView, Reply, Switches, Tick};
 
 use super::addrs::{REPLICAS, store_addr};
 
 /// A request from an AllocSvr, as the StoreService receives it, or from the move driver, as the
-/// AdminService receives it.
-#[derive(Clone, Debug)]
-pub enum Req {
-    Register(pb::RegisterRequest),
-    Renew(pb::RenewRequest),
-    Release(pb::ReleaseRequest),
-    Bump(pb::BumpRequest),
-    Load(pb::LoadRequest),
-    GetClusterMap,
-    ChangeMap(pb::ChangeMapRequest),
-    RangeStep(pb::RangeStepRequest),
-    PublishMap(pb::PublishMapRequest),
-    ExportStatus(pb::ExportStatusRequest),
-    RaiseMarks(pb::RaiseMarksRequest),
-}
+/// AdminService receives it: the production step's own.
+pub use storesvr::protocol::Request as Req;
 
 /// Its answer: a reply, "the leader is elsewhere", or an error status.
 #[derive(Debug)]
 pub enum Rep {
-    Register(pb::RegisterReply),
-    /// Boxed: the largest reply, and most answers are not renewals.
-    Renew(Box<pb::RenewReply>),
-    Release(pb::ReleaseReply),
-    Bump(pb::BumpReply),
-    Load(pb::LoadReply),
-    ClusterMap(pb::ClusterMapReply),
-    ChangeMap(pb::ChangeMapReply),
-    RangeStep(pb::RangeStepReply),
-    PublishMap(pb::PublishMapReply),
-    ExportStatus(pb::ExportStatusReply),
-    RaiseMarks(pb::RaiseMarksReply),
+    Reply(Reply),
     /// Index of the replica believed to lead (`None`: no leader known).
     NotLeader(Option<usize>),
     Error(RpcError),
+}
+
+impl Rep {
+    /// The reply, when it is one of type `T`.
+    pub fn take<T: CallReply>(self) -> Option<T> {
+        match self {
+            Rep::Reply(r) => T::take(r),
+            Rep::NotLeader(_) | Rep::Error(_) => None,
+        }
+    }
 }
 
 /// One replica's condition and what it keeps in memory.
@@ -285,7 +272,7 @@ impl Group {
 
     /// What replica `r` does with a request now: the answer of a read or a refusal at once, or
     /// the command a write must commit first.
-    pub fn receive(&mut self, r: usize, req: &Req, skip_fence: bool, now: Instant) -> Step {
+    pub fn receive(&mut self, r: usize, req: &Req, now: Instant) -> Step {
         if !self.replicas[r].up {
             return Step::Silent;
         }
@@ -296,90 +283,32 @@ impl Group {
             // A cut-off leader's writes never commit and its read index never returns.
             return Step::Silent;
         }
-        match self.decide(r, req, skip_fence, now) {
-            Ok(step) => step,
+        let switches = Switches {
+            rules: self.rules,
+            skip_move_wait: self.skip_move_wait,
+            carry_map: self.carry_map,
+        };
+        let (set, here) = self.at(r, now);
+        match protocol::step(set, &here, req, now, switches) {
+            Ok(protocol::Step::Commit(cmd)) => Step::Commit(cmd),
+            Ok(protocol::Step::Answer(reply)) => Step::Answer(Rep::Reply(reply)),
             Err(e) => Step::Answer(Rep::Error(e)),
         }
     }
 
-    fn decide(&mut self, r: usize, req: &Req, skip_fence: bool, now: Instant) -> Result<Step, RpcError> {
-        // Admin writes travel as audited commands, as the gRPC service sends them (`grpc::audit`),
-        // so the moves here run through the same apply. Who and when are fixed: the trail's
-        // contents are checked by storesvr's own tests, not here.
-        let admin = |cmd| command::wrap("sim", 0, cmd);
-        Ok(match req {
-            Req::Register(q) => {
-                let cmd = protocol::register_command(q)?;
-                protocol::params_of(&self.set)?;
-                Step::Commit(cmd)
-            }
-            Req::Release(q) => Step::Commit(protocol::release_command(&self.set, q, self.rules.skip_binding)?),
-            Req::Bump(q) => Step::Commit(protocol::bump_command(
-                &self.set,
-                q,
-                skip_fence,
-                self.rules.skip_binding,
-            )?),
-            Req::Renew(q) => {
-                let skip_binding = self.rules.skip_binding;
-                let (set, view) = (&self.set, &mut self.replicas[r].view);
-                let table = || {
-                    storesvr::grpc::store::build_routes(set).ok_or_else(|| RpcError::Unavailable("no params".into()))
-                };
-                let map = if self.carry_map {
-                    let p = protocol::params_of(set)?;
-                    moves::map_for(set, &p, q.map_version, || store_addrs(p.set_id))?
-                } else {
-                    (0, None)
-                };
-                Step::Answer(Rep::Renew(Box::new(protocol::renew_reply(
-                    set,
-                    view,
-                    q,
-                    map,
-                    table,
-                    now,
-                    skip_binding,
-                )?)))
-            }
-            Req::Load(q) => {
-                let p = protocol::params_of(&self.set)?;
-                let ranges = protocol::load_ranges(&p, q)?;
-                Step::Answer(Rep::Load(protocol::load_reply(&self.set, &p, &ranges)?))
-            }
-            Req::GetClusterMap => {
-                let p = protocol::params_of(&self.set)?;
-                Step::Answer(Rep::ClusterMap(moves::cluster_map_reply(
-                    &self.set,
-                    &p,
-                    &store_addrs(p.set_id),
-                )?))
-            }
-            Req::ChangeMap(q) => Step::Commit(admin(moves::map_command(&protocol::params_of(&self.set)?, q.clone())?)),
-            Req::RangeStep(q) => Step::Commit(admin(moves::range_command(
-                &protocol::params_of(&self.set)?,
-                q.clone(),
-            )?)),
-            Req::PublishMap(q) => Step::Commit(admin(moves::publish_command(
-                &protocol::params_of(&self.set)?,
-                q.clone(),
-            )?)),
-            Req::RaiseMarks(q) => {
-                let unfenced = self.rules.slots_unfenced();
-                let skips = (unfenced, self.rules.skip_binding);
-                match protocol::ids::raise_step(&self.set, q, self.leader_ms(r, now), skips)? {
-                    protocol::ids::RaiseStep::Propose(cmd) => Step::Commit(cmd),
-                    protocol::ids::RaiseStep::Answer(reply) => Step::Answer(Rep::RaiseMarks(reply)),
-                }
-            }
-            Req::ExportStatus(q) => {
-                let p = protocol::params_of(&self.set)?;
-                let rep = &mut self.replicas[r];
-                let reply =
-                    moves::export_reply(&self.set, &p, q.op, now, &mut rep.frozen, rep.term, self.skip_move_wait)?;
-                Step::Answer(Rep::ExportStatus(reply))
-            }
-        })
+    /// The committed state and replica `r` as the production step sees it at `now`.
+    fn at(&mut self, r: usize, now: Instant) -> (&SetState, Here<'_>) {
+        let clock_ms = self.leader_ms(r, now);
+        let set_id = self.set.params.as_ref().map_or(0, |p| p.set_id);
+        let replica = RefCell::new(&mut self.replicas[r]);
+        (
+            &self.set,
+            Here {
+                replica,
+                set_id,
+                clock_ms,
+            },
+        )
     }
 
     /// Whether replica `r` still leads in `term` with a majority (a write it started commits).
@@ -429,22 +358,8 @@ impl Group {
 
     /// The reply to a committed write of `req`, from replica `r`.
     pub fn reply(&mut self, r: usize, req: &Req, result: CommandResult, now: Instant) -> Rep {
-        let answer = match req {
-            Req::Register(_) => protocol::params_of(&self.set).and_then(|p| {
-                protocol::registered(result, &p, &mut self.replicas[r].view.liveness, now)
-                    .map(|(_, rep)| Rep::Register(rep))
-            }),
-            Req::Release(q) => protocol::released(q, result).map(Rep::Release),
-            Req::Bump(q) => protocol::bumped(q, result).map(Rep::Bump),
-            Req::ChangeMap(_) => moves::map_changed(result).map(Rep::ChangeMap),
-            Req::RangeStep(_) => moves::stepped(result).map(Rep::RangeStep),
-            Req::PublishMap(_) => moves::published(result).map(Rep::PublishMap),
-            Req::RaiseMarks(q) => protocol::ids::raised(q, result, self.leader_ms(r, now)).map(Rep::RaiseMarks),
-            Req::Renew(_) | Req::Load(_) | Req::GetClusterMap | Req::ExportStatus(_) => {
-                Err(protocol::unexpected(result))
-            }
-        };
-        answer.unwrap_or_else(Rep::Error)
+        let (set, here) = self.at(r, now);
+        protocol::committed(set, &here, req, result, now).map_or_else(Rep::Error, Rep::Reply)
     }
 
     /// The clock leader `r` stamps a raise with (0 without ids: nothing reads it then): its own
@@ -490,9 +405,40 @@ impl Group {
     }
 }
 
-/// The replicas' addresses of `set` as the cluster map lists them.
-fn store_addrs(set: u64) -> Vec<String> {
-    (0..REPLICAS).map(|r| store_addr(set, r)).collect()
+/// One replica as the production step sees it (`protocol::ReplicaView`): its leader view and
+/// frozen-move memory, the group's addresses, its leader clock at the step's instant, and the
+/// simulator as the caller of every admin write.
+struct Here<'a> {
+    replica: RefCell<&'a mut Replica>,
+    set_id: u64,
+    clock_ms: u64,
+}
+
+impl ReplicaView for Here<'_> {
+    fn with_view<T>(&self, f: impl FnOnce(&mut LeaderView) -> T) -> T {
+        f(&mut self.replica.borrow_mut().view)
+    }
+
+    fn with_frozen<T>(&self, f: impl FnOnce(&mut FrozenSeen, u64) -> T) -> T {
+        let mut replica = self.replica.borrow_mut();
+        let term = replica.term;
+        f(&mut replica.frozen, term)
+    }
+
+    /// The replicas' addresses as the cluster map lists them.
+    fn stores(&self) -> Vec<String> {
+        (0..REPLICAS).map(|r| store_addr(self.set_id, r)).collect()
+    }
+
+    fn clock_ms(&self, _: &SetState) -> u64 {
+        self.clock_ms
+    }
+
+    /// As the gRPC service stamps them (`audit`), so that the moves here run through the same
+    /// apply. Who and when are fixed: the trail's contents are checked by storesvr's own tests.
+    fn audited(&self, cmd: Command) -> Command {
+        command::wrap("sim", 0, cmd)
+    }
 }
 
 /// What a replica does with a request.
@@ -508,6 +454,8 @@ pub enum Step {
 pub(crate) mod tests {
     use super::*;
     use pb::change_map_request::Change;
+    use seqsvr_proto::pb;
+    use storesvr::protocol::moves;
 
     const OP: u64 = 77;
 
@@ -566,7 +514,7 @@ pub(crate) mod tests {
 
     /// One request to the leader, committed at once: its reply.
     fn call(g: &mut Group, r: usize, req: Req, now: Instant) -> Rep {
-        match g.receive(r, &req, false, now) {
+        match g.receive(r, &req, now) {
             Step::Silent => panic!("the leader stayed silent to {req:?}"),
             Step::Answer(rep) => rep,
             Step::Commit(cmd) => {
@@ -600,9 +548,9 @@ pub(crate) mod tests {
         })
     }
 
-    fn ok<T>(rep: Rep, pick: impl FnOnce(Rep) -> Option<T>) -> T {
+    fn ok<T: CallReply>(rep: Rep) -> T {
         let shown = format!("{rep:?}");
-        pick(rep).unwrap_or_else(|| panic!("unexpected reply {shown}"))
+        rep.take().unwrap_or_else(|| panic!("unexpected reply {shown}"))
     }
 
     /// The move protocol's server side, step by step, as the driver sends it: the map record on
@@ -622,19 +570,13 @@ pub(crate) mod tests {
             addr: "allocsvr-0:7000".into(),
             nonce: 5,
         };
-        let incarnation = ok(call(&mut src, s, Req::Register(reg), t0), |r| {
-            if let Rep::Register(x) = r {
-                Some(x.incarnation)
-            } else {
-                None
-            }
-        });
+        let incarnation = ok::<pb::RegisterReply>(call(&mut src, s, Req::Register(reg), t0)).incarnation;
         let renew = Req::Renew(pb::RenewRequest {
             secret: Vec::new(),
             incarnation,
             ..Default::default()
         });
-        assert!(matches!(call(&mut src, s, renew, t0), Rep::Renew(_)));
+        assert!(matches!(call(&mut src, s, renew, t0), Rep::Reply(Reply::Renew(_))));
         let assign = src
             .arbiter(s, t0)
             .into_iter()
@@ -647,17 +589,8 @@ pub(crate) mod tests {
             set_id: 1,
             stores: vec!["storesvr-b:7100".into()],
         });
-        let added = ok(
-            call(
-                &mut src,
-                s,
-                Req::ChangeMap(pb::ChangeMapRequest { change: Some(add) }),
-                t0,
-            ),
-            |r| {
-                if let Rep::ChangeMap(c) = r { Some(c) } else { None }
-            },
-        );
+        let add = Req::ChangeMap(pb::ChangeMapRequest { change: Some(add) });
+        let added: pb::ChangeMapReply = ok(call(&mut src, s, add, t0));
         assert!(!added.version_changed, "{added:?}");
         let begin = Change::BeginMove(pb::BeginMove {
             expect_version: added.version,
@@ -674,31 +607,26 @@ pub(crate) mod tests {
                 Req::ChangeMap(pb::ChangeMapRequest { change: Some(begin) }),
                 t0
             ),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
         assert!(matches!(
             call(&mut dst, d, step(pb::RangeStep::Import, 0, vec![]), t0),
-            Rep::RangeStep(_)
+            Rep::Reply(Reply::RangeStep(_))
         ));
         assert!(matches!(
             call(&mut src, s, advance(Importing, vec![]), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
         assert!(matches!(
             call(&mut src, s, step(pb::RangeStep::Freeze, 1, vec![]), t0),
-            Rep::RangeStep(_)
+            Rep::Reply(Reply::RangeStep(_))
         ));
         assert!(matches!(
             call(&mut src, s, advance(Frozen, vec![]), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
-        let export = |g: &mut Group, at| {
-            ok(
-                call(g, s, Req::ExportStatus(pb::ExportStatusRequest { op: OP }), at),
-                |r| {
-                    if let Rep::ExportStatus(e) = r { Some(e) } else { None }
-                },
-            )
+        let export = |g: &mut Group, at| -> pb::ExportStatusReply {
+            ok(call(g, s, Req::ExportStatus(pb::ExportStatusRequest { op: OP }), at))
         };
         // The owner has not released the frozen range: no ceilings until a full lease has passed
         // since this leader first saw the freeze, and a new term starts that wait again.
@@ -716,23 +644,23 @@ pub(crate) mod tests {
         assert_eq!(ceilings.len(), 2);
         assert!(matches!(
             call(&mut src, s, advance(Sealed, ceilings.clone()), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
         assert!(matches!(
             call(&mut dst, d, step(pb::RangeStep::Install, 0, ceilings), t0),
-            Rep::RangeStep(_)
+            Rep::Reply(Reply::RangeStep(_))
         ));
         assert!(matches!(
             call(&mut src, s, advance(Installed, vec![]), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
         assert!(matches!(
             call(&mut src, s, advance(Switched, vec![]), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
-        let map = ok(call(&mut src, s, Req::GetClusterMap, t0), |r| {
-            if let Rep::ClusterMap(m) = r { m.map } else { None }
-        });
+        let map = ok::<pb::ClusterMapReply>(call(&mut src, s, Req::GetClusterMap, t0))
+            .map
+            .expect("a map");
         let owner_of_2 = map.ranges.iter().find(|r| r.section_begin <= 2 && 2 < r.section_end);
         assert_eq!(owner_of_2.map(|r| r.set_id), Some(1), "switched: {map:?}");
         let switched_at = map.moves[0].switched_at;
@@ -743,10 +671,10 @@ pub(crate) mod tests {
                 _ => unreachable!(),
             }
         });
-        assert!(matches!(call(&mut src, s, done, t0), Rep::RangeStep(_)));
+        assert!(matches!(call(&mut src, s, done, t0), Rep::Reply(Reply::RangeStep(_))));
         assert!(matches!(
             call(&mut src, s, advance(Done, vec![]), t0),
-            Rep::ChangeMap(_)
+            Rep::Reply(Reply::ChangeMap(_))
         ));
         // A step the source cannot take is refused with its reason, not applied.
         let again = call(&mut dst, d, step(pb::RangeStep::Freeze, 0, vec![]), t0);

@@ -333,7 +333,6 @@ fn initial_state(seed: u64, p: &SetParams, opts: &Options) -> State {
                 host_suspended_until: None,
             })
             .collect(),
-        skip_fence: opts.store.skip_epoch_fence,
         forger: None,
         forged: Default::default(),
         skip_restore_check: opts.skip_restore_map_check,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::admin_service_server::AdminService;
 use seqsvr_proto::pb::store_service_server::StoreService;
+use storesvr::protocol::CallReply;
 use tonic::{Request, Response, Status};
 
 use super::addrs::store_addr;
@@ -32,33 +33,9 @@ pub struct Replica {
     pub r: usize,
 }
 
-/// A reply type that can say "the leader is elsewhere".
-trait Hinted: Default {
-    fn hinted(hint: pb::LeaderHint) -> Self;
-}
-
-macro_rules! hinted {
-    ($($t:ty),*) => {$(
-        impl Hinted for $t {
-            fn hinted(hint: pb::LeaderHint) -> Self {
-                Self { not_leader: Some(hint), ..Default::default() }
-            }
-        }
-    )*};
-}
-
-hinted!(
-    pb::ClusterMapReply,
-    pb::ChangeMapReply,
-    pb::RangeStepReply,
-    pb::PublishMapReply,
-    pb::ExportStatusReply,
-    pb::LoadReply
-);
-
 impl Replica {
     /// Sends `req` to this replica over the operator's link; its reply, or an error status.
-    async fn ask<T: Hinted>(&self, req: Req, pick: impl FnOnce(Rep) -> Option<T>) -> Result<Response<T>, Status> {
+    async fn ask<T: CallReply>(&self, req: Req) -> Result<Response<T>, Status> {
         let to = Ep::Store(self.set, self.r);
         self.world.cross(Ep::Operator, to).await;
         let Some(rep) = self.world.deliver(self.set, self.r, &req).await else {
@@ -66,14 +43,14 @@ impl Replica {
         };
         self.world.cross(to, Ep::Operator).await;
         match rep {
-            Rep::NotLeader(leader) => Ok(Response::new(T::hinted(pb::LeaderHint {
+            Rep::NotLeader(leader) => Ok(Response::new(T::not_leader(pb::LeaderHint {
                 leader_id: leader.map_or(0, |l| l as u64 + 1),
                 leader_addr: leader.map(|l| store_addr(self.set, l)).unwrap_or_default(),
             }))),
             Rep::Error(e) => Err(e.into()),
-            other => {
-                let shown = format!("{other:?}");
-                pick(other)
+            Rep::Reply(reply) => {
+                let shown = format!("{reply:?}");
+                T::take(reply)
                     .map(Response::new)
                     .ok_or_else(|| Status::internal(format!("reply of another kind: {shown}")))
             }
@@ -102,38 +79,22 @@ impl AdminService for Replica {
         &self,
         _: Request<pb::GetClusterMapRequest>,
     ) -> Result<Response<pb::ClusterMapReply>, Status> {
-        self.ask(Req::GetClusterMap, |r| match r {
-            Rep::ClusterMap(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::GetClusterMap).await
     }
 
     async fn change_map(&self, req: Request<pb::ChangeMapRequest>) -> Result<Response<pb::ChangeMapReply>, Status> {
-        self.ask(Req::ChangeMap(req.into_inner()), |r| match r {
-            Rep::ChangeMap(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::ChangeMap(req.into_inner())).await
     }
 
     async fn range_step(&self, req: Request<pb::RangeStepRequest>) -> Result<Response<pb::RangeStepReply>, Status> {
-        self.ask(Req::RangeStep(req.into_inner()), |r| match r {
-            Rep::RangeStep(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::RangeStep(req.into_inner())).await
     }
 
     async fn export_status(
         &self,
         req: Request<pb::ExportStatusRequest>,
     ) -> Result<Response<pb::ExportStatusReply>, Status> {
-        self.ask(Req::ExportStatus(req.into_inner()), |r| match r {
-            Rep::ExportStatus(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::ExportStatus(req.into_inner())).await
     }
 
     async fn drain_alloc_svr(
@@ -144,11 +105,7 @@ impl AdminService for Replica {
     }
 
     async fn publish_map(&self, req: Request<pb::PublishMapRequest>) -> Result<Response<pb::PublishMapReply>, Status> {
-        self.ask(Req::PublishMap(req.into_inner()), |r| match r {
-            Rep::PublishMap(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::PublishMap(req.into_inner())).await
     }
 
     async fn get_audit(&self, _: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
@@ -184,11 +141,7 @@ impl StoreService for Replica {
     }
 
     async fn load(&self, req: Request<pb::LoadRequest>) -> Result<Response<pb::LoadReply>, Status> {
-        self.ask(Req::Load(req.into_inner()), |r| match r {
-            Rep::Load(x) => Some(x),
-            _ => None,
-        })
-        .await
+        self.ask(Req::Load(req.into_inner())).await
     }
 
     async fn get_routes(&self, _: Request<pb::GetRoutesRequest>) -> Result<Response<pb::GetRoutesReply>, Status> {
@@ -272,7 +225,6 @@ mod tests {
             net: Default::default(),
             groups,
             allocs: Vec::new(),
-            skip_fence: false,
             forger: None,
             forged: Default::default(),
             skip_restore_check: false,

@@ -31,6 +31,7 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
 use seqsvr_server::lease_clock::Script;
 use storesvr::error::RpcError;
+use storesvr::protocol::CallReply;
 use tokio::time::Instant;
 
 use super::addrs::REPLICAS;
@@ -141,7 +142,6 @@ pub struct State {
     /// One StoreSvr group per set, by set id.
     pub groups: Vec<Group>,
     pub allocs: Vec<AllocSlot>,
-    pub skip_fence: bool,
     /// The forger running now, if any (a fault).
     pub forger: Option<tokio::task::AbortHandle>,
     /// What the forgers of this seed sent, and how much of it the store refused.
@@ -291,9 +291,8 @@ impl World {
     pub async fn deliver(&self, set: u64, r: usize, req: &Req) -> Option<Rep> {
         let (cmd, term) = {
             let mut st = self.lock();
-            let skip = st.skip_fence;
             let g = &mut st.groups[set as usize];
-            match g.receive(r, req, skip, Instant::now().into_std()) {
+            match g.receive(r, req, Instant::now().into_std()) {
                 Step::Silent => return None,
                 Step::Answer(rep) => return Some(rep),
                 Step::Commit(cmd) => (cmd, g.term_of(r)),
@@ -477,57 +476,38 @@ impl SimStore {
     }
 }
 
-fn boxed<'a, T: Send + 'a>(
-    f: impl Future<Output = Result<Rep, StoreFailure>> + Send + 'a,
-    pick: impl FnOnce(Rep) -> Option<T> + Send + 'a,
-) -> Call<'a, T> {
+/// The reply of type `T` that `f` brings.
+fn boxed<'a, T: CallReply + Send + 'a>(f: impl Future<Output = Result<Rep, StoreFailure>> + Send + 'a) -> Call<'a, T> {
     Box::pin(async move {
         let rep = f.await?;
-        pick(rep).ok_or_else(|| StoreFailure::Refused("reply of another kind".into()))
+        rep.take()
+            .ok_or_else(|| StoreFailure::Refused("reply of another kind".into()))
     })
 }
 
 impl Store for SimStore {
     fn register(&self, req: pb::RegisterRequest) -> Call<'_, pb::RegisterReply> {
-        boxed(self.call(Req::Register(req), None), |r| match r {
-            Rep::Register(x) => Some(x),
-            _ => None,
-        })
+        boxed(self.call(Req::Register(req), None))
     }
 
     fn renew(&self, req: pb::RenewRequest, wait: Duration) -> Call<'_, pb::RenewReply> {
-        boxed(self.call(Req::Renew(req), Some(wait)), |r| match r {
-            Rep::Renew(x) => Some(*x),
-            _ => None,
-        })
+        boxed(self.call(Req::Renew(req), Some(wait)))
     }
 
     fn release(&self, req: pb::ReleaseRequest, wait: Option<Duration>) -> Call<'_, pb::ReleaseReply> {
-        boxed(self.call(Req::Release(req), wait), |r| match r {
-            Rep::Release(x) => Some(x),
-            _ => None,
-        })
+        boxed(self.call(Req::Release(req), wait))
     }
 
     fn bump(&self, req: pb::BumpRequest, wait: Duration) -> Call<'_, pb::BumpReply> {
-        boxed(self.call(Req::Bump(req), Some(wait)), |r| match r {
-            Rep::Bump(x) => Some(x),
-            _ => None,
-        })
+        boxed(self.call(Req::Bump(req), Some(wait)))
     }
 
     fn raise_marks(&self, req: pb::RaiseMarksRequest, wait: Duration) -> Call<'_, pb::RaiseMarksReply> {
-        boxed(self.call(Req::RaiseMarks(req), Some(wait)), |r| match r {
-            Rep::RaiseMarks(x) => Some(x),
-            _ => None,
-        })
+        boxed(self.call(Req::RaiseMarks(req), Some(wait)))
     }
 
     fn load(&self, req: pb::LoadRequest) -> Call<'_, pb::LoadReply> {
-        boxed(self.call(Req::Load(req), None), |r| match r {
-            Rep::Load(x) => Some(x),
-            _ => None,
-        })
+        boxed(self.call(Req::Load(req), None))
     }
 }
 

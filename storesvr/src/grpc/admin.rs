@@ -1,5 +1,7 @@
-//! `AdminService`: Raft membership changes, on the leader, the move RPCs (in `moves`) and the
-//! audit trail's read (in `audit`).
+//! `AdminService`: Raft membership changes, on the leader, the move RPCs (decided by
+//! `protocol::step` through `serve`, except Drain) and the audit trail's read (in `audit`). Every
+//! move write is an admin action: stamped with its caller and time and recorded in the audit
+//! trail in the same Raft entry (`audit.rs`).
 //!
 //! A new replica joins as a learner, catches up (by snapshot when the log it
 //! needs was purged), and only then becomes a voter, so adding a replica never
@@ -17,7 +19,9 @@
 //! several replicas at once.
 
 use crate::error::RpcError;
-use crate::grpc::{audit, backup, moves};
+use crate::grpc::serve::{respond, serve};
+use crate::grpc::{audit, backup};
+use crate::protocol::{Request as Call, moves};
 use crate::replica::{Led, ReplicaState};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
@@ -101,6 +105,26 @@ impl AdminSvc {
             Err(e) => tracing::warn!(what, outcome, error = %e, "outcome not recorded"),
         }
         result
+    }
+
+    /// Marks node `node_id` draining (once) and says how many sections it still owns. Not a step
+    /// of `protocol` (the simulator does not model drains): the read index first, as the decision
+    /// reads the leader's liveness, then the write.
+    async fn drain(&self, who: &Caller, node_id: u64) -> Result<pb::DrainAllocSvrReply, RpcError> {
+        let ctx = &self.ctx;
+        let not_leader = |hint| pb::DrainAllocSvrReply {
+            not_leader: Some(hint),
+            ..Default::default()
+        };
+        if let Led::Elsewhere(hint) = ctx.linearizable().await? {
+            return Ok(not_leader(hint));
+        }
+        let now = ReplicaState::lease_now();
+        let cmd = ctx.data(|d| moves::drain_command(&d.set, &ctx.view().liveness, now, ctx.detect(), node_id))?;
+        match ctx.write(audit::stamped(who, cmd)).await? {
+            Led::Elsewhere(hint) => Ok(not_leader(hint)),
+            Led::Here(result) => ctx.data(|d| moves::drained(&d.set, node_id, result)),
+        }
     }
 
     /// Adds `node_id` as a learner, waits for it to catch up, then promotes it.
@@ -203,23 +227,19 @@ impl pb::admin_service_server::AdminService for AdminSvc {
 
     async fn get_cluster_map(
         &self,
-        _req: Request<pb::GetClusterMapRequest>,
+        req: Request<pb::GetClusterMapRequest>,
     ) -> Result<Response<pb::ClusterMapReply>, Status> {
-        Ok(Response::new(moves::get_cluster_map(&self.ctx).await?))
+        respond(serve(&self.ctx, Caller::of(&req), &Call::GetClusterMap).await)
     }
 
     async fn change_map(&self, req: Request<pb::ChangeMapRequest>) -> Result<Response<pb::ChangeMapReply>, Status> {
         let who = Caller::of(&req);
-        Ok(Response::new(
-            moves::change_map(&self.ctx, &who, req.into_inner()).await?,
-        ))
+        respond(serve(&self.ctx, who, &Call::ChangeMap(req.into_inner())).await)
     }
 
     async fn range_step(&self, req: Request<pb::RangeStepRequest>) -> Result<Response<pb::RangeStepReply>, Status> {
         let who = Caller::of(&req);
-        Ok(Response::new(
-            moves::range_step(&self.ctx, &who, req.into_inner()).await?,
-        ))
+        respond(serve(&self.ctx, who, &Call::RangeStep(req.into_inner())).await)
     }
 
     async fn drain_alloc_svr(
@@ -227,16 +247,12 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         req: Request<pb::DrainAllocSvrRequest>,
     ) -> Result<Response<pb::DrainAllocSvrReply>, Status> {
         let who = Caller::of(&req);
-        Ok(Response::new(
-            moves::drain(&self.ctx, &who, req.into_inner().node_id).await?,
-        ))
+        Ok(Response::new(self.drain(&who, req.into_inner().node_id).await?))
     }
 
     async fn publish_map(&self, req: Request<pb::PublishMapRequest>) -> Result<Response<pb::PublishMapReply>, Status> {
         let who = Caller::of(&req);
-        Ok(Response::new(
-            moves::publish_map(&self.ctx, &who, req.into_inner()).await?,
-        ))
+        respond(serve(&self.ctx, who, &Call::PublishMap(req.into_inner())).await)
     }
 
     async fn get_audit(&self, req: Request<pb::GetAuditRequest>) -> Result<Response<pb::GetAuditReply>, Status> {
@@ -247,7 +263,8 @@ impl pb::admin_service_server::AdminService for AdminSvc {
         &self,
         req: Request<pb::ExportStatusRequest>,
     ) -> Result<Response<pb::ExportStatusReply>, Status> {
-        Ok(Response::new(moves::export_status(&self.ctx, req.into_inner()).await?))
+        let who = Caller::of(&req);
+        respond(serve(&self.ctx, who, &Call::ExportStatus(req.into_inner())).await)
     }
 
     type BackupStream = backup::BackupStream;

@@ -2,10 +2,11 @@
 //! request, builds the command a Raft write carries, and turns the applied result (or the applied
 //! state, for the linearizable reads) into the reply, given `now` and the leader's in-memory view.
 //!
-//! Two drivers call them: the gRPC handlers (`grpc::store`), which put openraft's writes and
-//! ReadIndex between the steps, and the deterministic simulator (`sim dst`), which puts a
-//! simulated Raft group there. Whatever decides what an AllocSvr is told lives here, so both run
-//! the same code.
+//! [`step()`] and [`committed`] (in `step.rs`) dispatch a request to these functions; two drivers
+//! call them: the gRPC services (`grpc::serve`), which put openraft's writes and ReadIndex
+//! between the steps, and the deterministic simulator (`sim dst`), which puts a simulated Raft
+//! group there. Whatever decides what an AllocSvr is told lives here, so both run the same code.
+//! The route table a set hands out is built in `routes`.
 //!
 //! Every call an incarnation makes after its Register (Renew, Release, Bump) is checked against
 //! the secret that incarnation registered with (`domain::binding`) before anything is proposed or
@@ -34,6 +35,10 @@ pub mod ids;
 pub mod moves;
 #[cfg(test)]
 mod props;
+pub mod routes;
+mod step;
+
+pub use step::{CallReply, ReplicaView, Reply, Request, Step, Switches, committed, step};
 
 /// Most bump items in one request and most sections named by one Load: the shared table, so the
 /// AllocSvr sends no more than this accepts and a reply always fits the client's decode limit.

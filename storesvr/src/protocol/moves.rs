@@ -103,7 +103,7 @@ pub fn map_pb(map: &ClusterMap, p: &SetParams, own_stores: &[String], ids: Optio
                 } else {
                     e.stores.clone()
                 },
-                // Only the publisher knows every set's AllocSvrs (see `grpc::moves::map_for`).
+                // Only the publisher knows every set's AllocSvrs (see `map_for`).
                 allocsvrs: Vec::new(),
             })
             .collect(),
