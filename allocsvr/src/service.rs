@@ -1,6 +1,6 @@
 //! The data plane: `AllocService` (FetchNextSeq, GetCurSeq, BatchFetchNextSeq, Reserve, and the
 //! named counters' CounterNext, CounterReserve, CounterGet, CounterBatch; BatchGet, the reads of
-//! uids and keys together; NextIds in `id_service`).
+//! uids and keys together; NextIds in `ids::service`).
 //!
 //! A counter key is served exactly as a uid is, at its position in the uid space
 //! (`seqsvr_proto::keys`), which this server computes itself from the key (a caller's idea of it
@@ -481,7 +481,7 @@ impl Service {
 #[tonic::async_trait]
 impl AllocService for Service {
     async fn next_ids(&self, request: Request<pb::NextIdsRequest>) -> Result<Response<pb::NextIdsReply>, Status> {
-        let reply = crate::id_service::next_ids(&self.shared, request.into_inner()).await?;
+        let reply = crate::ids::service::next_ids(&self.shared, request.into_inner()).await?;
         Ok(Response::new(reply))
     }
 
