@@ -23,11 +23,11 @@ use seqsvr_server::serve_limits::{self, ServeLimits};
 pub const ENV_PREFIX: &str = "ALLOCSVR";
 
 /// How often a busy worker of [`runtime`](crate::node::runtime) looks for new IO, in tasks
-/// polled (tokio's default is 61). Under a flood the run queue never empties, and a well-behaved caller's request is noticed
-/// only at the next look, then queued behind what that look found. In docs/BENCHMARKS.md's flood
-/// (b) on one core (in-flight limit 4) the caller's p99 was 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7,
-/// against 0.3–0.6 ms unloaded. The cost is one `epoll_wait` per 7 polls while busy; an idle
-/// worker waits on the IO driver either way.
+/// polled (tokio's default is 61). Under a flood the run queue never empties, and a well-behaved
+/// caller's request is noticed only at the next look, then queued behind what that look found. In
+/// docs/benchmarks/overload.md's flood (b) on one core (in-flight limit 4) the caller's p99 was
+/// 1.1–1.8 ms at 61 and 0.4–0.9 ms at 7, against 0.3–0.6 ms unloaded. The cost is one
+/// `epoll_wait` per 7 polls while busy; an idle worker waits on the IO driver either way.
 pub const EVENT_INTERVAL: u32 = 7;
 
 /// Options of the `allocsvr` binary.
@@ -112,7 +112,8 @@ pub struct Cli {
     pub front_deadline_ms: u64,
     /// How often a busy worker thread looks for new network events, in tasks run (1 to 1,000;
     /// tokio's own default is 61). Lower notices a new call sooner while the server is flooded,
-    /// at one more `epoll_wait` per that many tasks; docs/BENCHMARKS.md has both measured.
+    /// at one more `epoll_wait` per that many tasks; docs/journal/benchmarks-2026-11.md has both
+    /// measured.
     #[arg(long, default_value_t = EVENT_INTERVAL)]
     pub event_interval: u32,
     /// Mutual TLS with an `allocsvr` certificate: for the data plane and every store call.

@@ -13,7 +13,7 @@
 //! with a clock read and an epoch pin) until its upkeep folds them into buckets every 5 s, on a
 //! runtime worker; at 90,000 calls a second that is 450,000 values each time. Measured on
 //! `ids-bench` at 64 callers, recording every call so raised the AllocSvr's p99 by about 400 µs
-//! of 3,400 (docs/BENCHMARKS.md, "p99 at 64 callers"). Here the buckets are counted as calls end,
+//! of 3,400 (docs/journal/benchmarks-2026-11.md, "p99 at 64 callers"). Here the buckets are counted as calls end,
 //! in per-thread shards, and [`RpcSeconds::render`] writes them in the exposition format beside
 //! the exporter's page (`crate::metrics_http`).
 //!

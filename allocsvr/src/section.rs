@@ -171,7 +171,7 @@ pub struct Section {
     cur: Vec<u64>,
     /// `cur_seq` per counter key placed here. A name of up to 24 bytes (most keys) lives inside
     /// its entry: no allocation of its own, and a lookup compares it without a further cache miss
-    /// (random keys made that miss a visible share of an `INCR`; perf, docs/BENCHMARKS.md).
+    /// (random keys made that miss a visible share of an `INCR`; perf, docs/journal/benchmarks-2026-11.md).
     keys: HashMap<CompactString, u64>,
     /// Bytes the keys take: the map's table and the names held outside their entries (names
     /// longer than 24 bytes); what `budget` is charged.

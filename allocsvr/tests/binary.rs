@@ -11,6 +11,9 @@ use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 
 const BIN: &str = env!("CARGO_BIN_EXE_allocsvr");
+/// Longest a run that must refuse its options (or print its help) may take: a regression that
+/// accepts them would otherwise serve forever and hang the suite.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(60);
 
 /// Kills the child if the test fails before it exits.
 struct Guard(std::process::Child);
@@ -54,12 +57,12 @@ fn bad_flags_exit_non_zero_with_a_clear_message() {
         ),
     ];
     for (args, flag) in cases {
-        let out = Command::new(BIN).args(args).output().unwrap();
+        let out = seqsvr_harness::output_within(Command::new(BIN).args(args), REFUSAL_LIMIT);
         assert!(!out.status.success(), "{args:?} accepted");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
-    let help = Command::new(BIN).arg("--help").output().unwrap();
+    let help = seqsvr_harness::output_within(Command::new(BIN).arg("--help"), REFUSAL_LIMIT);
     let help = String::from_utf8_lossy(&help.stdout);
     for flag in ["--node-id", "--listen", "--advertise", "--store", "--metrics-listen"] {
         assert!(help.contains(flag), "--help lacks {flag}");

@@ -22,7 +22,7 @@
 //!   target, p99 within 2× of unloaded, with the flood kept off the server's core, the
 //!   flood-hardened limit and a probe with CPU time of its own;
 //! - `flood_on_shared_cores` (`#[ignore]`d): the same length with everyone on both cores; the
-//!   ratio is reported, not checked (docs/BENCHMARKS.md, "Overload", has what each gives).
+//!   ratio is reported, not checked (docs/benchmarks/overload.md has what each gives).
 
 mod common;
 
@@ -48,7 +48,7 @@ const STEP: u64 = 1_000_000;
 const PROBE_UID: u64 = 7;
 /// The server's limits in this test: `per_cpu` calls in flight for each CPU the server may run on
 /// (call this on the server's thread), or `FLOOD_MAX_IN_FLIGHT` to measure another by hand
-/// (docs/BENCHMARKS.md, "Overload"); 32 streams per connection, so that the flood's 64 callers per
+/// (docs/benchmarks/overload.md); 32 streams per connection, so that the flood's 64 callers per
 /// connection cross it.
 fn limits(per_cpu: usize) -> ServeLimits {
     let max_in_flight = std::env::var("FLOOD_MAX_IN_FLIGHT")
@@ -594,7 +594,7 @@ async fn under_a_bounded_flood_the_server_stays_up_and_keeps_serving_a_well_beha
 
 /// Everyone on both cores: the flood's runtime takes CPU time from the server's workers, which
 /// no flood from other machines can. The probe's p99 is reported against the unloaded one (it was
-/// about 11×, docs/BENCHMARKS.md), not checked; the rest of [`check`] is. Release build, alone:
+/// about 11×, docs/benchmarks/overload.md), not checked; the rest of [`check`] is. Release build, alone:
 /// `cargo test --release -p allocsvr --test flood flood_on_shared_cores -- --exact --ignored
 /// --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

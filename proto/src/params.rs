@@ -284,17 +284,35 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever passes leaves an owner more usable lease than one renewal interval.
+        /// Timings drawn inside the rules (so every case checks something) pass, and leave an
+        /// owner more usable lease than one renewal interval.
         #[test]
         fn valid_timings_leave_room_for_renewals(
-            lease in 0u64..20_000, renew in 0u64..20_000, margin in 0u64..20_000, drift in 0u64..200_000,
+            (lease, renew, margin) in (3u64..20_000).prop_flat_map(|l| (Just(l), 1..=l / 3, 0..=l / 4)),
+            drift in 0..MAX_DRIFT_PPM,
         ) {
             let p = SetParams { lease_ms: lease, renew_interval_ms: renew, margin_ms: margin, drift_ppm: drift,
                 ..SetParams::single_set(0) };
-            if p.validate().is_ok() {
-                let usable = lease as f64 * (1.0 - drift as f64 / 1e6) - margin as f64;
-                prop_assert!(renew > 0 && renew as f64 * 3.0 <= lease as f64);
-                prop_assert!(usable > renew as f64, "usable {usable} ms, renew {renew} ms");
+            prop_assert!(p.validate().is_ok(), "{:?}", p.validate());
+            let usable = lease as f64 * (1.0 - drift as f64 / 1e6) - margin as f64;
+            prop_assert!(usable > renew as f64, "usable {usable} ms, renew {renew} ms");
+        }
+
+        /// Any timings: accepted exactly when every rule holds, and a refusal names a timing.
+        #[test]
+        fn timings_are_accepted_exactly_by_the_rules(
+            lease in 0u64..20_000, renew in 0u64..8_000, margin in 0u64..6_000, drift in 0u64..120_000,
+        ) {
+            let p = SetParams { lease_ms: lease, renew_interval_ms: renew, margin_ms: margin, drift_ppm: drift,
+                ..SetParams::single_set(0) };
+            let rules = lease > 0 && drift < MAX_DRIFT_PPM && renew > 0 && renew * 3 <= lease && margin * 4 <= lease;
+            match p.validate() {
+                Ok(()) => prop_assert!(rules, "accepted {p:?}"),
+                Err(e) => {
+                    prop_assert!(!rules, "refused {p:?}: {e}");
+                    let timings = ["lease_ms", "drift_ppm", "renew_interval_ms", "margin_ms"];
+                    prop_assert!(timings.contains(&e.field), "the refusal names no timing: {e}");
+                }
             }
         }
     }

@@ -38,7 +38,7 @@
 //!   [`KEEPALIVE_TIME`] + [`KEEPALIVE_PROBES`] × [`KEEPALIVE_PROBE_INTERVAL`] of its last packet.
 //!   Not HTTP/2 pings: with them hyper stamps every frame it reads with a clock read under a lock
 //!   and polls its pinger at every wake-up of the connection, about 1,700 instructions per call
-//!   (callgrind, docs/BENCHMARKS.md), where the kernel's probes cost a call nothing. What pings
+//!   (callgrind, docs/journal/benchmarks-2026-11.md), where the kernel's probes cost a call nothing. What pings
 //!   would add — a peer whose host answers TCP but whose process has stopped reading — holds at
 //!   most its stream limit of calls, each cut at its deadline.
 //! - **Message sizes**: not here; each service sets them from [`seqsvr_proto::limits`].
@@ -48,7 +48,7 @@
 //! replies), rate limits per caller (no caller identity on a plaintext server), priorities between
 //! connections beyond the round-robin, and any control over the HTTP/2 work a flooding connection
 //! costs before its calls reach the limit (reading and answering its frames): under a flood the
-//! server's CPU is still shared by every connection that sends (docs/BENCHMARKS.md, "Overload").
+//! server's CPU is still shared by every connection that sends (docs/benchmarks/overload.md).
 
 mod admission;
 
@@ -122,21 +122,21 @@ pub struct ServeLimits {
 /// microseconds of CPU, and a fetch that waits for a bump gives its slot back while it waits
 /// ([`InFlight::step_out`]), so the calls holding slots are calls using the CPU: a few per core
 /// keep every worker busy, and more only lengthen the run queue every new call waits in. Under
-/// flood (b) of docs/BENCHMARKS.md ("Overload"), one core: a well-behaved caller's p99 was 0.4–0.9
+/// flood (b) of docs/benchmarks/overload.md, one core: a well-behaved caller's p99 was 0.4–0.9
 /// ms at 4 in flight, 0.9 ms at 8, 1.3 ms at 16, 2.3 ms at 32 and 2.8 ms at 256, against 0.3–0.5
 /// ms unloaded. But each call above the limit waits and is woken, and with 4 per CPU that cost the
 /// data plane a quarter of its batch100 throughput at 256 callers (alloc-bench, 0.74 of the echo
 /// against 0.96 with no effective limit, 2026-11-23); at 32 per CPU it was 0.91, within noise of no
 /// limit. A sequence service is first a throughput service, so the default is 32; an operator who
 /// expects floods from callers they do not control sets `--max-in-flight` to 4 per CPU for the
-/// tighter tail (docs/OPERATIONS.md).
+/// tighter tail (docs/operations/alerts.md, SeqsvrOverloaded).
 pub const ALLOCSVR_IN_FLIGHT_PER_CPU: usize = 32;
 
 /// Calls in flight per CPU for an AllocSvr that expects floods from callers it does not control
 /// (`--max-in-flight` set to this times the CPUs). Fewer calls holding slots means fewer runnable
 /// tasks a light caller's request queues behind: under flood (b) with the flood off the server's
 /// core, a well-behaved caller's p99 was 1.2–1.6× unloaded at 4 per CPU and about 4× at 32
-/// (docs/BENCHMARKS.md, "Overload"), for a quarter of batch100's throughput at 256 callers.
+/// (docs/benchmarks/overload.md), for a quarter of batch100's throughput at 256 callers.
 pub const ALLOCSVR_FLOOD_HARDENED_IN_FLIGHT_PER_CPU: usize = 4;
 
 /// AllocSvr defaults: [`ALLOCSVR_IN_FLIGHT_PER_CPU`] calls in flight for each CPU the process may
@@ -335,7 +335,7 @@ tokio::task_local! {
 /// The slot lives in a task-local that [`Shed`] sets around the call (tonic polls a call's
 /// handler inside the future of the layers around it), not in the request's extensions: an
 /// extension is a shared, locked allocation plus an insert that grows the request's map, about
-/// 700 instructions a call (callgrind, docs/BENCHMARKS.md), and this costs two swaps per poll.
+/// 700 instructions a call (callgrind, docs/journal/benchmarks-2026-11.md), and this costs two swaps per poll.
 /// So `step_out` works only on the call's own task, which is where handlers await their waits.
 pub struct InFlight;
 

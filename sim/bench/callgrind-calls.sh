@@ -3,7 +3,7 @@
 # FetchNextSeq, a 100-uid batch, a CounterBatch of 30 keys (KEYS=N for another size), and a
 # pipeline of 16 Redis-protocol INCRs against redis-server's own count; one caller. For the same
 # binaries the counts repeat whatever else the machine is doing, so a change to the serving path
-# too small for alloc-bench's noise still shows here, down to the function. docs/BENCHMARKS.md
+# too small for alloc-bench's noise still shows here, down to the function. docs/benchmarks/examples.md
 # ("Instructions per call").
 #
 #   cargo build --release --workspace --bins && cargo build --release -p seqsvr-bench --example call_cost

@@ -2,7 +2,7 @@
 # Instructions per value on the caller's side of the Coalescer (the client library), counted by
 # callgrind: 64 callers of `counter_next` on random keys against a real AllocSvr, 20,000 values
 # after a warm-up. The servers run natively; only the caller's process is under callgrind.
-# docs/BENCHMARKS.md ("The Coalescer at 64 callers").
+# docs/benchmarks/examples.md (`coal_cost`) and docs/benchmarks/counter-bench.md.
 #
 #   cargo build --release --workspace --bins && cargo build --release -p seqsvr-bench --example coal_cost
 #   sim/bench/callgrind-coalescer.sh [coal_cost options, e.g. --callers 256 --uids]

@@ -36,7 +36,7 @@ pub struct Hostile {
     pub hostile: bool,
     /// The resident memory (VmRSS, and its high-water mark VmHWM) no AllocSvr may pass in a hostile
     /// run, in MiB. 256: about 4x what a debug AllocSvr reaches under the normal front-end workload
-    /// (docs/SIMULATOR.md), and below what one round of the floods holds when a server keeps every
+    /// (docs/simulator/workloads.md), and below what one round of the floods holds when a server keeps every
     /// partial command it is sent.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=65_536))]
     pub hostile_max_rss_mib: u64,
@@ -48,10 +48,16 @@ pub struct Hostile {
     /// from, or, all of them, to see the bounds hold through the faults without floods.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub hostile_skip: Vec<sim::run::hostile::FloodGroup>,
+    /// The nice value of the floods' thread (0 to 19). An attacker's CPU is its own host's, not
+    /// the server's: at 19 the flood generator takes only CPU the cluster leaves idle, so the
+    /// p99 rule measures what the floods cost the servers rather than what generating them costs
+    /// a two-core machine. 0 shows the latter.
+    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub hostile_flood_nice: i32,
 }
 
 /// Switches that turn one safety rule off, to show that the checkers catch what it prevents: each
-/// must make a run that exercises the rule fail (docs/SIMULATOR.md lists where each first fails).
+/// must make a run that exercises the rule fail (docs/SIMULATOR.md and docs/simulator/dst.md list where each first fails).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct NegativeControls {
     /// AllocSvr: serve a gained section at once (rule 4, the lease wait, off).

@@ -190,7 +190,7 @@ pub struct IdsInfo {
     /// host's wall clock in `sim run` (the StoreSvrs read it; AllocSvr clocks are offset from it).
     pub origin_ms: u64,
     /// The allowance between an AllocSvr's clock and the store leader's (`--id-max-ahead-ms`):
-    /// ids are stamped within it of the true time (docs/DESIGN.md, U3).
+    /// ids are stamped within it of the true time (docs/design/time-ordered-ids.md, U3).
     pub max_skew_ms: u64,
 }
 

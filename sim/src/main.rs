@@ -317,6 +317,7 @@ impl RunArgs {
                 max_rss_bytes: self.hostile.hostile_max_rss_mib * 1024 * 1024,
                 baseline: self.hostile.hostile_baseline,
                 skip: self.hostile.hostile_skip,
+                flood_nice: self.hostile.hostile_flood_nice,
             }),
         }
     }

@@ -12,7 +12,7 @@
 
 use crate::proxy::{LinkMode, Proxy};
 use seqsvr_harness::ProcSpec;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -66,43 +66,6 @@ pub struct Topology {
     pub client_alloc: BTreeMap<u64, Proxy>,
 }
 
-/// A free loopback port for a server process. Chosen below the kernel's ephemeral port range:
-/// a port from `bind(0)` would be let go before the server binds it, and while a server is down
-/// between a SIGKILL and its restart, any outgoing connection of any process could take it as its
-/// local port. Below the ephemeral range only another explicit bind can, and a random pick makes
-/// that unlikely even for simulations running side by side. Falls back to `bind(0)` when the
-/// range leaves no room below it. A probe's listener is closed again at once, so the next probe of
-/// the same topology could land on the same port: `taken` holds the ones already handed out (a CI
-/// run once gave a StoreSvr and an AllocSvr one port, and the AllocSvr never started).
-fn free_addr(taken: &BTreeSet<u16>) -> io::Result<SocketAddr> {
-    use rand::Rng;
-    let ephemeral_start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768);
-    const LOW: u16 = 10_000;
-    if ephemeral_start > LOW + 1_000 {
-        let mut rng = rand::rng();
-        for _ in 0..200 {
-            let port = rng.random_range(LOW..ephemeral_start);
-            if taken.contains(&port) {
-                continue;
-            }
-            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-                return l.local_addr();
-            }
-        }
-    }
-    loop {
-        // bind(0) never hands out a port that is still bound, but one closed a moment ago may
-        // come back; ask again until it is one this topology has not used.
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        if !taken.contains(&addr.port()) {
-            return Ok(addr);
-        }
-    }
-}
-
 pub fn store_name(id: u64) -> String {
     format!("storesvr-{id}")
 }
@@ -132,12 +95,11 @@ impl Topology {
             client_alloc: BTreeMap::new(),
         };
         let all = 1..=sets * N;
-        let mut taken = BTreeSet::new();
+        // Below the ephemeral range and never twice in this process (`free_port`'s docs): a
+        // server restarted after a SIGKILL gets its port back.
         for i in all.clone() {
             for addrs in [&mut t.store_addr, &mut t.alloc_addr, &mut t.front_addr] {
-                let addr = free_addr(&taken)?;
-                taken.insert(addr.port());
-                addrs.insert(i, addr);
+                addrs.insert(i, SocketAddr::from(([127, 0, 0, 1], seqsvr_harness::net::free_port())));
             }
         }
         for i in all {

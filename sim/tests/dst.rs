@@ -3,7 +3,7 @@
 //! seeds (the first failing seed is printed; run with `--nocapture` to see the numbers).
 //!
 //! Each test runs seeds on two threads. On the 2-core CI machine, in a debug build, one-set seeds
-//! run at about 12 a second. Long runs (100,000 seeds) are commands in docs/SIMULATOR.md.
+//! run at about 12 a second. Long runs (100,000 seeds) are commands in docs/simulator/dst.md.
 
 use std::collections::BTreeSet;
 
@@ -126,7 +126,7 @@ fn skipping_the_epoch_fence_is_found() {
 /// The unfenced Release is too rare to search for in CI: CI replays a known failing seed instead.
 /// It fails with the switch and passes without it, so the failure is the switch's. The seed is
 /// 200,062, found by `sim dst --seeds 80000..700000 --stop-at-first --threads 1
-/// --unsafe-unfenced-release` (81 min, release build; docs/SIMULATOR.md). The earlier seed,
+/// --unsafe-unfenced-release` (81 min, release build; docs/journal/simulator-runs.md). The earlier seed,
 /// 42,823, stopped failing when `cdd45cf` changed the renewal timing around handovers; a timing
 /// change can move this one too, and the assertion below says how to search again.
 #[test]

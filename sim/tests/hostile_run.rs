@@ -1,4 +1,4 @@
-//! The short form of the hostile mode (`sim run --front resp|http --hostile`, docs/SIMULATOR.md):
+//! The short form of the hostile mode (`sim run --front resp|http --hostile`, docs/simulator/workloads.md):
 //! one round of every flood — nested and trickled commands, 2,000 idle sockets, partial commands,
 //! header floods, unread replies — against every AllocSvr's front end beside the normal workload,
 //! after a first phase without floods. Each run must keep every promise, no process may die, no

@@ -1,9 +1,12 @@
 //! Negative controls: each test runs `sim run` with one unsafe switch that breaks one rule of the
 //! ownership protocol (docs/DESIGN.md), timings and a fault schedule aimed at that rule, and demands
-//! exit 1 with the violation the broken rule must cause. They prove the checkers can fail.
+//! exit 1 with the violation the broken rule must cause. They prove the checkers can fail. Each
+//! then runs its twin, the same arguments without the switch, and demands a pass: they prove the
+//! checkers do not fire regardless.
 //!
 //! The tests run one at a time (a lock): two clusters side by side on a 2-core CI machine would
-//! stretch the timings both depend on. Each takes about a minute on a debug build. Needs
+//! stretch the timings both depend on. Each takes about two minutes on a debug build (the
+//! control and its twin). Needs
 //! `cargo build --workspace --bins` first.
 
 mod common;
@@ -49,6 +52,44 @@ fn expect_violation_in_one_of(label: &str, other_seeds: &[&str], args: &[&str], 
         "exit 1 without a violation of {promises:?}: {}",
         run.explain()
     );
+    assert!(
+        common::ok_calls(&run.stdout) > 1_000,
+        "no workload ran: {}",
+        run.explain()
+    );
+    run.clean_up();
+    expect_pass_without_the_switch(label, args);
+}
+
+/// The control's twin: the same seed, timings and faults with the unsafe switch left out must
+/// pass, or the control shows nothing (a checker that always fires would trip it too; for P6,
+/// this is where a fault-free run is shown to pass it).
+fn expect_pass_without_the_switch(label: &str, args: &[&str]) {
+    let mut safe = Vec::new();
+    let mut rest = args.iter().peekable();
+    while let Some(a) = rest.next() {
+        if a.starts_with("--unsafe-") {
+            // A switch with a value (`--unsafe-clock-drift-ppm 200000`) takes it along.
+            if rest.peek().is_some_and(|v| !v.starts_with("--")) {
+                rest.next();
+            }
+            continue;
+        }
+        safe.push(*a);
+    }
+    assert!(
+        safe.len() < args.len(),
+        "{label}: no --unsafe- switch to leave out in {args:?}"
+    );
+    let twin = format!("{label}-safe");
+    let run = common::sim_run(&twin, &safe, LIMIT);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "the same run without the unsafe switch failed, so the control proves nothing: {}",
+        run.explain()
+    );
+    assert!(run.stdout.contains("sim: PASS"), "{}", run.explain());
     assert!(
         common::ok_calls(&run.stdout) > 1_000,
         "no workload ran: {}",

@@ -11,10 +11,10 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(20);
 
 fn run(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_storesvr"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = seqsvr_harness::output_within(
+        Command::new(env!("CARGO_BIN_EXE_storesvr")).args(args),
+        Duration::from_secs(60),
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout),

@@ -95,13 +95,14 @@ async fn restarted_replica_rejoins_and_catches_up() {
 async fn data_dir_of_another_node_is_refused() {
     let c = Cluster::start(1);
     c.wait_leader(WAIT).await;
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_storesvr"))
-        .arg("--node-id=9")
-        .arg("--set-id=0")
-        .arg(format!("--listen={}", free_addr()))
-        .arg(format!("--data-dir={}", c.data_dir(1).display()))
-        .output()
-        .unwrap();
+    let out = seqsvr_harness::output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_storesvr"))
+            .arg("--node-id=9")
+            .arg("--set-id=0")
+            .arg(format!("--listen={}", free_addr()))
+            .arg(format!("--data-dir={}", c.data_dir(1).display())),
+        WAIT,
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("belongs to node 1"), "{err}");

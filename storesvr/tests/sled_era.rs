@@ -23,14 +23,15 @@ fn a_sled_era_data_dir_is_refused_with_what_to_do() {
         .expect("run tar");
     assert!(untar.success(), "tar failed: {untar}");
     let node_id = std::fs::read_to_string(tmp.path().join("NODE_ID")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_storesvr"))
-        .arg(format!("--node-id={}", node_id.trim()))
-        .arg("--set-id=0")
-        .arg(format!("--listen={}", free_addr()))
-        .arg(format!("--data-dir={}", tmp.path().display()))
-        .env("RUST_LOG", "info,openraft=warn")
-        .output()
-        .unwrap();
+    let out = seqsvr_harness::output_within(
+        Command::new(env!("CARGO_BIN_EXE_storesvr"))
+            .arg(format!("--node-id={}", node_id.trim()))
+            .arg("--set-id=0")
+            .arg(format!("--listen={}", free_addr()))
+            .arg(format!("--data-dir={}", tmp.path().display()))
+            .env("RUST_LOG", "info,openraft=warn"),
+        std::time::Duration::from_secs(60),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     println!("exit {:?}; stderr:\n{err}", out.status.code());
     assert!(!out.status.success(), "a sled-era data dir was accepted:\n{err}");

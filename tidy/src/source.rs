@@ -241,12 +241,10 @@ fn test_regions(tokens: &[Token]) -> Vec<bool> {
 
 fn is_test_attribute(inside: &[Token]) -> bool {
     let words: Vec<&str> = inside.iter().map(|t| t.text.as_str()).collect();
-    match words.as_slice() {
-        ["test"] => true,
-        [_, "::", "test", ..] => true,
-        ["cfg", "(", "test", ")"] => true,
-        _ => false,
-    }
+    matches!(
+        words.as_slice(),
+        ["test"] | [_, "::", "test", ..] | ["cfg", "(", "test", ")"]
+    )
 }
 
 /// The last token of the item that starts at `from` (after its attributes): its closing brace, or

@@ -7,7 +7,7 @@
 //! the renewal no longer lists, or whose raise comes back `STALE_EPOCH`, is dropped at once; so is
 //! every slot when the lease runs out or the incarnation is forgotten. None of this is what keeps
 //! ids unique (the floor and the acknowledged mark are), but it keeps a paused or cut-off holder
-//! from issuing ids whose time is far behind (docs/DESIGN.md, U3).
+//! from issuing ids whose time is far behind (docs/design/time-ordered-ids.md, U3).
 //!
 //! The clock is the host's wall clock plus a test-only offset (`clock`), read once per call.
 //!
@@ -137,7 +137,7 @@ impl Inner {
     /// as the leader's reading plus the monotonic time since the raise was sent. Sent, not
     /// answered: the estimate can only run ahead of the leader's clock (by the round trip), so a
     /// lag is never understated and no id is stamped further behind the leader's time than the
-    /// allowance (docs/DESIGN.md, U3).
+    /// allowance (docs/design/time-ordered-ids.md, U3).
     fn lag_ms(&self, now_ms: u64) -> u64 {
         self.leader_ref.map_or(0, |(sent, leader_ms)| {
             let leader_now = leader_ms.saturating_add(sent.elapsed().as_millis() as u64);
@@ -183,7 +183,7 @@ pub enum NoIds {
     /// No slot held (yet, or any more): another AllocSvr may have one.
     NoSlot,
     /// This clock is this many ms behind the store leader's, more than the allowance: its ids'
-    /// times would lag that far (docs/DESIGN.md, U3).
+    /// times would lag that far (docs/design/time-ordered-ids.md, U3).
     ClockLagging(u64),
     Refused(Refusal),
 }

@@ -7,7 +7,7 @@
 //! leaves in two writes (HEADERS, then DATA) and the server wakes up twice for it. Here the caller's
 //! task hands the headers and the whole encoded body to the `h2` connection at once, so the
 //! request leaves in one write. Measured against tonic's echo, the caller's CPU per call fell by
-//! a quarter to a third (docs/BENCHMARKS.md, "A call's transport").
+//! a quarter to a third (docs/benchmarks/examples.md, `transport_cost`).
 //!
 //! What it keeps of the channel's behaviour: lazy connection on first use; a connect timeout, one
 //! attempt at a time, whose failure every caller waiting on it gets; `TCP_NODELAY`; mutual TLS

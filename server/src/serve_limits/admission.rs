@@ -23,7 +23,7 @@
 //! **No lock while there is room.** A call that finds nobody waiting and a slot free takes it with
 //! one atomic addition, and gives it back with one subtraction; only when calls wait are the
 //! queues, behind one lock, involved. Every call of a busy server used to take that lock twice, and
-//! at 64 callers on two cores the AllocSvr's p99 paid for it (docs/BENCHMARKS.md, "p99 at 64
+//! at 64 callers on two cores the AllocSvr's p99 paid for it (docs/journal/benchmarks-2026-11.md, "p99 at 64
 //! callers"). The calls each connection has in flight, which the reserve needs, are counted in a
 //! fixed table of atomic counters indexed by a hash of the connection: two connections that share
 //! a counter each look as busy as both together, so a collision can only deny a reserve, never

@@ -3,7 +3,7 @@
 //! bare tonic echo (`seqsvr_bench::echo`, a child process). Per caller count and transport: calls/s,
 //! p50, and the CPU per call of the server and of this process (`/proc`). The transports alternate,
 //! `--rounds` times, so that drift on a shared machine hits both alike. Nothing is judged; the
-//! numbers are for docs/BENCHMARKS.md ("A call's transport").
+//! numbers are for docs/benchmarks/examples.md.
 //!
 //! ```text
 //! cargo build --release -p seqsvr-bench --example transport_cost

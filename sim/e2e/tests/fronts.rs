@@ -1,14 +1,15 @@
 //! The HTTP/JSON and Redis-protocol front ends under clients others wrote: two sets of real
 //! processes (one StoreSvr and two AllocSvrs each, every AllocSvr serving both front ends), and
 //! at once Python's standard HTTP client and the `redis` package (single commands, pipelines and
-//! its default MULTI/EXEC pipelines, RESP2 and RESP3), the Rust `redis` crate (the same), and `curl` and `redis-cli` when the machine
-//! has them — each call to a random AllocSvr, while a uid range moves from set 0 to set 1 and one
+//! its default MULTI/EXEC pipelines, RESP2 and RESP3), the Rust `redis` crate (the same), and `curl`
+//! and `redis-cli` — each call to a random AllocSvr, while a uid range moves from set 0 to set 1 and one
 //! of set 0's AllocSvrs is killed. Every value of every uid and counter is checked: unique, and
 //! above every value of the same name whose call had completed before the call began (P1/U1
 //! across clients, on CLOCK_MONOTONIC).
 //!
-//! The Python `redis` package is installed into `target/pydeps` by the test itself when missing
-//! (pip); without a network the Python part runs on the standard library alone and says so.
+//! The Python `redis` package (pinned) is installed into `target/pydeps` by the test itself when
+//! missing (pip); `curl` and `redis-cli` must be installed (`scripts/test.sh` does it). A missing
+//! one fails the test: without it the test would check less and still pass.
 //!
 //! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
 
@@ -142,10 +143,16 @@ fn python_redis() -> PathBuf {
             // Pinned: the test checks this client's behaviour, which a new release may change.
             .arg("redis==6.4.0")
             .output();
+        // Fails loudly: a run without the package would check the front ends without the client
+        // the test is for, and pass.
         match out {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("pip could not install redis: {}", String::from_utf8_lossy(&o.stderr)),
-            Err(e) => eprintln!("pip could not run: {e}"),
+            Ok(o) => panic!(
+                "pip could not install redis==6.4.0 into {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => panic!("pip could not run (python3 -m pip): {e}"),
         }
     }
     dir
@@ -235,7 +242,7 @@ async fn rust_redis(resp: Vec<String>, names: Vec<String>, until: Instant, seed:
     (obs, errors)
 }
 
-/// `curl` and `redis-cli`, a call at a time, when the machine has them.
+/// `curl` and `redis-cli`, a call at a time (the test fails when either is missing).
 fn command_line_tools(
     http: Vec<String>,
     resp: Vec<String>,
@@ -248,7 +255,13 @@ fn command_line_tools(
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    let tools: Vec<&'static str> = ["curl", "redis-cli"].into_iter().filter(|t| have(t)).collect();
+    let tools: Vec<&'static str> = vec!["curl", "redis-cli"];
+    for tool in &tools {
+        assert!(
+            have(tool),
+            "`{tool}` is not installed (Debian packages curl, redis-tools; scripts/test.sh installs them)"
+        );
+    }
     let (mut obs, mut errors) = (Vec::new(), Vec::new());
     let mut i = 0usize;
     while Instant::now() < until && !tools.is_empty() {

@@ -1,7 +1,7 @@
 //! The multi-host rehearsal (`scripts/netns-cluster.sh`): a two-set cluster with every process in
 //! its own network namespace on one bridge, a partition and a one-way cut under load, a move, and
-//! the checkers over the history. It needs root, `ip netns` and `nft`; without them the test says
-//! why and passes, as it cannot say anything about the code.
+//! the checkers over the history. It needs root, `ip netns` and `nft` (`scripts/test.sh` installs
+//! iproute2 and nftables); without them it fails and says why.
 //!
 //! Needs the `storesvr`, `allocsvr`, `seqctl` and `sim` binaries: `cargo build --workspace --bins`.
 
@@ -46,9 +46,9 @@ fn bin_dir() -> PathBuf {
 
 #[test]
 fn two_sets_in_network_namespaces_survive_a_partition_and_a_one_way_cut() {
+    // Fails loudly: a rehearsal that cannot run has shown nothing, and must not pass.
     if let Some(why) = missing_prerequisite() {
-        eprintln!("SKIPPED netns rehearsal: {why}; run scripts/netns-cluster.sh as root to rehearse");
-        return;
+        panic!("the netns rehearsal cannot run: {why}; scripts/test.sh (as root) installs what it needs");
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().expect("temp dir");

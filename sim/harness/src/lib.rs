@@ -6,13 +6,16 @@
 //!   grace, wait for an exit, crash and panic detection; everything killed on drop.
 //! - [`net`]: a free loopback port, waiting until a port listens, polling with a deadline.
 //! - [`reflection`]: which services a port lists over gRPC reflection v1 and v1alpha.
+//! - [`bounded`]: a command that must end by itself (a refusal), run with a time limit.
 //!
 //! Deliberately left out: anything a production deployment would run; this crate only starts
 //! processes for tests, benchmarks and the simulator.
 
+pub mod bounded;
 pub mod net;
 pub mod reflection;
 pub mod supervisor;
 
+pub use bounded::output_within;
 pub use net::{free_addr, poll_until, wait_listening};
 pub use supervisor::{PanicLine, ProcSpec, Signal, Supervisor, find_binary};

@@ -1,5 +1,4 @@
-//! U1–U4 over every time-ordered id any `NextIds` call returned (docs/DESIGN.md, "Time-ordered
-//! ids"):
+//! U1–U4 over every time-ordered id any `NextIds` call returned (docs/design/time-ordered-ids.md):
 //!
 //! - **U1**: no id twice, anywhere: across sets, restarts and slot handovers. A repeat whose later
 //!   call completed after a clock fault began is reported as **U4** instead (no clock step may
@@ -193,7 +192,7 @@ const STORE_CLOCK_SETTLE_MS: u64 = 5_000;
 /// holds only within the allowance plus `off_ms`. A leader stamps raises with the quorum's clock,
 /// so one wrong clock of three moves nothing while all three answer; with one of them down the
 /// leader cannot tell which of two is wrong and uses its own, so the reference U3 is measured
-/// against is then off by as much as the fault (docs/DESIGN.md). The size is read back from the
+/// against is then off by as much as the fault (docs/design/time-ordered-ids.md). The size is read back from the
 /// fault's target, which says "off by up to N ms" (`dst::faults::inject`).
 fn store_clock_windows(faults: &[FaultSpan], skew_ms: u64) -> Vec<(u64, u64, i128)> {
     faults

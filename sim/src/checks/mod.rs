@@ -38,7 +38,7 @@ pub enum Promise {
     OneSet,
     /// A uid touched during the run was not served again after the final heal.
     Liveness,
-    /// Time-ordered ids (docs/DESIGN.md): no id twice; one slot's ids increase; ids' times within
+    /// Time-ordered ids (docs/design/time-ordered-ids.md): no id twice; one slot's ids increase; ids' times within
     /// the allowance of the true time; no repeat after a clock step.
     U1,
     U2,

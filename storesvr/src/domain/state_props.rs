@@ -1,6 +1,7 @@
 //! Property tests of the replicated state machine: random sequences of every [`Command`] variant,
-//! with the invariants of docs/DESIGN.md (P3, the store half of P4, the range states) checked
-//! after every single step, not only at the end.
+//! with the invariants of docs/DESIGN.md (P3, the store half of P4) and of
+//! docs/design/sets-and-moves.md (the range states) checked after every single step, not only at
+//! the end.
 //!
 //! Field values come mostly from small domains that collide on purpose (a handful of node ids,
 //! incarnations and epochs around the ones that exist, sections inside and just outside the

@@ -2,7 +2,7 @@
 //!
 //! Time-ordered ids take the store leader's wall clock as the true time: a raise is capped at it
 //! plus the allowance, and a holder further behind it than the allowance issues nothing
-//! (docs/DESIGN.md, U3). One replica's clock alone would be a single point of failure of the
+//! (docs/design/time-ordered-ids.md, U3). One replica's clock alone would be a single point of failure of the
 //! whole set's ids: a leader 8 s slow capped every holder's raise below its clock, one fast by
 //! more than the allowance made every holder "lagging" (issue 47, item 8). So every peer reply
 //! carries the answering replica's wall clock (the [`CLOCK_HEADER`] gRPC header, beside the

@@ -2,7 +2,7 @@
 //! `RaftService`, and the server side of the same service.
 //!
 //! postcard rather than JSON: the same compact encoding the log uses, and less
-//! CPU per replicated entry (measured with `store-bench`, docs/BENCHMARKS.md).
+//! CPU per replicated entry (measured with `store-bench`, docs/journal/benchmarks-2026-11.md).
 //! Every replica of a group must run the same encoding: there is no version
 //! negotiation between peers.
 //!

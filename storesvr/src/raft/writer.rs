@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 /// Most commands and most bytes of commands in one entry (see `seqsvr_proto::limits`, which
 /// asserts that an entry at the byte cap fits a peer message and a log record).
 pub use seqsvr_proto::limits::{MAX_ENTRY_BYTES, MAX_ENTRY_COMMANDS};
-/// Entries proposed but not yet committed. Measured with `store-bench` (docs/BENCHMARKS.md): one
+/// Entries proposed but not yet committed. Measured with `store-bench` (docs/benchmarks/store-bench.md): one
 /// entry in flight gave 14.1–14.5k single bumps/s at c=64 against 10–11k with four, because the
 /// group is CPU-bound and bigger entries (29 requests each instead of 10) cost less per request;
 /// c=1 is the same either way. Kept as a constant so the pipeline can be deepened when that changes.

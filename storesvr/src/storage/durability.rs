@@ -50,7 +50,7 @@ pub(crate) const COMMITTED: &[u8] = b"committed";
 
 /// The flusher writes the committed index once it is this many entries ahead of the one on disk:
 /// the bound, in entries, on what bit rot in the last segment can drop silently. The benchmarks'
-/// busiest set commits about 1 400 entries/s (docs/BENCHMARKS.md, `store-bench`): a write every
+/// busiest set commits about 1 400 entries/s (docs/benchmarks/store-bench.md): a write every
 /// 0.7 s. A write is two syncs, about 0.4 ms on the benchmark machine ("Raft metadata writes"
 /// there), so even at 20 000 entries/s (20 writes a second) it takes under 1 % of the disk's time.
 pub const COMMITTED_WRITE_EVERY_ENTRIES: u64 = 1024;

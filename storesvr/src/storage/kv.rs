@@ -14,7 +14,7 @@
 //! Why not sled (which this replaced): sled 0.34.7 could refuse its own directory after repeated
 //! SIGKILLs (`empty/corrupt snapshot file found`, `Read corrupted data at file offset None`;
 //! spacejam/sled issues 1527, 1533), its `flush` is `sync_file_range` rather than a barrier, and
-//! for four small keys a file each is simpler to reason about. Measurements: docs/BENCHMARKS.md.
+//! for four small keys a file each is simpler to reason about. Measurements: docs/journal/benchmarks-2026-11.md.
 //!
 //! Left out: transactions across keys (each caller orders its writes; every `put` is durable
 //! before the next begins) and caching (reads are rare: start-up and sending a snapshot).

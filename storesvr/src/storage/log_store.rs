@@ -247,7 +247,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // openraft 0.9's RaftCore awaits this callback before it does anything else (it neither
         // replicates nor answers the leader or a peer meanwhile), so the sync is on every commit's
         // path either way. Run here, it saves the two thread wake-ups of the flusher hand-off
-        // (≈ 40 µs each way on the benchmark machine, docs/BENCHMARKS.md); the worker thread is
+        // (≈ 40 µs each way on the benchmark machine, docs/journal/benchmarks-2026-11.md); the worker thread is
         // blocked for one `fdatasync` and its other tasks can be stolen by the other workers. When
         // the flusher is syncing already (a local read's barrier), the entries wait for it instead.
         match self.log.try_sync() {

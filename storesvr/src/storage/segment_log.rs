@@ -5,14 +5,16 @@
 //! read back almost only from its end, and on this disk sled's insert + flush +
 //! `fdatasync` of its db file took 110–140 µs against 50–65 µs for an append and
 //! `fdatasync` of a plain file, while sled's IO threads took about a fifth of the
-//! leader's CPU under load (docs/BENCHMARKS.md). Both sit on the commit path of
+//! leader's CPU under load (docs/journal/benchmarks-2026-11.md). Both sit on the commit path of
 //! every entry on every replica.
 //!
 //! Layout: `dir/<first index, 20 digits>.seg`, each a run of records
 //! `[len: u32][crc32 of index and payload: u32][index: u64][payload]` (little
 //! endian) with increasing indexes, across segments too. Raft never leaves a
-//! hole, but gaps are accepted (openraft's storage suite writes them); writing
-//! at or below the last index needs a truncation first. Writes go to
+//! hole, but gaps inside a segment are accepted (openraft's storage suite writes
+//! them); a segment starts where the one before it ends, so a segment deleted from
+//! the middle is seen at open and refused. Writing at or below the last index
+//! needs a truncation first. Writes go to
 //! the page cache at once (readable by replication) and become durable on
 //! [`SegmentLog::sync`]. Only the last segment can hold a torn or unsynced tail:
 //! a segment is synced before the next one is created, and a new file's
@@ -29,7 +31,7 @@
 //! after its last record, and records are written over them. A sync then only
 //! overwrites blocks that are already allocated and does not change the file's
 //! size, so `fdatasync` has no metadata to commit: 108–127 µs against 136–186 µs
-//! for an append of 120 bytes on the benchmark machine's disk (docs/BENCHMARKS.md),
+//! for an append of 120 bytes on the benchmark machine's disk (docs/journal/benchmarks-2026-11.md),
 //! and a sync sits on every commit's path on the leader and on a follower. Zeros
 //! read as a torn tail (a zero header fails its checksum), so opening cuts them
 //! like one, and a segment is cut back to its last record before a later one is
@@ -251,6 +253,19 @@ impl SegmentLog {
             let path = dir.join(segment_name(first));
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let after = segments.iter().rev().find_map(Segment::last_index);
+            // Checked before anything is cut, so a refused open leaves every byte as it was.
+            if let Some(prev) = after
+                && first != prev + 1
+            {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    &format!(
+                        "starts at index {first}, but the segment before it ends at {prev}: a segment \
+                         between them is missing"
+                    ),
+                ));
+            }
             let Scanned { records, end, whole } = scan(&file, after)?;
             let last = i + 1 == firsts.len();
             if !whole {
@@ -305,7 +320,8 @@ impl SegmentLog {
             return Ok(());
         };
         let mut inner = self.lock();
-        let mut prev = inner.segments.iter().rev().find_map(Segment::last_index);
+        let last_before = inner.segments.iter().rev().find_map(Segment::last_index);
+        let mut prev = last_before;
         for (index, _) in entries {
             if prev.is_some_and(|p| *index <= p) {
                 return Err(io::Error::other(format!(
@@ -317,7 +333,12 @@ impl SegmentLog {
         }
         let start_new = match inner.segments.last() {
             None => true,
-            Some(s) => s.len >= self.segment_bytes || s.records.is_empty(),
+            Some(s) if s.records.is_empty() => true,
+            // A segment starts only where the one before it ends: open reads a gap between
+            // segments as a segment gone missing. After a gap (which Raft never leaves; the
+            // storage suite writes them) the full segment takes the entries and grows past
+            // its size until the next consecutive append.
+            Some(s) => s.len >= self.segment_bytes && last_before.is_none_or(|l| *first_index == l + 1),
         };
         if start_new {
             self.start_segment(&mut inner, *first_index)?;
@@ -483,17 +504,16 @@ impl SegmentLog {
     /// Removes every entry at or after `index`, durably.
     pub fn truncate_from(&self, index: u64) -> io::Result<()> {
         let mut inner = self.lock();
-        let mut removed_files = false;
         while let Some(seg) = inner.segments.last() {
             if seg.records.first().is_some_and(|r| r.0 < index) {
                 break;
             }
+            // One at a time, last first, each removal durable before the next: a crash must not
+            // leave a later segment without an earlier one (open would see a segment missing,
+            // and before that check, entries truncated away came back).
             std::fs::remove_file(&seg.path)?;
-            removed_files = true;
-            inner.segments.pop();
-        }
-        if removed_files {
             sync_dir(&self.dir)?;
+            inner.segments.pop();
         }
         if let Some(seg) = inner.segments.last_mut() {
             let keep = seg.position(index);
@@ -656,6 +676,35 @@ mod tests {
         let got: Vec<u64> = log.read(0, 10).unwrap().into_iter().map(|e| e.0).collect();
         assert_eq!(got, [1, 2, 5]);
         assert_eq!(log.read(3, 5).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_gap_never_starts_a_segment_and_a_missing_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = SegmentLog::open_with_segment_bytes(dir.path(), 1).unwrap();
+            log.append(&entries(1, 1)).unwrap();
+            log.append(&entries(2, 1)).unwrap();
+            // After a gap the full segment takes the entry; the next consecutive one rolls over.
+            log.append(&entries(10, 1)).unwrap();
+            log.append(&entries(11, 1)).unwrap();
+            log.sync().unwrap();
+        }
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(names, [segment_name(1), segment_name(2), segment_name(11)]);
+        let log = SegmentLog::open(dir.path()).unwrap();
+        let got: Vec<u64> = log.read(0, 100).unwrap().into_iter().map(|e| e.0).collect();
+        assert_eq!(got, [1, 2, 10, 11]);
+        drop(log);
+        std::fs::remove_file(dir.path().join(segment_name(2))).unwrap();
+        let err = SegmentLog::open(dir.path()).err().expect("a segment is missing");
+        assert!(err.to_string().contains(&segment_name(11)), "{err}");
+        assert!(err.to_string().contains("ends at 1"), "{err}");
     }
 
     /// End of the last record of the last segment (the zeros written ahead follow it).

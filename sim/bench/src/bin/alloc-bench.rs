@@ -1,6 +1,6 @@
 //! `alloc-bench`: the AllocSvr data plane against a bare tonic echo, in one invocation.
 //!
-//! Checks the data-plane targets (docs/BENCHMARKS.md), as ratios against baselines
+//! Checks the data-plane targets (docs/benchmarks/alloc-bench.md), as ratios against baselines
 //! measured in the same run on the same machine:
 //!
 //! 1. Starts the baseline: a trivial `AllocService` (seq = uid + 1) in a child process of this

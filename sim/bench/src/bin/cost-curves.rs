@@ -591,7 +591,7 @@ fn print_store_point(p: &StorePoint) {
     );
 }
 
-/// The three curves as Markdown tables (pasted into docs/BENCHMARKS.md as they are).
+/// The three curves as Markdown tables (the run's tables for docs/benchmarks/cost-curves.md).
 fn print_tables(args: &Args, r: &Results) {
     if !r.uids.is_empty() {
         println!(

@@ -20,7 +20,7 @@
 //! missing binaries, 3 the harness failed.
 //!
 //! Deliberately left out: takeovers after a crash (they wait out the lease by design: the
-//! simulator checks them), and many sections at once (`BENCHMARKS.md` has the drain of 21,475).
+//! simulator checks them), and many sections at once (docs/journal/benchmarks-2026-11.md has the drain of 21,475).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

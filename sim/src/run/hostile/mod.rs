@@ -46,6 +46,8 @@ pub struct HostileOpts {
     pub baseline: Duration,
     /// Floods left out.
     pub skip: Vec<FloodGroup>,
+    /// The nice value of the floods' thread (`--hostile-flood-nice`).
+    pub flood_nice: i32,
 }
 
 /// The hostile mode while it runs.
@@ -57,7 +59,7 @@ pub(super) struct Hostile {
     stop: Arc<AtomicBool>,
     caller: JoinHandle<Vec<Sample>>,
     sampler: JoinHandle<RssBook>,
-    floods: Option<JoinHandle<std::io::Result<()>>>,
+    floods: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     tallies: Arc<Tallies>,
     /// When the floods began, on the run's clock (`u64::MAX` before); the sampler reads it.
     floods_from_ns: Arc<AtomicU64>,
@@ -149,9 +151,10 @@ impl Hostile {
             .store(self.lab.history.clock().now_ns(), Ordering::Relaxed);
         let addrs: Vec<SocketAddr> = self.lab.topo.front_addr.values().copied().collect();
         println!(
-            "sim: hostile: floods to {} front ends for {duration:?}, rounds of up to {:?}",
+            "sim: hostile: floods to {} front ends for {duration:?}, rounds of up to {:?}, from a thread at nice {}",
             addrs.len(),
-            floods::ROUND
+            floods::ROUND,
+            self.opts.flood_nice
         );
         let drive = floods::drive(
             self.front,
@@ -162,19 +165,29 @@ impl Hostile {
         );
         // The floods' thousands of tasks get a runtime and a thread of their own: on the run's
         // runtime they would queue the workload's and the well-behaved caller's tasks behind
-        // theirs, and the caller's p99 would measure the simulator, not the servers.
-        self.floods = Some(tokio::task::spawn_blocking(move || {
+        // theirs, and the caller's p99 would measure the simulator, not the servers. The thread
+        // is the floods' alone (not tokio's blocking pool), so its nice value goes with it.
+        let nice = self.opts.flood_nice;
+        let thread = std::thread::Builder::new().name("floods".into()).spawn(move || {
+            lower_priority(nice)?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(drive);
             Ok(())
-        }));
+        });
+        match thread {
+            Ok(t) => self.floods = Some(t),
+            Err(e) => println!("HOSTILE: the floods' thread could not start: {e}"),
+        }
     }
 
     /// Stops the floods, the caller and the sampler and collects what they saw.
     pub(super) async fn finish(self) -> anyhow::Result<HostileRun> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(f) = self.floods {
-            f.await.context("floods")?.context("the floods' runtime")?;
+            let joined = tokio::task::spawn_blocking(move || f.join()).await.context("floods")?;
+            joined
+                .map_err(|_| anyhow::anyhow!("the floods' thread panicked"))?
+                .context("the floods' runtime")?;
         }
         let floods_until_ns = self.lab.history.clock().now_ns();
         let samples = self.caller.await.context("well-behaved caller")?;
@@ -260,7 +273,7 @@ impl HostileRun {
         println!(
             "  ({left_out} calls with floods left out: they began in a fault or a move, or within {settle:?} after)"
         );
-        caller::judge(&before, &during)
+        caller::judge(&before, &during).into_iter().collect()
     }
 
     /// Prints each AllocSvr's memory; fails a run in which one passed the bound.
@@ -304,6 +317,20 @@ async fn owner_front(lab: &Lab, uid: u64) -> Option<(u64, SocketAddr)> {
         .iter()
         .find(|e| (e.section_begin..e.section_end).contains(&section) && e.incarnation != 0)?;
     Some((owner.node_id, *lab.topo.front_addr.get(&owner.node_id)?))
+}
+
+/// Gives the calling thread the nice value `nice` (Linux keeps one per thread).
+fn lower_priority(nice: i32) -> std::io::Result<()> {
+    if nice == 0 {
+        return Ok(());
+    }
+    // SAFETY: setpriority reads only its arguments; gettid names the calling thread.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Makes sure this process may open `need` descriptors: raises its soft limit (`ulimit -n`) up to
