@@ -16,9 +16,9 @@ use seqsvr_proto::limits::{ID_BORROW_MS, MAX_IDS_PER_CALL};
 use seqsvr_proto::pb;
 use tokio::time::Instant;
 
-use crate::error::Error;
 use super::issuer::Refusal;
 use super::slots::{Issued, NoIds};
+use crate::error::Error;
 use crate::state::AllocState;
 
 /// Longest a call waits for a raise or the clock before it is refused.
