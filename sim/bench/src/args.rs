@@ -1,7 +1,9 @@
 //! Flags more than one benchmark takes, declared once: the config file, how long each case is
 //! measured, how long to wait for a quiet machine before it, and where the run's data goes; and
 //! the checks of list flags the benchmarks share. Each binary flattens the groups into its own
-//! `Args`, so the flags keep one name, default, help text and meaning across the benchmarks.
+//! `Args`, so the flags keep one name, default, help text and meaning across the benchmarks. Each
+//! group sets `about = None`: clap would otherwise show a group's doc as the description of a
+//! binary that has none of its own (`store-bench`).
 //!
 //! Deliberately left out: `--runs`, `--callers` and `--only` themselves (each binary says in its
 //! own help what a run, a caller or a case is there; only their checks are here), `store-bench`'s
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 /// `--config FILE`, which `seqsvr_server::cli::parse` reads before the other flags.
 #[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
 pub struct Config {
     /// Read options from this TOML file (`some_option = value`); flags and environment variables
     /// override it.
@@ -23,6 +26,7 @@ pub struct Config {
 
 /// The measured window of one case (or one point of a curve).
 #[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
 pub struct Window {
     /// Seconds per measured case (one point of a curve, one server of a pair).
     #[arg(long, default_value_t = 5)]
@@ -56,6 +60,7 @@ impl Window {
 
 /// Waiting for a quiet machine: the 2-core machines these run on are shared.
 #[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
 pub struct Quiet {
     /// Before each case, wait until processes this benchmark did not start use less than this much
     /// CPU (percent of one core), for at most --quiet-wait-secs.
@@ -83,6 +88,7 @@ impl Quiet {
 /// The flags of a benchmark that starts its own cluster in a temp dir and measures it in windows
 /// (`alloc-bench`, `cost-curves`, `counter-bench`, `ids-bench`).
 #[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)]
 pub struct Common {
     #[command(flatten)]
     pub config: Config,

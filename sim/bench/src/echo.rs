@@ -220,6 +220,7 @@ impl AllocService for Echo {
 /// The hidden flags [`start`] gives the benchmark's own binary. Every binary that starts the echo
 /// flattens them into its `Args` and calls [`ChildFlags::serve`] before anything else.
 #[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)] // as `crate::args`'s groups: never a binary's description
 pub struct ChildFlags {
     /// Internal: serve the echo baseline on ADDR until killed.
     #[arg(long, hide = true)]

@@ -62,3 +62,34 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn invalid_options_exit_2_and_start_nothing() {
+        let started = Cell::new(false);
+        let bench = async {
+            started.set(true);
+            Ok(true)
+        };
+        assert_eq!(
+            run_valid("t", Err("--runs must be in 1..=9".into()), bench),
+            ExitCode::from(2)
+        );
+        assert!(!started.get(), "the benchmark ran although its options were refused");
+    }
+
+    #[test]
+    fn valid_options_run_the_benchmark() {
+        let started = Cell::new(false);
+        let bench = async {
+            started.set(true);
+            Ok(false)
+        };
+        assert_eq!(run_valid("t", Ok(()), bench), ExitCode::FAILURE);
+        assert!(started.get());
+    }
+}
