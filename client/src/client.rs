@@ -214,6 +214,53 @@ struct SingleReply {
     map: Option<pb::ClusterMap>,
 }
 
+/// The common part of a single call's reply, as each wire reply type names the field that
+/// carries the number: one entry per reply type.
+macro_rules! single_replies {
+    ($($reply:ty => $value:ident),* $(,)?) => {$(
+        impl From<$reply> for SingleReply {
+            fn from(r: $reply) -> Self {
+                Self {
+                    outcome: r.outcome(),
+                    value: r.$value,
+                    routes: r.routes,
+                    owner: r.owner,
+                    map: r.map,
+                }
+            }
+        }
+    )*};
+}
+
+single_replies!(
+    pb::FetchNextSeqReply => seq,
+    pb::ReserveReply => first,
+    pb::GetCurSeqReply => cur_seq,
+    pb::CounterReply => value,
+);
+
+/// A reply's common part, out of its response.
+fn single<R: Into<SingleReply>>(reply: tonic::Response<R>) -> SingleReply {
+    reply.into_inner().into()
+}
+
+/// What every single call's request carries besides its body.
+struct Envelope {
+    /// The attempt's deadline, which the server sees too.
+    timeout: Duration,
+    /// The caller's cluster map version (`map_header`).
+    map_version: u64,
+}
+
+impl Envelope {
+    fn wrap<T>(&self, body: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(body);
+        req.set_timeout(self.timeout);
+        map_header::write(req.metadata_mut(), self.map_version);
+        req
+    }
+}
+
 /// Why one attempt produced no reply.
 pub(crate) enum AttemptError {
     /// The RPC failed with a status (from the server or the transport).
@@ -585,7 +632,8 @@ impl Client {
             .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES))
     }
 
-    /// One RPC to `addr` with the caller's `(route_version, map_version)`.
+    /// One RPC to `addr` with the caller's `(route_version, map_version)`: one line per call, its
+    /// request body to its wire method; the envelope and the reply's common part are shared.
     async fn send_single(
         &self,
         op: Op<'_>,
@@ -595,91 +643,34 @@ impl Client {
         timeout: Duration,
     ) -> Result<SingleReply, AttemptError> {
         let mut client = self.client_for(addr).map_err(AttemptError::Status)?;
+        let wire = Envelope { timeout, map_version };
+        let uid = uid.0;
+        let counter = |key: &str, count| pb::CounterRequest {
+            key: key.as_bytes().to_vec(),
+            count,
+            route_version,
+        };
         let call = async {
             match op {
                 Op::Fetch => {
-                    let mut req = tonic::Request::new(pb::FetchNextSeqRequest {
-                        uid: uid.0,
-                        route_version,
-                    });
-                    req.set_timeout(timeout);
-                    map_header::write(req.metadata_mut(), map_version);
-                    client.fetch_next_seq(req).await.map(|r| {
-                        let r = r.into_inner();
-                        SingleReply {
-                            outcome: r.outcome(),
-                            value: r.seq,
-                            routes: r.routes,
-                            owner: r.owner,
-                            map: r.map,
-                        }
-                    })
+                    let req = wire.wrap(pb::FetchNextSeqRequest { uid, route_version });
+                    client.fetch_next_seq(req).await.map(single)
                 }
                 Op::Reserve(count) => {
-                    let mut req = tonic::Request::new(pb::ReserveRequest {
-                        uid: uid.0,
+                    let req = wire.wrap(pb::ReserveRequest {
+                        uid,
                         count,
                         route_version,
                     });
-                    req.set_timeout(timeout);
-                    map_header::write(req.metadata_mut(), map_version);
-                    client.reserve(req).await.map(|r| {
-                        let r = r.into_inner();
-                        SingleReply {
-                            outcome: r.outcome(),
-                            value: r.first,
-                            routes: r.routes,
-                            owner: r.owner,
-                            map: r.map,
-                        }
-                    })
-                }
-                Op::KeyNext(key) | Op::KeyReserve(key, _) | Op::KeyGet(key) => {
-                    let count = match op {
-                        Op::KeyReserve(_, count) => count,
-                        _ => 0,
-                    };
-                    let mut req = tonic::Request::new(pb::CounterRequest {
-                        key: key.as_bytes().to_vec(),
-                        count,
-                        route_version,
-                    });
-                    req.set_timeout(timeout);
-                    map_header::write(req.metadata_mut(), map_version);
-                    let reply = match op {
-                        Op::KeyNext(_) => client.counter_next(req).await,
-                        Op::KeyReserve(..) => client.counter_reserve(req).await,
-                        _ => client.counter_get(req).await,
-                    };
-                    reply.map(|r| {
-                        let r = r.into_inner();
-                        SingleReply {
-                            outcome: r.outcome(),
-                            value: r.value,
-                            routes: r.routes,
-                            owner: r.owner,
-                            map: r.map,
-                        }
-                    })
+                    client.reserve(req).await.map(single)
                 }
                 Op::Get => {
-                    let mut req = tonic::Request::new(pb::GetCurSeqRequest {
-                        uid: uid.0,
-                        route_version,
-                    });
-                    req.set_timeout(timeout);
-                    map_header::write(req.metadata_mut(), map_version);
-                    client.get_cur_seq(req).await.map(|r| {
-                        let r = r.into_inner();
-                        SingleReply {
-                            outcome: r.outcome(),
-                            value: r.cur_seq,
-                            routes: r.routes,
-                            owner: r.owner,
-                            map: r.map,
-                        }
-                    })
+                    let req = wire.wrap(pb::GetCurSeqRequest { uid, route_version });
+                    client.get_cur_seq(req).await.map(single)
                 }
+                Op::KeyNext(key) => client.counter_next(wire.wrap(counter(key, 0))).await.map(single),
+                Op::KeyReserve(key, count) => client.counter_reserve(wire.wrap(counter(key, count))).await.map(single),
+                Op::KeyGet(key) => client.counter_get(wire.wrap(counter(key, 0))).await.map(single),
             }
         };
         match tokio::time::timeout(timeout, call).await {
