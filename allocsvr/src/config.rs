@@ -171,7 +171,7 @@ pub struct UnsafeSwitches {
     pub keep_memory: bool,
     /// Time-ordered ids: issue from the clock, not above the floor; issue above the acknowledged
     /// mark.
-    pub ids: crate::issuer::UnsafeIssuing,
+    pub ids: crate::ids::issuer::UnsafeIssuing,
     /// A block (`Reserve`) starts at the uid's last seq, overlapping what it was given before.
     pub block_overlap: bool,
     /// Counter keys of a section share one `cur_seq`; forgotten keys restart at the base.
@@ -188,7 +188,7 @@ impl UnsafeSwitches {
             || self.block_overlap
             || self.keys_share_seq
             || self.keys_forget_to_base
-            || self.ids != crate::issuer::UnsafeIssuing::default()
+            || self.ids != crate::ids::issuer::UnsafeIssuing::default()
     }
 }
 
@@ -224,7 +224,7 @@ pub struct NodeConfig {
     /// the simulator script one to suspend or skew a node.
     pub lease_clock: LeaseClock,
     /// The clock time-ordered ids are stamped with: the host's, off by a test-only offset.
-    pub id_clock: crate::id_clock::IdClock,
+    pub id_clock: crate::ids::clock::IdClock,
     /// Test only: a file whose number of ms the ids' clock offset follows while the node runs.
     pub id_clock_file: Option<std::path::PathBuf>,
     /// Counter keys held in memory at most (see `section`).
@@ -249,7 +249,7 @@ impl NodeConfig {
             serve_limits: serve_limits::allocsvr(),
             tls: None,
             lease_clock: LeaseClock::host(),
-            id_clock: crate::id_clock::IdClock::host(),
+            id_clock: crate::ids::clock::IdClock::host(),
             id_clock_file: None,
             max_live_keys: DEFAULT_MAX_LIVE_KEYS,
             max_live_key_bytes: DEFAULT_MAX_LIVE_KEY_BYTES,
@@ -373,7 +373,7 @@ impl Cli {
                     skip_lease_wait: self.unsafe_skip_lease_wait,
                     serve_before_bump_ack: self.unsafe_serve_before_bump_ack,
                     keep_memory: self.unsafe_keep_memory,
-                    ids: crate::issuer::UnsafeIssuing {
+                    ids: crate::ids::issuer::UnsafeIssuing {
                         ignore_floor: self.unsafe_ids_ignore_floor,
                         ignore_mark: self.unsafe_ids_ignore_mark,
                     },
@@ -385,7 +385,7 @@ impl Cli {
                 serve_limits,
                 tls: tls.map(std::sync::Arc::new),
                 lease_clock: LeaseClock::host(),
-                id_clock: crate::id_clock::IdClock::with_offset(self.test_clock_offset_ms),
+                id_clock: crate::ids::clock::IdClock::with_offset(self.test_clock_offset_ms),
                 id_clock_file: self.test_clock_file,
                 max_live_keys: self.max_live_keys,
                 max_live_key_bytes: self.max_live_key_bytes,

@@ -301,7 +301,7 @@ impl Calls for NodeCalls {
         // Any AllocSvr's ids are good: this one's first, another's (the client's choice) when it
         // holds no slot or cannot issue now.
         let req = seqsvr_proto::pb::NextIdsRequest { count };
-        match crate::id_service::next_ids(&self.shared, req).await {
+        match crate::ids::service::next_ids(&self.shared, req).await {
             Ok(reply) => Ok(reply
                 .runs
                 .iter()

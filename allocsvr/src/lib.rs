@@ -5,16 +5,15 @@
 //! Modules, from pure decision logic to IO:
 //! - [`lease`]: lease arithmetic from send time, gain wait (pure, takes `now`).
 //! - [`section`]: one section's memory, `try_next` and prefetch decisions (pure).
-//! - [`issuer`]: time-ordered ids from one leased slot, only between its floor and acknowledged
-//!   mark (pure, takes the clock's tick).
 //! - [`grants`]: what a renewal reply changes: drop, gain, release (pure).
-//! - [`id_clock`]: the wall clock ids are stamped with (a test may offset or step it).
-//! - [`ids`]: the id slots this node holds: learnt from renewals, raised, issued from.
+//! - [`ids`]: time-ordered ids, in a folder of their own: one slot's pure issuing rules, the
+//!   clock ids are stamped with, the slots this node holds, and `NextIds`.
 //! - [`owned`]: the map of held sections and the published lease end, read on every fetch.
 //! - [`store`]: the store calls the node makes, as a trait (the gRPC client implements it).
 //! - [`state`]: the state the service and the tasks share ([`state::AllocState`]), behind methods.
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
-//! - [`service`]: the `AllocService` gRPC data plane; [`id_service`] its `NextIds`.
+//! - [`service`]: the `AllocService` gRPC data plane, one file per group of calls (`NextIds` is
+//!   answered by [`ids::service`]).
 //! - [`front`]: the HTTP/JSON and Redis-protocol front ends, whose calls are forwarded to the
 //!   owner wherever they land.
 //! - [`node`]: the composition root: start, wire, shut down.
@@ -36,10 +35,7 @@ pub mod config;
 pub mod error;
 pub mod front;
 pub mod grants;
-pub mod id_clock;
-pub mod id_service;
 pub mod ids;
-pub mod issuer;
 pub mod lease;
 pub mod metrics;
 pub mod metrics_http;

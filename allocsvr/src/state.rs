@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::config::{NodeConfig, UnsafeSwitches};
 use crate::grants::{GrantDiff, ranges};
-use crate::ids::IdSlots;
+use crate::ids::slots::IdSlots;
 use crate::lease::LeaseTimings;
 use crate::metrics::Metrics;
 use crate::owned::{Owned, Slot};

@@ -1,5 +1,5 @@
 //! Client library of seqsvr-rs: routing, retries, batching and coalescing for the AllocSvr data plane.
-//! The StoreSvr and admin clients are in `seqsvr-control`; this package's `seqctl` uses both.
+//! The StoreSvr and admin clients are in `seqsvr-control`; the operator's CLI, `seqctl`, uses both.
 //!
 //! - [`Client`] learns the versioned route table from the AllocSvrs themselves (they embed it in any
 //!   reply whose caller has an older version), sends each uid to its owner over one reused channel per

@@ -1,4 +1,4 @@
-//! The limits of `seqsvr_proto::serving` on a real tonic server over loopback, driven by a raw
+//! The limits of `seqsvr_server::serve_limits` on a real tonic server over loopback, driven by a raw
 //! HTTP/2 client (hyper), which enforces no deadline of its own: what the test sees is what the
 //! server did.
 

@@ -149,6 +149,33 @@ fn an_unfenced_release_fails_its_known_seed() {
     );
 }
 
+/// A lease clock far slower than the set's drift bound: every `drift-alloc` fault runs the
+/// AllocSvr's lease clock at a tenth of real time (`--unsafe-clock-drift-ppm=-900000`), so a
+/// drifting owner counts its lease as running long after the store gave its sections away; seed
+/// 397 has such an owner serve beside the new one. Found by `sim dst --seeds 0..3000
+/// --stop-at-first --unsafe-clock-drift-ppm=-900000` (the first of 398 seeds; at -300000 none of
+/// 3,000 seeds failed: a slow clock matters only to an owner cut from the store while its
+/// callers still reach it), replayed here rather than searched for.
+#[test]
+fn a_lease_clock_drifting_past_the_bound_fails_its_known_seed() {
+    const SEED: u64 = 397;
+    let mut unsafe_opts = Options::default();
+    unsafe_opts.clock.drift_ppm = Some(-900_000);
+    let o = dst::run_seed(SEED, &unsafe_opts);
+    println!("clock-drift-ppm: seed {SEED}: {:?}", o.report.counts);
+    let broken = |p: &str| o.report.counts.get(p).copied().unwrap_or(0) > 0;
+    assert!(
+        broken("P1") || broken("P4"),
+        "seed {SEED} no longer breaks P1 or P4 with a lease clock at a tenth of real time: {:?}; \
+         search again with `sim dst --seeds 0..3000 --stop-at-first --unsafe-clock-drift-ppm=-900000`",
+        o.report.counts
+    );
+    assert!(
+        dst::run_seed(SEED, &Options::default()).passed(),
+        "seed {SEED} fails with drift within the bound too"
+    );
+}
+
 /// A suspended host whose lease clock does not count the suspension (leases on CLOCK_MONOTONIC,
 /// as before the lease clock): seed 304's `suspend-alloc` (fault 2; alone it fails too) resumes
 /// an owner whose sections were granted elsewhere while it slept, its store links still down,

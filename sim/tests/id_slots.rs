@@ -1,5 +1,5 @@
 //! The slot protocol of time-ordered ids with the production parts and nothing else: a set's
-//! state machine (`storesvr::domain`) and two AllocSvr issuers (`allocsvr::issuer`), driven by
+//! state machine (`storesvr::domain`) and two AllocSvr issuers (`allocsvr::ids::issuer`), driven by
 //! hand through a handover in which the old holder, paused while the slot was granted again,
 //! wakes up and asks for a raise. With the epoch fence the raise is refused and no id repeats;
 //! with `--unsafe-skip-epoch-fence` (the negative control) it is applied, the old holder issues
@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use allocsvr::issuer::{SlotIssuer, UnsafeIssuing};
+use allocsvr::ids::issuer::{SlotIssuer, UnsafeIssuing};
 use seqsvr_proto::id_layout::IdLayout;
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::{Epoch, Incarnation, NodeId};

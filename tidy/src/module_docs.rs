@@ -3,13 +3,14 @@
 //! - a file path (a word with a `/` and an extension such as `.rs`) must exist, from the
 //!   repository's root, the crate's folder, its `src/` or the file's own folder;
 //! - a crate name (`seqsvr-proto`, `seqsvr_proto`) must be a package of the workspace, or a name
-//!   the code itself uses in a string (a header such as `seqsvr-map-version`);
+//!   the code itself uses in a string (a header such as `seqsvr-map-version`), and a path into a
+//!   package (`seqsvr_proto::limits`) must start at one of its modules or root items;
 //! - a `crate::name` path must start at a module or an item of the crate's root.
 //!
 //! Deliberately left out: what rustdoc checks itself (the targets of intra-doc links), and prose
 //! that describes what is gone without naming it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Names a `//!` doc may use besides the workspace's packages.
@@ -17,21 +18,21 @@ const KNOWN_NAMES: [&str; 1] = ["seqsvr-rs"];
 
 /// What the module docs of a repository may name.
 pub struct Names {
-    /// Package names, `-` spelled as in the manifest.
-    packages: BTreeSet<String>,
+    /// Package names, `-` spelled as in the manifest, and their folders.
+    packages: BTreeMap<String, PathBuf>,
     /// `seqsvr-…` words found in string literals of the code.
     in_strings: BTreeSet<String>,
 }
 
 impl Names {
     pub fn read(repo: &Path, rust_files: &[PathBuf]) -> Names {
-        let mut packages = BTreeSet::new();
+        let mut packages = BTreeMap::new();
         for manifest in crate::files_with(repo, "toml") {
             if manifest.file_name().is_some_and(|n| n == "Cargo.toml")
                 && let Ok(text) = std::fs::read_to_string(&manifest)
                 && let Some(name) = package_name(&text)
             {
-                packages.insert(name);
+                packages.insert(name, manifest.parent().map(Path::to_path_buf).unwrap_or_default());
             }
         }
         let mut in_strings = BTreeSet::new();
@@ -48,7 +49,7 @@ impl Names {
 
     fn knows(&self, word: &str) -> bool {
         let dashed = word.replace('_', "-");
-        self.packages.contains(&dashed) || self.in_strings.contains(word) || KNOWN_NAMES.contains(&word)
+        self.packages.contains_key(&dashed) || self.in_strings.contains(word) || KNOWN_NAMES.contains(&word)
     }
 }
 
@@ -84,12 +85,24 @@ pub fn check(repo: &Path, file: &Path, name: &str, text: &str, names: &Names) ->
             if doc[..pos].ends_with(|c: char| c.is_ascii_alphanumeric() || "/-_".contains(c)) {
                 continue;
             }
-            let word = word_at(&doc[pos..]);
-            let word = word.split("::").next().unwrap_or(word);
-            if (word.starts_with("seqsvr-") || word.starts_with("seqsvr_")) && !names.knows(word) {
+            let path = word_at(&doc[pos..]);
+            let mut segments = path.split("::");
+            let word = segments.next().unwrap_or(path);
+            if !(word.starts_with("seqsvr-") || word.starts_with("seqsvr_")) {
+                continue;
+            }
+            if !names.knows(word) {
                 problems.push(format!(
                     "{at}: `{word}` is not a package of this workspace: name the crate as its \
                      Cargo.toml does today"
+                ));
+            } else if let (Some(dir), Some(module)) = (names.packages.get(&word.replace('_', "-")), segments.next())
+                && !module.is_empty()
+                && !crate_has(dir, module)
+            {
+                problems.push(format!(
+                    "{at}: `{word}::{module}` names no module or root item of that crate: name \
+                     where it lives now"
                 ));
             }
         }
@@ -179,17 +192,18 @@ mod tests {
         std::fs::write(repo.join("a/src/lib.rs"), "mod b;\npub struct Root;\n").unwrap();
         std::fs::write(repo.join("a/src/b/c.rs"), "").unwrap();
         let file = repo.join("a/src/b.rs");
-        let text = "//! Uses `seqsvr-a` (`seqsvr_a::Root`) and `seqsvr-gone`, the `seqsvr-x-hdr` header.\n\
+        let text = "//! Uses `seqsvr-a` (`seqsvr_a::Root`, `seqsvr_a::b`) and `seqsvr-gone`, the `seqsvr-x-hdr` header; `seqsvr-a::serving`.\n\
                     //! See a/src/b/c.rs, src/b/c.rs, b/c.rs and a/src/old.rs (in seqsvr-rs).\n\
                     //! `crate::b`, `crate::Root`, `crate::old::f`.\n";
         std::fs::write(&file, text).unwrap();
         std::fs::write(repo.join("a/src/h.rs"), "const H: &str = \"seqsvr-x-hdr\";").unwrap();
         let names = Names::read(&repo, &crate::rust_files(&repo));
         let problems = check(&repo, &file, "a/src/b.rs", text, &names);
-        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert_eq!(problems.len(), 4, "{problems:#?}");
         assert!(problems[0].contains("`seqsvr-gone` is not a package"));
-        assert!(problems[1].contains("`a/src/old.rs` does not exist"));
-        assert!(problems[2].contains("`crate::old`"));
+        assert!(problems[1].contains("`seqsvr-a::serving` names no module"));
+        assert!(problems[2].contains("`a/src/old.rs` does not exist"));
+        assert!(problems[3].contains("`crate::old`"));
         std::fs::remove_dir_all(repo).unwrap();
     }
 }

@@ -15,7 +15,7 @@
 //! that a holder whose clock is ahead of the store leader's sent a RaiseMarks — a Raft entry,
 //! fsynced on every replica — for every call it refused, thousands a second (issue 47).
 //!
-//! Left out: which marks are due (`ids`) and issuing.
+//! Left out: which marks are due (`ids::slots`) and issuing.
 
 use std::sync::Arc;
 use std::time::Duration;

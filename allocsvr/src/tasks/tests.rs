@@ -566,7 +566,7 @@ async fn a_full_bump_queue_gives_the_prefetch_up_instead_of_growing() {
 async fn id_holder(store: Arc<FakeStore>) -> (Arc<AllocState>, watch::Sender<bool>) {
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let mut cfg = NodeConfig::new(NodeId(1), listen, vec![]);
-    cfg.id_clock = crate::id_clock::IdClock::on_tokio_time(1_800_000_000_000);
+    cfg.id_clock = crate::ids::clock::IdClock::on_tokio_time(1_800_000_000_000);
     let (incarnation, params) = renew::register(&*store, cfg.node_id, "a:1", None).await.unwrap();
     let (shared, _queue) = AllocState::new(&cfg, params, "a:1".into(), store, incarnation);
     let layout = seqsvr_proto::id_layout::IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS);
@@ -598,7 +598,7 @@ async fn a_refused_raise_backs_off_instead_of_flooding_the_store() {
                 let mut calls = 0u64;
                 while Instant::now() < busy_until {
                     let req = pb::NextIdsRequest { count: 1 };
-                    assert!(crate::id_service::next_ids(&shared, req).await.is_err());
+                    assert!(crate::ids::service::next_ids(&shared, req).await.is_err());
                     calls += 1;
                 }
                 calls
@@ -622,7 +622,7 @@ async fn a_refused_raise_backs_off_instead_of_flooding_the_store() {
     store.with(|s| s.raise_limit = None);
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
-        crate::id_service::next_ids(&shared, pb::NextIdsRequest { count: 1 })
+        crate::ids::service::next_ids(&shared, pb::NextIdsRequest { count: 1 })
             .await
             .is_ok()
     );

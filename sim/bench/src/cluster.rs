@@ -1,12 +1,13 @@
-//! A local cluster for `cost-curves`: one 3-replica StoreSvr set and any number of AllocSvrs, each
+//! A local cluster for the benchmarks: one 3-replica StoreSvr set and any number of AllocSvrs, each
 //! a real process started through [`Supervisor`] (killed when it is dropped), on loopback.
+//! [`crate::setup`] makes the usual one-AllocSvr cluster of these parts.
 //!
 //! Also what the measurements need around it: the leader's Status and route table, waiting until
 //! the arbiter has balanced the sections over every AllocSvr and they serve, touching a range of
 //! uids once, reading the store's write counters, and waiting for a quiet machine.
 //!
 //! Deliberately left out: restarts and faults (the simulator's and the e2e tests' job), and a second
-//! set. `alloc-bench` keeps its own copy of the start-up code (it also starts the echo and Redis).
+//! set.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

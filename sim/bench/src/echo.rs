@@ -5,13 +5,14 @@
 //! comparison is fair: one server process with tokio's default multi-thread runtime, as the real
 //! `allocsvr` binary has, and the same TCP options (`TCP_NODELAY`). Replies have the shape of the
 //! real ones (outcome, seq, route version, one `Owner` per distinct section) so that both pay the
-//! same encoding and bytes on the wire.
+//! same encoding and bytes on the wire. The hidden flags that make a benchmark binary the echo are
+//! declared here too ([`ChildFlags`]), next to [`start`], which passes them.
 //!
 //! Deliberately left out: health, reflection and metrics services (they cost nothing per call on
 //! the real server either), and any state: the seq is `uid + 1`.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -216,8 +217,29 @@ impl AllocService for Echo {
     }
 }
 
+/// The hidden flags [`start`] gives the benchmark's own binary. Every binary that starts the echo
+/// flattens them into its `Args` and calls [`ChildFlags::serve`] before anything else.
+#[derive(clap::Args, Debug, Clone)]
+#[command(about = None, long_about = None)] // as `crate::args`'s groups: never a binary's description
+pub struct ChildFlags {
+    /// Internal: serve the echo baseline on ADDR until killed.
+    #[arg(long, hide = true)]
+    pub serve_echo: Option<SocketAddr>,
+    /// Internal: the echo's certificates (an `allocsvr` one, as the AllocSvr has), in this dir.
+    #[arg(long, hide = true)]
+    pub serve_echo_tls: Option<PathBuf>,
+}
+
+impl ChildFlags {
+    /// When this process was started as the echo: serves until killed, then its exit code.
+    pub fn serve(&self, section_size: u64) -> Option<ExitCode> {
+        let addr = self.serve_echo?;
+        Some(serve(addr, section_size, self.serve_echo_tls.as_deref()))
+    }
+}
+
 /// Starts the echo as a child of `procs`: `exe` (the running benchmark, which must take the hidden
-/// `--serve-echo ADDR` and `--serve-echo-tls DIR` flags and call [`serve`]) on a free 127.0.0.1
+/// [`ChildFlags`] and call [`ChildFlags::serve`]) on a free 127.0.0.1
 /// port, over TLS when the run is (`crate::tls`); returns its address and pid once it listens.
 pub async fn start(procs: &mut seqsvr_harness::Supervisor, exe: &Path) -> Result<(String, u32), String> {
     let addr = seqsvr_harness::free_addr();

@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use allocsvr::id_clock::IdClock;
-use allocsvr::ids::MAX_BORROW;
-use allocsvr::issuer::{SlotIssuer, UnsafeIssuing};
+use allocsvr::ids::clock::IdClock;
+use allocsvr::ids::issuer::{SlotIssuer, UnsafeIssuing};
+use allocsvr::ids::slots::MAX_BORROW;
 use seqsvr_proto::id_layout::IdLayout;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;

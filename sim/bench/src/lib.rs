@@ -1,9 +1,12 @@
-//! The benchmarks of seqsvr-rs (not published), as two binaries: `alloc-bench` (the AllocSvr data
-//! plane against a bare tonic echo, the client library and the AllocSvr next to Redis and etcd)
-//! and `store-bench` (committed bumps against the disk's fsync rate). Both start every process
-//! they need through `seqsvr-harness` and print ratios against baselines measured in the same run.
+//! The benchmarks of seqsvr-rs (not published), as seven binaries in `src/bin/`, first of them
+//! `alloc-bench` (the AllocSvr data plane against a bare tonic echo, the client library and the
+//! AllocSvr next to Redis and etcd) and `store-bench` (committed bumps against the disk's fsync
+//! rate). Each starts every process it needs through `seqsvr-harness` and prints ratios against
+//! baselines measured in the same run; what more than one of them does is in this library.
 //!
-//! - [`args`]: the flags the benchmarks share; [`echo`]: the baseline server; [`load`]: closed-loop load and its samples; [`report`]:
+//! - [`args`]: the flags the benchmarks share; [`setup`]: what every run sets up (binaries, temp
+//!   dir, supervisor, one AllocSvr, the header lines) and the check after each case; [`echo`]: the
+//!   baseline server; [`load`]: closed-loop load and its samples; [`report`]:
 //!   medians and verdicts; [`procfs`]: RSS, CPU and metrics of the processes under test;
 //!   [`peers`]: Redis INCR and an etcd counter, driven by the same load loop.
 //! - `cost-curves` (third binary) and its parts: [`cluster`]: start a StoreSvr set and AllocSvrs,
@@ -12,6 +15,8 @@
 //!   link of the run over mutual TLS; [`exit`]: the benchmarks' shared `main` body and exit codes;
 //!   [`callgrind`]: what the instruction-counting drivers (examples) share.
 //! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
+//! - `front-bench` (seventh binary): the HTTP/JSON and RESP front ends against Redis and a bare
+//!   HTTP handler, driven by `redis-benchmark` and `wrk`.
 //! - `counter-bench` (sixth binary): named counters against the uid path and Redis
 //!   `INCR`/`INCRBY`, and the memory of a live key on each side; [`counters`]: its loads.
 //! - `ids-bench` (fifth binary): time-ordered ids (`NextIds`) against the echo and a Snowflake
@@ -34,4 +39,5 @@ pub mod peers;
 pub mod plot;
 pub mod procfs;
 pub mod report;
+pub mod setup;
 pub mod tls;

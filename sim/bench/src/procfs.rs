@@ -1,5 +1,6 @@
 //! What the benchmarks read about processes and servers: RSS and CPU time from `/proc`, the
-//! machine's busy time (to measure foreign load), and a Prometheus metric over HTTP.
+//! machine's busy time (to measure foreign load), its cores, CPU model and load average (for the
+//! header of a run), and a Prometheus metric over HTTP.
 //!
 //! Deliberately left out: starting processes (`seqsvr-harness`).
 
@@ -73,4 +74,20 @@ pub fn cpu_model() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown cpu".into())
+}
+
+/// `N cores (model)`: the machine line's description of this machine.
+pub fn machine() -> String {
+    format!(
+        "{} cores ({})",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model()
+    )
+}
+
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg`: how busy the shared machine was.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }

@@ -1,4 +1,5 @@
-//! Tables and medians of `alloc-bench`.
+//! Tables and medians of `alloc-bench` (the per-run table and the verdict lines also of the other
+//! benchmarks).
 //!
 //! Each case is run once per run against the echo and once against the AllocSvr. The summary shows
 //! the median of each figure over the runs, and the median of the per-run ratios AllocSvr/echo
@@ -173,4 +174,19 @@ pub fn summary_row(c: &Case, s: &Summary) -> String {
 /// `MET` or `NOT MET`.
 pub fn verdict(met: bool) -> &'static str {
     if met { "MET" } else { "NOT MET" }
+}
+
+/// The targets under `heading`, one `MET`/`NOT MET` line each.
+pub fn print_verdicts(heading: &str, verdicts: &[(bool, String)]) {
+    println!("\n{heading}:");
+    for (met, what) in verdicts {
+        println!("  {:<8} {what}", verdict(*met));
+    }
+}
+
+/// The targets of a benchmark that prints them rather than failing on them, and how many are met.
+pub fn print_targets(verdicts: &[(bool, String)]) {
+    print_verdicts("targets (printed, not asserted)", verdicts);
+    let met = verdicts.iter().filter(|(m, _)| *m).count();
+    println!("{met} of {} targets met", verdicts.len());
 }

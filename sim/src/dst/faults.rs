@@ -462,7 +462,7 @@ fn id_clock_drift(world: &std::sync::Arc<World>, i: usize, per_mille: i64, d: Du
     let clock = world.id_clock(i);
     tokio::spawn(async move {
         let end = tokio::time::Instant::now() + d;
-        let every = allocsvr::id_clock::FOLLOW_EVERY;
+        let every = allocsvr::ids::clock::FOLLOW_EVERY;
         while tokio::time::Instant::now() + every <= end {
             tokio::time::sleep(every).await;
             clock.set_offset(clock.offset_ms() + per_mille * every.as_millis() as i64 / 1_000);

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use allocsvr::id_clock::IdClock;
+use allocsvr::ids::clock::IdClock;
 use allocsvr::store::{Call, Store, StoreFailure};
 use allocsvr::{Core, NodeConfig, UnsafeSwitches};
 use rand::rngs::StdRng;

@@ -196,7 +196,7 @@ pub(super) async fn clock_fault(lab: &Lab, f: &PlannedFault) -> anyhow::Result<S
 /// AllocSvr `a`'s id clock gains (or loses) `per_mille` ms a second for `hold`: its file rewritten
 /// every 50 ms (as often as the AllocSvr reads it).
 async fn drift(dir: &Path, a: u64, per_mille: i64, hold: Duration) -> std::io::Result<()> {
-    let every = allocsvr::id_clock::FOLLOW_EVERY;
+    let every = allocsvr::ids::clock::FOLLOW_EVERY;
     let start = Instant::now();
     loop {
         let elapsed = start.elapsed();

@@ -32,7 +32,6 @@
 //! in step 6), faults (that is the simulator's job), and external load generators such as
 //! redis-benchmark (their client code differs from ours, so their figures would not compare).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,16 +39,17 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
-use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use tonic::transport::Channel;
 
+use seqsvr_bench::cluster::{AllocNode, Stores};
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::load::{Pids, Sample, Shape, Uids, Window};
 use seqsvr_bench::peers::{self, PeerKind};
-use seqsvr_bench::report::{Case, median, verdict};
-use seqsvr_bench::{cluster, echo, load, procfs, report};
-use seqsvr_harness::{ProcSpec, Supervisor};
+use seqsvr_bench::report::{Case, median};
+use seqsvr_bench::setup::{self, Run};
+use seqsvr_bench::{args, cluster, echo, load, procfs, report};
+use seqsvr_harness::Supervisor;
 
 /// Uids per section (the StoreSvr default).
 const SECTION_SIZE: u64 = 100_000;
@@ -84,24 +84,14 @@ const TARGET_OVER_REDIS: [(usize, f64); 2] = [(64, 4.0), (256, 10.0)];
 #[derive(Parser, Debug)]
 #[command(name = "alloc-bench", about = "AllocSvr data plane against a bare tonic echo")]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
     #[command(flatten)]
-    window: seqsvr_bench::args::Window,
-    #[command(flatten)]
-    quiet: seqsvr_bench::args::Quiet,
-
+    common: args::Common,
     /// Times every case is measured; the summary shows medians.
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Sections whose every uid is touched for the memory measurement (per run).
     #[arg(long, default_value_t = 20)]
     memory_sections: u64,
-    /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     /// Times a case pair is measured again when foreign load during it was above --quiet-below.
     #[arg(long, default_value_t = 1)]
     noisy_retries: usize,
@@ -129,29 +119,15 @@ struct Args {
     /// the AllocSvr, the StoreSvrs and the client library, so each ratio compares TLS with TLS.
     #[arg(long)]
     tls: bool,
-    /// Internal: serve the echo baseline on ADDR until killed.
-    #[arg(long, hide = true)]
-    serve_echo: Option<SocketAddr>,
-    /// Internal: the echo's certificates (an `allocsvr` one, as the AllocSvr has), in this dir.
-    #[arg(long, hide = true)]
-    serve_echo_tls: Option<PathBuf>,
+    #[command(flatten)]
+    echo: echo::ChildFlags,
 }
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        if !(1..=600).contains(&self.window.seconds) {
-            return Err("--seconds must be in 1..=600".into());
-        }
-        if self.window.warmup_ms > 60_000 {
-            return Err("--warmup-ms must be at most 60000".into());
-        }
-        if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
-            return Err(format!("--callers: {bad} is not one of {CONCURRENCIES:?}"));
-        }
-        if !(1..=9).contains(&self.runs) {
-            return Err("--runs must be in 1..=9".into());
-        }
-        self.quiet.validate()?;
+        self.common.validate(600, 60_000)?;
+        args::check_subset("--callers", &self.callers, &CONCURRENCIES)?;
+        args::check_runs(self.runs)?;
         if self.noisy_retries > 10 {
             return Err("--noisy-retries must be at most 10".into());
         }
@@ -164,27 +140,18 @@ impl Args {
 
 fn main() -> ExitCode {
     let args: Args = seqsvr_server::cli::parse("ALLOC_BENCH");
-    if let Some(addr) = args.serve_echo {
-        return echo::serve(addr, SECTION_SIZE, args.serve_echo_tls.as_deref());
+    if let Some(code) = args.echo.serve(SECTION_SIZE) {
+        return code;
     }
-    if let Err(e) = args.validate() {
-        eprintln!("alloc-bench: {e}");
-        return ExitCode::from(2);
-    }
-    seqsvr_bench::exit::run("alloc-bench", bench(&args))
+    seqsvr_bench::exit::run_valid("alloc-bench", args.validate(), bench(&args))
 }
 
-/// Addresses and pids of the running cluster and baseline.
+/// The running cluster and baseline.
 struct Cluster {
     echo_addr: String,
     echo_pid: u32,
-    store_addrs: Vec<String>,
-    store_metrics: Vec<String>,
-    store_pids: Vec<u32>,
-    alloc_addr: String,
-    alloc_metrics: String,
-    alloc_pid: u32,
-    leader: String,
+    stores: Stores,
+    node: AllocNode,
 }
 
 /// Counters read before and after the measurements.
@@ -197,25 +164,6 @@ struct StoreReading {
     /// whatever the load): Raft entries that are not bumps.
     slot_raises: f64,
     fetch_ok: f64,
-}
-
-/// This binary and the server binaries beside it.
-fn binaries() -> Result<(PathBuf, PathBuf, PathBuf), Failure> {
-    let exe = std::env::current_exe().map_err(|e| harness(format!("cannot find own binary: {e}")))?;
-    let bin_dir = exe
-        .parent()
-        .ok_or_else(|| harness("binary has no parent dir"))?
-        .to_path_buf();
-    let (storesvr, allocsvr) = (bin_dir.join("storesvr"), bin_dir.join("allocsvr"));
-    for b in [&storesvr, &allocsvr] {
-        if !b.exists() {
-            return Err(Failure::Usage(format!(
-                "{} not found; build first: cargo build --release -p storesvr -p allocsvr -p seqsvr-bench --bins",
-                b.display()
-            )));
-        }
-    }
-    Ok((exe, storesvr, allocsvr))
 }
 
 /// The measured cases in order, restricted to `--only`.
@@ -280,15 +228,15 @@ impl Bench<'_> {
 
     fn alloc_pids(&self) -> Pids<'_> {
         Pids {
-            server: self.cluster.alloc_pid,
-            others: &self.cluster.store_pids,
+            server: self.cluster.node.pid,
+            others: &self.cluster.stores.pids,
             ours: &self.ours,
         }
     }
 
     async fn quiet(&self) {
-        let a = self.args;
-        cluster::wait_quiet(&self.ours, a.quiet.quiet_below, a.quiet.wait()).await;
+        let quiet = &self.args.common.quiet;
+        cluster::wait_quiet(&self.ours, quiet.quiet_below, quiet.wait()).await;
     }
 
     /// One echo/AllocSvr pair of a case, measured again (bounded) while foreign load was high;
@@ -302,6 +250,7 @@ impl Bench<'_> {
     ) -> Result<(Sample, Sample, Option<f64>), Failure> {
         let n = channel_count(case.concurrency);
         let (c, v, w) = (case.concurrency, self.route_version, self.window);
+        let quiet_below = self.args.common.quiet.quiet_below;
         let mut best: Option<(f64, Sample, Sample, Option<f64>)> = None;
         for attempt in 0..=self.args.noisy_retries {
             self.quiet().await;
@@ -318,25 +267,26 @@ impl Bench<'_> {
             )
             .await;
             let items1 = store_bump_items(&self.cluster);
-            check_alive(procs, &[&e, &a])?;
+            let what = format!("{}@{c}", case.name);
+            setup::check(procs, &format!("{what} on the echo"), &e)?;
+            setup::check(procs, &format!("{what} on the allocsvr"), &a)?;
             let noise = e.foreign_pct().max(a.foreign_pct());
-            if noise > self.args.quiet.quiet_below {
+            if noise > quiet_below {
                 let again = if attempt < self.args.noisy_retries {
                     ", measuring again"
                 } else {
                     ""
                 };
                 println!(
-                    "  (attempt {}: foreign load {noise:.0} % > {} %{again})",
-                    attempt + 1,
-                    self.args.quiet.quiet_below
+                    "  (attempt {}: foreign load {noise:.0} % > {quiet_below} %{again})",
+                    attempt + 1
                 );
             }
             let bumps = items0.zip(items1).map(|(i0, i1)| i1 - i0);
             if best.as_ref().is_none_or(|(n, ..)| noise < *n) {
                 best = Some((noise, e, a, bumps));
             }
-            if noise <= self.args.quiet.quiet_below {
+            if noise <= quiet_below {
                 break;
             }
         }
@@ -368,13 +318,7 @@ impl Bench<'_> {
         let per_run = self.args.memory_sections as usize;
         let sections = &self.memory_sections[run * per_run..(run + 1) * per_run];
         self.quiet().await;
-        let b = memory(
-            &self.alloc_clients,
-            self.cluster.alloc_pid,
-            sections,
-            self.route_version,
-        )
-        .await?;
+        let b = memory(&self.alloc_clients, self.cluster.node.pid, sections, self.route_version).await?;
         println!(
             "memory: {} sections x {SECTION_SIZE} uids touched: {b:.2} bytes/uid of RSS",
             sections.len()
@@ -396,7 +340,7 @@ impl Bench<'_> {
             )
             .await;
             println!("{}", report::row("coalesced", *c, "alloc", &s));
-            check_alive(procs, &[&s])?;
+            setup::check(procs, &format!("coalesced@{c}"), &s)?;
             samples.push(s);
         }
         Ok(())
@@ -404,11 +348,11 @@ impl Bench<'_> {
 }
 
 /// Starts everything, waits until the sections used are served; the context of the measurements.
-async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Result<(Bench<'a>, Results), Failure> {
-    let (exe, storesvr, allocsvr) = binaries()?;
-    let cluster = start(procs, &exe, &storesvr, &allocsvr, dir).await?;
-    let echo_clients = channels(&cluster.echo_addr).await?;
-    let alloc_clients = channels(&cluster.alloc_addr).await?;
+async fn prepare<'a>(args: &'a Args, run: &mut Run) -> Result<(Bench<'a>, Results), Failure> {
+    let (cluster, alloc_clients) = start(run).await?;
+    let echo_clients = cluster::channels(&cluster.echo_addr, MAX_CHANNELS)
+        .await
+        .map_err(harness)?;
     let spread = spread_uids();
     let hot_sections: Vec<u64> = (0..HOT_UIDS).map(|k| 29_000 + k).collect();
     let hot = Uids::Hot {
@@ -427,7 +371,7 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
     );
     let cfg = ClientConfig {
         tls: seqsvr_bench::tls::client(),
-        ..ClientConfig::new([cluster.alloc_addr.clone()])
+        ..ClientConfig::new([cluster.node.addr.clone()])
     };
     let client = Client::connect(cfg)
         .await
@@ -435,8 +379,9 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
     let coalescer = Arc::new(
         Coalescer::new(client, coalescer_config(args)).map_err(|e| Failure::Usage(format!("coalescer: {e}")))?,
     );
-    let mut ours = vec![cluster.echo_pid, cluster.alloc_pid];
-    ours.extend(&cluster.store_pids);
+    let mut ours = vec![cluster.echo_pid, cluster.node.pid];
+    ours.extend(&cluster.stores.pids);
+    let (procs, dir) = run.procs_and_dir();
     let peers = PeerBench::start(args, procs, dir, ours).await;
     let ours = peers.ours.clone();
     let results = Results {
@@ -446,7 +391,7 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
         bytes_per_uid: Vec::new(),
         peers: peers.cases(),
     };
-    let window = window(args);
+    let window = args.common.window.durations();
     let bench = Bench {
         args,
         cluster,
@@ -464,56 +409,48 @@ async fn prepare<'a>(args: &'a Args, procs: &mut Supervisor, dir: &Path) -> Resu
 }
 
 async fn bench(args: &Args) -> Result<bool, Failure> {
-    let bin_dir = binaries()?.0.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tmp = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d),
-        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
-    }
-    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
-    print_machine(args, tmp.path());
+    let mut run = Run::new(args.common.dir.as_deref())?;
+    print_machine(args, run.dir());
     if args.tls {
-        seqsvr_bench::tls::setup(&tmp.path().join("certs")).map_err(harness)?;
-        println!(
-            "tls: every link over mutual TLS, certificates in {}",
-            tmp.path().join("certs").display()
-        );
+        let certs = run.dir().join("certs");
+        seqsvr_bench::tls::setup(&certs).map_err(harness)?;
+        println!("tls: every link over mutual TLS, certificates in {}", certs.display());
     }
-    let mut procs =
-        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
     if !cluster_needed(args) {
-        return peers_only(args, &mut procs, tmp.path()).await;
+        let (procs, dir) = run.procs_and_dir();
+        return peers_only(args, procs, dir).await;
     }
-    let (b, mut r) = prepare(args, &mut procs, tmp.path()).await?;
+    let (b, mut r) = prepare(args, &mut run).await?;
     let before = read_store(&b.cluster).await?;
     println!(
         "store after start-up: applied index {}, route version {}",
         before.applied_index, before.route_version
     );
-    for run in 0..args.runs {
-        println!("\n== run {}/{} ==", run + 1, args.runs);
-        b.run_cases(&mut procs, &mut r).await?;
+    for i in 0..args.runs {
+        println!("\n== run {}/{} ==", i + 1, args.runs);
+        b.run_cases(&mut run.procs, &mut r).await?;
         if args.only.is_empty() {
-            b.run_others(&mut procs, run, &mut r).await?;
+            b.run_others(&mut run.procs, i, &mut r).await?;
         } else if args.only.iter().any(|n| n == COALESCED) {
-            b.run_coalesced(&mut procs, &mut r).await?;
+            b.run_coalesced(&mut run.procs, &mut r).await?;
         }
-        b.peers.run(&mut procs, &mut r.peers).await?;
+        b.peers.run(&mut run.procs, &mut r.peers).await?;
     }
     let after = read_store(&b.cluster).await?;
+    let quiet_below = args.common.quiet.quiet_below;
     let noisy = r
         .plan
         .iter()
         .flat_map(|(_, _, c)| &c.runs)
-        .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > args.quiet.quiet_below)
+        .filter(|(e, a)| e.foreign_pct().max(a.foreign_pct()) > quiet_below)
         .count();
     println!(
-        "\npairs measured while processes this benchmark did not start used > {} % of a core: {noisy} of {}",
-        args.quiet.quiet_below,
+        "\npairs measured while processes this benchmark did not start used > {quiet_below} % of a core: {noisy} of {}",
         r.plan.len() * args.runs
     );
     let cases: Vec<Case> = std::mem::take(&mut r.plan).into_iter().map(|(_, _, c)| c).collect();
     let all_met = summarize(&cases, &r, before, after, args.only.is_empty());
-    drop(procs);
+    drop(run);
     if let Some(dir) = &args.plots {
         let files = seqsvr_bench::plot::latency_plots(dir, &cases).map_err(|e| harness(format!("plots: {e}")))?;
         files.iter().for_each(|f| println!("plot: {}", f.display()));
@@ -544,95 +481,35 @@ fn channel_count(concurrency: usize) -> usize {
 }
 
 fn print_machine(args: &Args, dir: &Path) {
-    let cpu = seqsvr_bench::procfs::cpu_model();
-    println!(
-        "machine: {} cores ({cpu}), shared by the benchmark and every server",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+    let w = &args.common.window;
+    let options = format!(
+        "--seconds {} --warmup-ms {} --runs {} --memory-sections {}",
+        w.seconds, w.warmup_ms, args.runs, args.memory_sections
     );
-    println!(
-        "options: --seconds {} --warmup-ms {} --runs {} --memory-sections {}; data dir {}",
-        args.window.seconds,
-        args.window.warmup_ms,
-        args.runs,
-        args.memory_sections,
-        dir.display()
-    );
+    setup::print_header(&options, dir);
 }
 
-/// Starts the echo, the 3 StoreSvrs and the AllocSvr; returns when every section is owned.
-async fn start(
-    procs: &mut Supervisor,
-    exe: &Path,
-    storesvr: &Path,
-    allocsvr: &Path,
-    dir: &Path,
-) -> Result<Cluster, Failure> {
-    let spawn_err = |name: &str, e: std::io::Error| harness(format!("cannot start {name}: {e}"));
-    let (echo_addr, echo_pid) = echo::start(procs, exe).await.map_err(harness)?;
-
-    let cluster::Stores {
-        addrs: store_addrs,
-        metrics: store_metrics,
-        peers,
-        pids: store_pids,
-        leader,
-    } = cluster::start_stores(procs, storesvr, dir, STEP, SECTION_SIZE)
+/// Starts the echo, the 3 StoreSvrs and the AllocSvr; returns when every section is owned, with
+/// channels to the AllocSvr.
+async fn start(run: &mut Run) -> Result<(Cluster, Vec<AllocServiceClient<Channel>>), Failure> {
+    let exe = std::env::current_exe().map_err(|e| harness(format!("cannot find own binary: {e}")))?;
+    let (echo_addr, echo_pid) = echo::start(&mut run.procs, &exe).await.map_err(harness)?;
+    let one = run.one_allocsvr(STEP, SECTION_SIZE, &[], MAX_CHANNELS).await?;
+    cluster::wait_balanced(&one.stores.leader, 1, Duration::from_secs(60))
         .await
         .map_err(harness)?;
-
-    let alloc_addr = seqsvr_harness::free_addr();
-    let alloc_metrics = seqsvr_harness::free_addr();
-    let mut args = vec![
-        "--node-id=1".to_string(),
-        format!("--listen={alloc_addr}"),
-        format!("--store={}", peers.join(",")),
-        format!("--metrics-listen={alloc_metrics}"),
-    ];
-    args.extend(seqsvr_bench::tls::flags(seqsvr_auth::Role::AllocSvr));
-    let spec = ProcSpec {
-        env: vec![("RUST_LOG".into(), "warn".into())],
-        ..ProcSpec::new("allocsvr", allocsvr, args)
-    };
-    let alloc_pid = procs.spawn(spec).map_err(|e| spawn_err("allocsvr", e))?;
-    let started = Instant::now();
-    wait_owned(&leader, Duration::from_secs(60)).await?;
     println!(
         "cluster: 3 storesvr + 1 allocsvr (step {STEP}); every section owned {:.1} s after the allocsvr started; logs in {}",
-        started.elapsed().as_secs_f64(),
-        dir.display()
+        one.started.elapsed().as_secs_f64(),
+        run.dir().display()
     );
-    Ok(Cluster {
+    let cluster = Cluster {
         echo_addr,
         echo_pid,
-        store_addrs,
-        store_metrics,
-        store_pids,
-        alloc_addr,
-        alloc_metrics,
-        alloc_pid,
-        leader,
-    })
-}
-
-/// [`MAX_CHANNELS`] separate connections to `addr`.
-async fn channels(addr: &str) -> Result<Vec<AllocServiceClient<Channel>>, Failure> {
-    cluster::channels(addr, MAX_CHANNELS).await.map_err(harness)
-}
-
-/// Waits until the leader reports every section owned.
-async fn wait_owned(leader: &str, limit: Duration) -> Result<(), Failure> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Some(s) = cluster::status(leader).await
-            && s.sections_total > 0
-            && s.sections_owned == s.sections_total
-            && !s.allocsvrs.is_empty()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(harness(format!("sections not all owned within {limit:?}")))
+        stores: one.stores,
+        node: one.node,
+    };
+    Ok((cluster, one.clients))
 }
 
 /// Waits until `GetCurSeq` answers OK for the first uid of every section in `sections` (a read:
@@ -644,7 +521,8 @@ async fn wait_serving(client: &AllocServiceClient<Channel>, sections: &[u64], li
 
 /// Committed bump items counted by the StoreSvrs (only the leader's count grows).
 fn store_bump_items(c: &Cluster) -> Option<f64> {
-    c.store_metrics
+    c.stores
+        .metrics
         .iter()
         .map(|m| procfs::scrape(m, "storesvr_bump_items_total", None))
         .sum()
@@ -653,17 +531,19 @@ fn store_bump_items(c: &Cluster) -> Option<f64> {
 /// Committed RaiseMarks counted by the StoreSvrs; a StoreSvr that has not counted one yet does
 /// not export the counter (0).
 fn store_slot_raises(c: &Cluster) -> f64 {
-    c.store_metrics
+    c.stores
+        .metrics
         .iter()
         .filter_map(|m| procfs::scrape(m, "storesvr_slot_raises_total", None))
         .sum()
 }
 
 async fn read_store(c: &Cluster) -> Result<StoreReading, Failure> {
-    let s = cluster::status(&c.leader)
+    let leader = &c.stores.leader;
+    let s = cluster::status(leader)
         .await
-        .ok_or_else(|| harness(format!("no Status from the leader {}", c.leader)))?;
-    if s.leader_id == 0 || c.store_addrs.get(s.leader_id as usize - 1) != Some(&c.leader) {
+        .ok_or_else(|| harness(format!("no Status from the leader {leader}")))?;
+    if s.leader_id == 0 || c.stores.addrs.get(s.leader_id as usize - 1) != Some(leader) {
         return Err(harness("the StoreSvr leader changed during the benchmark"));
     }
     Ok(StoreReading {
@@ -671,20 +551,9 @@ async fn read_store(c: &Cluster) -> Result<StoreReading, Failure> {
         route_version: s.route_version,
         bump_items: store_bump_items(c).ok_or_else(|| harness("cannot read StoreSvr metrics"))?,
         slot_raises: store_slot_raises(c),
-        fetch_ok: procfs::scrape(&c.alloc_metrics, "allocsvr_fetch_total", Some("outcome=\"ok\""))
+        fetch_ok: procfs::scrape(&c.node.metrics, "allocsvr_fetch_total", Some("outcome=\"ok\""))
             .ok_or_else(|| harness("cannot read AllocSvr metrics"))?,
     })
-}
-
-fn check_alive(procs: &mut Supervisor, samples: &[&Sample]) -> Result<(), Failure> {
-    cluster::check_alive(procs).map_err(harness)?;
-    if let Some(s) = samples.iter().find(|s| s.calls == 0) {
-        return Err(harness(format!(
-            "a case completed no call ({} errors, {} not OK)",
-            s.errors, s.not_ok
-        )));
-    }
-    Ok(())
 }
 
 /// Touches every uid of `sections` once (batches of 1,000, 4 at a time) and returns the growth of
@@ -695,54 +564,15 @@ async fn memory(
     sections: &[u64],
     route_version: u64,
 ) -> Result<f64, Failure> {
-    const PER_CALL: u64 = 1_000;
-    const IN_FLIGHT: usize = 4;
-    let rss0 = procfs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
-    let mut calls: Vec<pb::BatchFetchNextSeqRequest> = Vec::new();
+    let rss = || procfs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"));
+    let rss0 = rss()?;
     for s in sections {
-        let first = s * SECTION_SIZE;
-        for k in 0..SECTION_SIZE / PER_CALL {
-            calls.push(pb::BatchFetchNextSeqRequest {
-                uids: (first + k * PER_CALL..first + (k + 1) * PER_CALL).collect(),
-                route_version,
-            });
-        }
+        cluster::touch(clients, s * SECTION_SIZE, SECTION_SIZE, route_version)
+            .await
+            .map_err(|e| harness(format!("memory: {e}")))?;
     }
-    let mut tasks = Vec::new();
-    let per_task = calls.len().div_ceil(IN_FLIGHT);
-    for (i, chunk) in calls.chunks(per_task).enumerate() {
-        let mut client = clients[i % clients.len()].clone();
-        let chunk = chunk.to_vec();
-        tasks.push(tokio::spawn(async move {
-            let mut not_ok = 0u64;
-            for req in chunk {
-                let n = req.uids.len() as u64;
-                match tokio::time::timeout(Duration::from_secs(5), client.batch_fetch_next_seq(req)).await {
-                    Ok(Ok(r)) => {
-                        let ok = r
-                            .get_ref()
-                            .outcomes
-                            .iter()
-                            .filter(|o| **o == pb::Outcome::Ok as i32)
-                            .count();
-                        not_ok += n - ok as u64;
-                    }
-                    _ => not_ok += n,
-                }
-            }
-            not_ok
-        }));
-    }
-    let mut not_ok = 0;
-    for t in tasks {
-        not_ok += t.await.map_err(|e| harness(format!("memory task: {e}")))?;
-    }
-    if not_ok > 0 {
-        return Err(harness(format!("{not_ok} uids not served in the memory measurement")));
-    }
-    let rss1 = procfs::rss_bytes(pid).ok_or_else(|| harness("cannot read the allocsvr's RSS"))?;
     let uids = sections.len() as u64 * SECTION_SIZE;
-    Ok((rss1 as f64 - rss0 as f64) / uids as f64)
+    Ok((rss()? as f64 - rss0 as f64) / uids as f64)
 }
 
 /// The raw cases, the client library or memory are asked for: they need the cluster.
@@ -760,13 +590,6 @@ fn spread_uids() -> Uids {
     Uids::Spread {
         sections: Arc::new((0..SPREAD_SECTIONS).map(|k| 1_000 + k * 400).collect()),
         section_size: SECTION_SIZE,
-    }
-}
-
-fn window(args: &Args) -> Window {
-    Window {
-        warmup: Duration::from_millis(args.window.warmup_ms),
-        measure: Duration::from_secs(args.window.seconds),
     }
 }
 
@@ -817,7 +640,7 @@ impl<'a> PeerBench<'a> {
             servers,
             ours,
             uids: spread_uids(),
-            window: window(args),
+            window: args.common.window.durations(),
         }
     }
 
@@ -846,8 +669,8 @@ impl<'a> PeerBench<'a> {
             let Some(server) = self.servers.iter().find(|s| s.kind == case.kind) else {
                 continue;
             };
-            let a = self.args;
-            cluster::wait_quiet(&self.ours, a.quiet.quiet_below, a.quiet.wait()).await;
+            let quiet = &self.args.common.quiet;
+            cluster::wait_quiet(&self.ours, quiet.quiet_below, quiet.wait()).await;
             match self.measure(server, case.concurrency).await {
                 Ok((s, cas)) => {
                     println!(
@@ -868,7 +691,7 @@ impl<'a> PeerBench<'a> {
             }
             // A peer that died is a harness failure, as for the cluster; a peer that served no
             // call (etcd's CAS loop at high concurrency may not) is a result.
-            check_alive(procs, &[])?;
+            cluster::check_alive(procs).map_err(harness)?;
         }
         Ok(())
     }
@@ -1001,10 +824,7 @@ fn summarize(cases: &[Case], r: &Results, before: StoreReading, after: StoreRead
     if full {
         verdicts.extend(client_verdicts(&r.coalesced, &r.peers));
     }
-    println!("\ntargets (docs/BENCHMARKS.md):");
-    for (met, what) in &verdicts {
-        println!("  {:<8} {what}", verdict(*met));
-    }
+    report::print_verdicts("targets (docs/BENCHMARKS.md)", &verdicts);
     verdicts.iter().all(|(met, _)| *met)
 }
 

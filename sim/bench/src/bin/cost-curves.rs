@@ -35,12 +35,14 @@ use clap::Parser;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use tonic::transport::Channel;
 
+use seqsvr_bench::args;
 use seqsvr_bench::cluster::{self, AllocNode, Stores};
 use seqsvr_bench::costs::{self, Inputs, thousands};
 use seqsvr_bench::exit::{Failure, harness};
-use seqsvr_bench::load::{self, Pids, Sample, Shape, Uids, Window};
+use seqsvr_bench::load::{self, Pids, Sample, Shape, Uids};
 use seqsvr_bench::plot::{self, Chart, Corner, Scale, Series};
 use seqsvr_bench::procfs;
+use seqsvr_bench::setup;
 use seqsvr_harness::Supervisor;
 
 /// Uids per section (the StoreSvr default).
@@ -61,14 +63,8 @@ const IDLE: Duration = Duration::from_secs(2);
 #[derive(Parser, Debug)]
 #[command(name = "cost-curves", about = "AllocSvr and StoreSvr cost curves, with PNG plots")]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     #[command(flatten)]
-    window: seqsvr_bench::args::Window,
-    #[command(flatten)]
-    quiet: seqsvr_bench::args::Quiet,
+    common: args::Common,
     /// Largest touched-uid count of step 1 is 10^this (3..=8; 10^8 uids = 800 MB of arrays).
     #[arg(long, default_value_t = 8)]
     max_uids_exp: u32,
@@ -105,18 +101,13 @@ struct Args {
     /// Draw no plots.
     #[arg(long)]
     no_plots: bool,
-    /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
-    #[arg(long)]
-    dir: Option<PathBuf>,
 }
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        self.quiet.validate()?;
-        let checks: [(bool, &str); 12] = [
+        self.common.validate(60, 10_000)?;
+        let checks: [(bool, &str); 10] = [
             ((3..=8).contains(&self.max_uids_exp), "--max-uids-exp must be in 3..=8"),
-            ((1..=60).contains(&self.window.seconds), "--seconds must be in 1..=60"),
-            (self.window.warmup_ms <= 10_000, "--warmup-ms must be at most 10000"),
             (
                 (1..=256).contains(&self.concurrency),
                 "--concurrency must be in 1..=256",
@@ -164,22 +155,12 @@ impl Args {
     fn part(&self, name: &str) -> bool {
         self.parts.iter().any(|p| p == name)
     }
-
-    fn window(&self) -> Window {
-        Window {
-            warmup: Duration::from_millis(self.window.warmup_ms),
-            measure: Duration::from_secs(self.window.seconds),
-        }
-    }
 }
 
 fn main() -> ExitCode {
     let args: Args = seqsvr_server::cli::parse("COST_CURVES");
-    if let Err(e) = args.validate() {
-        eprintln!("cost-curves: {e}");
-        return ExitCode::from(2);
-    }
-    seqsvr_bench::exit::run("cost-curves", async { run(&args).await.map(|()| true) })
+    let bench = async { run(&args).await.map(|()| true) };
+    seqsvr_bench::exit::run_valid("cost-curves", args.validate(), bench)
 }
 
 /// One point of the touched-uids curve.
@@ -226,13 +207,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         std::fs::create_dir_all(&args.out_dir)
             .map_err(|e| Failure::Usage(format!("cannot create --out-dir {}: {e}", args.out_dir.display())))?;
     }
-    let target = bins.storesvr.parent().and_then(Path::parent).map(Path::to_path_buf);
-    let tmp = match (&args.dir, target) {
-        (Some(d), _) => tempfile::tempdir_in(d),
-        (None, Some(t)) => tempfile::tempdir_in(t),
-        (None, None) => tempfile::tempdir(),
-    }
-    .map_err(|e| Failure::Harness(format!("cannot create a temp dir: {e}")))?;
+    let tmp = setup::temp_dir(args.common.dir.as_deref(), &bins)?;
     print_machine(args, tmp.path());
     let mut r = Results::default();
     if args.part("uids") || args.part("span") {
@@ -274,7 +249,8 @@ impl OneNode {
     }
 
     async fn quiet(&self, args: &Args) {
-        cluster::wait_quiet(&self.ours, args.quiet.quiet_below, args.quiet.wait()).await;
+        let quiet = &args.common.quiet;
+        cluster::wait_quiet(&self.ours, quiet.quiet_below, quiet.wait()).await;
     }
 
     /// batch100 over `uids` at `--concurrency`; fails on a dead process or a point with no call.
@@ -288,24 +264,18 @@ impl OneNode {
             Shape::Batch(BATCH),
             uids,
             self.route_version,
-            args.window(),
+            args.common.window.durations(),
             self.pids(),
         )
         .await;
-        cluster::check_alive(procs).map_err(harness)?;
-        if s.calls == 0 {
-            return Err(harness(format!(
-                "a point completed no call ({} errors, {} not OK)",
-                s.errors, s.not_ok
-            )));
-        }
+        setup::check(procs, "a point", &s)?;
         Ok(s)
     }
 }
 
 /// Steps 1 and 2: 3 StoreSvrs and one AllocSvr that owns every section.
 async fn one_allocsvr(args: &Args, bins: &cluster::Binaries, dir: &Path, r: &mut Results) -> Result<(), Failure> {
-    let mut procs = Supervisor::new(&dir.join("logs")).map_err(|e| harness(format!("log dir: {e}")))?;
+    let mut procs = setup::supervisor(dir)?;
     let stores = cluster::start_stores(&mut procs, &bins.storesvr, dir, args.step, SECTION_SIZE)
         .await
         .map_err(harness)?;
@@ -496,14 +466,15 @@ async fn start_many(
 /// Step 3, one K: idle entries/s, then batch100 load on every node's hot uids while the store's
 /// counters are read at the start and the end of the measured window.
 async fn many_allocsvrs(args: &Args, bins: &cluster::Binaries, dir: &Path, k: usize) -> Result<StorePoint, Failure> {
-    let mut procs = Supervisor::new(&dir.join("logs")).map_err(|e| harness(format!("log dir: {e}")))?;
+    let mut procs = setup::supervisor(dir)?;
     let m = start_many(args, bins, dir, &mut procs, k).await?;
-    cluster::wait_quiet(&m.ours, args.quiet.quiet_below, args.quiet.wait()).await;
+    let quiet = &args.common.quiet;
+    cluster::wait_quiet(&m.ours, quiet.quiet_below, quiet.wait()).await;
     let i0 = cluster::read_store(&m.stores, &m.allocs).await.map_err(harness)?;
     tokio::time::sleep(IDLE).await;
     let i1 = cluster::read_store(&m.stores, &m.allocs).await.map_err(harness)?;
     let idle_entries_per_sec = (i1.applied_index - i0.applied_index) as f64 / IDLE.as_secs_f64();
-    let window = args.window();
+    let window = args.common.window.durations();
     let per_node = costs::split(args.store_concurrency, k);
     let mut tasks = Vec::new();
     for ((clients, hot, version), (a, conc)) in m.targets.iter().zip(m.allocs.iter().zip(per_node)) {
@@ -794,23 +765,18 @@ fn store_plot(args: &Args, points: &[StorePoint]) -> Result<PathBuf, String> {
 }
 
 fn print_machine(args: &Args, dir: &Path) {
-    let cpu = seqsvr_bench::procfs::cpu_model();
-    println!(
-        "machine: {} cores ({cpu}), shared by the benchmark and every server",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    println!(
-        "options: --max-uids-exp {} --seconds {} --warmup-ms {} --concurrency {} --step {} --bump-step {} --max-allocsvrs {} --store-concurrency {} --hot-sections {} --parts {}; data dir {}",
+    let options = format!(
+        "--max-uids-exp {} --seconds {} --warmup-ms {} --concurrency {} --step {} --bump-step {} --max-allocsvrs {} --store-concurrency {} --hot-sections {} --parts {}",
         args.max_uids_exp,
-        args.window.seconds,
-        args.window.warmup_ms,
+        args.common.window.seconds,
+        args.common.window.warmup_ms,
         args.concurrency,
         args.step,
         args.bump_step,
         args.max_allocsvrs,
         args.store_concurrency,
         args.hot_sections,
-        args.parts.join(","),
-        dir.display()
+        args.parts.join(",")
     );
+    setup::print_header(&options, dir);
 }

@@ -28,19 +28,20 @@
 //! Deliberately left out: `--tls`, more than one AllocSvr (routing is the client library's and the
 //! coalesced case includes it), and Redis pipelining.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use seqsvr_bench::cluster::{self, Binaries};
+use seqsvr_bench::args::{self, chosen};
+use seqsvr_bench::cluster;
 use seqsvr_bench::counters::{self, Call};
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::load::{Pids, Sample, Window};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::procfs;
-use seqsvr_bench::report::{self, median, verdict};
+use seqsvr_bench::report::{self, median};
+use seqsvr_bench::setup::{self, Run};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
 use seqsvr_harness::Supervisor;
 use seqsvr_proto::pb;
@@ -109,14 +110,8 @@ impl Case {
     about = "Named counters against the uid path and Redis INCR/INCRBY, and memory per live key"
 )]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     #[command(flatten)]
-    window: seqsvr_bench::args::Window,
-    #[command(flatten)]
-    quiet: seqsvr_bench::args::Quiet,
+    common: args::Common,
     /// Times every point is measured; medians are shown.
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -126,9 +121,6 @@ struct Args {
     /// Fresh keys given a value for the memory measurement, on both sides.
     #[arg(long, default_value_t = 200_000)]
     memory_keys: u64,
-    /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     /// Measure only these cases (uid-next, key-next, uid-res100, key-res100, key-coal, uid-coal,
     /// redis-incr, redis-by100, redis-fsync), for a closer look at one; no target is judged
     /// without its pair.
@@ -149,12 +141,8 @@ struct Args {
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        if !(1..=600).contains(&self.window.seconds) || self.window.warmup_ms > 60_000 {
-            return Err("--seconds must be in 1..=600 and --warmup-ms at most 60000".into());
-        }
-        if !(1..=9).contains(&self.runs) {
-            return Err("--runs must be in 1..=9".into());
-        }
+        self.common.validate(600, 60_000)?;
+        args::check_runs(self.runs)?;
         if let Some(bad) = self
             .only
             .iter()
@@ -162,9 +150,7 @@ impl Args {
         {
             return Err(format!("--only: no case {bad:?}"));
         }
-        if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
-            return Err(format!("--callers: {bad} is not one of {CONCURRENCIES:?}"));
-        }
+        args::check_subset("--callers", &self.callers, &CONCURRENCIES)?;
         if !(1..=1_000_000).contains(&self.keys) || !(1_000..=10_000_000).contains(&self.memory_keys) {
             return Err("--keys must be in 1..=1000000 and --memory-keys in 1000..=10000000".into());
         }
@@ -173,17 +159,18 @@ impl Args {
         {
             return Err("--coal-busy-batch must be in 1..=1000 and --coal-max-in-flight in 1..=64".into());
         }
-        self.quiet.validate()
+        Ok(())
+    }
+
+    /// Whether `--only` (empty: every case) keeps `case`.
+    fn measures(&self, case: Case) -> bool {
+        self.only.is_empty() || self.only.iter().any(|n| n == case.name())
     }
 }
 
 fn main() -> ExitCode {
     let args: Args = seqsvr_server::cli::parse("COUNTER_BENCH");
-    if let Err(e) = args.validate() {
-        eprintln!("counter-bench: {e}");
-        return ExitCode::from(2);
-    }
-    seqsvr_bench::exit::run("counter-bench", bench(&args))
+    seqsvr_bench::exit::run_valid("counter-bench", args.validate(), bench(&args))
 }
 
 struct Servers {
@@ -237,36 +224,20 @@ impl Servers {
     }
 }
 
-async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path, args: &Args) -> Result<Servers, Failure> {
+/// The cluster (serving counters), the Coalescer over it and both Redis servers (when installed).
+async fn start(run: &mut Run, args: &Args) -> Result<Servers, Failure> {
     let extra = [format!("--uid-limit={UID_LIMIT}")];
-    let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &extra)
-        .await
-        .map_err(harness)?;
-    let node = cluster::start_allocsvr(procs, &bins.allocsvr, 1, &stores).map_err(harness)?;
-    if !seqsvr_harness::wait_listening(&node.addr, Duration::from_secs(20)).await {
-        return Err(harness("the allocsvr did not listen within 20 s"));
-    }
-    let alloc = cluster::channels(&node.addr, MAX_CHANNELS).await.map_err(harness)?;
-    let started = std::time::Instant::now();
-    wait_serving(&alloc[0]).await?;
-    let client = Client::connect(ClientConfig::new([node.addr.clone()]))
-        .await
-        .map_err(|e| harness(format!("client: {e}")))?;
-    let mut cfg = CoalescerConfig::default();
-    cfg.busy_batch = args.coal_busy_batch.unwrap_or(cfg.busy_batch);
-    cfg.max_in_flight = args.coal_max_in_flight.unwrap_or(cfg.max_in_flight);
-    println!(
-        "coalescer: busy_batch {}, max_in_flight {}, max_batch {}",
-        cfg.busy_batch, cfg.max_in_flight, cfg.max_batch
-    );
-    let coalescer = Arc::new(Coalescer::new(client, cfg).map_err(|e| harness(format!("coalescer: {e}")))?);
+    let one = run.one_allocsvr(STEP, SECTION_SIZE, &extra, MAX_CHANNELS).await?;
+    wait_serving(&one.clients[0]).await?;
+    let coalescer = start_coalescer(&one.node.addr, args).await?;
     println!(
         "cluster: 3 storesvr (section size {SECTION_SIZE}, uid limit 2^24, step {STEP}) + 1 allocsvr, serving {:.1} s after it started; logs in {}",
-        started.elapsed().as_secs_f64(),
-        dir.join("logs").display()
+        one.started.elapsed().as_secs_f64(),
+        run.dir().join("logs").display()
     );
-    let mut ours = vec![node.pid];
-    ours.extend(&stores.pids);
+    let mut ours = vec![one.node.pid];
+    ours.extend(&one.stores.pids);
+    let (procs, dir) = run.procs_and_dir();
     let mut redis = Vec::new();
     for kind in [PeerKind::Redis, PeerKind::RedisFsync] {
         let server = peers::start(procs, dir, kind).await.map_err(harness)?;
@@ -285,14 +256,30 @@ async fn start(procs: &mut Supervisor, bins: &Binaries, dir: &Path, args: &Args)
     let redis_fsync = redis.pop().flatten();
     let redis = redis.pop().flatten();
     Ok(Servers {
-        alloc_pid: node.pid,
-        store_pids: stores.pids,
-        alloc,
+        alloc_pid: one.node.pid,
+        store_pids: one.stores.pids,
+        alloc: one.clients,
         coalescer,
         redis,
         redis_fsync,
         ours,
     })
+}
+
+/// The client library's Coalescer over the AllocSvr at `addr`, with the `--coal-*` overrides.
+async fn start_coalescer(addr: &str, args: &Args) -> Result<Arc<Coalescer>, Failure> {
+    let client = Client::connect(ClientConfig::new([addr.to_string()]))
+        .await
+        .map_err(|e| harness(format!("client: {e}")))?;
+    let mut cfg = CoalescerConfig::default();
+    cfg.busy_batch = args.coal_busy_batch.unwrap_or(cfg.busy_batch);
+    cfg.max_in_flight = args.coal_max_in_flight.unwrap_or(cfg.max_in_flight);
+    println!(
+        "coalescer: busy_batch {}, max_in_flight {}, max_batch {}",
+        cfg.busy_batch, cfg.max_in_flight, cfg.max_batch
+    );
+    let coalescer = Coalescer::new(client, cfg).map_err(|e| harness(format!("coalescer: {e}")))?;
+    Ok(Arc::new(coalescer))
 }
 
 /// Until a CounterNext is answered OK.
@@ -318,26 +305,18 @@ struct Point {
 }
 
 async fn bench(args: &Args) -> Result<bool, Failure> {
-    let bins = cluster::binaries().map_err(Failure::Usage)?;
-    let bin_dir = bins.storesvr.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tmp = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d),
-        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
-    }
-    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
+    let mut run = Run::new(args.common.dir.as_deref())?;
+    let w = &args.common.window;
     println!(
-        "machine: {} cores ({}); options: --seconds {} --warmup-ms {} --runs {} --keys {} --memory-keys {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        procfs::cpu_model(),
-        args.window.seconds,
-        args.window.warmup_ms,
+        "machine: {}; options: --seconds {} --warmup-ms {} --runs {} --keys {} --memory-keys {}",
+        procfs::machine(),
+        w.seconds,
+        w.warmup_ms,
         args.runs,
         args.keys,
         args.memory_keys
     );
-    let mut procs =
-        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
-    let s = start(&mut procs, &bins, tmp.path(), args).await?;
+    let s = start(&mut run, args).await?;
     // Memory first, on fresh processes: after the load, freed memory the allocator keeps would
     // hide the growth.
     let memory = measure_memory(args, &s).await?;
@@ -350,10 +329,6 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
             .await
             .map_err(harness)?;
     }
-    let window = Window {
-        warmup: Duration::from_millis(args.window.warmup_ms),
-        measure: Duration::from_secs(args.window.seconds),
-    };
     let mut points: Vec<Point> = CONCURRENCIES
         .iter()
         .flat_map(|&concurrency| {
@@ -364,49 +339,72 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
             })
         })
         .collect();
-    for run in 0..args.runs {
-        println!("\n== run {}/{} ==", run + 1, args.runs);
-        println!("{}", report::header_for("values/s"));
-        for &c in CONCURRENCIES
-            .iter()
-            .filter(|c| args.callers.is_empty() || args.callers.contains(c))
-        {
-            for k in 0..Case::ALL.len() {
-                let case = Case::ALL[(k + run + c) % Case::ALL.len()];
-                if !args.only.is_empty() && !args.only.iter().any(|n| n == case.name()) {
-                    continue;
-                }
-                cluster::wait_quiet(&s.ours, args.quiet.quiet_below, args.quiet.wait()).await;
-                let sent = s.coalescer.stats();
-                let Some(sample) = s.measure(case, c, args.keys, window).await? else {
-                    continue;
-                };
-                println!("{}", report::row(case.name(), c, case.server(), &sample));
-                if matches!(case, Case::KeyCoalesced | Case::UidCoalesced) {
-                    // Over the warm-up and the window alike: a mean size, not a rate.
-                    let now = s.coalescer.stats();
-                    let (batches, callers) = (now.batches - sent.batches, now.callers - sent.callers);
-                    println!(
-                        "  {} batches carried {callers} callers: {:.1} a batch",
-                        batches,
-                        callers as f64 / batches.max(1) as f64
-                    );
-                }
-                cluster::check_alive(&mut procs).map_err(harness)?;
-                if sample.calls == 0 {
-                    return Err(harness(format!("{} at {c} completed no call", case.name())));
-                }
-                let p = points
-                    .iter_mut()
-                    .find(|p| p.case == case && p.concurrency == c)
-                    .expect("planned");
-                p.runs.push(sample);
-            }
-        }
+    for r in 0..args.runs {
+        one_run(args, &s, &mut run.procs, r, &mut points).await?;
     }
     summarize(&points, &memory);
-    drop(procs);
     Ok(true)
+}
+
+/// Run `run` of every point `--callers` and `--only` keep, the case order rotated by the run and
+/// the caller count so that drift on the machine hits each case alike.
+async fn one_run(
+    args: &Args,
+    s: &Servers,
+    procs: &mut Supervisor,
+    run: usize,
+    points: &mut [Point],
+) -> Result<(), Failure> {
+    println!("\n== run {}/{} ==", run + 1, args.runs);
+    println!("{}", report::header_for("values/s"));
+    for c in chosen(&CONCURRENCIES, &args.callers) {
+        for k in 0..Case::ALL.len() {
+            let case = Case::ALL[(k + run + c) % Case::ALL.len()];
+            if !args.measures(case) {
+                continue;
+            }
+            let Some(sample) = measure_point(args, s, procs, case, c).await? else {
+                continue;
+            };
+            let p = points
+                .iter_mut()
+                .find(|p| p.case == case && p.concurrency == c)
+                .expect("planned");
+            p.runs.push(sample);
+        }
+    }
+    Ok(())
+}
+
+/// One case at `c` callers once the machine is quiet, its row printed (and the Coalescer's mean
+/// batch); `None` for a Redis case without Redis.
+async fn measure_point(
+    args: &Args,
+    s: &Servers,
+    procs: &mut Supervisor,
+    case: Case,
+    c: usize,
+) -> Result<Option<Sample>, Failure> {
+    let quiet = &args.common.quiet;
+    cluster::wait_quiet(&s.ours, quiet.quiet_below, quiet.wait()).await;
+    let sent = s.coalescer.stats();
+    let window = args.common.window.durations();
+    let Some(sample) = s.measure(case, c, args.keys, window).await? else {
+        return Ok(None);
+    };
+    println!("{}", report::row(case.name(), c, case.server(), &sample));
+    if matches!(case, Case::KeyCoalesced | Case::UidCoalesced) {
+        // Over the warm-up and the window alike: a mean size, not a rate.
+        let now = s.coalescer.stats();
+        let (batches, callers) = (now.batches - sent.batches, now.callers - sent.callers);
+        println!(
+            "  {} batches carried {callers} callers: {:.1} a batch",
+            batches,
+            callers as f64 / batches.max(1) as f64
+        );
+    }
+    setup::check(procs, &format!("{} at {c}", case.name()), &sample)?;
+    Ok(Some(sample))
 }
 
 /// Bytes per live key: the AllocSvr's RSS growth, Redis's RSS growth and its `MEMORY USAGE`.
@@ -453,11 +451,6 @@ fn summarize(points: &[Point], memory: &Memory) {
         "{:<12} {:>4} {:>10} {:>10} {:>8} {:>8} {:>9}",
         "case", "conc", "calls/s", "values/s", "p50", "p99", "srv µs/c"
     );
-    let find = |case, c| {
-        points
-            .iter()
-            .find(|p| p.case == case && p.concurrency == c && !p.runs.is_empty())
-    };
     for p in points.iter().filter(|p| !p.runs.is_empty()) {
         let st = report::stats(p.runs.iter());
         println!(
@@ -471,6 +464,18 @@ fn summarize(points: &[Point], memory: &Memory) {
             st.server_cpu_us
         );
     }
+    let mut verdicts = print_ratios(points);
+    verdicts.extend(print_memory(memory));
+    report::print_targets(&verdicts);
+}
+
+/// The ratios of the pairs per caller count; the verdicts of the per-call targets.
+fn print_ratios(points: &[Point]) -> Vec<(bool, String)> {
+    let find = |case, c| {
+        points
+            .iter()
+            .find(|p| p.case == case && p.concurrency == c && !p.runs.is_empty())
+    };
     // Ratios of medians of per-run ratios: runs pair up by index (both measured in the same run).
     let ratio = |a: &Point, b: &Point, f: fn(&Sample) -> f64| {
         median(a.runs.iter().zip(&b.runs).map(|(x, y)| f(x) / f(y)).collect())
@@ -515,6 +520,11 @@ fn summarize(points: &[Point], memory: &Memory) {
             ));
         }
     }
+    verdicts
+}
+
+/// The memory line; the verdict of the memory target when Redis was measured.
+fn print_memory(memory: &Memory) -> Option<(bool, String)> {
     println!(
         "\nmemory per live key ({} fresh keys): AllocSvr RSS growth {:.1} B; Redis RSS growth {}; Redis MEMORY USAGE {}",
         memory.keys,
@@ -524,17 +534,9 @@ fn summarize(points: &[Point], memory: &Memory) {
             .redis_usage
             .map_or("not measured".into(), |b| format!("{b:.1} B (mean of 1,000)")),
     );
-    if let Some(redis) = memory.redis_rss {
-        let m = memory.alloc_rss / redis;
-        verdicts.push((
-            m <= 2.0,
-            format!("memory per live key <= 2x Redis's (RSS growth): {m:.2}"),
-        ));
-    }
-    println!("\ntargets (printed, not asserted):");
-    for (met, what) in &verdicts {
-        println!("  {:<8} {what}", verdict(*met));
-    }
-    let met = verdicts.iter().filter(|(m, _)| *m).count();
-    println!("{met} of {} targets met", verdicts.len());
+    let m = memory.alloc_rss / memory.redis_rss?;
+    Some((
+        m <= 2.0,
+        format!("memory per live key <= 2x Redis's (RSS growth): {m:.2}"),
+    ))
 }

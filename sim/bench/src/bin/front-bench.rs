@@ -24,6 +24,7 @@
 //!
 //! Deliberately left out: TLS (the front ends have none) and the gRPC path (alloc-bench).
 
+use std::future::Future;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -31,10 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use seqsvr_bench::cluster;
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::peers::{self, PeerKind};
 use seqsvr_bench::report::{median, verdict};
+use seqsvr_bench::{cluster, echo, procfs, setup};
 use seqsvr_frontends::calls::{CallError, Calls, Owner, Taken, Who};
 use seqsvr_harness::Supervisor;
 
@@ -58,9 +59,9 @@ struct Args {
     /// handler), `hop` (forwarded against direct, with its floor).
     #[arg(long, value_delimiter = ',', value_enum)]
     only: Vec<Part>,
-    /// Internal: serve the bare gRPC echo on ADDR until killed (the hop's floor).
-    #[arg(long, hide = true)]
-    serve_echo: Option<std::net::SocketAddr>,
+    /// The bare gRPC echo of the hop's floor, when this process is it.
+    #[command(flatten)]
+    echo: echo::ChildFlags,
 }
 
 /// The parts of a run that `--only` can pick.
@@ -79,8 +80,8 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Some(addr) = args.serve_echo {
-        return seqsvr_bench::echo::serve(addr, SECTION_SIZE, None);
+    if let Some(code) = args.echo.serve(SECTION_SIZE) {
+        return code;
     }
     seqsvr_bench::exit::run("front-bench", bench(args))
 }
@@ -156,7 +157,7 @@ fn need(tool: &str) -> Result<(), Failure> {
 async fn hop_floor(args: &Args, procs: &mut Supervisor, direct_p50_ms: f64) -> Result<(), Failure> {
     use seqsvr_bench::load::{self, Pids, Shape, Uids, Window};
     let exe = std::env::current_exe().map_err(|e| harness(format!("own path: {e}")))?;
-    let (addr, pid) = seqsvr_bench::echo::start(procs, &exe).await.map_err(harness)?;
+    let (addr, pid) = echo::start(procs, &exe).await.map_err(harness)?;
     let clients = cluster::channels(&addr, 1).await.map_err(harness)?;
     let ours: Vec<u32> = procs.names().filter_map(|n| procs.pid(n)).collect();
     let window = Window {
@@ -377,10 +378,29 @@ async fn bench(args: Args) -> Result<bool, Failure> {
     }
     let bins = cluster::binaries().map_err(Failure::Usage)?;
     let dir = tempfile::tempdir().map_err(|e| harness(format!("temp dir: {e}")))?;
-    let mut procs = Supervisor::new(&dir.path().join("logs")).map_err(|e| harness(format!("logs: {e}")))?;
+    let mut procs = setup::supervisor(dir.path())?;
     let out = run(&args, &bins, dir.path(), &mut procs).await;
     procs.kill_all();
     out
+}
+
+/// Our AllocSvr's two front ends and what each is measured against.
+struct Fronts {
+    node: cluster::AllocNode,
+    http: String,
+    resp: String,
+    redis: peers::Server,
+    bare: String,
+    /// Keeps the bare server running: it stops when this is dropped.
+    _bare_stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// The samples of the RESP and HTTP pairs, one list per point, one sample per run.
+struct Pairs {
+    redis: Vec<Vec<Point>>,
+    ours_resp: Vec<Vec<Point>>,
+    ours_http: Vec<Vec<Point>>,
+    bare: Vec<Vec<Point>>,
 }
 
 async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supervisor) -> Result<bool, Failure> {
@@ -388,133 +408,25 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
     let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &extra)
         .await
         .map_err(harness)?;
-    let (http1, resp1) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
-    let node1 =
-        cluster::start_allocsvr_with(procs, &bins.allocsvr, 1, &stores, &fronts(&http1, &resp1)).map_err(harness)?;
-    wait_http(&http1, Duration::from_secs(60)).await?;
-    warm_sections(&node1.addr).await?;
-    let redis = peers::start(procs, dir, PeerKind::Redis)
-        .await
-        .map_err(harness)?
-        .ok_or_else(|| Failure::Usage("redis-server is not installed".into()))?;
-    let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| harness(format!("bare server: {e}")))?;
-    let bare_addr = bare_listener
-        .local_addr()
-        .map_err(|e| harness(e.to_string()))?
-        .to_string();
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(seqsvr_frontends::http::serve(
-        bare_listener,
-        Arc::new(Bare::default()),
-        seqsvr_frontends::http::HttpConfig::default(),
-        stop_rx,
-    ));
+    let fronts = start_fronts(bins, dir, procs, &stores).await?;
     println!(
-        "front-bench: {} CPUs ({}), {}, one AllocSvr (pid {}) owning all {} sections; {} runs",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        seqsvr_bench::procfs::cpu_model(),
-        redis.version,
-        node1.pid,
+        "front-bench: {}, {}, one AllocSvr (pid {}) owning all {} sections; {} runs",
+        procfs::machine(),
+        fronts.redis.version,
+        fronts.node.pid,
         UID_LIMIT / SECTION_SIZE,
         args.runs
     );
-
-    // RESP and HTTP, rotating the points run to run.
-    let mut resp_points: Vec<(usize, usize)> = CONNECTIONS.iter().flat_map(|&c| PIPELINES.map(|p| (c, p))).collect();
-    let mut redis_r = vec![Vec::new(); resp_points.len()];
-    let mut ours_r = vec![Vec::new(); resp_points.len()];
-    let mut http_r = vec![Vec::new(); CONNECTIONS.len()];
-    let mut bare_r = vec![Vec::new(); CONNECTIONS.len()];
-    for run in 0..args.runs {
-        let n = resp_points.len();
-        resp_points.rotate_left(run % n);
-        // A part not measured leaves its points empty (and its table unprinted, below).
-        let resp_now: &[(usize, usize)] = if args.measures(Part::Resp) { &resp_points } else { &[] };
-        for &(c, p) in resp_now {
-            let i = CONNECTIONS.iter().position(|&x| x == c).unwrap() * PIPELINES.len()
-                + PIPELINES.iter().position(|&x| x == p).unwrap();
-            let (a, b) = if run % 2 == 0 {
-                (&redis.addr, &resp1)
-            } else {
-                (&resp1, &redis.addr)
-            };
-            let first = redis_benchmark(a, c, p).await?;
-            let second = redis_benchmark(b, c, p).await?;
-            let (r, o) = if run % 2 == 0 { (first, second) } else { (second, first) };
-            redis_r[i].push(r);
-            ours_r[i].push(o);
-        }
-        let http_now: &[usize] = if args.measures(Part::Http) { &CONNECTIONS } else { &[] };
-        for (i, &c) in http_now.iter().enumerate() {
-            // Alternating who goes first, as for RESP: the first of a pair follows whatever ran
-            // before it.
-            let (a, b) = if run % 2 == 0 {
-                (&http1, &bare_addr)
-            } else {
-                (&bare_addr, &http1)
-            };
-            let first = wrk(dir, a, c, None).await?;
-            let second = wrk(dir, b, c, None).await?;
-            let (o, r) = if run % 2 == 0 { (first, second) } else { (second, first) };
-            http_r[i].push(o);
-            bare_r[i].push(r);
-        }
-        cluster::check_alive(procs).map_err(harness)?;
-    }
+    let pairs = measure_pairs(args, dir, procs, &fronts).await?;
     let mut all_met = true;
     if args.measures(Part::Resp) {
-        println!(
-            "\nRESP INCR, random keys (redis-benchmark -t incr -r 1000000), medians of {} runs",
-            args.runs
-        );
-        println!(
-            "{:>5} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
-            "conns", "-P", "Redis/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
-        );
-        for (i, (c, p)) in CONNECTIONS
-            .iter()
-            .flat_map(|&c| PIPELINES.map(move |p| (c, p)))
-            .enumerate()
-        {
-            let (r, o) = (med(&redis_r[i], |x| x.rps), med(&ours_r[i], |x| x.rps));
-            let met = o >= r;
-            all_met &= met;
-            println!(
-                "{c:>5} {p:>3} {r:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
-                o / r,
-                med(&redis_r[i], |x| x.p50_ms),
-                med(&ours_r[i], |x| x.p50_ms),
-                verdict(met)
-            );
-        }
+        all_met &= print_resp(args, &pairs);
     }
     if args.measures(Part::Http) {
-        println!(
-            "\nHTTP POST /v1/seq/{{random uid}}/next (wrk, {WRK_SECONDS} s), medians of {} runs",
-            args.runs
-        );
-        println!(
-            "{:>5} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 0.9×",
-            "conns", "bare/s", "seqsvr/s", "ratio", "bare p50", "ours p50"
-        );
-        for (i, c) in CONNECTIONS.iter().enumerate() {
-            let (b, o) = (med(&bare_r[i], |x| x.rps), med(&http_r[i], |x| x.rps));
-            let met = o >= 0.9 * b;
-            all_met &= met;
-            println!(
-                "{c:>5} {b:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
-                o / b,
-                med(&bare_r[i], |x| x.p50_ms),
-                med(&http_r[i], |x| x.p50_ms),
-                verdict(met)
-            );
-        }
+        all_met &= print_http(args, &pairs);
     }
-
     if args.measures(Part::Hop) {
-        all_met &= hop(args, bins, dir, procs, &stores, &http1, &resp1).await?;
+        all_met &= hop(args, bins, dir, procs, &stores, &fronts.http, &fronts.resp).await?;
     }
     cluster::check_alive(procs).map_err(harness)?;
     println!(
@@ -526,6 +438,154 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
         }
     );
     Ok(true)
+}
+
+/// AllocSvr 1 with both front ends, its sections warmed, Redis, and the bare handler in this
+/// process.
+async fn start_fronts(
+    bins: &cluster::Binaries,
+    dir: &Path,
+    procs: &mut Supervisor,
+    stores: &cluster::Stores,
+) -> Result<Fronts, Failure> {
+    let (http, resp) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
+    let node =
+        cluster::start_allocsvr_with(procs, &bins.allocsvr, 1, stores, &fronts(&http, &resp)).map_err(harness)?;
+    wait_http(&http, Duration::from_secs(60)).await?;
+    warm_sections(&node.addr).await?;
+    let redis = peers::start(procs, dir, PeerKind::Redis)
+        .await
+        .map_err(harness)?
+        .ok_or_else(|| Failure::Usage("redis-server is not installed".into()))?;
+    let bare_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| harness(format!("bare server: {e}")))?;
+    let bare = bare_listener
+        .local_addr()
+        .map_err(|e| harness(e.to_string()))?
+        .to_string();
+    let (bare_stop, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(seqsvr_frontends::http::serve(
+        bare_listener,
+        Arc::new(Bare::default()),
+        seqsvr_frontends::http::HttpConfig::default(),
+        stop_rx,
+    ));
+    Ok(Fronts {
+        node,
+        http,
+        resp,
+        redis,
+        bare,
+        _bare_stop: bare_stop,
+    })
+}
+
+/// Every run of the RESP and HTTP points the run measures, rotating the points run to run.
+async fn measure_pairs(args: &Args, dir: &Path, procs: &mut Supervisor, f: &Fronts) -> Result<Pairs, Failure> {
+    let mut resp_points: Vec<(usize, usize)> = CONNECTIONS.iter().flat_map(|&c| PIPELINES.map(|p| (c, p))).collect();
+    let mut pairs = Pairs {
+        redis: vec![Vec::new(); resp_points.len()],
+        ours_resp: vec![Vec::new(); resp_points.len()],
+        ours_http: vec![Vec::new(); CONNECTIONS.len()],
+        bare: vec![Vec::new(); CONNECTIONS.len()],
+    };
+    for run in 0..args.runs {
+        let n = resp_points.len();
+        resp_points.rotate_left(run % n);
+        // A part not measured leaves its points empty (and its table unprinted, below).
+        let resp_now: &[(usize, usize)] = if args.measures(Part::Resp) { &resp_points } else { &[] };
+        for &(c, p) in resp_now {
+            let i = CONNECTIONS.iter().position(|&x| x == c).unwrap() * PIPELINES.len()
+                + PIPELINES.iter().position(|&x| x == p).unwrap();
+            let redis_benchmark = |addr: String| async move { redis_benchmark(&addr, c, p).await };
+            let (r, o) = in_turn(run, &f.redis.addr, &f.resp, redis_benchmark).await?;
+            pairs.redis[i].push(r);
+            pairs.ours_resp[i].push(o);
+        }
+        let http_now: &[usize] = if args.measures(Part::Http) { &CONNECTIONS } else { &[] };
+        for (i, &c) in http_now.iter().enumerate() {
+            let wrk = |addr: String| async move { wrk(dir, &addr, c, None).await };
+            let (o, b) = in_turn(run, &f.http, &f.bare, wrk).await?;
+            pairs.ours_http[i].push(o);
+            pairs.bare[i].push(b);
+        }
+        cluster::check_alive(procs).map_err(harness)?;
+    }
+    Ok(pairs)
+}
+
+/// `measure` of `a` and of `b`, `a` first in even runs and `b` first in odd ones: the first of a
+/// pair follows whatever ran before it. Returns `(a's, b's)`.
+async fn in_turn<F, Fut>(run: usize, a: &str, b: &str, measure: F) -> Result<(Point, Point), Failure>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<Point, Failure>>,
+{
+    if run.is_multiple_of(2) {
+        let first = measure(a.to_string()).await?;
+        Ok((first, measure(b.to_string()).await?))
+    } else {
+        let first = measure(b.to_string()).await?;
+        Ok((measure(a.to_string()).await?, first))
+    }
+}
+
+/// The RESP table; whether every point meets its target.
+fn print_resp(args: &Args, pairs: &Pairs) -> bool {
+    println!(
+        "\nRESP INCR, random keys (redis-benchmark -t incr -r 1000000), medians of {} runs",
+        args.runs
+    );
+    println!(
+        "{:>5} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
+        "conns", "-P", "Redis/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
+    );
+    let mut all_met = true;
+    for (i, (c, p)) in CONNECTIONS
+        .iter()
+        .flat_map(|&c| PIPELINES.map(move |p| (c, p)))
+        .enumerate()
+    {
+        let (cells, met) = pair_cells(&pairs.redis[i], &pairs.ours_resp[i], 1.0);
+        all_met &= met;
+        println!("{c:>5} {p:>3} {cells}");
+    }
+    all_met
+}
+
+/// The HTTP table; whether every point meets its target.
+fn print_http(args: &Args, pairs: &Pairs) -> bool {
+    println!(
+        "\nHTTP POST /v1/seq/{{random uid}}/next (wrk, {WRK_SECONDS} s), medians of {} runs",
+        args.runs
+    );
+    println!(
+        "{:>5} {:>12} {:>12} {:>7} {:>10} {:>10}  target ≥ 0.9×",
+        "conns", "bare/s", "seqsvr/s", "ratio", "bare p50", "ours p50"
+    );
+    let mut all_met = true;
+    for (i, c) in CONNECTIONS.iter().enumerate() {
+        let (cells, met) = pair_cells(&pairs.bare[i], &pairs.ours_http[i], 0.9);
+        all_met &= met;
+        println!("{c:>5} {cells}");
+    }
+    all_met
+}
+
+/// The cells of a pair's row after the point's own: both medians, their ratio, both p50s and the
+/// verdict of `ours >= target × theirs`; and whether it is met.
+fn pair_cells(theirs: &[Point], ours: &[Point], target: f64) -> (String, bool) {
+    let (t, o) = (med(theirs, |x| x.rps), med(ours, |x| x.rps));
+    let met = o >= target * t;
+    let cells = format!(
+        "{t:>12.0} {o:>12.0} {:>6.2}× {:>8.3}ms {:>8.3}ms  {}",
+        o / t,
+        med(theirs, |x| x.p50_ms),
+        med(ours, |x| x.p50_ms),
+        verdict(met)
+    );
+    (cells, met)
 }
 
 /// Up to 500 uids, spread over the sections `node_id` owns in `table`.

@@ -30,17 +30,18 @@
 //! AllocSvr, ferroid with more generators than the AllocSvr has slots (`--ferroid-workers` can
 //! ask for it), and open-loop load.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use seqsvr_bench::cluster::{self, Binaries};
+use seqsvr_bench::args::{self, chosen};
+use seqsvr_bench::cluster;
 use seqsvr_bench::exit::{Failure, harness};
-use seqsvr_bench::ids::{self, Ceiling, Point, Run, Server};
+use seqsvr_bench::ids::{self, Ceiling, Point, Server};
 use seqsvr_bench::load::{Pids, Sample, Window};
-use seqsvr_bench::report::{median, verdict};
+use seqsvr_bench::report::median;
+use seqsvr_bench::setup::{self, Run};
 use seqsvr_bench::{echo, ferroid, procfs, report};
 use seqsvr_harness::Supervisor;
 use seqsvr_proto::id_layout::IdLayout;
@@ -66,20 +67,11 @@ const ISSUING_LIMIT: Duration = Duration::from_secs(60);
     about = "NextIds against a bare tonic echo and ferroid-tonic-server"
 )]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     #[command(flatten)]
-    window: seqsvr_bench::args::Window,
-    #[command(flatten)]
-    quiet: seqsvr_bench::args::Quiet,
+    common: args::Common,
     /// Times every point is measured (each time against all three servers); medians are shown.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     /// The ferroid-tonic-server binary (default: on PATH, else where install-ferroid.sh puts it).
     #[arg(long, value_name = "PATH")]
     ferroid_bin: Option<PathBuf>,
@@ -96,45 +88,29 @@ struct Args {
     /// Measure only these ids per call (of 1, 100; default both).
     #[arg(long, value_delimiter = ',')]
     counts: Vec<u32>,
-    /// Internal: serve the echo baseline on ADDR until killed.
-    #[arg(long, hide = true)]
-    serve_echo: Option<SocketAddr>,
+    #[command(flatten)]
+    echo: echo::ChildFlags,
 }
 
 impl Args {
     fn validate(&self) -> Result<(), String> {
-        if !(1..=600).contains(&self.window.seconds) {
-            return Err("--seconds must be in 1..=600".into());
-        }
-        if self.window.warmup_ms > 60_000 {
-            return Err("--warmup-ms must be at most 60000".into());
-        }
-        if !(1..=9).contains(&self.runs) {
-            return Err("--runs must be in 1..=9".into());
-        }
-        if let Some(bad) = self.callers.iter().find(|c| !CONCURRENCIES.contains(c)) {
-            return Err(format!("--callers: {bad} is not one of {CONCURRENCIES:?}"));
-        }
-        if let Some(bad) = self.counts.iter().find(|c| !COUNTS.contains(c)) {
-            return Err(format!("--counts: {bad} is not one of {COUNTS:?}"));
-        }
+        self.common.validate(600, 60_000)?;
+        args::check_runs(self.runs)?;
+        args::check_subset("--callers", &self.callers, &CONCURRENCIES)?;
+        args::check_subset("--counts", &self.counts, &COUNTS)?;
         if !(1..=1_024).contains(&self.ferroid_workers) {
             return Err("--ferroid-workers must be in 1..=1024".into());
         }
-        self.quiet.validate()
+        Ok(())
     }
 }
 
 fn main() -> ExitCode {
     let args: Args = seqsvr_server::cli::parse("IDS_BENCH");
-    if let Some(addr) = args.serve_echo {
-        return echo::serve(addr, SECTION_SIZE, None);
+    if let Some(code) = args.echo.serve(SECTION_SIZE) {
+        return code;
     }
-    if let Err(e) = args.validate() {
-        eprintln!("ids-bench: {e}");
-        return ExitCode::from(2);
-    }
-    seqsvr_bench::exit::run("ids-bench", bench(&args))
+    seqsvr_bench::exit::run_valid("ids-bench", args.validate(), bench(&args))
 }
 
 /// The running servers, channels to each, and what the samples need to know about them.
@@ -185,43 +161,36 @@ impl Servers {
 }
 
 /// Starts the cluster, the echo and ferroid; returns once the AllocSvr issues ids.
-async fn start(args: &Args, procs: &mut Supervisor, bins: &Binaries, dir: &Path) -> Result<Servers, Failure> {
+async fn start(args: &Args, run: &mut Run) -> Result<Servers, Failure> {
     let exe = std::env::current_exe().map_err(|e| harness(format!("cannot find own binary: {e}")))?;
-    let (echo_addr, echo_pid) = echo::start(procs, &exe).await.map_err(harness)?;
+    let (echo_addr, echo_pid) = echo::start(&mut run.procs, &exe).await.map_err(harness)?;
     let layout_flag = ["--id-layout=twitter".to_string()];
-    let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &layout_flag)
+    let one = run.one_allocsvr(STEP, SECTION_SIZE, &layout_flag, MAX_CHANNELS).await?;
+    let (slots_held, layout) = ids::wait_issuing(&one.stores.leader, &one.clients[0], ISSUING_LIMIT)
         .await
         .map_err(harness)?;
-    let node = cluster::start_allocsvr(procs, &bins.allocsvr, 1, &stores).map_err(harness)?;
-    if !seqsvr_harness::wait_listening(&node.addr, Duration::from_secs(20)).await {
-        return Err(harness("the allocsvr did not listen within 20 s"));
-    }
-    let alloc = cluster::channels(&node.addr, MAX_CHANNELS).await.map_err(harness)?;
-    let started = std::time::Instant::now();
-    let (slots_held, layout) = ids::wait_issuing(&stores.leader, &alloc[0], ISSUING_LIMIT)
-        .await
-        .map_err(harness)?;
+    let (procs, dir) = run.procs_and_dir();
     println!(
         "cluster: 3 storesvr + 1 allocsvr; ids: {layout}, {slots_held} slot(s) held, first id {:.1} s after the allocsvr started; logs in {}",
-        started.elapsed().as_secs_f64(),
+        one.started.elapsed().as_secs_f64(),
         dir.join("logs").display()
     );
     let echo = cluster::channels(&echo_addr, MAX_CHANNELS).await.map_err(harness)?;
-    let mut ours = vec![echo_pid, node.pid];
-    ours.extend(&stores.pids);
+    let mut ours = vec![echo_pid, one.node.pid];
+    ours.extend(&one.stores.pids);
     let ferroids = start_ferroids(args, procs, dir).await?;
     ours.extend(ferroids.iter().map(|(_, f, _)| f.pid));
     Ok(Servers {
-        alloc_pid: node.pid,
-        store_pids: stores.pids,
+        alloc_pid: one.node.pid,
+        store_pids: one.stores.pids,
         echo_pid,
         ferroids,
-        alloc,
+        alloc: one.clients,
         echo,
         ours,
         layout,
         slots_held,
-        leader: stores.leader.clone(),
+        leader: one.stores.leader,
     })
 }
 
@@ -278,22 +247,20 @@ async fn start_ferroids(
     Ok(out)
 }
 
+/// What the runs gathered besides the points.
+struct Tally {
+    ceilings: Vec<Ceiling>,
+    /// Samples measured while foreign load was above `--quiet-below`, of all samples.
+    noisy: usize,
+    samples: usize,
+    /// Slots the AllocSvr held after the last point.
+    slots_end: u64,
+}
+
 async fn bench(args: &Args) -> Result<bool, Failure> {
-    let bins = cluster::binaries().map_err(Failure::Usage)?;
-    let bin_dir = bins.storesvr.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tmp = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d),
-        None => tempfile::tempdir_in(bin_dir.parent().unwrap_or(&bin_dir)),
-    }
-    .map_err(|e| harness(format!("cannot create a temp dir: {e}")))?;
-    print_machine(args, tmp.path());
-    let mut procs =
-        Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("cannot create the log dir: {e}")))?;
-    let s = start(args, &mut procs, &bins, tmp.path()).await?;
-    let window = Window {
-        warmup: Duration::from_millis(args.window.warmup_ms),
-        measure: Duration::from_secs(args.window.seconds),
-    };
+    let mut run = Run::new(args.common.dir.as_deref())?;
+    print_machine(args, run.dir());
+    let s = start(args, &mut run).await?;
     let counts = chosen(&COUNTS, &args.counts);
     let callers = chosen(&CONCURRENCIES, &args.callers);
     let mut points: Vec<Point> = counts
@@ -306,79 +273,80 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
             })
         })
         .collect();
-    let mut ceilings: Vec<Ceiling> = Vec::new();
-    let (mut noisy, mut samples) = (0, 0);
-    let mut slots_end = s.slots_held;
-    for run in 0..args.runs {
-        println!("\n== run {}/{} ==", run + 1, args.runs);
+    let mut tally = Tally {
+        ceilings: Vec::new(),
+        noisy: 0,
+        samples: 0,
+        slots_end: s.slots_held,
+    };
+    for r in 0..args.runs {
+        println!("\n== run {}/{} ==", r + 1, args.runs);
         println!("{}", report::header_for("ids/s"));
         for (i, p) in points.iter_mut().enumerate() {
-            cluster::wait_quiet(&s.ours, args.quiet.quiet_below, args.quiet.wait()).await;
-            let mut measured = Vec::new();
-            // Rotate who goes first, point to point and run to run.
-            for k in 0..Server::ALL.len() {
-                let server = Server::ALL[(i + run + k) % Server::ALL.len()];
-                let Some(sample) = s.measure(server, p.count, p.concurrency, window).await else {
-                    continue;
-                };
-                println!(
-                    "{}",
-                    report::row(&format!("ids{}", p.count), p.concurrency, server.name(), &sample)
-                );
-                check(&mut procs, server, &sample)?;
-                noisy += usize::from(sample.foreign_pct() > args.quiet.quiet_below);
-                samples += 1;
-                measured.push((server, sample));
-            }
-            p.runs.push(Run(measured));
-            if let Some(st) = cluster::status(&s.leader).await {
-                println!("  (the AllocSvr holds {} slot(s) after this point)", st.slots_held);
-                slots_end = st.slots_held;
-            }
+            measure_point(args, &s, &mut run.procs, i + r, p, &mut tally).await?;
         }
-        for &count in &counts {
-            let layout = s.layout;
-            let c = tokio::task::spawn_blocking(move || ids::issuer_ceiling(layout, count.into(), CEILING_WINDOW))
-                .await
-                .map_err(|e| harness(format!("ceiling loop: {e}")))?
-                .map_err(harness)?;
-            println!(
-                "one slot in process, count {count}: {:.0} ids/s ({:.0} ns per call)",
-                c.ids_per_sec, c.ns_per_call
-            );
-            ceilings.push(c);
-        }
+        tally.ceilings.extend(ceilings(s.layout, &counts).await?);
     }
-    summarize(&s, &points, &ceilings, slots_end);
+    summarize(&s, &points, &tally.ceilings, tally.slots_end);
     println!(
-        "\nsamples measured while processes this benchmark did not start used > {} % of a core: {noisy} of {samples}",
-        args.quiet.quiet_below
+        "\nsamples measured while processes this benchmark did not start used > {} % of a core: {} of {}",
+        args.common.quiet.quiet_below, tally.noisy, tally.samples
     );
-    println!("load average at the end: {}", load_average());
-    drop(procs);
+    println!("load average at the end: {}", procfs::load_average());
     Ok(true)
 }
 
-/// The values of `all` that `wanted` names, in `all`'s order; all of them when it names none.
-fn chosen<T: Copy + PartialEq>(all: &[T], wanted: &[T]) -> Vec<T> {
-    all.iter()
-        .copied()
-        .filter(|v| wanted.is_empty() || wanted.contains(v))
-        .collect()
-}
-
-/// Fails when a started process exited or a server completed no call.
-fn check(procs: &mut Supervisor, server: Server, s: &Sample) -> Result<(), Failure> {
-    cluster::check_alive(procs).map_err(harness)?;
-    if s.calls == 0 {
-        return Err(harness(format!(
-            "{} completed no call ({} errors, {} not OK)",
-            server.name(),
-            s.errors,
-            s.not_ok
-        )));
+/// Every server once at point `p`, once the machine is quiet; who goes first rotates with `turn`
+/// (point to point and run to run).
+async fn measure_point(
+    args: &Args,
+    s: &Servers,
+    procs: &mut Supervisor,
+    turn: usize,
+    p: &mut Point,
+    tally: &mut Tally,
+) -> Result<(), Failure> {
+    let quiet = &args.common.quiet;
+    cluster::wait_quiet(&s.ours, quiet.quiet_below, quiet.wait()).await;
+    let window = args.common.window.durations();
+    let mut measured = Vec::new();
+    for k in 0..Server::ALL.len() {
+        let server = Server::ALL[(turn + k) % Server::ALL.len()];
+        let Some(sample) = s.measure(server, p.count, p.concurrency, window).await else {
+            continue;
+        };
+        println!(
+            "{}",
+            report::row(&format!("ids{}", p.count), p.concurrency, server.name(), &sample)
+        );
+        setup::check(procs, server.name(), &sample)?;
+        tally.noisy += usize::from(sample.foreign_pct() > quiet.quiet_below);
+        tally.samples += 1;
+        measured.push((server, sample));
+    }
+    p.runs.push(ids::Run(measured));
+    if let Some(st) = cluster::status(&s.leader).await {
+        println!("  (the AllocSvr holds {} slot(s) after this point)", st.slots_held);
+        tally.slots_end = st.slots_held;
     }
     Ok(())
+}
+
+/// One slot's in-process ceiling at each of `counts`, off the runtime's threads.
+async fn ceilings(layout: IdLayout, counts: &[u32]) -> Result<Vec<Ceiling>, Failure> {
+    let mut out = Vec::new();
+    for &count in counts {
+        let c = tokio::task::spawn_blocking(move || ids::issuer_ceiling(layout, count.into(), CEILING_WINDOW))
+            .await
+            .map_err(|e| harness(format!("ceiling loop: {e}")))?
+            .map_err(harness)?;
+        println!(
+            "one slot in process, count {count}: {:.0} ids/s ({:.0} ns per call)",
+            c.ids_per_sec, c.ns_per_call
+        );
+        out.push(c);
+    }
+    Ok(out)
 }
 
 /// The table of medians, the ceiling, the ratios and the verdicts.
@@ -419,34 +387,15 @@ fn summarize(s: &Servers, points: &[Point], ceilings: &[Ceiling], slots_end: u64
         s.layout.tick_ms,
         s.slots_held
     );
-    let verdicts = ids::verdicts(points);
-    println!("\ntargets (printed, not asserted):");
-    for (met, what) in &verdicts {
-        println!("  {:<8} {what}", verdict(*met));
-    }
-    let met = verdicts.iter().filter(|(m, _)| *m).count();
-    println!("{met} of {} targets met", verdicts.len());
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
+    report::print_targets(&ids::verdicts(points));
 }
 
 fn print_machine(args: &Args, dir: &Path) {
-    println!(
-        "machine: {} cores ({}), shared by the benchmark and every server; load average {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        procfs::cpu_model(),
-        load_average()
+    println!("{}; load average {}", setup::machine_line(), procfs::load_average());
+    let w = &args.common.window;
+    let options = format!(
+        "--seconds {} --warmup-ms {} --runs {} --ferroid-workers {}",
+        w.seconds, w.warmup_ms, args.runs, args.ferroid_workers
     );
-    println!(
-        "options: --seconds {} --warmup-ms {} --runs {} --ferroid-workers {}; data dir {}",
-        args.window.seconds,
-        args.window.warmup_ms,
-        args.runs,
-        args.ferroid_workers,
-        dir.display()
-    );
+    println!("{}", setup::options_line(&options, dir));
 }

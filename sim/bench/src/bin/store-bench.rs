@@ -8,18 +8,19 @@
 //! two targets of the StoreSvr issue as ratios against the fsync baseline.
 //!
 //! It starts and kills its own processes and stops by itself (bounded by
-//! `--duration` per case).
+//! `--seconds` per case).
 
 use clap::Parser;
 use hdrhistogram::Histogram;
+use seqsvr_bench::cluster::{self, status};
+use seqsvr_bench::{args, procfs, report};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::store_service_client::StoreServiceClient;
 use std::io::Write;
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
+use seqsvr_harness::Supervisor;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,11 +29,8 @@ use tonic::transport::Channel;
 #[derive(Parser, Debug)]
 #[command(name = "store-bench")]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
-
+    #[command(flatten)]
+    config: args::Config,
     /// Seconds per measured case.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
@@ -54,6 +52,9 @@ struct Args {
 }
 
 const SECTIONS: u64 = 100;
+/// The StoreSvr defaults: what the targets are stated for.
+const SECTION_SIZE: u64 = 100_000;
+const STEP: u64 = 10_000;
 static NEXT_MAX: AtomicU64 = AtomicU64::new(1_000_000);
 
 fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
@@ -75,21 +76,6 @@ fn fsync_baseline(dir: &std::path::Path, n: usize) -> (f64, Duration) {
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(path);
     (rate, Duration::from_nanos(h.value_at_quantile(0.5)))
-}
-
-async fn status(addr: &str) -> Option<pb::StatusReply> {
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .ok()?
-        .connect()
-        .await
-        .ok()?;
-    StoreServiceClient::new(ch)
-        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
-        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
-        .status(pb::StatusRequest {})
-        .await
-        .ok()
-        .map(|r| r.into_inner())
 }
 
 struct CaseResult {
@@ -171,52 +157,46 @@ fn fmt_d(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
 }
 
-/// Starts a 3-replica group of `storesvr` under `sup`; their client addresses.
-fn start_group(sup: &mut Supervisor, storesvr: &Path, dir: &Path) -> std::io::Result<Vec<String>> {
-    let addrs: Vec<String> = (0..3).map(|_| free_addr()).collect();
-    let peers: Vec<String> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect();
-    for (i, addr) in addrs.iter().enumerate() {
-        let id = i + 1;
-        let mut args = vec![
-            format!("--node-id={id}"),
-            format!("--listen={addr}"),
-            format!("--data-dir={}", dir.join(format!("store{id}")).display()),
-            "--set-id=0".to_string(),
-            format!("--peers={}", peers.join(",")),
-            "--new-replica".into(), // fresh data dirs, started once
-            format!("--uid-limit={}", SECTIONS * 100_000),
-            "--detect-ms=600000".into(), // the benchmark's owner renews rarely
-        ];
-        if id == 1 {
-            args.push("--bootstrap".into());
-        }
-        let spec = ProcSpec {
-            env: vec![("RUST_LOG".into(), "warn".into())],
-            ..ProcSpec::new(format!("store{id}"), storesvr, args)
-        };
-        sup.spawn(spec)?;
-    }
-    Ok(addrs)
+/// The running group, with the benchmark registered as the owner of every section.
+struct Group {
+    /// Kills the replicas when dropped.
+    _procs: Supervisor,
+    leader: String,
+    client: StoreServiceClient<Channel>,
+    incarnation: u64,
+    epochs: Arc<Vec<u64>>,
 }
 
-/// The leader's address once the group has one and has written its parameters.
-async fn wait_leader(addrs: &[String], within: Duration) -> Option<String> {
-    poll_until(within, || async {
-        for a in addrs {
-            if let Some(s) = status(a).await
-                && s.leader_id != 0
-                && s.params.is_some()
-            {
-                return Some(addrs[s.leader_id as usize - 1].clone());
-            }
-        }
-        None
+/// Starts a 3-replica group of `storesvr` (data and logs in `dir`) and registers the owner.
+async fn start_group(storesvr: &Path, dir: &Path) -> Result<Group, String> {
+    let mut procs = Supervisor::new(dir).map_err(|e| format!("cannot start the group: {e}"))?;
+    // The owner below is the benchmark, which renews rarely: detection must not take its sections.
+    let extra = [
+        format!("--uid-limit={}", SECTIONS * SECTION_SIZE),
+        "--detect-ms=600000".into(),
+    ];
+    let stores = cluster::start_stores_with(&mut procs, storesvr, dir, STEP, SECTION_SIZE, &extra)
+        .await
+        .map_err(|e| format!("cannot start the group: {e}; logs in {}", dir.display()))?;
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", stores.leader))
+        .map_err(|e| e.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| format!("cannot connect to the leader: {e}"))?;
+    let mut client = StoreServiceClient::new(ch)
+        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
+    let (incarnation, epochs) = register_owner(&mut client)
+        .await
+        .map_err(|e| format!("cannot register an owner: {e}"))?;
+    Ok(Group {
+        _procs: procs,
+        leader: stores.leader,
+        client,
+        incarnation,
+        epochs,
     })
-    .await
 }
 
 /// Registers one owner and waits until it is granted every section; its incarnation and epochs.
@@ -253,13 +233,7 @@ async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64
 }
 
 /// Runs every case (concurrency × single/batched) and prints a row for each.
-async fn run_cases(
-    args: &Args,
-    leader: &str,
-    client: StoreServiceClient<Channel>,
-    incarnation: u64,
-    epochs: Arc<Vec<u64>>,
-) -> Vec<(u64, &'static str, CaseResult)> {
+async fn run_cases(args: &Args, group: &Group) -> Vec<(u64, &'static str, CaseResult)> {
     println!(
         "\n{:>5} {:>8} {:>14} {:>12} {:>10} {:>10} {:>10} {:>12}",
         "conc", "mode", "bumps/s", "requests/s", "p50", "p99", "entries/s", "reqs/entry"
@@ -267,10 +241,11 @@ async fn run_cases(
     let mut results = Vec::new();
     for &c in &args.concurrency {
         for (mode, batch) in [("single", 1), ("batched", args.batch)] {
-            let log_before = status(leader).await.map_or(0, |s| s.last_log_index);
+            let log_before = status(&group.leader).await.map_or(0, |s| s.last_log_index);
             let started = Instant::now();
-            let r = run_case(client.clone(), incarnation, epochs.clone(), c, batch, args.seconds).await;
-            let entries = status(leader)
+            let (client, epochs) = (group.client.clone(), group.epochs.clone());
+            let r = run_case(client, group.incarnation, epochs, c, batch, args.seconds).await;
+            let entries = status(&group.leader)
                 .await
                 .map_or(0, |s| s.last_log_index)
                 .saturating_sub(log_before);
@@ -307,7 +282,7 @@ fn print_targets(results: &[(u64, &'static str, CaseResult)], fsync_rate: f64, f
         met &= ratio > 1.0;
         println!(
             "  c=64 committed bumps/s / serial fsyncs/s = {ratio:.2}x (target > 1x): {}",
-            if ratio > 1.0 { "MET" } else { "NOT MET" }
+            report::verdict(ratio > 1.0)
         );
     }
     if let Some(c1) = single(1) {
@@ -315,7 +290,7 @@ fn print_targets(results: &[(u64, &'static str, CaseResult)], fsync_rate: f64, f
         met &= ratio <= 4.0;
         println!(
             "  c=1 p50 bump latency / fsync p50 = {ratio:.2}x (target <= 4x): {}",
-            if ratio <= 4.0 { "MET" } else { "NOT MET" }
+            report::verdict(ratio <= 4.0)
         );
     }
     met
@@ -345,11 +320,7 @@ async fn main() -> ExitCode {
     } else {
         Some(tmp)
     };
-    println!(
-        "machine: {} cores; data dir {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        tmp_path.display()
-    );
+    println!("machine: {}; data dir {}", procfs::machine(), tmp_path.display());
     let (fsync_rate, fsync_p50) = fsync_baseline(&tmp_path, args.fsyncs);
     println!(
         "disk: {:.0} serial fsyncs/s, p50 {} (write 4 KiB + fdatasync, n={})",
@@ -357,36 +328,14 @@ async fn main() -> ExitCode {
         fmt_d(fsync_p50),
         args.fsyncs
     );
-    let started =
-        Supervisor::new(&tmp_path).and_then(|mut sup| start_group(&mut sup, &storesvr, &tmp_path).map(|a| (sup, a)));
-    let (group, addrs) = match started {
+    let group = match start_group(&storesvr, &tmp_path).await {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("store-bench: cannot start the group: {e}");
+            eprintln!("store-bench: {e}");
             return ExitCode::from(3);
         }
     };
-    let Some(leader) = wait_leader(&addrs, Duration::from_secs(30)).await else {
-        eprintln!("store-bench: no leader within 30 s; logs in {}", tmp_path.display());
-        return ExitCode::from(3);
-    };
-    let ch = tonic::transport::Endpoint::from_shared(format!("http://{leader}"))
-        .unwrap()
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .unwrap();
-    let mut client = StoreServiceClient::new(ch)
-        .max_decoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES)
-        .max_encoding_message_size(seqsvr_proto::limits::STORE_MESSAGE_BYTES);
-    let (incarnation, epochs) = match register_owner(&mut client).await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("store-bench: cannot register an owner: {e}");
-            return ExitCode::from(3);
-        }
-    };
-    let results = run_cases(&args, &leader, client, incarnation, epochs).await;
+    let results = run_cases(&args, &group).await;
     let met = print_targets(&results, fsync_rate, fsync_p50);
     drop(group);
     if met { ExitCode::SUCCESS } else { ExitCode::FAILURE }

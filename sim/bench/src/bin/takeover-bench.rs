@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use seqsvr_bench::cluster::{self, AllocNode, Stores};
 use seqsvr_bench::exit::{Failure, harness};
-use seqsvr_bench::procfs;
+use seqsvr_bench::{args, procfs, setup};
 use seqsvr_client::{Client, ClientConfig};
 use seqsvr_harness::Supervisor;
 use seqsvr_proto::Uid;
@@ -49,10 +49,8 @@ const BREATHE: Duration = Duration::from_millis(700);
     about = "Single-section takeover on the release path, under load"
 )]
 struct Args {
-    /// Read options from this TOML file (`some_option = value`); flags and environment variables
-    /// override it.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: args::Config,
     /// Rounds; each makes two takeovers (a drain and a rejoin).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -93,11 +91,8 @@ impl Args {
 
 fn main() -> ExitCode {
     let args: Args = seqsvr_server::cli::parse("TAKEOVER_BENCH");
-    if let Err(e) = args.validate() {
-        eprintln!("takeover-bench: {e}");
-        return ExitCode::from(2);
-    }
-    seqsvr_bench::exit::run("takeover-bench", async { run(&args).await.map(|()| true) })
+    let bench = async { run(&args).await.map(|()| true) };
+    seqsvr_bench::exit::run_valid("takeover-bench", args.validate(), bench)
 }
 
 /// One served (or failed) fetch, as a caller saw it.
@@ -132,7 +127,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         .prefix("takeover-bench")
         .tempdir_in(args.dir.clone().unwrap_or_else(|| PathBuf::from("target")))
         .map_err(|e| harness(format!("temp dir: {e}")))?;
-    let mut procs = Supervisor::new(&tmp.path().join("logs")).map_err(|e| harness(format!("log dir: {e}")))?;
+    let mut procs = setup::supervisor(tmp.path())?;
     let extra = [format!("--uid-limit={}", 2 * args.section_size)];
     let stores = cluster::start_stores_with(
         &mut procs,
@@ -153,9 +148,8 @@ async fn run(args: &Args) -> Result<(), Failure> {
         .await
         .map_err(harness)?;
     println!(
-        "machine: {} cores, {}; storesvr {}; 2 sections of {} uids, step {}, {} callers",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        procfs::cpu_model(),
+        "machine: {}; storesvr {}; 2 sections of {} uids, step {}, {} callers",
+        procfs::machine(),
         bins.storesvr.display(),
         args.section_size,
         args.step,

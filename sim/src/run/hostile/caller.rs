@@ -1,7 +1,8 @@
 //! The well-behaved caller of a hostile run: one connection to one front end, one take at a time at
 //! a steady pace, each call timed (and recorded in the history like every workload call, so the
-//! checkers judge its values too). Its p99 before the floods is the bar; with the floods it must
-//! stay within [`P99_FACTOR`] of it.
+//! checkers judge its values too). Its p99 without floods is the bar — the first phase (no faults)
+//! and the pauses between rounds of floods (the same faults around them as around the rounds, and
+//! the same load of the machine) together; in the rounds it must stay within [`P99_FACTOR`] of it.
 //!
 //! A failed call counts as [`FAILED_COUNTS_AS`] (a caller refused is a caller not served, however
 //! fast the refusal). Calls that began inside a fault or a move, or within a settling time after
@@ -98,28 +99,46 @@ pub(super) fn percentile<'a>(samples: impl Iterator<Item = &'a Sample>, pct: usi
     Some((l[rank - 1], l.len()))
 }
 
-/// The caller's samples split by phase: the first phase's (`[0, floods_from)`) and the floods'
-/// (`[floods_from, floods_until)`) outside every `quiet_out` window (`[start, end)` on the run's
-/// clock), with how many of the floods' were left out for those windows.
+/// The caller's samples split by phase: the first phase's (`[0, floods_from)`), then, outside
+/// every `quiet_out` window (`[start, end)` on the run's clock), those in a round of floods (or
+/// just after it) and those between rounds, with how many were left out for those windows.
 pub(super) fn phases(
     samples: &[Sample],
     floods_from_ns: u64,
-    floods_until_ns: u64,
+    rounds: &[(u64, u64)],
     quiet_out: &[(u64, u64)],
-) -> (Vec<Sample>, Vec<Sample>, usize) {
-    let before = samples.iter().filter(|s| s.at_ns < floods_from_ns).copied().collect();
-    let during: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| (floods_from_ns..floods_until_ns).contains(&s.at_ns))
-        .collect();
-    let kept: Vec<Sample> = during
-        .iter()
-        .filter(|s| !quiet_out.iter().any(|&(a, b)| (a..b).contains(&s.at_ns)))
-        .map(|&&s| s)
-        .collect();
-    let left_out = during.len() - kept.len();
-    (before, kept, left_out)
+) -> Phases {
+    let mut p = Phases::default();
+    for s in samples {
+        if s.at_ns < floods_from_ns {
+            p.first.push(*s);
+        } else if quiet_out.iter().any(|&(a, b)| (a..b).contains(&s.at_ns)) {
+            p.left_out += 1;
+        } else if rounds.iter().any(|&(a, b)| (a..b + AFTER_ROUND_NS).contains(&s.at_ns)) {
+            p.with.push(*s);
+        } else {
+            p.between.push(*s);
+        }
+    }
+    p
 }
+
+/// The caller's samples by phase.
+#[derive(Debug, Default)]
+pub(super) struct Phases {
+    /// Before the floods and the faults.
+    pub first: Vec<Sample>,
+    /// In the pauses between rounds of floods (faults around them as around the rounds).
+    pub between: Vec<Sample>,
+    /// In a round of floods, or within [`AFTER_ROUND_NS`] of its end.
+    pub with: Vec<Sample>,
+    /// Begun in a fault or a move, or within the settling time after one.
+    pub left_out: usize,
+}
+
+/// How long after a round its floods still count: the servers close thousands of connections
+/// as it ends.
+const AFTER_ROUND_NS: u64 = 2_000_000_000;
 
 /// Why the floods' p99 fails the run, if it does: too few samples in a phase to judge, or a p99
 /// past [`P99_FACTOR`] times the first phase's.
@@ -180,13 +199,21 @@ mod tests {
     }
 
     #[test]
-    fn phases_split_at_the_floods_and_leave_out_fault_windows() {
-        let samples: Vec<Sample> = (0..10).map(|i| s(i * 10, 1)).collect();
-        let (before, during, left_out) = phases(&samples, 30, 90, &[(50, 70)]);
-        let at = |v: &[Sample]| v.iter().map(|s| s.at_ns).collect::<Vec<_>>();
-        assert_eq!(at(&before), [0, 10, 20]);
-        assert_eq!(at(&during), [30, 40, 70, 80]);
-        assert_eq!(left_out, 2);
+    fn phases_split_at_the_rounds_and_leave_out_fault_windows() {
+        let second = 1_000_000_000;
+        let samples: Vec<Sample> = (0..12).map(|i| s(i * second, 1)).collect();
+        // Floods from 2 s; rounds 2–3 s and 8–9 s (each counting 2 s past its end); a fault 4–6 s.
+        let p = phases(
+            &samples,
+            2 * second,
+            &[(2 * second, 3 * second), (8 * second, 9 * second)],
+            &[(4 * second, 6 * second)],
+        );
+        let at = |v: &[Sample]| v.iter().map(|s| s.at_ns / second).collect::<Vec<_>>();
+        assert_eq!(at(&p.first), [0, 1]);
+        assert_eq!(at(&p.with), [2, 3, 8, 9, 10]);
+        assert_eq!(at(&p.between), [6, 7, 11]);
+        assert_eq!(p.left_out, 2);
     }
 
     #[test]

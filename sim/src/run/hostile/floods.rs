@@ -25,11 +25,14 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until, timeout_at};
 
 use crate::front_workload::Front;
+use crate::history::RunClock;
 
 /// Longest a round of floods lasts; every connection of a round is closed by its end.
 pub(super) const ROUND: Duration = Duration::from_secs(20);
-/// The pause between rounds: the servers' memory and connection counts should fall back in it.
-const ROUND_GAP: Duration = Duration::from_secs(3);
+/// The pause between rounds, as long as a round: the servers' memory and connection counts
+/// fall back in it, and the well-behaved caller's calls in it are the reference its calls in
+/// the rounds are held to (the same faults around both, and the same load of the machine).
+const ROUND_GAP: Duration = ROUND;
 /// A round shorter than this is not started (the trickles and partial commands need the server's
 /// 10 s command deadline to show what it does with them).
 const MIN_ROUND: Duration = Duration::from_secs(12);
@@ -211,6 +214,8 @@ pub(super) struct Tally {
 pub(super) struct Tallies {
     pub kinds: BTreeMap<Flood, Tally>,
     pub rounds: AtomicU64,
+    /// Each round's first and last instant, on the run's clock.
+    pub windows: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
 impl Tallies {
@@ -221,6 +226,7 @@ impl Tallies {
                 .map(|k| (k, Tally::default()))
                 .collect(),
             rounds: AtomicU64::new(0),
+            windows: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -328,11 +334,13 @@ pub(super) async fn drive(
     until: Instant,
     stop: Arc<AtomicBool>,
     tallies: Arc<Tallies>,
+    clock: RunClock,
 ) {
     let payloads = Arc::new(Payloads::new(front));
     let kinds: Vec<Flood> = tallies.kinds.keys().copied().collect();
     while !stop.load(Ordering::Relaxed) && Instant::now() + MIN_ROUND <= until {
         let round_start = Instant::now();
+        let round_start_ns = clock.now_ns();
         let round_end = (round_start + ROUND).min(until);
         // The nesting packets come halfway through: a server they crash has met every other flood
         // first, and its memory and its callers' latency under them are seen too.
@@ -355,6 +363,8 @@ pub(super) async fn drive(
         }
         while round.join_next().await.is_some() {}
         tallies.rounds.fetch_add(1, Ordering::Relaxed);
+        let window = (round_start_ns, clock.now_ns());
+        tallies.windows.lock().unwrap_or_else(|e| e.into_inner()).push(window);
         sleep(ROUND_GAP).await;
     }
 }

@@ -75,7 +75,6 @@ pub(super) struct HostileRun {
     rss: RssBook,
     tallies: Arc<Tallies>,
     floods_from_ns: u64,
-    floods_until_ns: u64,
     fronts: usize,
 }
 
@@ -162,6 +161,7 @@ impl Hostile {
             Instant::now() + duration,
             self.stop.clone(),
             self.tallies.clone(),
+            self.lab.history.clock(),
         );
         // The floods' thousands of tasks get a runtime and a thread of their own: on the run's
         // runtime they would queue the workload's and the well-behaved caller's tasks behind
@@ -189,7 +189,6 @@ impl Hostile {
                 .map_err(|_| anyhow::anyhow!("the floods' thread panicked"))?
                 .context("the floods' runtime")?;
         }
-        let floods_until_ns = self.lab.history.clock().now_ns();
         let samples = self.caller.await.context("well-behaved caller")?;
         let rss = self.sampler.await.context("memory sampler")?;
         Ok(HostileRun {
@@ -200,7 +199,6 @@ impl Hostile {
             rss,
             tallies: self.tallies,
             floods_from_ns: self.floods_from_ns.load(Ordering::Relaxed),
-            floods_until_ns,
             fronts: self.fronts,
         })
     }
@@ -255,8 +253,8 @@ impl HostileRun {
             .map(|f| (f.start_ns, f.end_ns + settle_ns))
             .chain(h.moves.iter().map(|m| (m.start_ns, m.end_ns + settle_ns)))
             .collect();
-        let (before, during, left_out) =
-            caller::phases(&self.samples, self.floods_from_ns, self.floods_until_ns, &quiet_out);
+        let rounds = self.tallies.windows.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let p = caller::phases(&self.samples, self.floods_from_ns, &rounds, &quiet_out);
         let (name, addr, uid) = &self.caller_at;
         println!(
             "hostile: well-behaved caller: one take of uid {uid} every 10ms on one connection to {name}'s front end ({addr}; its owner when the run began)"
@@ -268,12 +266,17 @@ impl HostileRun {
             ),
             _ => println!("  p99 {label:<14} no calls"),
         };
-        line("without floods", &before);
-        line("with floods", &during);
+        line("first phase", &p.first);
+        line("between rounds", &p.between);
+        let without: Vec<Sample> = p.first.iter().chain(&p.between).copied().collect();
+        line("without floods", &without);
+        line("with floods", &p.with);
         println!(
-            "  ({left_out} calls with floods left out: they began in a fault or a move, or within {settle:?} after)"
+            "  ({} calls left out: they began in a fault or a move, or within {settle:?} after; without floods \
+             is the first phase and the pauses between rounds together)",
+            p.left_out
         );
-        caller::judge(&before, &during).into_iter().collect()
+        caller::judge(&without, &p.with).into_iter().collect()
     }
 
     /// Prints each AllocSvr's memory; fails a run in which one passed the bound.

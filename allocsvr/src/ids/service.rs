@@ -8,7 +8,7 @@
 //! that no call can ever be handed under the layout (`IdLayout::most_ids_per_call`) is refused
 //! as INVALID_ARGUMENT naming the limit: no wait or other AllocSvr would serve it.
 //!
-//! Left out: coalescing of callers (the client library's), the slot state (`ids`).
+//! Left out: coalescing of callers (the client library's), the slot state (`slots`).
 
 use std::time::Duration;
 
@@ -16,9 +16,9 @@ use seqsvr_proto::limits::{ID_BORROW_MS, MAX_IDS_PER_CALL};
 use seqsvr_proto::pb;
 use tokio::time::Instant;
 
+use super::issuer::Refusal;
+use super::slots::{Issued, NoIds};
 use crate::error::Error;
-use crate::ids::{Issued, NoIds};
-use crate::issuer::Refusal;
 use crate::state::AllocState;
 
 /// Longest a call waits for a raise or the clock before it is refused.
@@ -29,7 +29,7 @@ const CLOCK_WAIT_MAX: Duration = Duration::from_millis(20);
 
 // The most one call can be handed (`IdLayout::most_ids_per_call`, which clients read too) counts
 // on the issuer borrowing exactly this far ahead.
-const _: () = assert!(crate::ids::MAX_BORROW.as_millis() == ID_BORROW_MS as u128);
+const _: () = assert!(super::slots::MAX_BORROW.as_millis() == ID_BORROW_MS as u128);
 
 /// Answers one NextIds.
 pub async fn next_ids(shared: &AllocState, req: pb::NextIdsRequest) -> Result<pb::NextIdsReply, Error> {

@@ -9,7 +9,7 @@
 //! ids unique (the floor and the acknowledged mark are), but it keeps a paused or cut-off holder
 //! from issuing ids whose time is far behind (docs/design/time-ordered-ids.md, U3).
 //!
-//! The clock is the host's wall clock plus a test-only offset (`id_clock`), read once per call.
+//! The clock is the host's wall clock plus a test-only offset (`clock`), read once per call.
 //!
 //! Left out: the Raft write (`tasks::raise`) and the gRPC reply (`service`).
 
@@ -23,8 +23,8 @@ use seqsvr_proto::pb;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use crate::id_clock::IdClock;
-use crate::issuer::{IdRun, Refusal, SlotIssuer, UnsafeIssuing};
+use super::clock::IdClock;
+use super::issuer::{IdRun, Refusal, SlotIssuer, UnsafeIssuing};
 
 /// How far ahead of the clock the raiser keeps a slot's mark.
 pub const RAISE_WINDOW: Duration = Duration::from_secs(2);
