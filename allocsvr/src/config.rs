@@ -162,7 +162,7 @@ pub struct Cli {
 /// Negative controls: each breaks exactly one ownership rule of docs/DESIGN.md so that the simulator can
 /// prove its checkers fail. All off by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UnsafeSwitches {
+pub struct UnsafeRules {
     /// Rule 4 off: a gained section is served at once.
     pub skip_lease_wait: bool,
     /// Rule 6 off: an in-flight bump counts as acknowledged.
@@ -179,7 +179,7 @@ pub struct UnsafeSwitches {
     pub keys_forget_to_base: bool,
 }
 
-impl UnsafeSwitches {
+impl UnsafeRules {
     /// Whether any negative control is on (logged loudly at start).
     pub fn any(&self) -> bool {
         self.skip_lease_wait
@@ -213,7 +213,7 @@ pub struct NodeConfig {
     /// Longest time to wait for the first registration.
     pub start_timeout: Duration,
     /// Negative controls (test only).
-    pub unsafe_switches: UnsafeSwitches,
+    pub unsafe_rules: UnsafeRules,
     /// Test only: send every Release again this long (up to twice this) after the first.
     pub repeat_releases_after: Option<Duration>,
     /// Calls in flight, streams per connection and the longest call (`seqsvr_server::serve_limits`).
@@ -244,7 +244,7 @@ impl NodeConfig {
             advertise: None,
             store,
             start_timeout: Duration::from_secs(30),
-            unsafe_switches: UnsafeSwitches::default(),
+            unsafe_rules: UnsafeRules::default(),
             repeat_releases_after: None,
             serve_limits: serve_limits::allocsvr(),
             tls: None,
@@ -369,7 +369,7 @@ impl Cli {
                 advertise: self.advertise,
                 store,
                 start_timeout: Duration::from_millis(self.start_timeout_ms),
-                unsafe_switches: UnsafeSwitches {
+                unsafe_rules: UnsafeRules {
                     skip_lease_wait: self.unsafe_skip_lease_wait,
                     serve_before_bump_ack: self.unsafe_serve_before_bump_ack,
                     keep_memory: self.unsafe_keep_memory,
@@ -450,7 +450,7 @@ mod tests {
         let good = ["--node-id", "1", "--listen", "127.0.0.1:0", "--store", "1=127.0.0.1:5"];
         let c = cli(&good).unwrap();
         assert_eq!(c.node.node_id, NodeId(1));
-        assert!(!c.node.unsafe_switches.any());
+        assert!(!c.node.unsafe_rules.any());
         let cases: [(&[&str], &str); 8] = [
             (
                 &["--node-id", "1", "--listen", "0.0.0.0:7000", "--store", "a:1"],
@@ -535,6 +535,6 @@ mod tests {
         let mut unsafe_args = good.to_vec();
         unsafe_args.push("--unsafe-keep-memory");
         let c = cli(&unsafe_args).unwrap();
-        assert!(c.node.unsafe_switches.keep_memory && c.node.unsafe_switches.any());
+        assert!(c.node.unsafe_rules.keep_memory && c.node.unsafe_rules.any());
     }
 }

@@ -48,6 +48,6 @@ pub mod state;
 pub mod store;
 pub mod tasks;
 
-pub use config::{Cli, NodeConfig, UnsafeSwitches};
+pub use config::{Cli, NodeConfig, UnsafeRules};
 pub use error::{Error, StartError};
 pub use node::{Core, Node};

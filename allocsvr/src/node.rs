@@ -133,7 +133,7 @@ impl Core {
     /// Registers with the store as `advertise` (retrying until `cfg.start_timeout`) and starts
     /// the renewal and bump tasks.
     pub async fn start(cfg: &NodeConfig, store: Arc<dyn Store>, advertise: String) -> Result<Core, StartError> {
-        let switches = cfg.unsafe_switches;
+        let switches = cfg.unsafe_rules;
         if switches.any() {
             warn!(
                 ?switches,

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{NodeConfig, UnsafeSwitches};
+use crate::config::{NodeConfig, UnsafeRules};
 use crate::grants::{GrantDiff, ranges};
 use crate::ids::slots::IdSlots;
 use crate::lease::LeaseTimings;
@@ -48,7 +48,7 @@ pub struct AllocState {
     timings: LeaseTimings,
     /// Every lease deadline's clock (see [`AllocState::lease_now`]).
     clock: LeaseClock,
-    unsafe_switches: UnsafeSwitches,
+    unsafe_rules: UnsafeRules,
     /// Test only: every Release is sent once more, 1–2× this later.
     repeat_releases_after: Option<Duration>,
     /// Address registered in the route table.
@@ -91,7 +91,7 @@ impl AllocState {
             clock: cfg.lease_clock.clone(),
             timings: LeaseTimings::of(&params),
             params,
-            unsafe_switches: cfg.unsafe_switches,
+            unsafe_rules: cfg.unsafe_rules,
             repeat_releases_after: cfg.repeat_releases_after,
             advertise,
             store,
@@ -104,7 +104,7 @@ impl AllocState {
             kept: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
             stopping: AtomicBool::new(false),
-            ids: IdSlots::new(cfg.id_clock.clone(), cfg.unsafe_switches.ids),
+            ids: IdSlots::new(cfg.id_clock.clone(), cfg.unsafe_rules.ids),
             keys: KeyBudget::with_max_bytes(cfg.max_live_keys, cfg.max_live_key_bytes),
         };
         (Arc::new(shared), bump_rx)
@@ -129,8 +129,8 @@ impl AllocState {
         self.clock.now()
     }
 
-    pub fn unsafe_switches(&self) -> UnsafeSwitches {
-        self.unsafe_switches
+    pub fn unsafe_rules(&self) -> UnsafeRules {
+        self.unsafe_rules
     }
 
     pub fn repeat_releases_after(&self) -> Option<Duration> {
@@ -265,7 +265,7 @@ impl AllocState {
 
     /// Lets dropped slots go: under `--unsafe-keep-memory` their memory is kept for a regain.
     pub fn let_go(&self, dropped: &[Arc<Slot>]) {
-        if self.unsafe_switches.keep_memory {
+        if self.unsafe_rules.keep_memory {
             let mut kept = self.kept.lock().unwrap();
             for slot in dropped {
                 let memory = slot.section.lock().unwrap().take_memory();
@@ -286,7 +286,7 @@ impl AllocState {
 
     /// Memory kept from an earlier epoch (only under `--unsafe-keep-memory`).
     pub fn take_kept(&self, section: SectionId) -> Option<Vec<u64>> {
-        if !self.unsafe_switches.keep_memory {
+        if !self.unsafe_rules.keep_memory {
             return None;
         }
         self.kept.lock().unwrap().remove(&section)
@@ -314,7 +314,7 @@ impl AllocState {
         let mut changes: Vec<(SectionId, Option<Arc<Slot>>)> = diff.drop.iter().map(|id| (*id, None)).collect();
         let mut gained = Vec::with_capacity(diff.gain.len());
         for g in &diff.gain {
-            let serve_after = if self.unsafe_switches.skip_lease_wait {
+            let serve_after = if self.unsafe_rules.skip_lease_wait {
                 t_obs
             } else {
                 self.timings.serve_after(t_obs, g.no_wait)
@@ -322,10 +322,10 @@ impl AllocState {
             let spec = SectionSpec {
                 section_size: self.params.section_size,
                 step: self.params.step,
-                unsafe_serve_before_ack: self.unsafe_switches.serve_before_bump_ack,
-                unsafe_block_overlap: self.unsafe_switches.block_overlap,
-                unsafe_keys_share_seq: self.unsafe_switches.keys_share_seq,
-                unsafe_keys_forget_to_base: self.unsafe_switches.keys_forget_to_base,
+                unsafe_serve_before_ack: self.unsafe_rules.serve_before_bump_ack,
+                unsafe_block_overlap: self.unsafe_rules.block_overlap,
+                unsafe_keys_share_seq: self.unsafe_rules.keys_share_seq,
+                unsafe_keys_forget_to_base: self.unsafe_rules.keys_forget_to_base,
             };
             let slot = Arc::new(Slot::new(
                 Section::new(g.id, g.epoch, spec, serve_after).with_key_budget(self.keys.clone()),

@@ -6,16 +6,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use allocsvr::{Node, UnsafeSwitches};
+use allocsvr::{Node, UnsafeRules};
 use common::{FakeStore, client, config, fetch, fetch_ok, poll, test_params};
 use seqsvr_proto::pb;
 
 const READY: Duration = Duration::from_secs(5);
 const GAIN_WAIT: Duration = Duration::from_millis(656);
 
-async fn start(store: &FakeStore, switches: UnsafeSwitches) -> Node {
+async fn start(store: &FakeStore, switches: UnsafeRules) -> Node {
     let mut cfg = config(1, store);
-    cfg.unsafe_switches = switches;
+    cfg.unsafe_rules = switches;
     Node::start(cfg).await.expect("node starts")
 }
 
@@ -25,7 +25,7 @@ async fn regain_reloads_memory_unless_keep_memory_control_is_on() {
         let store = FakeStore::start(test_params(4, 10, 5), true).await;
         let node = start(
             &store,
-            UnsafeSwitches {
+            UnsafeRules {
                 keep_memory,
                 ..Default::default()
             },
@@ -72,7 +72,7 @@ async fn nothing_above_the_acknowledged_ceiling_unless_serve_before_ack_control_
         let store = FakeStore::start(test_params(4, 10, 5), true).await;
         let node = start(
             &store,
-            UnsafeSwitches {
+            UnsafeRules {
                 serve_before_bump_ack,
                 ..Default::default()
             },
@@ -106,7 +106,7 @@ async fn gain_wait_is_skipped_only_by_its_control() {
         let store = FakeStore::start(test_params(4, 10, 5), false).await;
         let node = start(
             &store,
-            UnsafeSwitches {
+            UnsafeRules {
                 skip_lease_wait,
                 ..Default::default()
             },

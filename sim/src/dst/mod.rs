@@ -47,11 +47,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use allocsvr::UnsafeSwitches;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_client::{Client, ClientConfig};
-use storesvr::domain::state::{SetParams, UnsafeRules};
+use storesvr::domain::state::SetParams;
 
 use crate::checks::{self, Report};
 use crate::history::{FaultSpan, History, HistoryWriter, Poll, Record, RunClock, RunInfo};
@@ -71,9 +70,9 @@ pub const CLIENTS: u32 = 3;
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// AllocSvr negative controls.
-    pub alloc: UnsafeSwitches,
+    pub alloc: allocsvr::UnsafeRules,
     /// StoreSvr negative controls (the state machine's rules and the fence before a Bump).
-    pub store: UnsafeRules,
+    pub store: storesvr::domain::state::UnsafeRules,
     /// Keep only these faults of the seed's schedule (by index); all when `None`.
     pub only_faults: Option<BTreeSet<usize>>,
     /// Keep the history (for `--history` and the trace).

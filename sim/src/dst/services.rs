@@ -25,15 +25,16 @@ use super::addrs::store_addr;
 use super::group::{Rep, Req};
 use super::world::{Ep, World};
 
-/// Replica `r` of `set`, reached by the operator.
+/// Replica `r` of `set` as the operator and the AllocSvrs reach it: its gRPC services over the
+/// simulated network (the replica itself, its state and memory, is [`super::group::Replica`]).
 #[derive(Clone)]
-pub struct Replica {
+pub struct ReplicaService {
     pub world: Arc<World>,
     pub set: u64,
     pub r: usize,
 }
 
-impl Replica {
+impl ReplicaService {
     /// Sends `req` to this replica over the operator's link; its reply, or an error status.
     async fn ask<T: CallReply>(&self, req: Req) -> Result<Response<T>, Status> {
         let to = Ep::Store(self.set, self.r);
@@ -63,7 +64,7 @@ fn not_modelled<T>(what: &str) -> Result<Response<T>, Status> {
 }
 
 #[tonic::async_trait]
-impl AdminService for Replica {
+impl AdminService for ReplicaService {
     async fn add_replica(&self, _: Request<pb::AddReplicaRequest>) -> Result<Response<pb::MembershipReply>, Status> {
         not_modelled("AddReplica")
     }
@@ -119,7 +120,7 @@ impl AdminService for Replica {
 }
 
 #[tonic::async_trait]
-impl StoreService for Replica {
+impl StoreService for ReplicaService {
     async fn register(&self, _: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterReply>, Status> {
         not_modelled("Register over gRPC")
     }
@@ -194,10 +195,8 @@ impl StoreService for Replica {
 mod tests {
     use std::time::Duration;
 
-    use allocsvr::UnsafeSwitches;
     use seqsvr_control::leader::Seed;
     use seqsvr_control::{Dialer, Mover, StoreTimeouts};
-    use storesvr::domain::state::UnsafeRules;
 
     use super::*;
     use crate::dst::addrs::REPLICAS;
@@ -218,7 +217,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_production_mover_drives_a_move_over_two_modelled_sets() {
         let groups = (0..2)
-            .map(|set| Group::new(params(set), Duration::from_secs(1), UnsafeRules::default()))
+            .map(|set| {
+                Group::new(
+                    params(set),
+                    Duration::from_secs(1),
+                    storesvr::domain::state::UnsafeRules::default(),
+                )
+            })
             .collect();
         let state = State {
             rng: rng(5),
@@ -230,7 +235,7 @@ mod tests {
             skip_restore_check: false,
             restores: Default::default(),
         };
-        let world = World::new(state, UnsafeSwitches::default());
+        let world = World::new(state, allocsvr::UnsafeRules::default());
         crate::dst::spawn_store(&world);
         // Both sets elect a leader and initialize (bounded: the election timeout is 300–600 ms).
         for _ in 0..100 {

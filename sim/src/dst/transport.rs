@@ -12,7 +12,7 @@ use seqsvr_client::transport::{BoxError, CallFuture, Connect};
 use tonic::codegen::Service as _;
 
 use super::addrs::parse_store_addr;
-use super::services::Replica;
+use super::services::ReplicaService;
 use super::world::{Ep, World};
 
 /// The client library's transport in the simulation.
@@ -60,7 +60,7 @@ fn store_call(
 ) -> CallFuture {
     use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
     use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-    let replica = Replica { world, set, r };
+    let replica = ReplicaService { world, set, r };
     Box::pin(async move {
         let exists = (set as usize) < replica.world.lock().groups.len();
         if !exists {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use allocsvr::ids::clock::IdClock;
 use allocsvr::store::{Call, Store, StoreFailure};
-use allocsvr::{Core, NodeConfig, UnsafeSwitches};
+use allocsvr::{Core, NodeConfig, UnsafeRules};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_proto::pb;
@@ -166,7 +166,7 @@ pub struct ClockControl {
 pub struct World {
     state: Mutex<State>,
     pub start: Instant,
-    pub switches: UnsafeSwitches,
+    pub switches: UnsafeRules,
     /// Each AllocSvr slot's lease clock (its host's: a restarted process keeps it) and the
     /// clock faults' negative controls.
     clocks: Mutex<(Vec<Script>, ClockControl)>,
@@ -187,7 +187,7 @@ const STORE_DEFAULT_WAIT: Duration = Duration::from_secs(5);
 const COMMIT: (u64, u64) = (500, 3_000);
 
 impl World {
-    pub fn new(state: State, switches: UnsafeSwitches) -> Arc<Self> {
+    pub fn new(state: State, switches: UnsafeRules) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(state),
             start: Instant::now(),
@@ -362,7 +362,7 @@ impl World {
                 "127.0.0.1:0".parse().expect("literal address"),
                 vec![],
             );
-            cfg.unsafe_switches = world.switches;
+            cfg.unsafe_rules = world.switches;
             cfg.lease_clock = world.lease_clock(i).into();
             cfg.id_clock = world.id_clock(i);
             cfg.start_timeout = Duration::from_secs(3_600);
