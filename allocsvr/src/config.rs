@@ -1,5 +1,5 @@
 //! Configuration: the binary's options (flags, `ALLOCSVR_*` environment variables or a TOML
-//! config file, through `seqsvr_server::cli`), validated once, before anything is served.
+//! config file, through `seqsvr_plumbing::cli`), validated once, before anything is served.
 //!
 //! Parsing (clap, with typed addresses) is kept apart from validation ([`Cli::validate`]) so that
 //! the library can be started in-process with a [`NodeConfig`] built by hand.
@@ -16,8 +16,8 @@ use clap::Parser;
 use seqsvr_control::Seed;
 use seqsvr_proto::NodeId;
 use seqsvr_proto::addr::HostPort;
-use seqsvr_server::lease_clock::LeaseClock;
-use seqsvr_server::serve_limits::{self, ServeLimits};
+use seqsvr_plumbing::lease_clock::LeaseClock;
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
 pub const ENV_PREFIX: &str = "ALLOCSVR";
@@ -216,7 +216,7 @@ pub struct NodeConfig {
     pub unsafe_rules: UnsafeRules,
     /// Test only: send every Release again this long (up to twice this) after the first.
     pub repeat_releases_after: Option<Duration>,
-    /// Calls in flight, streams per connection and the longest call (`seqsvr_server::serve_limits`).
+    /// Calls in flight, streams per connection and the longest call (`seqsvr_plumbing::serve_limits`).
     pub serve_limits: ServeLimits,
     /// Mutual TLS (an `allocsvr` certificate) on the data plane and to the store; plaintext when unset.
     pub tls: Option<std::sync::Arc<seqsvr_auth::Tls>>,
@@ -440,7 +440,7 @@ mod tests {
     fn cli(args: &[&str]) -> Result<BinaryConfig, String> {
         let mut argv = vec!["allocsvr"];
         argv.extend_from_slice(args);
-        seqsvr_server::cli::try_parse_from::<Cli, _, _>(ENV_PREFIX, argv)
+        seqsvr_plumbing::cli::try_parse_from::<Cli, _, _>(ENV_PREFIX, argv)
             .map_err(|e| e.to_string())?
             .validate()
     }

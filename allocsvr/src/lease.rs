@@ -11,7 +11,7 @@
 //!
 //! Deliberately left out: wall-clock time of any kind (a jump of the wall clock changes nothing)
 //! and the renewal loop itself (see `tasks::renew`). Instants are tokio's, so that the tasks that
-//! use this can be tested on a paused clock; they are read on `seqsvr_server::lease_clock` (via
+//! use this can be tested on a paused clock; they are read on `seqsvr_plumbing::lease_clock` (via
 //! `AllocState::lease_now`), which adds the time the host was suspended to tokio's monotonic clock: a
 //! suspend longer than the lease ends the lease on resume.
 

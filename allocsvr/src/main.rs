@@ -6,13 +6,13 @@ use std::process::ExitCode;
 
 use allocsvr::config::ENV_PREFIX;
 use allocsvr::{Cli, Node};
-use seqsvr_server::observe;
+use seqsvr_plumbing::observe;
 use tracing::{error, info};
 
 mod trim;
 
 fn main() -> ExitCode {
-    let cli: Cli = seqsvr_server::cli::parse(ENV_PREFIX);
+    let cli: Cli = seqsvr_plumbing::cli::parse(ENV_PREFIX);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

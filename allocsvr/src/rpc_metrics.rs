@@ -36,7 +36,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use metrics::counter;
-use seqsvr_server::observe::LATENCY_BUCKETS_SECONDS;
+use seqsvr_plumbing::observe::LATENCY_BUCKETS_SECONDS;
 use tonic::codegen::{Service, http};
 use tonic::server::NamedService;
 

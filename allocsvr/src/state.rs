@@ -19,7 +19,7 @@ use std::time::Duration;
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb;
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
-use seqsvr_server::lease_clock::LeaseClock;
+use seqsvr_plumbing::lease_clock::LeaseClock;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};

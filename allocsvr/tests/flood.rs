@@ -36,7 +36,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::refusal::{self, Refusal};
-use seqsvr_server::serve_limits::{self, ServeLimits};
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 

@@ -18,7 +18,7 @@
 //!   used up, give up".
 //!
 //! Deliberately left out: any IO. The plumbing every process shares (options, server limits,
-//! reflection, the lease clock) is `seqsvr-server`; clients, servers and retries live in the
+//! reflection, the lease clock) is `seqsvr-plumbing`; clients, servers and retries live in the
 //! crates that need them. An application that links the client library gets this contract
 //! without any of it.
 

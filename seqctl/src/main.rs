@@ -211,7 +211,7 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = seqsvr_server::cli::parse("SEQCTL");
+    let cli: Cli = seqsvr_plumbing::cli::parse("SEQCTL");
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -344,7 +344,7 @@ pub(crate) const EXIT_BAD_OPTIONS: u8 = 2;
 pub(crate) const EXIT_HARNESS: u8 = 3;
 
 fn main() -> ExitCode {
-    let cli = match seqsvr_server::cli::try_parse_from::<Cli, _, _>("SIM", std::env::args_os()) {
+    let cli = match seqsvr_plumbing::cli::try_parse_from::<Cli, _, _>("SIM", std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -1,7 +1,7 @@
 //! StoreSvr configuration: options and their validation.
 //!
 //! Options come as flags, `STORESVR_*` environment variables or a TOML config file
-//! (`--config`), in that order of precedence, through `seqsvr_server::cli`; addresses are parsed
+//! (`--config`), in that order of precedence, through `seqsvr_plumbing::cli`; addresses are parsed
 //! by `seqsvr_proto::addr`. Parsing and validating are separate: clap turns the options into
 //! [`Config`], then [`Config::validate`] checks the relations between values — the set's
 //! parameters with the one rule set of `seqsvr_proto::params`, the Raft timings against the lease,
@@ -13,7 +13,7 @@ use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
 use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::params::SetParams;
-use seqsvr_server::serve_limits::{self, ServeLimits};
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -290,7 +290,7 @@ impl Config {
         Ok(())
     }
 
-    /// The limits the replica's server runs with (`seqsvr_server::serve_limits`).
+    /// The limits the replica's server runs with (`seqsvr_plumbing::serve_limits`).
     pub fn serve_limits(&self) -> ServeLimits {
         ServeLimits {
             max_in_flight: self.max_in_flight,
@@ -389,7 +389,7 @@ mod tests {
     fn check(extra: &[&str]) -> Result<(), String> {
         let mut args = base();
         args.extend_from_slice(extra);
-        seqsvr_server::cli::try_parse_from::<Config, _, _>(ENV_PREFIX, args)
+        seqsvr_plumbing::cli::try_parse_from::<Config, _, _>(ENV_PREFIX, args)
             .map_err(|e| e.to_string())?
             .validate()
     }

@@ -2,7 +2,7 @@
 //! `STORESVR_*` environment variables or a TOML `--config` file (see `config`). `storesvr restore`
 //! builds a new set's first data dir from a backup instead (see `restore`).
 
-use seqsvr_server::observe;
+use seqsvr_plumbing::observe;
 use std::process::ExitCode;
 use storesvr::config::Config;
 use storesvr::node::StoreNode;
@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         return storesvr::restore::main(args[1..].to_vec());
     }
     // clap prints help and version (exit 0) and usage errors (exit 2) itself.
-    let config: Config = seqsvr_server::cli::parse(storesvr::config::ENV_PREFIX);
+    let config: Config = seqsvr_plumbing::cli::parse(storesvr::config::ENV_PREFIX);
     if let Err(e) = config.validate() {
         eprintln!("storesvr: invalid configuration: {e}");
         return ExitCode::from(2);

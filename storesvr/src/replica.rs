@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use seqsvr_proto::pb;
-use seqsvr_server::lease_clock::LeaseClock;
+use seqsvr_plumbing::lease_clock::LeaseClock;
 
 use crate::config::Config;
 use crate::domain::state::{Command, CommandResult, SetState};
@@ -230,7 +230,7 @@ impl ReplicaState {
 
     /// Now, for everything measured against a lease: liveness (when a renewal was heard), the
     /// arbiter's detection, a move's lease wait. It counts the time this host was suspended
-    /// (`seqsvr_server::lease_clock`), which `Instant::now()` does not: a leader that resumes
+    /// (`seqsvr_plumbing::lease_clock`), which `Instant::now()` does not: a leader that resumes
     /// must see that its AllocSvrs went unheard for the suspension, and a move's wait that spanned
     /// it has passed. Either error of the monotonic clock was on the safe side here (it waits
     /// longer); this keeps both ends of a lease on one definition of time.

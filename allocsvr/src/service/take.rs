@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use seqsvr_proto::{SectionId, pb};
-use seqsvr_server::serve_limits::InFlight;
+use seqsvr_plumbing::serve_limits::InFlight;
 
 use super::check::Who;
 use super::reply::Answer;

@@ -5,7 +5,7 @@
 //! says what a failed call means — whether it may have taken effect and whether to retry it.
 //!
 //! Deliberately left out: any service's calls, routing and leader following (the two client
-//! crates above), and the server side (`seqsvr-auth`, `seqsvr-server::serve_limits`).
+//! crates above), and the server side (`seqsvr-auth`, `seqsvr-plumbing::serve_limits`).
 
 mod call;
 pub mod classify;

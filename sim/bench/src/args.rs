@@ -14,7 +14,7 @@ use std::fmt::{Debug, Display};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `--config FILE`, which `seqsvr_server::cli::parse` reads before the other flags.
+/// `--config FILE`, which `seqsvr_plumbing::cli::parse` reads before the other flags.
 #[derive(clap::Args, Debug, Clone)]
 #[command(about = None, long_about = None)]
 pub struct Config {
@@ -153,7 +153,7 @@ mod tests {
         std::fs::write(&file, "seconds = 7\nquiet_below = 12.5\n").expect("write the file");
         let file = file.to_str().expect("a UTF-8 path");
         let args = ["bench", "--config", file, "--seconds", "9"];
-        let b: Bench = seqsvr_server::cli::try_parse_from("SEQSVR_BENCH_ARGS_TEST", args).expect("parses");
+        let b: Bench = seqsvr_plumbing::cli::try_parse_from("SEQSVR_BENCH_ARGS_TEST", args).expect("parses");
         assert_eq!(b.common.window.seconds, 9, "a flag overrides the file");
         assert_eq!(b.common.quiet.quiet_below, 12.5, "the file sets what no flag does");
         assert_eq!(b.common.window.warmup_ms, 1_000, "the default stays");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seqsvr_server::lease_clock::SAME_RATE_PPM;
+use seqsvr_plumbing::lease_clock::SAME_RATE_PPM;
 use serde::Serialize;
 
 use super::addrs::REPLICAS;

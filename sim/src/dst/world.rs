@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_server::AllocServiceServer;
-use seqsvr_server::lease_clock::Script;
+use seqsvr_plumbing::lease_clock::Script;
 use storesvr::error::RpcError;
 use storesvr::protocol::CallReply;
 use tokio::time::Instant;

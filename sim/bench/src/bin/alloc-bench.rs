@@ -139,7 +139,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("ALLOC_BENCH");
+    let args: Args = seqsvr_plumbing::cli::parse("ALLOC_BENCH");
     if let Some(code) = args.echo.serve(SECTION_SIZE) {
         return code;
     }

@@ -158,7 +158,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("COST_CURVES");
+    let args: Args = seqsvr_plumbing::cli::parse("COST_CURVES");
     let bench = async { run(&args).await.map(|()| true) };
     seqsvr_bench::exit::run_valid("cost-curves", args.validate(), bench)
 }

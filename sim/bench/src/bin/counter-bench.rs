@@ -169,7 +169,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("COUNTER_BENCH");
+    let args: Args = seqsvr_plumbing::cli::parse("COUNTER_BENCH");
     seqsvr_bench::exit::run_valid("counter-bench", args.validate(), bench(&args))
 }
 

@@ -106,7 +106,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("IDS_BENCH");
+    let args: Args = seqsvr_plumbing::cli::parse("IDS_BENCH");
     if let Some(code) = args.echo.serve(SECTION_SIZE) {
         return code;
     }

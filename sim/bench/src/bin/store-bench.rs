@@ -298,7 +298,7 @@ fn print_targets(results: &[(u64, &'static str, CaseResult)], fsync_rate: f64, f
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("STORE_BENCH");
+    let args: Args = seqsvr_plumbing::cli::parse("STORE_BENCH");
     let exe_dir = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
     let storesvr = exe_dir.join("storesvr");
     if !storesvr.exists() {

@@ -90,7 +90,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let args: Args = seqsvr_server::cli::parse("TAKEOVER_BENCH");
+    let args: Args = seqsvr_plumbing::cli::parse("TAKEOVER_BENCH");
     let bench = async { run(&args).await.map(|()| true) };
     seqsvr_bench::exit::run_valid("takeover-bench", args.validate(), bench)
 }

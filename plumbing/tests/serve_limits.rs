@@ -1,4 +1,4 @@
-//! The limits of `seqsvr_server::serve_limits` on a real tonic server over loopback, driven by a raw
+//! The limits of `seqsvr_plumbing::serve_limits` on a real tonic server over loopback, driven by a raw
 //! HTTP/2 client (hyper), which enforces no deadline of its own: what the test sees is what the
 //! server did.
 
@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use seqsvr_server::serve_limits::{self, ServeLimits};
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;

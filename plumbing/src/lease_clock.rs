@@ -14,7 +14,7 @@
 //! lease is checked inside each section's critical section, ownership rule 7): a batch of 100
 //! random uids reads it about 50 times. It used to be three reads (tokio's `Instant::now`, then
 //! `MONOTONIC` and `BOOTTIME` for the suspended part), 5–7 µs of a batch100 call's ~110 µs of
-//! server CPU; `cargo test --release -p seqsvr-server --lib host_now -- --nocapture` prints a
+//! server CPU; `cargo test --release -p seqsvr-plumbing --lib host_now -- --nocapture` prints a
 //! read's cost.
 //!
 //! Tests that pause tokio's clock use a [`Script`], which reads tokio's clock: the host clock is
