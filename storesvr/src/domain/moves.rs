@@ -480,8 +480,8 @@ impl RangeCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::state::{BumpItem, BumpOutcome, Command, CommandResult, Move, Released, SetState};
-    use crate::domain::testing::{register, set_with, small_params};
+    use crate::domain::state::{Command, CommandResult, Move, SetState};
+    use crate::domain::testing::{set_with, small_params};
     use seqsvr_proto::{Incarnation, SectionId};
 
     const OP: OpId = 41;
@@ -518,25 +518,6 @@ mod tests {
         st.apply(&Command::Assign { expire: vec![], moves }, false);
     }
 
-    fn bump(st: &mut SetState, inc: Incarnation, section: u64, new_max: u64) -> BumpOutcome {
-        let epoch = st.section(SectionId(section)).map_or(Epoch(0), |s| s.epoch);
-        let items = vec![BumpItem {
-            section: SectionId(section),
-            epoch,
-            new_max,
-        }];
-        match st.apply(
-            &Command::Bump {
-                incarnation: inc,
-                items,
-            },
-            false,
-        ) {
-            CommandResult::Bumped(r) => r[0].outcome,
-            other => panic!("bump: {other:?}"),
-        }
-    }
-
     fn ok(already: bool) -> CommandResult {
         CommandResult::Stepped { already }
     }
@@ -546,169 +527,9 @@ mod tests {
     }
 
     /// Sections 2..5 of set 0, owned and bumped by `a`, moved to set 1 on the released path.
-    #[test]
-    fn a_move_hands_the_range_over_with_its_ceilings_and_every_step_repeats_harmlessly() {
-        let (mut src, incs) = set_with(&[1]);
-        let a = incs[0];
-        assign_all(&mut src, a);
-        assert_eq!(bump(&mut src, a, 3, 15), BumpOutcome::Applied);
-        let mut dst = empty_set(1);
-        let import = RangeCommand::Import {
-            op: OP,
-            span: span(2, 5),
-            from_set: 0,
-        };
-        assert_eq!(step(&mut dst, import.clone()), ok(false));
-        assert_eq!(step(&mut dst, import), ok(true));
-
-        let freeze = RangeCommand::Freeze {
-            op: OP,
-            span: span(2, 5),
-            to_set: 1,
-        };
-        assert_eq!(step(&mut src, freeze.clone()), ok(false));
-        assert_eq!(step(&mut src, freeze), ok(true));
-        assert_eq!(
-            bump(&mut src, a, 3, 20),
-            BumpOutcome::NotOwned,
-            "a frozen section is never bumped"
-        );
-        assert_eq!(
-            bump(&mut src, a, 6, 20),
-            BumpOutcome::Applied,
-            "the rest of the set is not disturbed"
-        );
-        let status = src.export_status(OP).unwrap();
-        assert_eq!((status.held, status.forced, status.released()), (3, 0, false));
-        assert!(
-            src.owner_runs()
-                .iter()
-                .all(|r| r.end <= SectionId(2) || r.begin >= SectionId(5)),
-            "a frozen range leaves the route table"
-        );
-
-        // The owner sees the new epoch, hands the sections over and releases them.
-        let ranges: Vec<Released> = (2..5)
-            .map(|s| Released {
-                begin: SectionId(s),
-                end: SectionId(s + 1),
-                epoch: src.section(SectionId(s)).unwrap().epoch,
-                waited: true,
-            })
-            .collect();
-        let release = Command::Release {
-            incarnation: a,
-            ranges,
-            leaving: false,
-        };
-        assert_eq!(src.apply(&release, false), CommandResult::Released { count: 3 });
-        assert!(src.export_status(OP).unwrap().released());
-
-        let ceilings = src.final_ceilings(OP).unwrap();
-        assert_eq!(ceilings, vec![0, 15, 0]);
-        let install = RangeCommand::Install {
-            op: OP,
-            span: span(2, 5),
-            ceilings,
-        };
-        assert_eq!(step(&mut dst, install.clone()), ok(false));
-        assert_eq!(step(&mut dst, install), ok(true));
-        let s = dst.section(SectionId(3)).unwrap();
-        assert_eq!((s.max_seq, s.owner, s.no_wait), (15, NOBODY, true));
-        assert!(dst.ranges.is_owned(SectionId(4)) && !dst.ranges.is_owned(SectionId(5)));
-
-        let tombstone = RangeCommand::Tombstone {
-            op: OP,
-            span: span(2, 5),
-            to_set: 1,
-            map_version: 7,
-        };
-        assert_eq!(step(&mut src, tombstone.clone()), ok(false));
-        assert_eq!(step(&mut src, tombstone), ok(true));
-        assert_eq!(
-            src.ranges.state_at(SectionId(2)),
-            Some(RangeState::Tombstoned {
-                op: OP,
-                to_set: 1,
-                map_version: 7
-            })
-        );
-        assert_eq!(
-            src.final_ceilings(OP),
-            Some(vec![0, 15, 0]),
-            "still readable after the tombstone"
-        );
-        assert!(refused(&step(
-            &mut src,
-            RangeCommand::Cancel {
-                op: OP,
-                span: span(2, 5)
-            }
-        )));
-    }
-
-    #[test]
-    fn a_range_coming_back_starts_above_both_ceilings() {
-        let mut st = empty_set(1);
-        st.apply(
-            &Command::Range(RangeCommand::Import {
-                op: 1,
-                span: span(0, 2),
-                from_set: 0,
-            }),
-            false,
-        );
-        step(
-            &mut st,
-            RangeCommand::Install {
-                op: 1,
-                span: span(0, 2),
-                ceilings: vec![900, 100],
-            },
-        );
-        let inc = register(&mut st, 5);
-        assign_all(&mut st, inc);
-        assert_eq!(bump(&mut st, inc, 1, 110), BumpOutcome::Applied);
-        step(
-            &mut st,
-            RangeCommand::Freeze {
-                op: 2,
-                span: span(0, 2),
-                to_set: 0,
-            },
-        );
-        step(
-            &mut st,
-            RangeCommand::Tombstone {
-                op: 2,
-                span: span(0, 2),
-                to_set: 0,
-                map_version: 3,
-            },
-        );
-        // Back again, with a source ceiling below this set's own for section 0.
-        assert_eq!(
-            step(
-                &mut st,
-                RangeCommand::Import {
-                    op: 3,
-                    span: span(0, 2),
-                    from_set: 0
-                }
-            ),
-            ok(false)
-        );
-        step(
-            &mut st,
-            RangeCommand::Install {
-                op: 3,
-                span: span(0, 2),
-                ceilings: vec![400, 100],
-            },
-        );
-        let max = |s| st.section(SectionId(s)).unwrap().max_seq;
-        assert_eq!((max(0), max(1)), (900, 110));
-    }
+    // The whole hand-over, each step repeated, and a range coming back above both ceilings, are
+    // told as golden scripts: testscripts/every_move_step_repeats_harmlessly and
+    // a_range_coming_back_starts_above_both_ceilings.
 
     #[test]
     fn steps_out_of_order_or_over_foreign_sections_are_refused_and_change_nothing() {

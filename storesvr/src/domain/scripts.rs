@@ -12,12 +12,14 @@
 //!   `bump inc=INC section=N max=M [epoch=E] [secret=S]`;
 //!   `release inc=INC b..e [epoch=E] [waited=BOOL] [leaving] [secret=S]`; `drain node=N`;
 //! - range steps: `import op=N b..e from=SET`, `freeze op=N b..e to=SET`, `seal op=N b..e`,
-//!   `install op=N b..e ceilings=SET` (the final ceilings that set vouches for),
+//!   `install op=N b..e ceilings=SET` (the final ceilings that set vouches for, or a list
+//!   `ceilings="a,b,…"` as a driver could send any),
 //!   `tombstone op=N b..e to=SET` (at set 0's map version), `cancel op=N b..e`;
 //! - the map (set 0): `add_set id=N`, `begin op=N b..e from=SET to=SET driver=D`,
 //!   `claim op=N driver=D`, `advance op=N driver=D PHASE` (a sealed record takes the source's
 //!   final ceilings), `finish op=N driver=D`;
-//! - `show b..e` (sections), `show moves`, `show map`.
+//! - `show b..e` (sections), `show routes` (the owner runs), `show export OP` (what a move's
+//!   source still holds), `show ceilings OP` (the final ceilings a source vouches for), `show moves`, `show map`.
 //!
 //! Left out: time (leases, the lease wait: the leader's business, not the state machine's) and
 //! the RPC layer (`protocol`), which the integration tests cover.
@@ -31,8 +33,9 @@ use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId};
 
 use super::binding::SecretHash;
 use super::cluster_map::{MapCommand, Phase};
-use super::command::{BumpItem, Command, CommandResult, Move, Released, outcome};
-use super::moves::RangeCommand;
+use super::command::{BumpItem, BumpOutcome, Command, CommandResult, Move, Released, outcome};
+use super::moves::{RangeCommand, Role, SidePhase};
+use super::ranges::RangeState;
 use super::section::{NOBODY, Span};
 use super::state::SetState;
 use super::state_props::params;
@@ -172,11 +175,13 @@ impl Sets {
             },
             "seal" => RangeCommand::Seal { op, span },
             "install" => {
-                let source = num(args.take_key("ceilings"), "ceilings")?;
-                let ceilings = self
-                    .set(source)
-                    .final_ceilings(op)
-                    .ok_or("the source vouches for no ceilings")?;
+                let given = args.take_key("ceilings").ok_or("ceilings missing")?;
+                let ceilings = match given.contains(',') {
+                    true => (given.split(',').map(|c| num(Some(c.trim()), "ceiling")))
+                        .collect::<Res<Vec<u64>>>()?,
+                    false => (self.set(num(Some(given), "ceilings")?).final_ceilings(op))
+                        .ok_or("the source vouches for no ceilings")?,
+                };
                 RangeCommand::Install { op, span, ceilings }
             }
             "tombstone" => RangeCommand::Tombstone {
@@ -246,18 +251,42 @@ impl Sets {
         })
     }
 
-    fn show(&mut self, set: u64, what: &str) -> Res<String> {
+    fn show(&mut self, set: u64, what: &str, args: &mut ArgumentConsumer) -> Res<String> {
         let st = self.set(set);
         let mut out = String::new();
         match what {
             "moves" => {
                 for (op, m) in &st.moves {
-                    writeln!(
-                        out,
-                        "op {op}: {:?} [{}, {}) {:?}",
-                        m.role, m.span.begin, m.span.end, m.phase
-                    )?;
+                    let role = match m.role {
+                        Role::Unseen => "never seen here".to_string(),
+                        Role::Import { from_set } => format!("import from set {from_set}"),
+                        Role::Export { to_set } => format!("export to set {to_set}"),
+                    };
+                    let phase = match m.phase {
+                        SidePhase::Started => "started",
+                        SidePhase::Done => "done",
+                        SidePhase::Cancelled => "cancelled",
+                        SidePhase::Sealed => "sealed",
+                    };
+                    writeln!(out, "op {op}: {role} [{}, {}) {phase}", m.span.begin, m.span.end)?;
                 }
+            }
+            "routes" => {
+                let runs: Vec<String> = (st.owner_runs().iter())
+                    .map(|r| format!("[{}, {}) inc {}", r.begin, r.end, r.owner))
+                    .collect();
+                writeln!(out, "routes: {}", runs.join(", "))?;
+            }
+            "export" => {
+                let op = num(args.next_pos(), "op")?;
+                let e = st.export_status(op).ok_or("no export of that op")?;
+                let released = if e.released() { "released" } else { "not released" };
+                writeln!(out, "export op {op}: {} held, {} forced, {released}", e.held, e.forced)?;
+            }
+            "ceilings" => {
+                let op = num(args.next_pos(), "op")?;
+                let ceilings = st.final_ceilings(op).ok_or("no final ceilings for that op")?;
+                writeln!(out, "final ceilings of op {op}: {ceilings:?}")?;
             }
             "map" => {
                 let map = st.map.as_ref().ok_or("set holds no map")?;
@@ -282,11 +311,11 @@ impl Sets {
             span => {
                 let span = span_of(Some(span))?;
                 for (id, s) in st.sections_in(span.begin, span.end) {
-                    let range = st.ranges.state_at(id);
+                    let range = range_state(st.ranges.state_at(id));
                     let wait = if s.no_wait { "no wait" } else { "wait" };
                     writeln!(
                         out,
-                        "section {id}: max {} epoch {} owner {} {wait} {range:?}",
+                        "section {id}: max {} epoch {} owner {} {wait}, {range}",
                         s.max_seq, s.epoch, s.owner
                     )?;
                 }
@@ -307,14 +336,60 @@ impl goldenscript::Runner for Sets {
         let mut args = command.consume_args();
         if command.name == "show" {
             let what = args.next_pos().ok_or("show what?")?;
+            let out = self.show(set, what, &mut args)?;
             args.reject_next()?;
-            return self.show(set, what);
+            return Ok(out);
         }
         let cmd = self.command(set, &command.name, &mut args)?;
         args.reject_next()?;
         // A refusal is the state machine's answer, not a failure of the script: it is output.
         let result: CommandResult = self.set(set).apply(&cmd, false);
-        Ok(format!("{}\n", outcome(&result)))
+        Ok(format!("{}\n", told(&result)))
+    }
+}
+
+/// A command's answer in one line. The answers the audit log words (`outcome`) are kept as
+/// they are; the rest, which only scripts print, get words instead of `Debug` structs.
+fn told(result: &CommandResult) -> String {
+    match result {
+        CommandResult::Initialized { fresh: true } => "initialized".into(),
+        CommandResult::Initialized { fresh: false } => "already initialized".into(),
+        CommandResult::Registered { incarnation } => format!("registered: inc {incarnation}"),
+        CommandResult::Assigned { moved, route_version } => {
+            format!("assigned {moved} sections: routes version {route_version}")
+        }
+        CommandResult::Released { count: 1 } => "released 1 section".into(),
+        CommandResult::Released { count } => format!("released {count} sections"),
+        CommandResult::UnknownIncarnation => "refused: unknown incarnation".into(),
+        CommandResult::NotBound => "refused: not bound to the incarnation's secret".into(),
+        CommandResult::Bumped(items) => {
+            let items: Vec<String> = (items.iter())
+                .map(|b| {
+                    let what = match b.outcome {
+                        BumpOutcome::Applied => "raised",
+                        BumpOutcome::NoOp => "not raised (no higher)",
+                        BumpOutcome::StaleEpoch => "refused (stale epoch)",
+                        BumpOutcome::OutOfRange => "refused (too far)",
+                        BumpOutcome::NotOwned => "refused (not owned here)",
+                    };
+                    format!("section {} {what}: max {} epoch {}", b.section, b.max_seq, b.epoch)
+                })
+                .collect();
+            items.join("; ")
+        }
+        other => outcome(other),
+    }
+}
+
+fn range_state(state: Option<RangeState>) -> String {
+    match state {
+        None => "not in the set".into(),
+        Some(RangeState::Owned) => "owned".into(),
+        Some(RangeState::Importing { op }) => format!("importing (op {op})"),
+        Some(RangeState::Migrating { op, to_set }) => format!("migrating to set {to_set} (op {op})"),
+        Some(RangeState::Tombstoned { op, to_set, map_version }) => {
+            format!("tombstoned: set {to_set} from map version {map_version} (op {op})")
+        }
     }
 }
 
