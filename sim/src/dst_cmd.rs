@@ -159,6 +159,10 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         "seeds with faults on set 1: {}; restores: {} seeds restored, {} refused ({} by the check against the map)",
         r.set1_fault_seeds, r.restored_seeds, r.refused_restore_seeds, r.map_refused_restore_seeds
     );
+    println!(
+        "gaps across an owner change held to their section's reserve (P6): {}",
+        r.p6_bounded
+    );
     match r.failures.first() {
         Some(o) => {
             println!(

@@ -176,7 +176,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "checked: {} ok / {} failed / {} unknown calls, {} fetched values, {} gets; P6 gaps {} (excused {}, unexplained {}, max {})",
+            "checked: {} ok / {} failed / {} unknown calls, {} fetched values, {} gets; P6 gaps {} (excused {}, unexplained {}, max {}; {} across owners held to the reserve)",
             self.calls_ok,
             self.calls_failed,
             self.calls_unknown,
@@ -185,7 +185,8 @@ impl Report {
             self.p6.gaps,
             self.p6.excused,
             self.p6.unexplained,
-            self.p6.max_gap
+            self.p6.max_gap,
+            self.p6.bounded
         );
         if self.ids_ok + self.ids_failed > 0 {
             let _ = writeln!(
@@ -239,13 +240,12 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
     r.add(Promise::P4, p4_one_owner::check(&history.calls));
     r.add(Promise::OneSet, one_set::check(&history.calls, &history.moves));
     r.add(Promise::P5, p5_read::check(&history.calls));
-    let (p6, stats) = p6_waste::check_with_sections(
-        &history.calls,
-        &history.faults,
-        history.info.fault_free,
-        history.info.section_size,
-        history.info.uid_limit,
-    );
+    let layout = p6_waste::Layout {
+        section_size: history.info.section_size,
+        uid_limit: history.info.uid_limit,
+        step: history.info.step,
+    };
+    let (p6, stats) = p6_waste::check_with_sections(&history.calls, &history.faults, history.info.fault_free, layout);
     r.p6 = stats;
     r.add(Promise::P6, p6);
     if let Some(from) = history.info.verify_from_ns {

@@ -613,6 +613,9 @@ pub struct RangeResult {
     pub restored_seeds: u64,
     pub refused_restore_seeds: u64,
     pub map_refused_restore_seeds: u64,
+    /// Gaps across an owner change held to their section's reserve (P6's second half), over all
+    /// seeds: how often that check had something to check.
+    pub p6_bounded: u64,
 }
 
 impl RangeResult {
@@ -672,6 +675,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let (forger_seeds, sent, refused) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let (set1, restored, refused_restores) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let map_refused = AtomicU64::new(0);
+    let p6_bounded = AtomicU64::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -691,6 +695,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     restored.fetch_add(u64::from(o.restores.restored > 0), Ordering::Relaxed);
                     refused_restores.fetch_add(u64::from(o.restores.refused > 0), Ordering::Relaxed);
                     map_refused.fetch_add(u64::from(o.restores.refused_by_map > 0), Ordering::Relaxed);
+                    p6_bounded.fetch_add(o.report.p6.bounded as u64, Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -718,6 +723,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         restored_seeds: restored.into_inner(),
         refused_restore_seeds: refused_restores.into_inner(),
         map_refused_restore_seeds: map_refused.into_inner(),
+        p6_bounded: p6_bounded.into_inner(),
     }
 }
 

@@ -177,8 +177,7 @@ impl Sets {
             "install" => {
                 let given = args.take_key("ceilings").ok_or("ceilings missing")?;
                 let ceilings = match given.contains(',') {
-                    true => (given.split(',').map(|c| num(Some(c.trim()), "ceiling")))
-                        .collect::<Res<Vec<u64>>>()?,
+                    true => (given.split(',').map(|c| num(Some(c.trim()), "ceiling"))).collect::<Res<Vec<u64>>>()?,
                     false => (self.set(num(Some(given), "ceilings")?).final_ceilings(op))
                         .ok_or("the source vouches for no ceilings")?,
                 };
@@ -387,7 +386,11 @@ fn range_state(state: Option<RangeState>) -> String {
         Some(RangeState::Owned) => "owned".into(),
         Some(RangeState::Importing { op }) => format!("importing (op {op})"),
         Some(RangeState::Migrating { op, to_set }) => format!("migrating to set {to_set} (op {op})"),
-        Some(RangeState::Tombstoned { op, to_set, map_version }) => {
+        Some(RangeState::Tombstoned {
+            op,
+            to_set,
+            map_version,
+        }) => {
             format!("tombstoned: set {to_set} from map version {map_version} (op {op})")
         }
     }
