@@ -44,6 +44,8 @@ pub struct Cluster {
     procs: Supervisor,
     /// Flags added after [`set_args`] for every replica (later flags override earlier ones).
     pub extra_args: Vec<String>,
+    /// Flags added after those for one replica only.
+    pub node_args: BTreeMap<u64, Vec<String>>,
     /// Ids started at least once: only their first start passes `--new-replica`.
     started: std::collections::BTreeSet<u64>,
 }
@@ -73,6 +75,7 @@ impl Cluster {
             addrs,
             procs,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            node_args: BTreeMap::new(),
             started: Default::default(),
         }
     }
@@ -107,6 +110,7 @@ impl Cluster {
         ];
         args.extend(set_args());
         args.extend(self.extra_args.iter().cloned());
+        args.extend(self.node_args.get(&id).into_iter().flatten().cloned());
         if bootstrap {
             args.push("--bootstrap".into());
         }
