@@ -136,14 +136,17 @@ impl Cluster {
         let _ = self.procs.kill(&name(id));
     }
 
-    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running.
+    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running (or
+    /// its exit was already collected, by [`running`](Self::running) say).
     pub fn wait_exit(&mut self, id: u64, within: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + within;
         loop {
+            // Only `try_exit` here: asking `is_running` as well could lose an exit that falls
+            // between the two calls (`is_running` collects the status and keeps it to itself).
             if let Some(status) = self.procs.try_exit(&name(id)).ok()? {
                 return Some(status);
             }
-            if Instant::now() >= deadline || !self.procs.is_running(&name(id)) {
+            if Instant::now() >= deadline {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
