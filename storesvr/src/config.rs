@@ -206,6 +206,12 @@ pub struct Config {
     /// Leases and Raft timing keep the monotonic clock.
     #[arg(long, hide = true, allow_hyphen_values = true, default_value_t = 0)]
     pub test_clock_offset_ms: i64,
+
+    /// TEST ONLY, a disk fault: while this file exists, every write and sync of the Raft log and
+    /// key files fails with ENOSPC (with `eio-sync` in the file: only syncs fail, with EIO).
+    /// See `storage/fault.rs` and docs/OPERATIONS.md.
+    #[arg(long, hide = true)]
+    pub unsafe_disk_fault_file: Option<PathBuf>,
 }
 
 impl Config {

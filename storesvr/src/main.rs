@@ -36,7 +36,8 @@ fn main() -> ExitCode {
     runtime.block_on(run(config))
 }
 
-async fn run(config: Config) -> ExitCode {
+/// Says loudly which negative controls are on.
+fn warn_unsafe(config: &Config) {
     if config.unsafe_skip_epoch_fence {
         tracing::warn!("UNSAFE: --unsafe-skip-epoch-fence is on; bumps are not fenced (negative control only)");
     }
@@ -53,6 +54,10 @@ async fn run(config: Config) -> ExitCode {
     if config.unsafe_unfenced_release {
         tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");
     }
+}
+
+async fn run(config: Config) -> ExitCode {
+    warn_unsafe(&config);
     if let Some(addr) = config.metrics_listen
         && let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -90,6 +95,18 @@ async fn run(config: Config) -> ExitCode {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        why = node.raft_stopped() => {
+            // A failed write or sync leaves the page cache's state unknown: trust nothing in memory,
+            // stop, and let the restart (systemd, Kubernetes, the operator) reopen the data dir.
+            tracing::error!(error = %why, "the Raft node stopped on a storage error; exiting");
+            eprintln!(
+                "storesvr: the Raft node stopped on a storage error ({why}); exiting with status 1 so \
+                 that a restart reopens the data dir from what is on disk (docs/OPERATIONS.md, \
+                 \"A full or failing disk\")"
+            );
+            node.shutdown().await;
+            return ExitCode::FAILURE;
+        }
     }
     tracing::info!("shutting down");
     node.shutdown().await;

@@ -40,6 +40,7 @@ use crate::replica::FrozenSeen;
 use crate::replica::ReplicaState;
 use crate::startup::{StartError, claim_data_dir, refuse_bootstrap_over_a_group, refuse_sled_era};
 use crate::storage::durability::Durability;
+use crate::storage::fault::DiskFault;
 use crate::storage::kv::{FileKv, KvStore};
 use crate::storage::log_store::LogStore;
 use crate::storage::sm_store::{SharedState, StateMachineStore};
@@ -80,8 +81,17 @@ async fn open_storage(config: &Config) -> Result<Opened, StartError> {
         dir: config.data_dir.display().to_string(),
         source,
     };
-    let kv: Arc<dyn KvStore> = Arc::new(FileKv::open(&config.data_dir.join("meta")).map_err(dir_error)?);
-    let mut log_store = LogStore::open(kv.clone(), &config.data_dir.join("log")).map_err(storage_error)?;
+    let fault = match &config.unsafe_disk_fault_file {
+        Some(file) => {
+            tracing::warn!(file = %file.display(), "UNSAFE: --unsafe-disk-fault-file is on; storage fails while it exists (tests only)");
+            DiskFault::from_file(file)
+        }
+        None => DiskFault::default(),
+    };
+    let kv = FileKv::open(&config.data_dir.join("meta")).map_err(dir_error)?;
+    let kv: Arc<dyn KvStore> = Arc::new(kv.with_fault(fault.clone()));
+    let mut log_store =
+        LogStore::open_with_fault(kv.clone(), &config.data_dir.join("log"), fault).map_err(storage_error)?;
     let durability = log_store.durability();
     let committed = log_store.read_committed().await.map_err(storage_error)?;
     log_store.demote_vote_for_startup().await.map_err(storage_error)?;
@@ -322,6 +332,22 @@ impl StoreNode {
             server,
             arbiter,
         })
+    }
+
+    /// Returns once the Raft node stopped on its own, with why: openraft stops on any storage error
+    /// (a failed write or sync of the log, vote or snapshot) and on nothing else but a shutdown.
+    /// A replica whose Raft node stopped serves no reads or writes; the process exits then
+    /// (`main.rs`), so that a restart reopens the data dir from what is on disk.
+    pub async fn raft_stopped(&self) -> String {
+        let mut metrics = self.ctx.raft.metrics();
+        loop {
+            if let Err(fatal) = &metrics.borrow().running_state {
+                return fatal.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft node's metrics channel closed".to_string();
+            }
+        }
     }
 
     /// Stops serving and shuts Raft down.

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::storage::dirs::create_dir_synced;
+use crate::storage::fault::{DiskFault, Op};
 
 /// The storage operations the Raft stores need: vote, committed and purged log ids, snapshot.
 pub trait KvStore: Send + Sync + 'static {
@@ -47,6 +48,8 @@ pub struct FileKv {
     /// Kept open to `fsync` the directory after each rename.
     dir_file: File,
     tmp_seq: AtomicU64,
+    /// `--unsafe-disk-fault-file` (tests only); none otherwise.
+    fault: DiskFault,
 }
 
 impl FileKv {
@@ -69,7 +72,14 @@ impl FileKv {
             dir: dir.to_path_buf(),
             dir_file,
             tmp_seq: AtomicU64::new(0),
+            fault: DiskFault::default(),
         })
+    }
+
+    /// This store with every `put` failing while `fault` is on (`--unsafe-disk-fault-file`).
+    pub fn with_fault(mut self, fault: DiskFault) -> Self {
+        self.fault = fault;
+        self
     }
 
     fn name(key: &[u8]) -> io::Result<&str> {
@@ -142,8 +152,10 @@ impl KvStore for FileKv {
         let n = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!("{name}{TMP}{n}"));
         let written = (|| {
+            self.fault.check(Op::Write)?;
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(&encode(value))?;
+            self.fault.check(Op::Sync)?;
             f.sync_data()?;
             std::fs::rename(&tmp, self.dir.join(name))
         })();
@@ -151,6 +163,7 @@ impl KvStore for FileKv {
             let _ = std::fs::remove_file(&tmp);
         }
         written?;
+        self.fault.check(Op::Sync)?;
         self.dir_file.sync_all()
     }
 }

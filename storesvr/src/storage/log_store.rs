@@ -14,10 +14,16 @@
 //! milliseconds and when a local read needs it. At start it tells the segment log how far the
 //! log was synced, so that damage there refuses to start instead of reading as a torn tail.
 //!
+//! A write or sync that fails is returned to openraft as a `StorageError` (or, for an append, as
+//! the flush callback's error), never retried here: openraft takes it as fatal and stops the
+//! node, the segment log refuses every later write (`segment_log.rs`), and the process exits so
+//! that a restart reopens the log from what is on disk (`main.rs`).
+//!
 //! Left out: caching entries in memory (reads are `pread`s from the page cache).
 
 use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::storage::durability::{COMMITTED, Durability, WritePolicy};
+use crate::storage::fault::DiskFault;
 use crate::storage::kv::KvStore;
 use crate::storage::segment_log::{SEGMENT_BYTES, SegmentLog};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -57,11 +63,22 @@ impl LogStore {
     /// that were committed and synced here before (damage at or below the committed index on
     /// disk, a missing last segment), or when the recorded purge point cannot be applied.
     pub fn open(kv: Arc<dyn KvStore>, dir: &Path) -> io::Result<Self> {
-        Self::open_with(kv, dir, WritePolicy::default())
+        Self::open_with(kv, dir, WritePolicy::default(), DiskFault::default())
+    }
+
+    /// [`open`](Self::open) with the log's writes failing while `fault` is on
+    /// (`--unsafe-disk-fault-file`, tests only).
+    pub fn open_with_fault(kv: Arc<dyn KvStore>, dir: &Path, fault: DiskFault) -> io::Result<Self> {
+        Self::open_with(kv, dir, WritePolicy::default(), fault)
     }
 
     /// [`open`](Self::open) with the flusher's write policy given (tests isolate one rule).
-    pub(crate) fn open_with(kv: Arc<dyn KvStore>, dir: &Path, policy: WritePolicy) -> io::Result<Self> {
+    pub(crate) fn open_with(
+        kv: Arc<dyn KvStore>,
+        dir: &Path,
+        policy: WritePolicy,
+        fault: DiskFault,
+    ) -> io::Result<Self> {
         // A damaged key file is an error (kv.rs); a missing one is a data dir that never wrote it.
         let on_disk = kv
             .get(COMMITTED)?
@@ -75,7 +92,7 @@ impl LogStore {
         // Entries up to the committed index on disk were synced; those at or below the purge
         // point may be gone on purpose.
         let synced_to = on_disk.map(|c| c.index).filter(|c| purged.is_none_or(|p| p.index < *c));
-        let log = SegmentLog::open_keeping(dir, SEGMENT_BYTES, synced_to)?;
+        let log = SegmentLog::open_keeping(dir, SEGMENT_BYTES, synced_to)?.with_fault(fault);
         if let Some(p) = purged {
             log.purge_upto(p.index)?;
         }
@@ -351,7 +368,7 @@ mod tests {
             every_entries: COMMITTED_WRITE_EVERY_ENTRIES,
             every: Duration::from_secs(3600),
         };
-        let mut store = LogStore::open_with(kv.clone(), &dir.join("log"), policy).unwrap();
+        let mut store = LogStore::open_with(kv.clone(), &dir.join("log"), policy, DiskFault::default()).unwrap();
         for first in (1..=LOAD).step_by(8) {
             let items: Vec<(u64, Vec<u8>)> = (first..(first + 8).min(LOAD + 1))
                 .map(|i| {

@@ -6,6 +6,7 @@
 
 pub mod dirs;
 pub mod durability;
+pub mod fault;
 pub mod kv;
 pub mod log_store;
 pub mod segment_log;

@@ -27,6 +27,14 @@
 //! a bad record lies at or below it. Truncation and purge are synced before they
 //! return, so removed entries never come back after a crash.
 //!
+//! A failed write or sync stops the log for good (until it is opened again): every later append,
+//! sync, truncation or purge returns an error naming the first failure. After a failed `fsync` the
+//! state of the page cache is unknown (Linux may have marked the unwritten pages clean, so a
+//! second `fsync` succeeds without writing them: the "fsyncgate" lesson), so a retried sync must
+//! not be trusted to cover entries written before it; reopening reads back what is really on
+//! disk. `LogStore` reports the error to openraft, which stops the Raft node, and the process
+//! exits (`main.rs`, docs/OPERATIONS.md "A full or failing disk").
+//!
 //! Zeros ahead: the last segment keeps up to [`ZERO_AHEAD_BYTES`] of zeros written
 //! after its last record, and records are written over them. A sync then only
 //! overwrites blocks that are already allocated and does not change the file's
@@ -48,6 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::storage::dirs::{create_dir_synced, sync_dir};
+use crate::storage::fault::{DiskFault, Op};
 
 /// A segment is closed and a new one started beyond this size.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
@@ -94,6 +103,29 @@ struct Inner {
     /// First index that may be read: everything below was purged (a segment that also holds
     /// later entries stays on disk, its purged entries are hidden).
     floor: u64,
+    /// The first write or sync that failed: the log refuses every write and sync after it.
+    failed: Option<String>,
+}
+
+impl Inner {
+    /// The error for a write or sync after a failed one.
+    fn refuse_if_failed(&self) -> io::Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(first) => Err(io::Error::other(format!(
+                "the raft log stopped after a failed write or sync ({first}): what reached the disk \
+                 since is unknown, so nothing more is written or acknowledged; restart the process to \
+                 reopen the log from what is on disk"
+            ))),
+        }
+    }
+
+    /// Records `e` as the failure that stops the log (the first one wins) and returns it.
+    fn fail(&mut self, e: io::Error) -> io::Error {
+        tracing::error!(error = %e, "raft log write or sync failed; the log takes no more writes");
+        self.failed.get_or_insert_with(|| e.to_string());
+        e
+    }
 }
 
 /// The log's entries as opaque payloads keyed by consecutive indexes.
@@ -110,6 +142,8 @@ pub struct SegmentLog {
     /// `fdatasync`s of the last segment run by [`sync`](Self::sync) so far: lets tests see
     /// what a caller costs (a sync of a clean log runs none).
     syncs: AtomicU64,
+    /// `--unsafe-disk-fault-file` (tests only); none otherwise.
+    fault: DiskFault,
 }
 
 fn corrupt(path: &Path, offset: u64, what: &str) -> io::Error {
@@ -131,6 +165,39 @@ fn damaged_synced(path: &Path, offset: u64, kept: Option<u64>, synced: u64) -> i
              data: move its data dir away and bring it back as a new replica (--new-replica under a new \
              node id, then `seqctl replica add`); it catches up from its peers"
         ),
+    )
+}
+
+/// Refuses a segment whose first index `first` does not follow the last index `after` of the
+/// segments before it: the entries between are gone.
+fn follows(path: &Path, first: u64, after: Option<u64>) -> io::Result<()> {
+    match after {
+        Some(prev) if first != prev + 1 => Err(corrupt(
+            path,
+            0,
+            &format!(
+                "starts at index {first}, but the segment before it ends at {prev}: entries {} to {} \
+                 are missing (a segment between them was removed, or the one before was cut short at \
+                 a record's end)",
+                prev + 1,
+                first.saturating_sub(1)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What a bad record in a segment that is not the last one costs: every entry from the one after
+/// the last whole record (`kept`, or the segment's `first` if none) to the one before the next
+/// segment's first (`next`) is gone, synced ones included.
+fn closed_segment_damage(kept: Option<u64>, first: u64, next: u64) -> String {
+    let from = kept.map_or(first, |k| k + 1);
+    format!(
+        "bad record in a closed segment (cut short or damaged): entries {from} to {} are missing, and \
+         they were synced before the next segment was started. This replica cannot start on this \
+         data: move its data dir away and bring it back as a new replica (--new-replica under a new \
+         node id, then `seqctl replica add`); it catches up from its peers",
+        next.saturating_sub(1)
     )
 }
 
@@ -254,23 +321,13 @@ impl SegmentLog {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let after = segments.iter().rev().find_map(Segment::last_index);
             // Checked before anything is cut, so a refused open leaves every byte as it was.
-            if let Some(prev) = after
-                && first != prev + 1
-            {
-                return Err(corrupt(
-                    &path,
-                    0,
-                    &format!(
-                        "starts at index {first}, but the segment before it ends at {prev}: a segment \
-                         between them is missing"
-                    ),
-                ));
-            }
+            follows(&path, first, after)?;
             let Scanned { records, end, whole } = scan(&file, after)?;
             let last = i + 1 == firsts.len();
             if !whole {
                 if !last {
-                    return Err(corrupt(&path, end, "bad record in a closed segment"));
+                    let kept = records.last().map(|r| r.0).or(after);
+                    return Err(corrupt(&path, end, &closed_segment_damage(kept, first, firsts[i + 1])));
                 }
                 // Only zeros after the records are the zeros written ahead (or a tail that never
                 // reached the disk): nothing to cut but zeros. A log that ends too early that way
@@ -303,10 +360,18 @@ impl SegmentLog {
                 segments,
                 dirty: false,
                 floor: 0,
+                failed: None,
             }),
             syncing: Mutex::new(()),
             syncs: AtomicU64::new(0),
+            fault: DiskFault::default(),
         })
+    }
+
+    /// This log with writes and syncs failing while `fault` is on (`--unsafe-disk-fault-file`).
+    pub fn with_fault(mut self, fault: DiskFault) -> Self {
+        self.fault = fault;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -320,6 +385,7 @@ impl SegmentLog {
             return Ok(());
         };
         let mut inner = self.lock();
+        inner.refuse_if_failed()?;
         let last_before = inner.segments.iter().rev().find_map(Segment::last_index);
         let mut prev = last_before;
         for (index, _) in entries {
@@ -340,8 +406,8 @@ impl SegmentLog {
             // its size until the next consecutive append.
             Some(s) => s.len >= self.segment_bytes && last_before.is_none_or(|l| *first_index == l + 1),
         };
-        if start_new {
-            self.start_segment(&mut inner, *first_index)?;
+        if start_new && let Err(e) = self.start_segment(&mut inner, *first_index) {
+            return Err(inner.fail(e));
         }
         let zero_ahead = ZERO_AHEAD_BYTES.min(self.segment_bytes);
         let seg = inner.segments.last_mut().expect("a segment exists");
@@ -361,7 +427,10 @@ impl SegmentLog {
         let end = seg.len + buf.len() as u64;
         let size = seg.size.max(end);
         let refill = size - end < zero_ahead / 2;
-        let mut written = seg.file.write_all_at(&buf, seg.len);
+        let mut written = self
+            .fault
+            .check(Op::Write)
+            .and_then(|()| seg.file.write_all_at(&buf, seg.len));
         if written.is_ok() && refill {
             written = write_zeros(&seg.file, size, end + zero_ahead);
         }
@@ -371,7 +440,7 @@ impl SegmentLog {
             if seg.file.set_len(seg.len).is_ok() {
                 seg.size = seg.len;
             }
-            return Err(e);
+            return Err(inner.fail(e));
         }
         seg.size = if refill { end + zero_ahead } else { size };
         seg.len = end;
@@ -382,6 +451,7 @@ impl SegmentLog {
 
     /// Creates the segment whose first entry is `first_index` and makes it the last one.
     fn start_segment(&self, inner: &mut Inner, first_index: u64) -> io::Result<()> {
+        self.fault.check(Op::Write)?;
         // The segment before must be whole on disk, without the zeros ahead of its end, before a
         // later one exists (only the last segment may end in anything but a record), and the new
         // file's name must survive a crash along with what is written into it.
@@ -441,6 +511,7 @@ impl SegmentLog {
     fn sync_locked(&self) -> io::Result<()> {
         let file = {
             let mut inner = self.lock();
+            inner.refuse_if_failed()?;
             if !inner.dirty {
                 return Ok(());
             }
@@ -452,7 +523,12 @@ impl SegmentLog {
         match file {
             Some(f) => {
                 self.syncs.fetch_add(1, Ordering::Relaxed);
-                f.sync_data().inspect_err(|_| self.lock().dirty = true)
+                // Not marked dirty again for a retry: a second sync could succeed without writing
+                // what the first one lost (see the module docs).
+                self.fault
+                    .check(Op::Sync)
+                    .and_then(|()| f.sync_data())
+                    .map_err(|e| self.lock().fail(e))
             }
             None => Ok(()),
         }
@@ -504,6 +580,14 @@ impl SegmentLog {
     /// Removes every entry at or after `index`, durably.
     pub fn truncate_from(&self, index: u64) -> io::Result<()> {
         let mut inner = self.lock();
+        inner.refuse_if_failed()?;
+        let fault = &self.fault;
+        let truncated = Self::truncate_locked(&self.dir, fault, &mut inner, index);
+        truncated.map_err(|e| inner.fail(e))
+    }
+
+    fn truncate_locked(dir: &Path, fault: &DiskFault, inner: &mut Inner, index: u64) -> io::Result<()> {
+        fault.check(Op::Write)?;
         while let Some(seg) = inner.segments.last() {
             if seg.records.first().is_some_and(|r| r.0 < index) {
                 break;
@@ -512,7 +596,8 @@ impl SegmentLog {
             // leave a later segment without an earlier one (open would see a segment missing,
             // and before that check, entries truncated away came back).
             std::fs::remove_file(&seg.path)?;
-            sync_dir(&self.dir)?;
+            fault.check(Op::Sync)?;
+            sync_dir(dir)?;
             inner.segments.pop();
         }
         if let Some(seg) = inner.segments.last_mut() {
@@ -520,6 +605,7 @@ impl SegmentLog {
             if keep < seg.records.len() {
                 let cut = seg.records[keep].1;
                 seg.file.set_len(cut)?;
+                fault.check(Op::Sync)?;
                 seg.file.sync_data()?;
                 seg.records.truncate(keep);
                 seg.len = cut;
@@ -534,6 +620,12 @@ impl SegmentLog {
     /// point it recorded, which is how a reopened log learns what to hide.
     pub fn purge_upto(&self, index: u64) -> io::Result<()> {
         let mut inner = self.lock();
+        inner.refuse_if_failed()?;
+        let purged = Self::purge_locked(&self.dir, &self.fault, &mut inner, index);
+        purged.map_err(|e| inner.fail(e))
+    }
+
+    fn purge_locked(dir: &Path, fault: &DiskFault, inner: &mut Inner, index: u64) -> io::Result<()> {
         inner.floor = inner.floor.max(index + 1);
         let mut removed = 0;
         while inner
@@ -541,12 +633,14 @@ impl SegmentLog {
             .first()
             .is_some_and(|s| s.last_index().is_none_or(|l| l <= index))
         {
+            fault.check(Op::Write)?;
             let seg = inner.segments.remove(0);
             std::fs::remove_file(&seg.path)?;
             removed += 1;
         }
         if removed > 0 {
-            sync_dir(&self.dir)?;
+            fault.check(Op::Sync)?;
+            sync_dir(dir)?;
         }
         Ok(())
     }
@@ -705,6 +799,54 @@ mod tests {
         let err = SegmentLog::open(dir.path()).err().expect("a segment is missing");
         assert!(err.to_string().contains(&segment_name(11)), "{err}");
         assert!(err.to_string().contains("ends at 1"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_sync_or_write_stops_the_log_until_it_is_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fault_file = dir.path().join("fault");
+        let log_dir = dir.path().join("log");
+        let fault = DiskFault::from_file(&fault_file);
+        let log = SegmentLog::open(&log_dir).unwrap().with_fault(fault.clone());
+        log.append(&entries(1, 2)).unwrap();
+        log.sync().unwrap();
+        // fsync fails: the entry is in the page cache, and nothing says it will reach the disk.
+        std::fs::write(&fault_file, "eio-sync").unwrap();
+        log.append(&entries(3, 1)).unwrap();
+        assert!(log.sync().is_err());
+        // The fault is gone, but a second sync could succeed without writing what the first lost:
+        // the log takes nothing more and acknowledges nothing more.
+        std::fs::remove_file(&fault_file).unwrap();
+        let err = log.sync().expect_err("a sync after a failed one is not trusted");
+        assert!(err.to_string().contains("restart the process"), "{err}");
+        assert!(err.to_string().contains("input/output error on fsync"), "{err}");
+        assert!(log.try_sync().is_some_and(|r| r.is_err()));
+        assert!(log.append(&entries(4, 1)).is_err());
+        assert!(log.truncate_from(3).is_err());
+        assert!(log.purge_upto(1).is_err());
+        drop(log);
+        // Reopened, it reads what is there and goes on.
+        let log = SegmentLog::open(&log_dir).unwrap().with_fault(fault.clone());
+        assert_eq!(log.read(1, 3).unwrap(), entries(1, 2));
+        log.truncate_from(3).unwrap();
+        log.append(&entries(3, 1)).unwrap();
+        log.sync().unwrap();
+
+        // A full disk: the append fails and leaves nothing behind its last record.
+        std::fs::write(&fault_file, "").unwrap();
+        let end = records_end(&log);
+        let err = log.append(&entries(4, 1)).expect_err("no space");
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+        assert_eq!(records_end(&log), end);
+        std::fs::remove_file(&fault_file).unwrap();
+        assert!(
+            log.append(&entries(4, 1)).is_err(),
+            "space is back, the log stays stopped"
+        );
+        drop(log);
+        let log = SegmentLog::open(&log_dir).unwrap();
+        assert_eq!(log.read(0, 10).unwrap(), entries(1, 3));
+        log.append(&entries(4, 1)).unwrap();
     }
 
     /// End of the last record of the last segment (the zeros written ahead follow it).

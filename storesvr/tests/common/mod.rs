@@ -44,6 +44,8 @@ pub struct Cluster {
     procs: Supervisor,
     /// Flags added after [`set_args`] for every replica (later flags override earlier ones).
     pub extra_args: Vec<String>,
+    /// Flags added after those for one replica only.
+    pub node_args: BTreeMap<u64, Vec<String>>,
     /// Ids started at least once: only their first start passes `--new-replica`.
     started: std::collections::BTreeSet<u64>,
 }
@@ -73,6 +75,7 @@ impl Cluster {
             addrs,
             procs,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            node_args: BTreeMap::new(),
             started: Default::default(),
         }
     }
@@ -107,6 +110,7 @@ impl Cluster {
         ];
         args.extend(set_args());
         args.extend(self.extra_args.iter().cloned());
+        args.extend(self.node_args.get(&id).into_iter().flatten().cloned());
         if bootstrap {
             args.push("--bootstrap".into());
         }
@@ -132,14 +136,17 @@ impl Cluster {
         let _ = self.procs.kill(&name(id));
     }
 
-    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running.
+    /// Waits up to `within` for replica `id` to exit by itself; `None` if it is still running (or
+    /// its exit was already collected, by [`running`](Self::running) say).
     pub fn wait_exit(&mut self, id: u64, within: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + within;
         loop {
+            // Only `try_exit` here: asking `is_running` as well could lose an exit that falls
+            // between the two calls (`is_running` collects the status and keeps it to itself).
             if let Some(status) = self.procs.try_exit(&name(id)).ok()? {
                 return Some(status);
             }
-            if Instant::now() >= deadline || !self.procs.is_running(&name(id)) {
+            if Instant::now() >= deadline {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
