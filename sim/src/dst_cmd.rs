@@ -160,8 +160,8 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         r.set1_fault_seeds, r.restored_seeds, r.refused_restore_seeds, r.map_refused_restore_seeds
     );
     println!(
-        "gaps across an owner change held to their section's reserve (P6): {}",
-        r.p6_bounded
+        "P6 gaps across an owner change: {} checked against their section's reserve, {} beyond it (a statistic with faults)",
+        r.p6_bounded, r.p6_beyond
     );
     match r.failures.first() {
         Some(o) => {

@@ -74,15 +74,7 @@ async fn write_until(client: seqsvr_control::StoreClient, owner: FakeOwner, acke
         if stop.load(Ordering::Relaxed) || started.elapsed() > MAX_WRITING {
             break;
         }
-        let req = pb::BumpRequest {
-            secret: Vec::new(),
-            incarnation: owner.incarnation,
-            items: vec![pb::BumpItem {
-                section: s as u64,
-                epoch: epochs[s],
-                new_max: next[s],
-            }],
-        };
+        let req = common::bump_request(owner.incarnation, s as u64, epochs[s], next[s]);
         match client.bump(req).await {
             Ok(r) if r.results[0].outcome == pb::BumpOutcome::StaleEpoch as i32 => {
                 epochs[s] = owner.epoch_of(&client, s as u64, WAIT).await;
@@ -261,15 +253,12 @@ async fn a_leader_whose_fsync_fails_acknowledges_nothing_leadership_moves_and_it
     // is the first write the fault meets: asked directly, the leader does not acknowledge it.
     writer.pause().await;
     std::fs::write(fault_file(&c, leader), "eio-sync").unwrap();
-    let mut req = tonic::Request::new(pb::BumpRequest {
-        secret: Vec::new(),
-        incarnation: writer.incarnation,
-        items: vec![pb::BumpItem {
-            section: BUMPED,
-            epoch: writer.spare_epoch,
-            new_max: 1_000,
-        }],
-    });
+    let mut req = tonic::Request::new(common::bump_request(
+        writer.incarnation,
+        BUMPED,
+        writer.spare_epoch,
+        1_000,
+    ));
     req.set_timeout(Duration::from_secs(5));
     let refused = match c.client_of(leader).bump(req).await {
         Ok(r) => panic!("the leader answered a bump it could not sync: {:?}", r.into_inner()),

@@ -47,15 +47,7 @@ async fn write_until(
     let mut ok = 0u64;
     let mut s = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let req = pb::BumpRequest {
-            secret: Vec::new(),
-            incarnation: owner.incarnation,
-            items: vec![pb::BumpItem {
-                section: s as u64,
-                epoch: epochs[s],
-                new_max: next[s],
-            }],
-        };
+        let req = common::bump_request(owner.incarnation, s as u64, epochs[s], next[s]);
         // An error or a timeout is an unknown outcome: it proves nothing, so nothing is recorded.
         if let Ok(r) = c_client.bump(req).await {
             let r = r.results[0];

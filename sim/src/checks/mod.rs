@@ -176,7 +176,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "checked: {} ok / {} failed / {} unknown calls, {} fetched values, {} gets; P6 gaps {} (excused {}, unexplained {}, max {}; {} across owners held to the reserve)",
+            "checked: {} ok / {} failed / {} unknown calls, {} fetched values, {} gets; P6 gaps {} (excused {}, unexplained {}, max {}; across owners {} within the reserve, {} beyond)",
             self.calls_ok,
             self.calls_failed,
             self.calls_unknown,
@@ -186,7 +186,8 @@ impl Report {
             self.p6.excused,
             self.p6.unexplained,
             self.p6.max_gap,
-            self.p6.bounded
+            self.p6.bounded - self.p6.beyond_reserve,
+            self.p6.beyond_reserve
         );
         if self.ids_ok + self.ids_failed > 0 {
             let _ = writeln!(

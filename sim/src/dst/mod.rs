@@ -614,8 +614,9 @@ pub struct RangeResult {
     pub refused_restore_seeds: u64,
     pub map_refused_restore_seeds: u64,
     /// Gaps across an owner change held to their section's reserve (P6's second half), over all
-    /// seeds: how often that check had something to check.
+    /// seeds, and those beyond it (a statistic: every seed has faults).
     pub p6_bounded: u64,
+    pub p6_beyond: u64,
 }
 
 impl RangeResult {
@@ -675,7 +676,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let (forger_seeds, sent, refused) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let (set1, restored, refused_restores) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let map_refused = AtomicU64::new(0);
-    let p6_bounded = AtomicU64::new(0);
+    let (p6_bounded, p6_beyond) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
@@ -696,6 +697,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     refused_restores.fetch_add(u64::from(o.restores.refused > 0), Ordering::Relaxed);
                     map_refused.fetch_add(u64::from(o.restores.refused_by_map > 0), Ordering::Relaxed);
                     p6_bounded.fetch_add(o.report.p6.bounded as u64, Ordering::Relaxed);
+                    p6_beyond.fetch_add(o.report.p6.beyond_reserve as u64, Ordering::Relaxed);
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -724,6 +726,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         refused_restore_seeds: refused_restores.into_inner(),
         map_refused_restore_seeds: map_refused.into_inner(),
         p6_bounded: p6_bounded.into_inner(),
+        p6_beyond: p6_beyond.into_inner(),
     }
 }
 

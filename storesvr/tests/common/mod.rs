@@ -328,17 +328,22 @@ impl Drop for FakeOwner {
     }
 }
 
+/// A Bump of one section by an unbound incarnation.
+pub fn bump_request(incarnation: u64, section: u64, epoch: u64, new_max: u64) -> pb::BumpRequest {
+    pb::BumpRequest {
+        secret: Vec::new(),
+        incarnation,
+        items: vec![pb::BumpItem {
+            section,
+            epoch,
+            new_max,
+        }],
+    }
+}
+
 pub async fn bump(client: &StoreClient, incarnation: u64, section: u64, epoch: u64, new_max: u64) -> pb::BumpResult {
     let r = client
-        .bump(pb::BumpRequest {
-            secret: Vec::new(),
-            incarnation,
-            items: vec![pb::BumpItem {
-                section,
-                epoch,
-                new_max,
-            }],
-        })
+        .bump(bump_request(incarnation, section, epoch, new_max))
         .await
         .expect("bump");
     r.results[0]
