@@ -30,6 +30,10 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# The previous release's binaries for the rolling-upgrade test (sim/e2e/tests/rolling_upgrade.rs);
+# its build overwrites target/debug's binaries, so it runs before this tree's build puts them back.
+./scripts/prev-release.sh
+
 if [ $# -gt 0 ]; then
   cargo build --workspace --bins && cargo test "$@"
 else

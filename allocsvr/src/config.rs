@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use seqsvr_control::Seed;
-use seqsvr_proto::NodeId;
-use seqsvr_proto::addr::HostPort;
 use seqsvr_plumbing::lease_clock::LeaseClock;
 use seqsvr_plumbing::serve_limits::{self, ServeLimits};
+use seqsvr_proto::NodeId;
+use seqsvr_proto::addr::HostPort;
 
 /// Prefix of the environment variables of the `allocsvr` binary's options.
 pub const ENV_PREFIX: &str = "ALLOCSVR";
@@ -34,7 +34,7 @@ pub const EVENT_INTERVAL: u32 = 7;
 #[derive(Debug, Parser)]
 #[command(
     name = "allocsvr",
-    version,
+    version = seqsvr_plumbing::version::LONG,
     about = "seqsvr AllocSvr: hands out per-uid sequence numbers from memory"
 )]
 pub struct Cli {

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seqsvr_control::{StoreClient, StoreTimeouts};
+use seqsvr_plumbing::reflection;
+use seqsvr_plumbing::serve_limits::{self, Limited, ShedLayer};
 use seqsvr_proto::Incarnation;
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
-use seqsvr_plumbing::reflection;
-use seqsvr_plumbing::serve_limits::{self, Limited, ShedLayer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

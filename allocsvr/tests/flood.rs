@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use allocsvr::Node;
 use common::{FakeStore, test_params};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::alloc_service_client::AllocServiceClient;
 use seqsvr_proto::refusal::{self, Refusal};
-use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 

@@ -9,11 +9,11 @@
 
 use crate::domain::slots::SlotCommand;
 use clap::Parser;
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
 use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::params::SetParams;
-use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub const ENV_PREFIX: &str = "STORESVR";
 
 /// StoreSvr: one replica of a set's Raft group (section ceilings, ownership, routes).
 #[derive(Parser, Debug, Clone)]
-#[command(name = "storesvr", version, args_override_self = true)]
+#[command(name = "storesvr", version = seqsvr_plumbing::version::LONG, args_override_self = true)]
 pub struct Config {
     /// Read options from this TOML file (`node_id = 1`, `listen = "127.0.0.1:7101"`, …); flags and
     /// environment variables override it.

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, SnapshotPolicy};
+use seqsvr_plumbing::{reflection, serve_limits};
 use seqsvr_proto::limits;
 use seqsvr_proto::pb;
 use seqsvr_proto::pb::admin_service_server::AdminServiceServer;
 use seqsvr_proto::pb::raft_service_server::RaftServiceServer;
 use seqsvr_proto::pb::store_service_server::StoreServiceServer;
-use seqsvr_plumbing::{reflection, serve_limits};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use seqsvr_proto::pb;
 use seqsvr_plumbing::lease_clock::LeaseClock;
+use seqsvr_proto::pb;
 
 use crate::config::Config;
 use crate::domain::state::{Command, CommandResult, SetState};

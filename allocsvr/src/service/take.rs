@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use seqsvr_proto::{SectionId, pb};
 use seqsvr_plumbing::serve_limits::InFlight;
+use seqsvr_proto::{SectionId, pb};
 
 use super::check::Who;
 use super::reply::Answer;
