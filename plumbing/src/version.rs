@@ -1,4 +1,4 @@
-//! The release and commit every binary reports: `--version`, the `seqsvr_build_info` metric, and
+//! The release and commit every binary reports: `--version`, the build-info metric ([`BUILD_INFO_METRIC`]), and
 //! the `version` field of the StoreSvr's Status and the AllocSvr's renewals (so `seqctl status`
 //! and `seqctl sets` show a half-done upgrade). The commit comes from `build.rs`.
 //!
