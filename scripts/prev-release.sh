@@ -3,8 +3,9 @@
 # (sim/e2e/tests/rolling_upgrade.rs): a detached git worktree of the release's commit under the
 # target directory, built into the same target directory so that every dependency compiled for
 # this tree is reused (only the release's own crates compile), and its binaries copied to
-# target/prev-release/<release>/. scripts/test.sh runs this before `cargo build --workspace --bins`,
-# which puts this tree's binaries back into target/debug/ (the release's build overwrote them).
+# target/prev-release/<release>/. Cargo puts the release's binaries into target/debug/ too; this
+# tree's binaries found there before are put back afterwards. scripts/test.sh runs this after
+# `cargo build --workspace --bins`, whose dependencies it then reuses.
 #
 #   ./scripts/prev-release.sh        # builds once; later runs only check the copy is there
 #
@@ -50,8 +51,18 @@ fi
 echo "== building previous release $PREV_RELEASE ($PREV_COMMIT) in $src"
 args=()
 for b in "${bins[@]}"; do args+=(-p "$b"); done
+# This tree's binaries in target/debug/, kept aside while the release's build overwrites them.
+keep="$target/prev-release/kept"
+rm -rf "$keep" && mkdir -p "$keep"
+for b in "${bins[@]}"; do [ ! -f "$target/debug/$b" ] || cp -p "$target/debug/$b" "$keep/$b"; done
 (cd "$src" && CARGO_TARGET_DIR="$target" cargo build --locked --bins "${args[@]}")
 mkdir -p "$out"
-for b in "${bins[@]}"; do cp "$target/debug/$b" "$out/$b"; done
+for b in "${bins[@]}"; do
+  cp "$target/debug/$b" "$out/$b"
+  # A rename, not a copy: target/debug/<bin> is a hard link to the release's binary in deps/,
+  # which a copy would overwrite through the link.
+  if [ -f "$keep/$b" ]; then mv -f "$keep/$b" "$target/debug/$b"; else rm -f "$target/debug/$b"; fi
+done
+rm -rf "$keep"
 echo "$PREV_COMMIT" >"$out/COMMIT"
 echo "== previous release $PREV_RELEASE built into $out in $((SECONDS - started)) s"
