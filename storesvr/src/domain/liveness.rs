@@ -158,6 +158,24 @@ mod tests {
     use crate::domain::testing::set_with;
 
     #[test]
+    fn versions_are_recorded_only_by_a_leader_and_forgotten_when_it_steps_down() {
+        let (_, incs) = set_with(&[1]);
+        let t0 = Instant::now();
+        let mut live = Liveness::default();
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert_eq!(live.version(incs[0]), "", "a follower records nothing");
+        assert!(live.observe_leadership(true, 1, t0));
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert_eq!(live.version(incs[0]), "0.2.0 (commit x)");
+        // An AllocSvr rolled back to a release that does not say: unknown again.
+        live.report_version(incs[0], "");
+        assert_eq!(live.version(incs[0]), "");
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert!(!live.observe_leadership(false, 1, t0));
+        assert_eq!(live.version(incs[0]), "", "what a former leader heard is of no use");
+    }
+
+    #[test]
     fn leadership_regained_in_a_later_term_forgets_old_liveness() {
         let (st, incs) = set_with(&[1]);
         let t0 = Instant::now();
