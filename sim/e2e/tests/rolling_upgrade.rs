@@ -307,7 +307,7 @@ fn report(phases: &[String], calls: &[Call]) -> (String, BTreeMap<&'static str, 
         }
     }
     let mut out = format!(
-        "{:<44} {:<6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8}\n",
+        "{:<56} {:<6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>8}\n",
         "phase", "front", "ok", "errors", "closed", "p50 ms", "p99 ms", "max ms"
     );
     for ((phase, front), (errs, closed, mut lat)) in rows {
@@ -317,7 +317,7 @@ fn report(phases: &[String], calls: &[Call]) -> (String, BTreeMap<&'static str, 
                 .map_or(0.0, |d| d.as_secs_f64() * 1e3)
         };
         out += &format!(
-            "{:<44} {front:<6} {:>7} {errs:>6} {closed:>6} {:>8.1} {:>8.1} {:>8.1}\n",
+            "{:<56} {front:<6} {:>7} {errs:>6} {closed:>6} {:>8.1} {:>8.1} {:>8.1}\n",
             phases[phase],
             lat.len(),
             q(0.5),
@@ -392,8 +392,10 @@ impl Rolling {
             let drained = tokio::time::timeout(WAIT, op.ok(&["alloc", "drain", &node])).await;
             assert!(drained.is_ok(), "seqctl alloc drain {id} did not end within {WAIT:?}");
         }
+        let stopping = Instant::now();
         self.c.sigterm(role, id);
         let status = self.c.wait_exit(role, id, EXIT_WITHIN).await;
+        let exited = stopping.elapsed();
         assert!(status.success(), "{role:?} {id} exited with {status} after SIGTERM");
         self.c.use_bin_dir(role, id, self.dir(r));
         self.runs.insert((role, id), r);
@@ -417,7 +419,8 @@ impl Rolling {
         } else {
             ""
         };
-        format!("{role:?} {id}{was_leader} -> {r:?}")
+        let back = stopping.elapsed();
+        format!("{role:?} {id}{was_leader} -> {r:?} (exit {exited:.1?}, back {back:.1?})")
     }
 
     /// Waits until `seqctl status` shows every process's release as it runs now.
