@@ -30,8 +30,13 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+cargo build --workspace --bins
+# The previous release's binaries for the rolling-upgrade test (sim/e2e/tests/rolling_upgrade.rs),
+# built after this tree's so that it reuses every dependency compiled for them.
+./scripts/prev-release.sh
+
 if [ $# -gt 0 ]; then
-  cargo build --workspace --bins && cargo test "$@"
+  cargo test "$@"
 else
-  cargo build --workspace --bins && cargo test --workspace
+  cargo test --workspace
 fi

@@ -34,7 +34,7 @@ pub const EVENT_INTERVAL: u32 = 7;
 #[derive(Debug, Parser)]
 #[command(
     name = "allocsvr",
-    version,
+    version = seqsvr_plumbing::version::LONG,
     about = "seqsvr AllocSvr: hands out per-uid sequence numbers from memory"
 )]
 pub struct Cli {

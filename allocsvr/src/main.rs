@@ -56,6 +56,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             info!(%addr, "serving Prometheus metrics");
+            seqsvr_plumbing::version::record_build_info();
         }
         let node = match Node::start(config.node).await {
             Ok(n) => n,

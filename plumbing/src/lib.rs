@@ -7,6 +7,7 @@
 //! - [`reflection`]: gRPC reflection (v1 and v1alpha) listing only what a port serves.
 //! - [`observe`]: the latency histogram buckets both servers' metrics use.
 //! - [`lease_clock`]: the clock lease deadlines are read on, counting the host's suspended time.
+//! - [`version`]: the release and commit every binary reports.
 //!
 //! Deliberately left out: the messages, newtypes and limits (`seqsvr-proto`, which applications
 //! link without any of this), TLS and roles (`seqsvr-auth`), and any service.
@@ -16,3 +17,4 @@ pub mod lease_clock;
 pub mod observe;
 pub mod reflection;
 pub mod serve_limits;
+pub mod version;

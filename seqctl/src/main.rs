@@ -39,7 +39,7 @@ const EXIT_UNKNOWN: u8 = 3;
 #[derive(Parser, Debug)]
 #[command(
     name = "seqctl",
-    version,
+    version = seqsvr_plumbing::version::LONG,
     about = "Fetch sequence numbers and operate a seqsvr-rs cluster",
     after_help = "Exit codes: 0 success; 1 failed (certainly did not take effect); \
                   2 bad input or usage; 3 unknown outcome (may have taken effect, e.g. a timed-out fetch)."

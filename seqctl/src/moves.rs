@@ -175,6 +175,8 @@ fn uid_ranges(map: &pb::ClusterMap, set: u64) -> String {
 struct SetHealth {
     stores: Vec<String>,
     status: Result<pb::StatusReply, String>,
+    /// Each member's own release (`status::store_version`), or why it did not answer.
+    versions: std::collections::BTreeMap<u64, String>,
 }
 
 impl SetHealth {
@@ -188,7 +190,14 @@ impl SetHealth {
     fn members(&self) -> String {
         match &self.status {
             Ok(s) if !s.members.is_empty() => {
-                let m: Vec<String> = s.members.iter().map(|r| format!("{}={}", r.node_id, r.addr)).collect();
+                let m: Vec<String> = s
+                    .members
+                    .iter()
+                    .map(|r| {
+                        let v = self.versions.get(&r.node_id).map_or("?", String::as_str);
+                        format!("{}={} [{v}]", r.node_id, r.addr)
+                    })
+                    .collect();
                 m.join(",")
             }
             _ => self.stores.join(","),
@@ -204,7 +213,11 @@ impl SetHealth {
             .iter()
             .map(|a| {
                 let dead = if a.alive { "" } else { " (dead)" };
-                format!("{}@{} {} sections{dead}", a.node_id, a.addr, a.sections_owned)
+                let version = crate::status::alloc_version(a);
+                format!(
+                    "{}@{} {} sections{dead} [{version}]",
+                    a.node_id, a.addr, a.sections_owned
+                )
             })
             .collect();
         if a.is_empty() { "(none)".into() } else { a.join(", ") }
@@ -225,9 +238,11 @@ impl SetHealth {
                 "state": self.state(),
                 "leader_id": s.leader_id,
                 "leader_addr": s.leader_addr,
-                "members": s.members.iter().map(|r| json!({"node_id": r.node_id, "addr": r.addr, "voter": r.voter})).collect::<Vec<_>>(),
+                "members": s.members.iter().map(|r| json!({"node_id": r.node_id, "addr": r.addr, "voter": r.voter,
+                    "version": self.versions.get(&r.node_id)})).collect::<Vec<_>>(),
                 "allocsvrs": s.allocsvrs.iter().map(|a| json!({"node_id": a.node_id, "incarnation": a.incarnation,
-                    "addr": a.addr, "alive": a.alive, "sections_owned": a.sections_owned})).collect::<Vec<_>>(),
+                    "addr": a.addr, "alive": a.alive, "sections_owned": a.sections_owned,
+                    "version": crate::status::alloc_version(a)})).collect::<Vec<_>>(),
                 "route_version": s.route_version,
             }),
             Err(_) => json!({"state": self.state()}),
@@ -264,10 +279,39 @@ async fn set_health(cli: &crate::Cli, s: &pb::SetInfo) -> SetHealth {
     {
         status = Ok(leader_view);
     }
+    let versions = match &status {
+        Ok(view) => member_versions(cli, s, view).await,
+        Err(_) => Default::default(),
+    };
     SetHealth {
         stores: s.stores.clone(),
         status,
+        versions,
     }
+}
+
+/// What each member of the set says it runs (a half-done upgrade shows as a mix), asked at the
+/// address the map lists for it.
+async fn member_versions(
+    cli: &crate::Cli,
+    s: &pb::SetInfo,
+    view: &pb::StatusReply,
+) -> std::collections::BTreeMap<u64, String> {
+    let seeds: Vec<seqsvr_control::Seed> = s
+        .stores
+        .iter()
+        .filter_map(|a| seqsvr_control::Seed::parse(a).ok())
+        .collect();
+    let mut out = std::collections::BTreeMap::new();
+    for m in &view.members {
+        let addr = crate::status::configured_addr(&seeds, m.node_id, &m.addr);
+        let v = match crate::status::single_status(cli, &addr).await {
+            Ok(own) => crate::status::store_version(&own).to_owned(),
+            Err(_) => "unreachable".to_owned(),
+        };
+        out.insert(m.node_id, v);
+    }
+    out
 }
 
 pub async fn set(cli: &crate::Cli, cmd: &SetCmd) -> Result<String, Failure> {

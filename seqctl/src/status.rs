@@ -71,7 +71,7 @@ fn member_json((m, addr, own): &MemberView) -> Value {
             o["view"] = json!({
                 "leader_id": s.leader_id, "term": s.term, "committed_index": s.committed_index,
                 "applied_index": s.applied_index, "last_log_index": s.last_log_index,
-                "route_version": s.route_version,
+                "route_version": s.route_version, "version": store_version(s),
             })
         }
         Err(e) => o["error"] = json!(e),
@@ -89,13 +89,14 @@ fn status_json(v: &pb::StatusReply, members: &[MemberView]) -> Value {
             json!({
                 "node_id": a.node_id, "incarnation": a.incarnation, "addr": a.addr, "alive": a.alive,
                 "last_renew_ms_ago": a.last_renew_ms_ago, "sections_owned": a.sections_owned,
+                "version": alloc_version(a),
             })
         })
         .collect();
     json!({
         "answered_by": v.node_id, "set_id": v.set_id, "leader_id": v.leader_id, "leader_addr": v.leader_addr,
         "term": v.term, "committed_index": v.committed_index, "applied_index": v.applied_index,
-        "last_log_index": v.last_log_index, "route_version": v.route_version,
+        "last_log_index": v.last_log_index, "route_version": v.route_version, "version": store_version(v),
         "sections_total": v.sections_total, "sections_owned": v.sections_owned,
         "max_seq_high": v.max_seq_high, "max_seq_sum": v.max_seq_sum,
         "params": {
@@ -142,10 +143,11 @@ fn member_row((m, addr, own): &MemberView) -> Vec<String> {
             s.committed_index.to_string(),
             s.applied_index.to_string(),
             s.last_log_index.to_string(),
+            store_version(s).into(),
         ]),
         Err(e) => {
             row.push(format!("unreachable: {e}"));
-            row.extend(std::iter::repeat_n("-".to_string(), 4));
+            row.extend(std::iter::repeat_n("-".to_string(), 5));
         }
     }
     row
@@ -165,6 +167,7 @@ fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
                 yes_no(a.alive).into(),
                 a.last_renew_ms_ago.to_string(),
                 a.sections_owned.to_string(),
+                alloc_version(a).into(),
             ]
         })
         .collect();
@@ -182,8 +185,17 @@ fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
         "COMMITTED",
         "APPLIED",
         "LAST_LOG",
+        "VERSION",
     ];
-    let allocs_header = ["ALLOCSVR", "INCARNATION", "ADDR", "ALIVE", "LAST_RENEW_MS", "SECTIONS"];
+    let allocs_header = [
+        "ALLOCSVR",
+        "INCARNATION",
+        "ADDR",
+        "ALIVE",
+        "LAST_RENEW_MS",
+        "SECTIONS",
+        "VERSION",
+    ];
     format!(
         "set {}: leader {} ({leader_addr}), term {}, committed {}, applied {}, route version {} (answered by node {})\n\
          sections {} owned of {}; max_seq high {}, sum {}; step {}, lease {} ms\n{}\n\n{}\n\n{}",
@@ -205,6 +217,27 @@ fn status_tables(v: &pb::StatusReply, members: &[MemberView]) -> String {
         table(&allocs_header, alloc_rows),
     )
 }
+
+/// A StoreSvr's release and commit as it reports them; a StoreSvr older than 0.2.0 does not, so
+/// a half-done upgrade shows as a mix of versions and `< 0.2.0`.
+pub(crate) fn store_version(s: &pb::StatusReply) -> &str {
+    if s.version.is_empty() { OLDER } else { &s.version }
+}
+
+/// An AllocSvr's release as its last renewal with the leader said: unknown on a follower, before
+/// the first renewal, and from AllocSvrs older than 0.2.0 (which do not say).
+pub(crate) fn alloc_version(a: &pb::AllocSvrInfo) -> &str {
+    if a.version.is_empty() {
+        UNKNOWN_ALLOC
+    } else {
+        &a.version
+    }
+}
+
+/// What a StoreSvr that sends no version runs.
+const OLDER: &str = "< 0.2.0";
+/// What an AllocSvr whose version the leader does not know runs.
+const UNKNOWN_ALLOC: &str = "? (< 0.2.0 or not renewed)";
 
 pub(crate) fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }

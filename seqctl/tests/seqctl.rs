@@ -139,6 +139,7 @@ async fn store_set() -> (FakeReplica, FakeReplica, String) {
         alive: true,
         last_renew_ms_ago: 120,
         sections_owned: 10,
+        version: "0.2.0 (commit 0123456789ab)".into(),
     };
     for (r, alive) in [(&r1, false), (&r2, true)] {
         *r.state.status.lock().unwrap() = pb::StatusReply {

@@ -23,7 +23,7 @@ pub const ENV_PREFIX: &str = "STORESVR";
 
 /// StoreSvr: one replica of a set's Raft group (section ceilings, ownership, routes).
 #[derive(Parser, Debug, Clone)]
-#[command(name = "storesvr", version, args_override_self = true)]
+#[command(name = "storesvr", version = seqsvr_plumbing::version::LONG, args_override_self = true)]
 pub struct Config {
     /// Read options from this TOML file (`node_id = 1`, `listen = "127.0.0.1:7101"`, …); flags and
     /// environment variables override it.

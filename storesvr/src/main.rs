@@ -73,6 +73,7 @@ async fn run(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let metered = config.metrics_listen.is_some();
+    seqsvr_plumbing::version::record_build_info();
     let node = match StoreNode::start(config).await {
         Ok(n) => n,
         Err(e) => {

@@ -57,6 +57,7 @@ fn renew_req(incarnation: u64, secret: &[u8]) -> pb::RenewRequest {
         map_version: u64::MAX,
         secret: secret.to_vec(),
         id_slots_wanted: 0,
+        version: String::new(),
     }
 }
 

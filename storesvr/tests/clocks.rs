@@ -50,6 +50,7 @@ async fn a_leader_30_s_behind_its_followers_raises_marks_by_the_quorums_clock_an
                 route_version: 0,
                 map_version: u64::MAX,
                 id_slots_wanted: 1,
+                version: String::new(),
             })
             .await
             .expect("renew");

@@ -104,6 +104,7 @@ async fn renew_soon(c: &seqsvr_control::StoreClient, incarnation: u64) -> bool {
             route_version: u64::MAX,
             map_version: u64::MAX,
             id_slots_wanted: 0,
+            version: String::new(),
         })
         .await
         .expect("renew");

@@ -56,6 +56,7 @@ async fn renew(c: &seqsvr_control::StoreClient, incarnation: u64, map_version: u
         route_version: u64::MAX,
         map_version,
         id_slots_wanted: 0,
+        version: String::new(),
     })
     .await
     .expect("renew")

@@ -149,6 +149,7 @@ impl Renewer {
             route_version: self.shared.route_version(),
             map_version: self.shared.map_version(),
             id_slots_wanted: slots_wanted,
+            version: seqsvr_plumbing::version::LONG.into(),
         };
         match self.shared.store().renew(req, self.wait).await {
             Ok(reply) if reply.status == pb::RenewStatus::Ok as i32 => {

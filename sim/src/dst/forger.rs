@@ -116,6 +116,7 @@ fn forged(rng: &mut StdRng, seen: &[pb::SectionState], live: &[u64], step: u64) 
             secret,
             // A forged renewal that got through would also hoard id slots.
             id_slots_wanted: rng.random_range(0..100),
+            version: String::new(),
         }),
         _ => Req::Bump(pb::BumpRequest {
             incarnation,

@@ -32,6 +32,9 @@ pub struct Liveness {
     last_renew: HashMap<Incarnation, (Instant, bool)>,
     /// How many time-ordered id slots each incarnation asked for in its last renewal (absent: one).
     slots_wanted: HashMap<Incarnation, usize>,
+    /// The release each incarnation said it runs in its last renewal (Status shows it; absent
+    /// from AllocSvrs older than 0.2.0).
+    versions: HashMap<Incarnation, String>,
 }
 
 /// Who the arbiter may plan with, at one instant.
@@ -49,6 +52,7 @@ impl Liveness {
         self.leader_since = Some(now);
         self.last_renew.clear();
         self.slots_wanted.clear();
+        self.versions.clear();
     }
 
     /// Called when this node stops leading: what it heard is of no use to the next leader.
@@ -56,6 +60,7 @@ impl Liveness {
         self.leader_since = None;
         self.last_renew.clear();
         self.slots_wanted.clear();
+        self.versions.clear();
     }
 
     fn is_leader(&self) -> bool {
@@ -92,6 +97,19 @@ impl Liveness {
         if self.leader_since.is_some() {
             self.slots_wanted.insert(incarnation, (slots as usize).max(1));
         }
+    }
+
+    /// The release the incarnation reported in a renewal that reached this leader ("" from
+    /// AllocSvrs older than 0.2.0); the string is replaced only when it changes.
+    pub fn report_version(&mut self, incarnation: Incarnation, version: &str) {
+        if self.leader_since.is_some() && self.versions.get(&incarnation).is_none_or(|v| v != version) {
+            self.versions.insert(incarnation, version.to_owned());
+        }
+    }
+
+    /// What the incarnation last reported as its release; "" when unknown.
+    pub fn version(&self, incarnation: Incarnation) -> &str {
+        self.versions.get(&incarnation).map_or("", String::as_str)
     }
 
     /// The id slots the incarnation last asked for: at least one.
@@ -138,6 +156,24 @@ pub fn alive(set: &SetState, live: &Liveness, now: Instant, detect: Duration) ->
 mod tests {
     use super::*;
     use crate::domain::testing::set_with;
+
+    #[test]
+    fn versions_are_recorded_only_by_a_leader_and_forgotten_when_it_steps_down() {
+        let (_, incs) = set_with(&[1]);
+        let t0 = Instant::now();
+        let mut live = Liveness::default();
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert_eq!(live.version(incs[0]), "", "a follower records nothing");
+        assert!(live.observe_leadership(true, 1, t0));
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert_eq!(live.version(incs[0]), "0.2.0 (commit x)");
+        // An AllocSvr rolled back to a release that does not say: unknown again.
+        live.report_version(incs[0], "");
+        assert_eq!(live.version(incs[0]), "");
+        live.report_version(incs[0], "0.2.0 (commit x)");
+        assert!(!live.observe_leadership(false, 1, t0));
+        assert_eq!(live.version(incs[0]), "", "what a former leader heard is of no use");
+    }
 
     #[test]
     fn leadership_regained_in_a_later_term_forgets_old_liveness() {

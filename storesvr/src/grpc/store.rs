@@ -196,6 +196,7 @@ impl pb::store_service_server::StoreService for StoreSvc {
                     .as_ref()
                     .map_or(0, |i| i.iter().filter(|(_, s)| s.holder != NOBODY).count() as u64),
                 first_slot: d.set.ids.as_ref().map_or(0, |i| i.first),
+                version: seqsvr_plumbing::version::LONG.into(),
             }
         });
         let applied = self.ctx.data(|d| d.last_applied.map(|l| l.index));
@@ -218,6 +219,7 @@ fn allocsvr_infos(set: &SetState, live: &Liveness, now: Instant, detect: Duratio
                 .last_seen(r.incarnation)
                 .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
             sections_owned: set.sections.iter().filter(|s| s.owner == r.incarnation).count() as u64,
+            version: live.version(r.incarnation).to_owned(),
         })
         .collect()
 }

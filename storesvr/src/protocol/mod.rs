@@ -250,6 +250,7 @@ pub fn renew_reply(
     let (map_version, map) = map;
     view.liveness.record(incarnation, now);
     view.liveness.want_slots(incarnation, req.id_slots_wanted);
+    view.liveness.report_version(incarnation, &req.version);
     let renew_interval = Duration::from_millis(set.params.as_ref().map_or(0, |p| p.renew_interval_ms));
     let mut handover = if view.may_ask_handover(now, renew_interval) {
         handover_of(&view.plan, incarnation)

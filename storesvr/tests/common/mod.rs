@@ -285,6 +285,7 @@ impl FakeOwner {
                         route_version: 0,
                         map_version: u64::MAX,
                         id_slots_wanted: 0,
+                        version: String::new(),
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -304,6 +305,7 @@ impl FakeOwner {
                     route_version: 0,
                     map_version: u64::MAX,
                     id_slots_wanted: 0,
+                    version: String::new(),
                 })
                 .await
                 && let Some(g) = r

@@ -215,6 +215,7 @@ async fn register_owner(client: &mut StoreServiceClient<Channel>) -> Result<(u64
             route_version: 0,
             map_version: u64::MAX,
             id_slots_wanted: 0,
+            version: String::new(),
         };
         let r = client.renew(renew).await?.into_inner();
         let mut epochs = vec![0u64; SECTIONS as usize];

@@ -10,7 +10,9 @@
 //!
 //! The `storesvr`, `allocsvr` and `seqctl` binaries belong to other packages: they are taken from
 //! the target directory this test runs from, so `cargo build --workspace --bins` must have run
-//! first (a stale binary there is used as is).
+//! first (a stale binary there is used as is). A process can run binaries from another directory
+//! instead ([`Cluster::start_from`], [`Cluster::use_bin_dir`]): the rolling-upgrade test runs the
+//! previous release's beside this tree's.
 //!
 //! Deliberately left out: network faults (the simulator injects those) and more than one set.
 
@@ -113,6 +115,12 @@ pub struct Cluster {
     pub store_addrs: BTreeMap<u64, String>,
     pub alloc_addrs: BTreeMap<u64, String>,
     alloc_metrics: BTreeMap<u64, String>,
+    /// Each AllocSvr's Redis-protocol front end.
+    pub alloc_resp: BTreeMap<u64, String>,
+    /// How much one bump raises a section's ceiling.
+    step: u64,
+    /// Where a process's binary comes from when not this target directory.
+    bin_dirs: BTreeMap<(Role, u64), PathBuf>,
     procs: Supervisor,
     /// The processes this cluster started and has not killed or seen exit.
     live: BTreeSet<(Role, u64)>,
@@ -139,11 +147,19 @@ impl Cluster {
     }
 
     fn start_with(tls: bool) -> Self {
+        Self::start_from(tls, None, STEP)
+    }
+
+    /// Starts every process from the binaries in `bin_dir` (this target directory when `None`),
+    /// the set bootstrapped with `step` (how much one bump raises a ceiling) instead of [`STEP`].
+    pub fn start_from(tls: bool, bin_dir: Option<PathBuf>, step: u64) -> Self {
         // Fail early, with what to do, when a binary is missing.
-        sibling_bin("storesvr");
-        sibling_bin("allocsvr");
+        if bin_dir.is_none() {
+            sibling_bin("storesvr");
+            sibling_bin("allocsvr");
+        }
         let ip = private_loopback_ip();
-        let mut addrs = free_addrs(&ip, STORES.len() + 2 * ALLOCS.len()).into_iter();
+        let mut addrs = free_addrs(&ip, STORES.len() + 3 * ALLOCS.len()).into_iter();
         let dir = tempfile::tempdir().expect("temp dir");
         let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
         let certs = tls.then(|| {
@@ -159,6 +175,14 @@ impl Cluster {
             store_addrs: STORES.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_metrics: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
+            alloc_resp: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
+            step,
+            bin_dirs: STORES
+                .iter()
+                .map(|id| (Role::Store, *id))
+                .chain(ALLOCS.iter().map(|id| (Role::Alloc, *id)))
+                .filter_map(|k| Some((k, bin_dir.clone()?)))
+                .collect(),
             procs,
             live: BTreeSet::new(),
             stores_started: BTreeSet::new(),
@@ -174,6 +198,22 @@ impl Cluster {
         }
         for id in ALLOCS {
             self.start_alloc(id);
+        }
+    }
+
+    /// Runs process `role` `id` from the binaries in `dir` (this target directory when `None`)
+    /// from its next start on.
+    pub fn use_bin_dir(&mut self, role: Role, id: u64, dir: Option<PathBuf>) {
+        match dir {
+            Some(d) => self.bin_dirs.insert((role, id), d),
+            None => self.bin_dirs.remove(&(role, id)),
+        };
+    }
+
+    fn bin_of(&self, role: Role, id: u64, bin: &str) -> PathBuf {
+        match self.bin_dirs.get(&(role, id)) {
+            Some(dir) => find_binary(bin, Some(dir)).unwrap_or_else(|e| panic!("{e}")),
+            None => sibling_bin(bin),
         }
     }
 
@@ -211,7 +251,7 @@ impl Cluster {
         assert!(self.live.insert((role, id)), "{}{id} is already running", role.name());
         let spec = ProcSpec {
             env: vec![("NO_COLOR".into(), "1".into()), ("RUST_LOG".into(), rust_log.into())],
-            ..ProcSpec::new(Self::name(role, id), sibling_bin(bin), args)
+            ..ProcSpec::new(Self::name(role, id), self.bin_of(role, id, bin), args)
         };
         self.procs
             .spawn(spec)
@@ -234,7 +274,7 @@ impl Cluster {
             format!("--peers={}", peers.join(",")),
             format!("--section-size={SECTION_SIZE}"),
             format!("--uid-limit={UID_LIMIT}"),
-            format!("--step={STEP}"),
+            format!("--step={}", self.step),
             format!("--lease-ms={}", LEASE.as_millis()),
             format!("--detect-ms={}", DETECT.as_millis()),
         ];
@@ -257,6 +297,7 @@ impl Cluster {
             format!("--listen={}", self.alloc_addrs[&id]),
             format!("--store={}", self.store_seeds_flag()),
             format!("--metrics-listen={}", self.alloc_metrics[&id]),
+            format!("--resp-listen={}", self.alloc_resp[&id]),
         ];
         // Negative controls by hand, e.g. `E2E_ALLOCSVR_EXTRA_ARGS=--unsafe-skip-lease-wait`
         // must make the takeover test fail.
@@ -462,6 +503,14 @@ impl Cluster {
             );
             tokio::time::sleep(POLL_EVERY).await;
         }
+    }
+
+    /// AllocSvr `id`'s whole metrics page.
+    pub async fn alloc_metrics_page(&self, id: u64) -> String {
+        poll("metrics page", Duration::from_secs(5), || {
+            http_get(&self.alloc_metrics[&id], "/metrics")
+        })
+        .await
     }
 
     /// The value of one AllocSvr's `allocsvr_fetch_total{outcome=...}` counter (0 when not yet
