@@ -36,8 +36,14 @@ pub fn stamp_window(layout: &IdLayout, invoke_ms: i128, complete_ms: i128, allow
 pub enum Stamp {
     Within,
     /// The id's stamp (Unix ms) and the bound it broke.
-    TooEarly { stamp_ms: i128, bound_ms: i128 },
-    TooLate { stamp_ms: i128, bound_ms: i128 },
+    TooEarly {
+        stamp_ms: i128,
+        bound_ms: i128,
+    },
+    TooLate {
+        stamp_ms: i128,
+        bound_ms: i128,
+    },
     /// The id does not decode under the layout.
     Undecodable,
 }

@@ -91,7 +91,10 @@ mod tests {
     #[test]
     fn each_rule_is_found_and_overlapping_calls_may_return_in_any_order() {
         assert!(check_subject(&[o(1, 0, 100, 9), o(2, 50, 60, 8), o(3, 10, 200, 3)]).is_empty());
-        assert!(check_subject(&[o(1, 0, 10, 9), o(2, 10, 20, 3)]).is_empty(), "equal times overlap");
+        assert!(
+            check_subject(&[o(1, 0, 10, 9), o(2, 10, 20, 3)]).is_empty(),
+            "equal times overlap"
+        );
         assert_eq!(check_subject(&[o(1, 0, 10, 0)]), vec![Finding::Zero(o(1, 0, 10, 0))]);
         assert_eq!(
             check_subject(&[o(1, 0, 10, 7), o(2, 11, 20, 3)]),

@@ -329,7 +329,10 @@ async fn verify_without_a_cluster_to_judge_exits_2() {
     let dead = dead_addr().await;
     let cases: [(&[&str], &str); 4] = [
         (&["verify", "--duration", "1s"], "nothing to verify"),
-        (&["verify", "--duration", "1s", "--http", &dead], "--uids FIRST..END is required"),
+        (
+            &["verify", "--duration", "1s", "--http", &dead],
+            "--uids FIRST..END is required",
+        ),
         (
             &["verify", "--duration", "1s", "--resp", &dead, "--uids", "5..10"],
             "no call through resp succeeded",

@@ -95,12 +95,17 @@ impl Http {
             Err(_) => return Err(unknown(format!("{addr}{path}: no answer in {:?}", self.deadline))),
         };
         self.conns.insert(addr.to_owned(), send);
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| unknown(format!("{addr}{path}: {status}, not JSON: {e}")))?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| unknown(format!("{addr}{path}: {status}, not JSON: {e}")))?;
         if status.is_success() {
             return Ok(v);
         }
         let why = format!("{addr}{path}: {status} {}", v["error"]["message"]);
-        Err(if v["error"]["may_have_been_taken"] == true { unknown(why) } else { failed(why) })
+        Err(if v["error"]["may_have_been_taken"] == true {
+            unknown(why)
+        } else {
+            failed(why)
+        })
     }
 }
 
@@ -149,7 +154,11 @@ impl Resp {
                 // An error reply leaves the connection in step.
                 self.conns.insert(addr.to_owned(), conn);
                 let why = format!("{addr} {}: {server_error}", args[0]);
-                Err(if server_error.starts_with("UNKNOWN") { unknown(why) } else { failed(why) })
+                Err(if server_error.starts_with("UNKNOWN") {
+                    unknown(why)
+                } else {
+                    failed(why)
+                })
             }
             Ok(Err(e)) => Err(unknown(format!("{addr} {}: {e}", args[0]))),
             Err(_) => Err(unknown(format!("{addr} {}: no answer in {:?}", args[0], self.deadline))),
@@ -164,7 +173,9 @@ async fn read_line(conn: &mut BufReader<TcpStream>) -> std::io::Result<String> {
     let mut line = String::new();
     (&mut *conn).take(MAX_LINE).read_line(&mut line).await?;
     if !line.ends_with("\r\n") {
-        return Err(std::io::Error::other(format!("a torn or overlong reply line: {line:?}")));
+        return Err(std::io::Error::other(format!(
+            "a torn or overlong reply line: {line:?}"
+        )));
     }
     line.truncate(line.len() - 2);
     Ok(line)
@@ -183,7 +194,9 @@ async fn read_reply(conn: &mut BufReader<TcpStream>) -> std::io::Result<Result<R
         return Ok(Err(e.to_owned()));
     }
     if let Some(n) = line.strip_prefix('*') {
-        let n: usize = n.parse().map_err(|_| std::io::Error::other(format!("a bad array header: {line:?}")))?;
+        let n: usize = n
+            .parse()
+            .map_err(|_| std::io::Error::other(format!("a bad array header: {line:?}")))?;
         if n > seqsvr_proto::limits::MAX_IDS_PER_CALL as usize {
             return Err(std::io::Error::other(format!("an array of {n} replies")));
         }

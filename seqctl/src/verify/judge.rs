@@ -86,10 +86,19 @@ fn ids(h: &History) -> Vec<Violation> {
         .iter()
         .filter(|c| c.outcome == Outcome::Ok && c.op == Op::NextIds)
         .collect();
-    let all: Vec<(u64, &Call)> = ok.iter().flat_map(|c| c.values.iter().map(move |&id| (id, *c))).collect();
+    let all: Vec<(u64, &Call)> = ok
+        .iter()
+        .flat_map(|c| c.values.iter().map(move |&id| (id, *c)))
+        .collect();
     let mut out: Vec<Violation> = repeated(all, |c| (c.invoke_ns, c.id))
         .into_iter()
-        .map(|(id, a, b)| violation("ids", format!("id {id} returned twice (calls {} and {})", a.id, b.id), vec![a.id, b.id]))
+        .map(|(id, a, b)| {
+            violation(
+                "ids",
+                format!("id {id} returned twice (calls {} and {})", a.id, b.id),
+                vec![a.id, b.id],
+            )
+        })
         .collect();
     let true_ms = |ns: u64| i128::from(h.started_unix_ms) + i128::from(ns / 1_000_000);
     for c in ok {
@@ -109,8 +118,12 @@ fn ids(h: &History) -> Vec<Violation> {
         let bad = c.values.iter().map(|&id| (id, judge_stamp(&h.id_layout, id, window)));
         if let Some((id, stamp)) = bad.into_iter().find(|(_, s)| *s != Stamp::Within) {
             let why = match stamp {
-                Stamp::TooEarly { stamp_ms, bound_ms } => format!("stamped {} ms before the allowance", bound_ms - stamp_ms),
-                Stamp::TooLate { stamp_ms, bound_ms } => format!("stamped {} ms past the allowance", stamp_ms - bound_ms),
+                Stamp::TooEarly { stamp_ms, bound_ms } => {
+                    format!("stamped {} ms before the allowance", bound_ms - stamp_ms)
+                }
+                Stamp::TooLate { stamp_ms, bound_ms } => {
+                    format!("stamped {} ms past the allowance", stamp_ms - bound_ms)
+                }
                 _ => format!("does not decode under {}", h.id_layout),
             };
             out.push(violation("ids", format!("call {}: id {id} {why}", c.id), vec![c.id]));
@@ -146,7 +159,10 @@ pub(crate) fn plant_duplicate(h: &History) -> Option<(History, Planted)> {
         ..source.clone()
     };
     let what = match planted.subjects.first() {
-        Some(s) => format!("{s} value {} of call {} again, as call {id}", planted.values[0], source.id),
+        Some(s) => format!(
+            "{s} value {} of call {} again, as call {id}",
+            planted.values[0], source.id
+        ),
         None => format!("id {} of call {} again, as call {id}", planted.values[0], source.id),
     };
     let mut copy = h.clone();
@@ -204,7 +220,13 @@ mod tests {
             call(1, Op::Fetch, vec![u.clone()], 10, vec![3]),
             call(2, Op::Reserve, vec![u.clone(), u.clone()], 20, vec![4, 5]),
             call(3, Op::CounterNext, vec![k.clone()], 20, vec![4]),
-            call(4, Op::NextIds, vec![], 30, vec![id_at(START_MS + 30, 0), id_at(START_MS + 30, 1)]),
+            call(
+                4,
+                Op::NextIds,
+                vec![],
+                30,
+                vec![id_at(START_MS + 30, 0), id_at(START_MS + 30, 1)],
+            ),
             call(5, Op::Batch, vec![u, k], 40, vec![6, 5]),
         ])
     }
@@ -224,7 +246,8 @@ mod tests {
         h.calls[3].values = vec![id_at(START_MS + 30 + 4_000, 0)];
         assert!(judge(&h)[0].what.contains("past the allowance"));
         let mut h = clean();
-        h.calls.push(call(6, Op::NextIds, vec![], 50, vec![h.calls[3].values[1]]));
+        h.calls
+            .push(call(6, Op::NextIds, vec![], 50, vec![h.calls[3].values[1]]));
         assert!(judge(&h)[0].what.contains("returned twice"));
         // An unknown call gives no value: it is never the earlier call of an ordering.
         let mut h = clean();

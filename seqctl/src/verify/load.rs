@@ -156,14 +156,25 @@ async fn run_caller(plan: Arc<Plan>, front: Front, caller: u32, clock: Instant, 
     calls
 }
 
-fn record(caller: u32, front: Front, addr: String, p: &Pick, invoke_ns: u64, complete_ns: u64, answer: Result<Vec<u64>, NoValue>) -> Call {
+fn record(
+    caller: u32,
+    front: Front,
+    addr: String,
+    p: &Pick,
+    invoke_ns: u64,
+    complete_ns: u64,
+    answer: Result<Vec<u64>, NoValue>,
+) -> Call {
     let subjects = p.subjects();
     // A reply of the wrong size cannot be attributed value by value: it is no value at all.
     let answer = answer.and_then(|v| {
         if p.op() == Op::NextIds || v.len() == subjects.len() {
             Ok(v)
         } else {
-            Err((Outcome::Unknown, format!("{} values for {} subjects", v.len(), subjects.len())))
+            Err((
+                Outcome::Unknown,
+                format!("{} values for {} subjects", v.len(), subjects.len()),
+            ))
         }
     });
     let (outcome, values, error) = match answer {
@@ -186,7 +197,11 @@ fn record(caller: u32, front: Front, addr: String, p: &Pick, invoke_ns: u64, com
 }
 
 fn no_value(e: seqsvr_client::ClientError) -> NoValue {
-    let outcome = if e.is_unknown() { Outcome::Unknown } else { Outcome::Failed };
+    let outcome = if e.is_unknown() {
+        Outcome::Unknown
+    } else {
+        Outcome::Failed
+    };
     (outcome, e.to_string())
 }
 
@@ -195,7 +210,12 @@ async fn grpc(c: &Client, p: &Pick) -> Result<Vec<u64>, NoValue> {
         Pick::Fetch(u) => vec![c.fetch_next_seq(Uid(*u)).await.map_err(no_value)?.seq],
         Pick::Batch(us) => {
             let uids: Vec<Uid> = us.iter().map(|u| Uid(*u)).collect();
-            c.batch_fetch(&uids).await.map_err(no_value)?.iter().map(|f| f.seq).collect()
+            c.batch_fetch(&uids)
+                .await
+                .map_err(no_value)?
+                .iter()
+                .map(|f| f.seq)
+                .collect()
         }
         Pick::Reserve(u, n) => c.reserve(Uid(*u), *n).await.map_err(no_value)?.seqs().collect(),
         Pick::CounterNext(k) => vec![c.counter_next(k).await.map_err(no_value)?.value],
@@ -222,7 +242,10 @@ async fn http_call(h: &mut Http, addr: &str, p: &Pick) -> Result<Vec<u64>, NoVal
     match p {
         Pick::Fetch(u) => Ok(vec![field(&h.post(addr, &format!("/v1/seq/{u}/next")).await?, "seq")?]),
         Pick::Reserve(u, n) => block(&h.post(addr, &format!("/v1/seq/{u}/reserve?count={n}")).await?, *n),
-        Pick::CounterNext(k) => Ok(vec![field(&h.post(addr, &format!("{}/next", counter(k))).await?, "value")?]),
+        Pick::CounterNext(k) => Ok(vec![field(
+            &h.post(addr, &format!("{}/next", counter(k))).await?,
+            "value",
+        )?]),
         Pick::CounterReserve(k, n) => block(&h.post(addr, &format!("{}/reserve?count={n}", counter(k))).await?, *n),
         Pick::Ids(n) => {
             let v = h.post(addr, &format!("/v1/ids?count={n}")).await?;

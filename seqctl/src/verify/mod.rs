@@ -106,7 +106,10 @@ fn usage(message: String) -> Failure {
 }
 
 /// Connects the gRPC client, learns the uid space and the id layout. `None` without gRPC.
-async fn grpc_setup(cli: &Cli, args: &VerifyArgs) -> Result<Option<(seqsvr_client::Client, u64, Option<IdLayout>)>, Failure> {
+async fn grpc_setup(
+    cli: &Cli,
+    args: &VerifyArgs,
+) -> Result<Option<(seqsvr_client::Client, u64, Option<IdLayout>)>, Failure> {
     let seeds = if args.grpc.is_empty() { &cli.alloc } else { &args.grpc };
     if seeds.iter().all(|s| s.trim().is_empty()) {
         return Ok(None);
@@ -127,20 +130,33 @@ async fn grpc_setup(cli: &Cli, args: &VerifyArgs) -> Result<Option<(seqsvr_clien
 /// The plan the flags describe, and the id layout to judge by.
 async fn plan(cli: &Cli, args: &VerifyArgs) -> Result<(load::Plan, IdLayout), Failure> {
     let grpc = grpc_setup(cli, args).await?;
-    let clean = |v: &[String]| -> Vec<String> { v.iter().map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect() };
+    let clean = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
     let (http, resp) = (clean(&args.http), clean(&args.resp));
     if grpc.is_none() && http.is_empty() && resp.is_empty() {
-        return Err(usage("nothing to verify: pass --grpc (or --alloc), --http and/or --resp addresses".into()));
+        return Err(usage(
+            "nothing to verify: pass --grpc (or --alloc), --http and/or --resp addresses".into(),
+        ));
     }
     let uids = match (&args.uids, &grpc) {
         (Some(s), _) => parse_uids(s).map_err(usage)?,
         (None, Some((_, limit, _))) => limit.saturating_sub(DEFAULT_RESERVED_UIDS)..*limit,
-        (None, None) => return Err(usage("without gRPC, --uids FIRST..END is required (the reserved uids)".into())),
+        (None, None) => {
+            return Err(usage(
+                "without gRPC, --uids FIRST..END is required (the reserved uids)".into(),
+            ));
+        }
     };
     if let Some((_, limit, _)) = &grpc
         && uids.end > *limit
     {
-        return Err(usage(format!("--uids {uids:?} reaches past the cluster's uid limit {limit}")));
+        return Err(usage(format!(
+            "--uids {uids:?} reaches past the cluster's uid limit {limit}"
+        )));
     }
     let keys: Vec<String> = (0..args.keys).map(|i| format!("{}{i}", args.key_prefix)).collect();
     for k in &keys {
@@ -237,7 +253,12 @@ fn summary(h: &History, fronts: &[(Front, &'static str)]) -> String {
     let _ = writeln!(out, "values checked {values}, ids checked {ids}");
     let first = h.calls.iter().find(|c| c.error.is_some());
     if let Some(c) = first {
-        let _ = writeln!(out, "first error: call {}: {}", c.id, c.error.as_deref().unwrap_or_default());
+        let _ = writeln!(
+            out,
+            "first error: call {}: {}",
+            c.id,
+            c.error.as_deref().unwrap_or_default()
+        );
     }
     out
 }
@@ -294,7 +315,11 @@ fn self_test(h: &History, mut out: String, found: &[Violation]) -> Result<String
         });
     }
     render_violations(&mut out, &caught, caught.len());
-    let _ = write!(out, "self-test: the planted duplicate was reported ({} violations)", caught.len());
+    let _ = write!(
+        out,
+        "self-test: the planted duplicate was reported ({} violations)",
+        caught.len()
+    );
     println!("{out}");
     Err(Failure {
         code: EXIT_FAILED,

@@ -105,7 +105,17 @@ impl Cluster {
     /// `seqctl verify` through every front end of every AllocSvr, for `duration`, with `more`.
     fn verify(&self, duration: &str, more: &[&str]) -> tokio::process::Command {
         let (grpc, http, resp) = (self.list(|n| &n.grpc), self.list(|n| &n.http), self.list(|n| &n.resp));
-        let mut args = vec!["verify", "--duration", duration, "--grpc", &grpc, "--http", &http, "--resp", &resp];
+        let mut args = vec![
+            "verify",
+            "--duration",
+            duration,
+            "--grpc",
+            &grpc,
+            "--http",
+            &http,
+            "--resp",
+            &resp,
+        ];
         args.extend(more);
         Seqctl::new(["--timeout-ms", "3000"]).command(&args)
     }
@@ -116,7 +126,18 @@ impl Cluster {
             let url = format!("http://{}/v1/seq/1/next", n.http);
             let served = poll_until(WAIT, || async {
                 let out = tokio::process::Command::new("curl")
-                    .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "2", "-X", "POST", &url])
+                    .args([
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        "-m",
+                        "2",
+                        "-X",
+                        "POST",
+                        &url,
+                    ])
                     .output()
                     .await
                     .expect("`curl` runs (Debian package curl; scripts/test.sh installs it)");
@@ -177,18 +198,30 @@ async fn a_healthy_cluster_passes_through_a_kill_and_a_move_and_the_self_test_tr
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stdout.contains("verify: PASS"), "{}", text(&out));
     for front in ["grpc", "http", "resp"] {
-        assert!(ok_calls(&stdout, front) > 100, "{front}: too few ok calls: {}", text(&out));
+        assert!(
+            ok_calls(&stdout, front) > 100,
+            "{front}: too few ok calls: {}",
+            text(&out)
+        );
     }
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&history).unwrap()).unwrap();
     assert_eq!(doc["format"], "seqctl-verify/1");
     let calls = doc["calls"].as_array().unwrap();
     assert!(calls.iter().any(|c| c["op"] == "next_ids" && c["outcome"] == "ok"));
-    assert!(calls.iter().any(|c| c["subjects"][0]["uid"].as_u64().is_some_and(|u| u >= UID_LIMIT - 64)));
+    assert!(
+        calls
+            .iter()
+            .any(|c| c["subjects"][0]["uid"].as_u64().is_some_and(|u| u >= UID_LIMIT - 64))
+    );
 
     let out = finish(&mut c.verify("3s", &["--self-test"])).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout.contains("self-test: the planted duplicate was reported"), "{}", text(&out));
+    assert!(
+        stdout.contains("self-test: the planted duplicate was reported"),
+        "{}",
+        text(&out)
+    );
     assert!(stdout.contains("handed out twice"), "{}", text(&out));
 }
 
@@ -204,7 +237,12 @@ async fn blocks_overlapping_handed_out_seqs_are_caught() {
     };
     let (out, ()) = tokio::join!(finish(&mut run), kill);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "the broken rule went unnoticed: {}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the broken rule went unnoticed: {}",
+        text(&out)
+    );
     assert!(stdout.contains("VIOLATION order:"), "{}", text(&out));
     assert!(stdout.contains("verify: FAIL"), "{}", text(&out));
 }
