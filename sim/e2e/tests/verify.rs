@@ -14,10 +14,10 @@
 //! --bins` first; `curl` must be installed (readiness is polled through HTTP).
 
 use std::process::Output;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use seqsvr_harness::poll_until;
+use tokio::sync::Mutex;
 
 mod e2e;
 use e2e::fronts_cluster::FrontsCluster;
@@ -27,7 +27,7 @@ const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
 const WAIT: Duration = Duration::from_secs(30);
 
-static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 /// `seqctl verify` through every front end of every AllocSvr of `c`, for `duration`, with `more`.
 fn verify(c: &FrontsCluster, duration: &str, more: &[&str]) -> tokio::process::Command {
@@ -90,7 +90,7 @@ fn ok_calls(stdout: &str, front: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_cluster_passes_through_a_kill_and_a_move_and_the_self_test_trips() {
-    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let mut c = FrontsCluster::start(2, SECTION_SIZE, UID_LIMIT, &[]);
     // Set 1's AllocSvrs serve once set 1 is in the cluster map.
     wait_serving(&c, 2).await;
@@ -149,7 +149,7 @@ async fn a_healthy_cluster_passes_through_a_kill_and_a_move_and_the_self_test_tr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocks_overlapping_handed_out_seqs_are_caught() {
-    let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let mut c = FrontsCluster::start(1, SECTION_SIZE, UID_LIMIT, &["--unsafe-block-overlap"]);
     wait_serving(&c, 2).await;
     let mut run = verify(&c, "5s", &[]);
