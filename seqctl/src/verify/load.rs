@@ -128,7 +128,7 @@ async fn run_caller(plan: Arc<Plan>, front: Front, caller: u32, clock: Instant, 
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let end = clock + plan.duration;
     // Bounded in count as well as in time.
-    let most = u64::from(plan.rate) * plan.duration.as_secs().saturating_add(1);
+    let most = u64::from(plan.rate).saturating_mul(plan.duration.as_secs().saturating_add(1));
     let mut calls = Vec::new();
     while Instant::now() < end && (calls.len() as u64) < most {
         tick.tick().await;

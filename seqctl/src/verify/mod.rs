@@ -29,6 +29,9 @@ use crate::{Cli, EXIT_FAILED, EXIT_USAGE, Failure};
 use history::{Call, Front, History, Outcome};
 use judge::Violation;
 
+/// The longest run: its history, at most `3 × callers × rate` calls a second, is held in memory.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+
 /// How many of the highest uids are reserved by default.
 const DEFAULT_RESERVED_UIDS: u64 = 64;
 
@@ -129,6 +132,12 @@ async fn grpc_setup(
 
 /// The plan the flags describe, and the id layout to judge by.
 async fn plan(cli: &Cli, args: &VerifyArgs) -> Result<(load::Plan, IdLayout), Failure> {
+    if args.duration > MAX_DURATION {
+        return Err(usage(format!(
+            "--duration {:?} is over {MAX_DURATION:?}: the history is kept in memory (about 235 bytes of JSON a call)",
+            args.duration
+        )));
+    }
     let grpc = grpc_setup(cli, args).await?;
     let clean = |v: &[String]| -> Vec<String> {
         v.iter()

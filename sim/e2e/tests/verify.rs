@@ -128,6 +128,8 @@ async fn a_healthy_cluster_passes_through_a_kill_and_a_move_and_the_self_test_tr
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&history).unwrap()).unwrap();
     assert_eq!(doc["format"], "seqctl-verify/1");
     let calls = doc["calls"].as_array().unwrap();
+    let bytes = std::fs::metadata(&history).unwrap().len();
+    eprintln!("history: {} calls, {bytes} bytes of JSON", calls.len());
     assert!(calls.iter().any(|c| c["op"] == "next_ids" && c["outcome"] == "ok"));
     assert!(
         calls
