@@ -48,6 +48,29 @@ where
     T::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
 }
 
+/// Parses `90s`, `5m`, `1500ms`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 90s or 5m"))?;
+    let d = match unit {
+        "" | "s" => std::time::Duration::from_secs(n),
+        "ms" => std::time::Duration::from_millis(n),
+        "m" | "h" => {
+            let per = if unit == "m" { 60 } else { 3600 };
+            std::time::Duration::from_secs(n.checked_mul(per).ok_or_else(|| format!("{s:?} is too long"))?)
+        }
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if d.is_zero() {
+        return Err("duration must be positive".into());
+    }
+    Ok(d)
+}
+
 /// The binary's command with an environment variable on every visible option (also those of its
 /// subcommands).
 pub fn command<T: CommandFactory>(env_prefix: &str) -> clap::Command {

@@ -43,8 +43,13 @@ pub(crate) async fn routes(cli: &Cli) -> Result<String, Failure> {
 }
 
 pub(crate) fn alloc_client(cli: &Cli) -> Result<Client, Failure> {
-    let seeds: Vec<String> = cli
-        .alloc
+    alloc_client_of(cli, &cli.alloc)
+}
+
+/// A client of the AllocSvrs at `seeds` (host:port), with this invocation's deadlines and
+/// certificate.
+pub(crate) fn alloc_client_of(cli: &Cli, seeds: &[String]) -> Result<Client, Failure> {
+    let seeds: Vec<String> = seeds
         .iter()
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())

@@ -7,7 +7,7 @@
 //! Deliberately left out: authentication (anyone who reaches a StoreSvr may run these).
 
 //! One file per command group: `data` (fetch, get, batch, routes), `status`, `moves` (sets, set
-//! add, move), `drain`, `backup`, `audit`, `replica`, `certs`; this file declares the commands,
+//! add, move), `drain`, `backup`, `audit`, `replica`, `certs`, `verify`; this file declares the commands,
 //! dispatches them, and holds what they share (connections, exit codes, tables).
 
 mod audit;
@@ -20,6 +20,7 @@ mod ids;
 mod moves;
 mod replica;
 mod status;
+mod verify;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -128,6 +129,10 @@ enum Cmd {
     /// The set's audit trail of admin actions: who did what, when, and the outcome (--store: the
     /// set's StoreSvrs; newest last).
     Audit(audit::AuditArgs),
+    /// Check the promises against the live cluster: drive a bounded load through the given front
+    /// ends on reserved uids and keys, record every call, judge the history (exit 0 pass, 1
+    /// violation, 2 usage or nothing answered). docs/operations/verify.md.
+    Verify(verify::VerifyArgs),
     /// Make a DEVELOPMENT certificate authority and one certificate per role (client, allocsvr,
     /// storesvr, admin) for a local cluster: DIR/ca.pem, DIR/<role>.pem, DIR/<role>.key. Not for
     /// production: the CA key is not kept, so no more certificates can be signed later.
@@ -250,6 +255,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Alloc { action } => drain::alloc(cli, action).await,
         Cmd::Backup(args) => backup::backup(cli, args).await,
         Cmd::Audit(args) => audit::audit(cli, args).await,
+        Cmd::Verify(args) => verify::verify(cli, args).await,
         Cmd::Certs { out, hosts, days } => certs::certs(cli.json, out, hosts, *days),
         Cmd::Replica { action } => replica::replica(cli, action).await,
     }

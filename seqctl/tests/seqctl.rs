@@ -321,3 +321,33 @@ async fn audit_prints_one_line_per_record_and_json_on_request() {
         assert!(run.stderr.contains("--limit must be in 1..=1000"), "{}", run.stderr);
     }
 }
+
+/// `seqctl verify` without a verdict to give exits 2 with one clear line: nothing to verify, no
+/// reserved uids named, a front end that answered no call, gRPC seeds that do not answer.
+#[tokio::test]
+async fn verify_without_a_cluster_to_judge_exits_2() {
+    let dead = dead_addr().await;
+    let cases: [(&[&str], &str); 4] = [
+        (&["verify", "--duration", "1s"], "nothing to verify"),
+        (
+            &["verify", "--duration", "1s", "--http", &dead],
+            "--uids FIRST..END is required",
+        ),
+        (
+            &["verify", "--duration", "1s", "--resp", &dead, "--uids", "5..10"],
+            "no call through resp succeeded",
+        ),
+        (
+            &["--timeout-ms", "500", "verify", "--duration", "1s", "--grpc", &dead],
+            "cannot reach the AllocSvrs",
+        ),
+    ];
+    for (args, want) in cases {
+        let run = seqctl(args, &[]).await;
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(want), "{args:?}: {}", run.stderr);
+    }
+    let run = seqctl(&["verify", "--uids", "9..3", "--http", &dead], &[]).await;
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("the range is empty"), "{}", run.stderr);
+}

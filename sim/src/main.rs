@@ -138,26 +138,8 @@ struct RunArgs {
     controls: flags::NegativeControls,
 }
 
-/// Parses `90s`, `5m`, `1500ms`, `1h` or a bare number of seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 90s or 5m"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
-    };
-    if d.is_zero() {
-        return Err("duration must be positive".into());
-    }
-    Ok(d)
-}
+// `90s`, `5m`, `1500ms`: the parser `seqctl verify --duration` shares.
+pub(crate) use seqsvr_plumbing::cli::parse_duration;
 
 /// The workload options `sim run` and `sim load` share: clients, rate, and the uid space they
 /// spread over (the history keeps one record per section, so it stays bounded).

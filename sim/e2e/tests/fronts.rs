@@ -18,11 +18,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use seqsvr_harness::{ProcSpec, Supervisor, free_addr, poll_until};
+use seqsvr_harness::poll_until;
 
 mod e2e;
-use e2e::seqctl::{Seqctl, text};
-use e2e::sibling_bin as bin;
+use e2e::fronts_cluster::{FrontsCluster, Node};
+use e2e::seqctl::text;
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
@@ -42,87 +42,6 @@ struct Obs {
 fn monotonic_ns() -> u64 {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-}
-
-struct Node {
-    grpc: String,
-    http: String,
-    resp: String,
-    metrics: String,
-}
-
-struct Cluster {
-    _dir: tempfile::TempDir,
-    procs: Supervisor,
-    stores: [String; 2],
-    /// Set 0's AllocSvrs, then set 1's.
-    nodes: Vec<Node>,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
-        let stores = [free_addr(), free_addr()];
-        let mut nodes = Vec::new();
-        for (set, store) in stores.iter().enumerate() {
-            let args = vec![
-                "--node-id=1".to_string(),
-                format!("--set-id={set}"),
-                format!("--listen={store}"),
-                format!("--data-dir={}", dir.path().join(format!("store{set}")).display()),
-                format!("--peers=1={store}"),
-                "--bootstrap".into(),
-                "--new-replica".into(),
-                format!("--section-size={SECTION_SIZE}"),
-                format!("--uid-limit={UID_LIMIT}"),
-                "--step=1000".into(),
-            ];
-            procs
-                .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
-                .unwrap();
-            for i in 0..2 {
-                let node = Node {
-                    grpc: free_addr(),
-                    http: free_addr(),
-                    resp: free_addr(),
-                    metrics: free_addr(),
-                };
-                let args = vec![
-                    format!("--node-id={}", 2 * set + i + 1),
-                    format!("--listen={}", node.grpc),
-                    format!("--store=1={store}"),
-                    format!("--http-listen={}", node.http),
-                    format!("--resp-listen={}", node.resp),
-                    format!("--metrics-listen={}", node.metrics),
-                ];
-                procs
-                    .spawn(ProcSpec::new(format!("alloc{}", 2 * set + i), bin("allocsvr"), args))
-                    .unwrap();
-                nodes.push(node);
-            }
-        }
-        Self {
-            _dir: dir,
-            procs,
-            stores,
-            nodes,
-        }
-    }
-
-    fn operator(&self) -> Seqctl {
-        Seqctl::new(["--store", self.stores[0].as_str()])
-    }
-
-    fn list(&self, f: impl Fn(&Node) -> &str) -> String {
-        self.nodes.iter().map(f).collect::<Vec<_>>().join(",")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.procs.kill_all();
-    }
 }
 
 /// The Python `redis` package in `target/pydeps`, installed there when missing; the directory
@@ -355,7 +274,7 @@ fn check(obs: &[Obs]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_others_wrote_get_rising_values_from_any_allocsvr_through_a_move_and_a_kill() {
     let pydeps = python_redis();
-    let mut c = Cluster::start();
+    let mut c = FrontsCluster::start(2, SECTION_SIZE, UID_LIMIT, &[]);
     // Set 0's AllocSvrs serve first; set 1's learn where uid 1 lives once set 1 is in the map.
     wait_http(&c.nodes[..2]).await;
     let add = c

@@ -76,14 +76,9 @@ fn repeats(calls: &[IdCall], faults: &[FaultSpan]) -> (Promise, Vec<Violation>) 
         .filter(|f| is_clock_fault(&f.kind))
         .map(|f| f.start_ns)
         .min();
-    let mut all: Vec<(u64, &IdCall)> = calls.iter().flat_map(|c| c.ids().map(move |id| (id, c))).collect();
-    all.sort_unstable_by_key(|&(id, c)| (id, c.invoke_ns, c.id));
+    let all: Vec<(u64, &IdCall)> = calls.iter().flat_map(|c| c.ids().map(move |id| (id, c))).collect();
     let mut found = Vec::new();
-    for pair in all.windows(2) {
-        let ((id, a), (next, b)) = (pair[0], pair[1]);
-        if id != next {
-            continue;
-        }
+    for (id, a, b) in seqsvr_promises::ids::repeated(all, |c| (c.invoke_ns, c.id)) {
         let later_done = a.complete_ns.max(b.complete_ns);
         let promise = match first_clock_fault {
             Some(at) if at <= later_done => Promise::U4,
@@ -242,10 +237,8 @@ fn times(calls: &[IdCall], info: &IdsInfo, faults: &[FaultSpan]) -> Vec<Violatio
         };
         let widening = extra(c.invoke_ns, c.complete_ns);
         let wide = skew + widening;
-        let (earliest, latest) = (
-            true_ms(c.invoke_ns) - wide - layout.tick_ms as i128,
-            true_ms(c.complete_ns) + wide + 1,
-        );
+        let (earliest, latest) =
+            seqsvr_promises::ids::stamp_window(&layout, true_ms(c.invoke_ns), true_ms(c.complete_ns), wide);
         if lo < earliest || hi > latest {
             let (t, bound) = if lo < earliest { (lo, earliest) } else { (hi, latest) };
             found.push(Violation::new(

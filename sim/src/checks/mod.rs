@@ -65,14 +65,8 @@ impl Violation {
     }
 }
 
-/// One ok value of one uid, as the ordering checkers see it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Obs {
-    pub call: u64,
-    pub invoke_ns: u64,
-    pub complete_ns: u64,
-    pub value: u64,
-}
+// The ordering checkers' observation and sweep are shared with `seqctl verify`.
+pub use seqsvr_promises::order::{Obs, sweep_completed_before};
 
 /// Ok values of calls of the given kinds, grouped by uid.
 pub fn ok_obs_by_uid(calls: &[Call], fetches: bool) -> HashMap<u64, Vec<Obs>> {
@@ -88,30 +82,6 @@ pub fn ok_obs_by_uid(calls: &[Call], fetches: bool) -> HashMap<u64, Vec<Obs>> {
         }
     }
     by_uid
-}
-
-/// For each probe (sorted by invoke), the largest earlier value among `done` that completed
-/// strictly before the probe was invoked: the sweep at the heart of P1 and P5.
-/// Returns `(probe, Some(max earlier obs))` in probe invoke order.
-pub fn sweep_completed_before<'a>(done: &'a [Obs], probes: &'a [Obs]) -> Vec<(&'a Obs, Option<&'a Obs>)> {
-    let mut by_complete: Vec<&Obs> = done.iter().collect();
-    by_complete.sort_by_key(|o| o.complete_ns);
-    let mut by_invoke: Vec<&Obs> = probes.iter().collect();
-    by_invoke.sort_by_key(|o| o.invoke_ns);
-    let mut best: Option<&Obs> = None;
-    let mut next = 0;
-    let mut out = Vec::with_capacity(by_invoke.len());
-    for probe in by_invoke {
-        while next < by_complete.len() && by_complete[next].complete_ns < probe.invoke_ns {
-            let cand = by_complete[next];
-            if best.is_none_or(|b| cand.value > b.value) {
-                best = Some(cand);
-            }
-            next += 1;
-        }
-        out.push((probe, best));
-    }
-    out
 }
 
 /// Violations are capped per promise in the report so that one bad run prints a readable page;

@@ -5,7 +5,9 @@
 //! (O(n log n)), and one sort by value for duplicates. Unknown and failed fetches give no value;
 //! they can neither be "A" nor "B".
 
-use super::{Obs, Promise, Violation, ok_obs_by_uid, sweep_completed_before};
+use seqsvr_promises::order::{Finding, check_subject};
+
+use super::{Obs, Promise, Violation, ok_obs_by_uid};
 use crate::history::Call;
 use crate::keys::label;
 
@@ -22,18 +24,14 @@ pub fn check(calls: &[Call]) -> Vec<Violation> {
 }
 
 fn check_uid(uid: u64, obs: &[Obs], out: &mut Vec<Violation>) {
-    for o in obs.iter().filter(|o| o.value == 0) {
-        out.push(Violation::new(
-            Promise::P1,
-            format!("{}: ok fetch returned seq 0", label(uid)),
-            vec![o.call],
-        ));
-    }
-    for (b, a) in sweep_completed_before(obs, obs) {
-        if let Some(a) = a
-            && a.value >= b.value
-        {
-            out.push(Violation::new(
+    for f in check_subject(obs) {
+        out.push(match f {
+            Finding::Zero(o) => Violation::new(
+                Promise::P1,
+                format!("{}: ok fetch returned seq 0", label(uid)),
+                vec![o.call],
+            ),
+            Finding::NotAbove { earlier: a, later: b } => Violation::new(
                 Promise::P1,
                 format!(
                     "{}: seq went from {} (call {} completed at {} ns) to {} (call {} invoked at {} ns)",
@@ -46,19 +44,13 @@ fn check_uid(uid: u64, obs: &[Obs], out: &mut Vec<Violation>) {
                     b.invoke_ns
                 ),
                 vec![a.call, b.call],
-            ));
-        }
-    }
-    let mut by_value: Vec<&Obs> = obs.iter().collect();
-    by_value.sort_by_key(|o| (o.value, o.call));
-    for w in by_value.windows(2) {
-        if w[0].value == w[1].value {
-            out.push(Violation::new(
+            ),
+            Finding::Twice { first, second } => Violation::new(
                 Promise::P1,
-                format!("{}: seq {} handed out twice", label(uid), w[0].value),
-                vec![w[0].call, w[1].call],
-            ));
-        }
+                format!("{}: seq {} handed out twice", label(uid), first.value),
+                vec![first.call, second.call],
+            ),
+        });
     }
 }
 

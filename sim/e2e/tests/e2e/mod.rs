@@ -18,6 +18,7 @@
 
 #![allow(dead_code)]
 
+pub mod fronts_cluster;
 pub mod seqctl;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
