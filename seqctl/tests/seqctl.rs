@@ -170,10 +170,12 @@ async fn store_set() -> (FakeReplica, FakeReplica, String) {
 
 #[tokio::test]
 async fn status_shows_the_leaders_view_and_each_members_own() {
+    // The dead member refuses connections at once, so a long attempt deadline costs nothing; a
+    // short one (300 ms) let a live member time out while the other tests loaded the machine.
     let (r1, r2, _dead) = store_set().await;
     let store = r1.addr.clone();
     let run = seqctl(
-        &["--store", &store, "--json", "--attempt-timeout-ms", "300", "status"],
+        &["--store", &store, "--json", "--attempt-timeout-ms", "3000", "status"],
         &[],
     )
     .await;
@@ -189,7 +191,7 @@ async fn status_shows_the_leaders_view_and_each_members_own() {
     assert_eq!(members[1]["view"]["committed_index"], 92);
     assert!(members[2]["error"].is_string(), "unreachable member: {}", members[2]);
 
-    let run = seqctl(&["--store", &store, "--attempt-timeout-ms", "300", "status"], &[]).await;
+    let run = seqctl(&["--store", &store, "--attempt-timeout-ms", "3000", "status"], &[]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout.contains(&format!("leader 2 ({})", r2.addr)),
