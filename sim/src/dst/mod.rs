@@ -35,6 +35,8 @@ pub mod group;
 pub mod ids;
 pub mod moves;
 pub mod restore;
+#[cfg(test)]
+mod scripts;
 pub mod services;
 pub mod tally;
 pub mod trace;
