@@ -183,7 +183,11 @@ mod tests {
         ];
         for ((no_wait, left), wait) in cases {
             let left = left.map(MS);
-            assert_eq!(t.serve_after(t_obs, no_wait, left), t_obs + MS(wait), "{no_wait} {left:?}");
+            assert_eq!(
+                t.serve_after(t_obs, no_wait, left),
+                t_obs + MS(wait),
+                "{no_wait} {left:?}"
+            );
         }
     }
 }

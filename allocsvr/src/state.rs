@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use seqsvr_plumbing::lease_clock::LeaseClock;
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb;
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
-use seqsvr_plumbing::lease_clock::LeaseClock;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{info, warn};

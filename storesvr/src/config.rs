@@ -9,11 +9,11 @@
 
 use crate::domain::slots::SlotCommand;
 use clap::Parser;
+use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
 use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::params::SetParams;
-use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;

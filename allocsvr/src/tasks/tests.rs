@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use seqsvr_plumbing::lease_clock::{self, LeaseClock};
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb::alloc_service_server::AllocService;
 use seqsvr_proto::{Epoch, Incarnation, NodeId, SectionId, pb};
-use seqsvr_plumbing::lease_clock::{self, LeaseClock};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 

@@ -705,7 +705,16 @@ mod tests {
                 incarnation: inc.0,
                 ..Default::default()
             };
-            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now, UnsafeRules::default()).expect("renew")
+            renew_reply(
+                set,
+                view,
+                &req,
+                (0, None),
+                || Ok(pb::RouteTable::default()),
+                now,
+                UnsafeRules::default(),
+            )
+            .expect("renew")
         };
         let tick = |set: &mut SetState, view: &mut LeaderView, now| {
             if let (_, Tick::Plan(Some(cmd))) = arbiter_tick(set, view, (true, 1), now, detect, &small_params()) {
@@ -776,7 +785,11 @@ mod tests {
         }
         assert!(!set.allocsvrs.contains_key(&incs[0]), "node 1 expired");
         let waits = |reply: pb::RenewReply| -> Vec<(u64, bool, Option<u32>)> {
-            reply.grants.iter().map(|g| (g.section_begin, g.no_wait, g.wait_ms)).collect()
+            reply
+                .grants
+                .iter()
+                .map(|g| (g.section_begin, g.no_wait, g.wait_ms))
+                .collect()
         };
         let safe = waits(renew(&set, &mut view, incs[1], at(6_100), UnsafeRules::default()));
         // 3,130 − (6,100 − 4,000) = 1,030 ms left for the forced grant; none asked for its own.
@@ -786,7 +799,11 @@ mod tests {
             ..UnsafeRules::default()
         };
         let unsafe_ = waits(renew(&set, &mut view, incs[1], at(6_100), first));
-        assert_eq!(unsafe_, vec![(0, false, Some(0)), (5, true, None)], "the control waits too little");
+        assert_eq!(
+            unsafe_,
+            vec![(0, false, Some(0)), (5, true, None)],
+            "the control waits too little"
+        );
         // Leadership regained in a later term: nothing heard before counts, the whole wait.
         tick(&mut set, &mut view, 2, at(6_200));
         let young = waits(renew(&set, &mut view, incs[1], at(6_300), UnsafeRules::default()));

@@ -130,18 +130,7 @@ struct Takeover {
 }
 
 async fn run(args: &Args) -> Result<(), Failure> {
-    let mut bins = cluster::binaries().map_err(Failure::Usage)?;
-    for (flag, given, bin) in [
-        ("--storesvr", &args.storesvr, &mut bins.storesvr),
-        ("--allocsvr", &args.allocsvr, &mut bins.allocsvr),
-    ] {
-        if let Some(p) = given {
-            if !p.exists() {
-                return Err(Failure::Usage(format!("{flag} {} does not exist", p.display())));
-            }
-            *bin = p.clone();
-        }
-    }
+    let bins = binaries(args)?;
     let tmp = tempfile::Builder::new()
         .prefix("takeover-bench")
         .tempdir_in(args.dir.clone().unwrap_or_else(|| PathBuf::from("target")))
@@ -258,13 +247,18 @@ async fn wait_served(client: &Client, uid: u64) -> Result<(), Failure> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Err(harness(format!("uid {uid} not served within {SETTLE_LIMIT:?} of a kill")))
+    Err(harness(format!(
+        "uid {uid} not served within {SETTLE_LIMIT:?} of a kill"
+    )))
 }
 
 /// Per kill: from the SIGKILL to the first fetch of the victim's section begun after it and
 /// served; then median, p90 and max.
 fn report_kills(kills: &[Kill], calls: &[Call]) {
-    println!("\n{:<5} {:>4} {:>6} {:>16} {:>6}", "kill", "sect", "victim", "kill→served", "failed");
+    println!(
+        "\n{:<5} {:>4} {:>6} {:>16} {:>6}",
+        "kill", "sect", "victim", "kill→served", "failed"
+    );
     let mut took = Vec::new();
     for (i, k) in kills.iter().enumerate() {
         let after = calls
@@ -273,11 +267,21 @@ fn report_kills(kills: &[Kill], calls: &[Call]) {
         let first = after.clone().filter(|c| c.ok).map(|c| c.done).min();
         let failed = after.filter(|c| !c.ok && first.is_none_or(|f| c.done <= f)).count();
         let v = first.map_or(f64::NAN, |f| ms(f - k.at));
-        println!("{:<5} {:>4} {:>6} {:>13.1} ms {:>6}", i + 1, k.section, k.victim, v, failed);
+        println!(
+            "{:<5} {:>4} {:>6} {:>13.1} ms {:>6}",
+            i + 1,
+            k.section,
+            k.victim,
+            v,
+            failed
+        );
         took.push(v);
     }
     took.sort_by(f64::total_cmp);
-    let at = |q: f64| took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied();
+    let at = |q: f64| {
+        took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1))
+            .copied()
+    };
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     println!(
         "\nkill → first fetch of the victim's section served again, over {} kills (ms): median {}; p90 {}; max {}",
@@ -290,6 +294,23 @@ fn report_kills(kills: &[Kill], calls: &[Call]) {
         "columns: kill→served = SIGKILL to the first fetch of that section begun after the kill and served; failed = \
          fetches of it begun after the kill that failed before that"
     );
+}
+
+/// The binaries beside this benchmark, or those `--storesvr` and `--allocsvr` name.
+fn binaries(args: &Args) -> Result<cluster::Binaries, Failure> {
+    let mut bins = cluster::binaries().map_err(Failure::Usage)?;
+    for (flag, given, bin) in [
+        ("--storesvr", &args.storesvr, &mut bins.storesvr),
+        ("--allocsvr", &args.allocsvr, &mut bins.allocsvr),
+    ] {
+        if let Some(p) = given {
+            if !p.exists() {
+                return Err(Failure::Usage(format!("{flag} {} does not exist", p.display())));
+            }
+            *bin = p.clone();
+        }
+    }
+    Ok(bins)
 }
 
 /// `args.callers` tasks fetching uids of section `i % 2`, each call recorded; they stop with `stop`
