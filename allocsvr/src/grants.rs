@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::time::Duration;
 
 use seqsvr_proto::pb;
 use seqsvr_proto::{Epoch, SectionId};
@@ -31,6 +32,9 @@ pub struct Gain {
     pub epoch: Epoch,
     /// The previous owner released it (or there was none): no lease wait.
     pub no_wait: bool,
+    /// What the store leader says is left of earlier owners' leases (`Grant.wait_ms`); `None`:
+    /// the whole wait.
+    pub wait: Option<Duration>,
 }
 
 /// The changes one renewal asks for.
@@ -95,26 +99,27 @@ pub fn diff(
     debug_assert_eq!(held.len() as u64, sections.end - sections.start);
     let first = sections.start;
     let mut out = GrantDiff::default();
-    let mut wanted: Vec<Option<(Epoch, bool)>> = vec![None; held.len()];
+    let mut wanted: Vec<Option<(Epoch, bool, Option<Duration>)>> = vec![None; held.len()];
     for g in grants {
         let (begin, end) = (g.section_begin.max(first), g.section_end.min(sections.end));
         if begin != g.section_begin || end != g.section_end {
             out.outside.push(*g);
         }
         for s in begin..end {
-            wanted[(s - first) as usize] = Some((Epoch(g.epoch), g.no_wait));
+            let wait = g.wait_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+            wanted[(s - first) as usize] = Some((Epoch(g.epoch), g.no_wait, wait));
         }
     }
     for h in handover {
         for s in h.begin.max(first)..h.end.min(sections.end) {
-            if let Some((epoch, _)) = wanted[(s - first) as usize].take() {
+            if let Some((epoch, _, _)) = wanted[(s - first) as usize].take() {
                 out.release.push((SectionId(s), epoch));
             }
         }
     }
     for (i, want) in wanted.iter_mut().enumerate() {
         let id = SectionId(first + i as u64);
-        if let Some((epoch, _)) = *want
+        if let Some((epoch, _, _)) = *want
             && handed.contains(id, epoch)
         {
             *want = None;
@@ -126,10 +131,15 @@ pub fn diff(
     for (i, (held, want)) in held.iter().zip(wanted).enumerate() {
         let id = SectionId(first + i as u64);
         match (held, want) {
-            (Some(epoch), Some((want, _))) if *epoch == want => {}
+            (Some(epoch), Some((want, _, _))) if *epoch == want => {}
             (None, None) => {}
             (Some(_), None) => out.drop.push(id),
-            (_, Some((epoch, no_wait))) => out.gain.push(Gain { id, epoch, no_wait }),
+            (_, Some((epoch, no_wait, wait))) => out.gain.push(Gain {
+                id,
+                epoch,
+                no_wait,
+                wait,
+            }),
         }
     }
     out
@@ -212,6 +222,7 @@ mod tests {
             section_end: end,
             epoch,
             no_wait,
+            wait_ms: None,
         }
     }
 
@@ -224,6 +235,7 @@ mod tests {
             id: SectionId(id),
             epoch: Epoch(epoch),
             no_wait,
+            wait: None,
         }
     }
 

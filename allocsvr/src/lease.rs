@@ -7,7 +7,11 @@
 //!   believes in a shorter lease than the store grants (P4).
 //! - A section gained at `t_obs` is served only after `t_obs + lease·(1+drift) + margin`: by then
 //!   any previous owner's lease has run out even if that owner renewed just before the move.
-//!   A release recorded by the previous owner (`no_wait`) lifts the wait.
+//!   A release recorded by the previous owner (`no_wait`) lifts the wait. When the store leader
+//!   says how much of that is left (`Grant.wait_ms`, measured on its clock from the last renewal
+//!   it heard from the earlier owners), the section waits that instead, stretched by the drift
+//!   bound for this clock and never more than the whole wait, counted from `t_obs` (after the
+//!   reply arrived).
 //!
 //! Deliberately left out: wall-clock time of any kind (a jump of the wall clock changes nothing)
 //! and the renewal loop itself (see `tasks::renew`). Instants are tokio's, so that the tasks that
@@ -57,9 +61,22 @@ impl LeaseTimings {
         self.lease + self.drift() + self.margin
     }
 
-    /// The instant from which a section first observed at `t_obs` may be served.
-    pub fn serve_after(&self, t_obs: Instant, no_wait: bool) -> Instant {
-        if no_wait { t_obs } else { t_obs + self.gain_wait() }
+    /// How long a section must wait when the store leader says `left` (on its clock) of the
+    /// earlier owners' leases remains: `left·(1+drift)`, at most [`Self::gain_wait`].
+    pub fn predecessor_wait(&self, left: Duration) -> Duration {
+        let nanos = left.as_nanos() * u128::from(self.drift_ppm) / 1_000_000;
+        let stretched = left.saturating_add(Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)));
+        stretched.min(self.gain_wait())
+    }
+
+    /// The instant from which a section first observed at `t_obs` may be served; `left` is what
+    /// the leader said remains of earlier owners' leases (`None`: it did not say).
+    pub fn serve_after(&self, t_obs: Instant, no_wait: bool, left: Option<Duration>) -> Instant {
+        match (no_wait, left) {
+            (true, _) => t_obs,
+            (false, Some(left)) => t_obs + self.predecessor_wait(left),
+            (false, None) => t_obs + self.gain_wait(),
+        }
     }
 }
 
@@ -152,9 +169,25 @@ mod tests {
     fn gained_section_waits_unless_released() {
         let t = timings(3_000, 10_000, 100);
         let t_obs = Instant::now();
-        let cases = [(false, t_obs + MS(3_130)), (true, t_obs)];
-        for (no_wait, expected) in cases {
-            assert_eq!(t.serve_after(t_obs, no_wait), expected, "no_wait {no_wait}");
+        // (no_wait, what the leader said is left, ms) -> wait, ms.
+        let cases = [
+            ((false, None), 3_130),
+            ((true, None), 0),
+            ((true, Some(500)), 0),
+            ((false, Some(0)), 0),
+            // Stretched by the 1 % drift bound for this clock.
+            ((false, Some(1_000)), 1_010),
+            // Never more than the whole wait, whatever the leader says.
+            ((false, Some(3_130)), 3_130),
+            ((false, Some(60_000)), 3_130),
+        ];
+        for ((no_wait, left), wait) in cases {
+            let left = left.map(MS);
+            assert_eq!(
+                t.serve_after(t_obs, no_wait, left),
+                t_obs + MS(wait),
+                "{no_wait} {left:?}"
+            );
         }
     }
 }

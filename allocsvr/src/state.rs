@@ -317,7 +317,7 @@ impl AllocState {
             let serve_after = if self.unsafe_rules.skip_lease_wait {
                 t_obs
             } else {
-                self.timings.serve_after(t_obs, g.no_wait)
+                self.timings.serve_after(t_obs, g.no_wait, g.wait)
             };
             let spec = SectionSpec {
                 section_size: self.params.section_size,

@@ -77,6 +77,7 @@ impl DstArgs {
         o.clock.drift_ppm = c.unsafe_clock_drift_ppm;
         o.skip_restore_map_check = c.unsafe_skip_restore_map_check;
         o.store.skip_slot_fence = c.unsafe_skip_slot_fence;
+        o.store.predecessor_wait_from_first_renewal = c.unsafe_predecessor_wait_from_first_renewal;
         o.alloc.ids.ignore_floor = c.unsafe_ids_ignore_floor;
         o.alloc.ids.ignore_mark = c.unsafe_ids_ignore_mark;
         o.ids = self.ids;

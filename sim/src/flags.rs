@@ -95,6 +95,11 @@ pub struct NegativeControls {
     /// cluster map, so a range moved since the backup is served by two sets (or by none).
     #[arg(long)]
     pub unsafe_skip_restore_map_check: bool,
+    /// `sim dst` only: the wait a StoreSvr leader sends with a forced grant counts from the first
+    /// renewal it heard from each gone owner, not the last, so the new owner serves while the
+    /// old owner's lease from a later renewal still runs.
+    #[arg(long)]
+    pub unsafe_predecessor_wait_from_first_renewal: bool,
     /// StoreSvr (with time-ordered ids): a raise of an id slot's mark is applied whatever its
     /// epoch (bumps keep their fence), so a woken old holder raises beside the new one.
     #[arg(long)]

@@ -149,6 +149,35 @@ fn an_unfenced_release_fails_its_known_seed() {
     );
 }
 
+/// Issue 49 item 3: the wait a forced grant carries counts from the last renewal the store leader
+/// heard from the dead owner. Counting it from the first one (`--unsafe-predecessor-wait-from-first-renewal`)
+/// lets the new owner serve while the old owner, cut from the store but not from its callers,
+/// still holds the lease of a later renewal: seed 3 breaks P1 and P4. Found by `sim dst --seeds
+/// 0..400 --stop-at-first --unsafe-predecessor-wait-from-first-renewal` (the first of 4 seeds,
+/// release build), replayed here; the twin without the switch passes.
+#[test]
+fn a_predecessor_wait_from_the_first_renewal_fails_its_known_seed() {
+    const SEED: u64 = 3;
+    let mut unsafe_opts = Options::default();
+    unsafe_opts.store.predecessor_wait_from_first_renewal = true;
+    let o = dst::run_seed(SEED, &unsafe_opts);
+    println!(
+        "predecessor-wait-from-first-renewal: seed {SEED}: {:?}",
+        o.report.counts
+    );
+    let broken = |p: &str| o.report.counts.get(p).copied().unwrap_or(0) > 0;
+    assert!(
+        broken("P1") || broken("P4"),
+        "seed {SEED} no longer breaks P1 or P4 with the wait counted from the first renewal: {:?}; \
+         search again with `sim dst --seeds 0..2000 --stop-at-first --unsafe-predecessor-wait-from-first-renewal`",
+        o.report.counts
+    );
+    assert!(
+        dst::run_seed(SEED, &Options::default()).passed(),
+        "seed {SEED} fails with the wait counted from the last renewal too"
+    );
+}
+
 /// A lease clock far slower than the set's drift bound: every `drift-alloc` fault runs the
 /// AllocSvr's lease clock at a tenth of real time (`--unsafe-clock-drift-ppm=-900000`), so a
 /// drifting owner counts its lease as running long after the store gave its sections away; seed

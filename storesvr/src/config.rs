@@ -222,6 +222,8 @@ impl Config {
             unfenced_release: self.unsafe_unfenced_release,
             skip_binding: self.unsafe_skip_binding,
             skip_slot_fence: self.unsafe_skip_slot_fence,
+            // `sim dst` only: no flag starts a real StoreSvr with it.
+            predecessor_wait_from_first_renewal: false,
         }
     }
 }

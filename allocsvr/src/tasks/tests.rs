@@ -90,6 +90,7 @@ impl FakeStore {
                     section_end: id + 1,
                     epoch,
                     no_wait: true,
+                    wait_ms: None,
                 })
                 .collect()
         })
@@ -542,6 +543,7 @@ async fn a_full_bump_queue_gives_the_prefetch_up_instead_of_growing() {
             id: SectionId(0),
             epoch: Epoch(1),
             no_wait: true,
+            wait: None,
         }],
         ..Default::default()
     };

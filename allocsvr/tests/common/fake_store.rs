@@ -126,6 +126,7 @@ impl State {
                     section_end: i + 1,
                     epoch: s.epoch,
                     no_wait: s.no_wait,
+                    wait_ms: None,
                 }),
             }
         }

@@ -126,6 +126,10 @@ impl Options {
         add(self.clock.monotonic, "unsafe-monotonic-lease-clock");
         add(self.skip_restore_map_check, "unsafe-skip-restore-map-check");
         add(self.store.skip_slot_fence, "unsafe-skip-slot-fence");
+        add(
+            self.store.predecessor_wait_from_first_renewal,
+            "unsafe-predecessor-wait-from-first-renewal",
+        );
         add(self.alloc.ids.ignore_floor, "unsafe-ids-ignore-floor");
         add(self.alloc.ids.ignore_mark, "unsafe-ids-ignore-mark");
         add(self.alloc.block_overlap, "unsafe-block-overlap");

@@ -11,12 +11,17 @@
 //! merely not declared dead yet ([`Alive::not_dead`]: just registered, or not heard by a new
 //! leader yet) keeps what it owns but gets nothing new.
 //!
+//! It also bounds how long an owner this leader heard may still hold a lease
+//! ([`Liveness::predecessor_wait`], docs/DESIGN.md, ownership rule 4): an owner's lease from a
+//! renewal ends, on the leader's lease clock, at most `lease·(1+drift)+margin` after the leader
+//! received that renewal, and "heard" is recorded before the reply that confirms it is built.
+//!
 //! Pure: every method is handed `now`; nothing here reads a clock.
 //!
 //! Left out: liveness of StoreSvr replicas (Raft's business) and any persistence (a new leader
 //! starts over on purpose).
 
-use super::state::SetState;
+use super::state::{SetParams, SetState};
 use seqsvr_proto::Incarnation;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -35,6 +40,13 @@ pub struct Liveness {
     /// The release each incarnation said it runs in its last renewal (Status shows it; absent
     /// from AllocSvrs older than 0.2.0).
     versions: HashMap<Incarnation, String>,
+    /// From when this leader can bound every earlier owner's lease by what it heard: its
+    /// leadership's start, moved later when the arbiter takes sections whose earlier owners it
+    /// never heard ([`Liveness::mark_unknown`]).
+    known_since: Option<Instant>,
+    /// When this leader first heard each incarnation's renewal: used only by the negative
+    /// control `--unsafe-predecessor-wait-from-first-renewal`.
+    first_renew: HashMap<Incarnation, Instant>,
 }
 
 /// Who the arbiter may plan with, at one instant.
@@ -50,17 +62,21 @@ impl Liveness {
     /// Called when this node becomes leader: forget everything heard before.
     pub fn become_leader(&mut self, now: Instant) {
         self.leader_since = Some(now);
+        self.known_since = Some(now);
         self.last_renew.clear();
         self.slots_wanted.clear();
         self.versions.clear();
+        self.first_renew.clear();
     }
 
     /// Called when this node stops leading: what it heard is of no use to the next leader.
     pub fn step_down(&mut self) {
         self.leader_since = None;
+        self.known_since = None;
         self.last_renew.clear();
         self.slots_wanted.clear();
         self.versions.clear();
+        self.first_renew.clear();
     }
 
     fn is_leader(&self) -> bool {
@@ -89,7 +105,54 @@ impl Liveness {
     pub fn record(&mut self, incarnation: Incarnation, now: Instant) {
         if self.leader_since.is_some() {
             self.last_renew.insert(incarnation, (now, true));
+            self.first_renew.entry(incarnation).or_insert(now);
         }
+    }
+
+    /// The arbiter is taking sections whose earlier owners this leader may never have heard (a
+    /// restored set's, or behind an owner that released without having waited): until a whole
+    /// wait has passed from `now`, no grant carries a shorter one.
+    pub fn mark_unknown(&mut self, now: Instant) {
+        if self.leader_since.is_some() {
+            self.known_since = Some(now);
+        }
+    }
+
+    /// What is left at `now` of the longest lease that an incarnation no longer registered may
+    /// still hold, `whole` (= `lease·(1+drift)+margin`) after this leader last heard it; `None`
+    /// when this leader cannot bound it: not the leader, or less than `whole` since it became
+    /// leader or since [`Liveness::mark_unknown`] (an owner it never heard may have renewed with
+    /// an earlier leader until then).
+    ///
+    /// Every incarnation gone from the set counts, not only the section's previous owner: that
+    /// covers chains (an owner that took a section by force and released it before its wait
+    /// ended, or died, leaves the one before it still to be waited out) at the cost of waiting
+    /// for an unrelated death of the last `whole`. An incarnation still registered is either the
+    /// grantee, a live owner that released (having waited, so no wait is asked, or without
+    /// having served), or one the arbiter does not take from.
+    pub fn predecessor_wait(
+        &self,
+        registered: impl Fn(Incarnation) -> bool,
+        now: Instant,
+        whole: Duration,
+        unsafe_from_first: bool,
+    ) -> Option<Duration> {
+        let since = self.known_since?;
+        if now.saturating_duration_since(since) < whole {
+            return None;
+        }
+        let heard: Box<dyn Iterator<Item = (&Incarnation, Instant)>> = if unsafe_from_first {
+            Box::new(self.first_renew.iter().map(|(i, t)| (i, *t)))
+        } else {
+            Box::new(self.last_renew.iter().map(|(i, (t, _))| (i, *t)))
+        };
+        Some(
+            heard
+                .filter(|(i, _)| !registered(**i))
+                .map(|(_, t)| whole.saturating_sub(now.saturating_duration_since(t)))
+                .max()
+                .unwrap_or(Duration::ZERO),
+        )
     }
 
     /// The id slots the incarnation asked for in a renewal that reached this leader (0: one).
@@ -130,9 +193,17 @@ impl Liveness {
         self.last_renew.get(&incarnation).map(|(t, _)| *t).or(self.leader_since)
     }
 
-    fn has_renewed(&self, incarnation: Incarnation) -> bool {
+    /// Whether this leader heard a renewal from the incarnation.
+    pub fn has_renewed(&self, incarnation: Incarnation) -> bool {
         self.last_renew.get(&incarnation).is_some_and(|(_, renewed)| *renewed)
     }
+}
+
+/// How long after the leader heard a renewal no lease it confirmed can still run: the lease
+/// stretched by the drift bound, plus the margin (what a gaining owner waits when it knows
+/// nothing better, and a move's wait after a freeze).
+pub fn whole_wait(p: &SetParams) -> Duration {
+    p.lease().mul_f64(1.0 + p.drift_ppm as f64 / 1e6) + p.margin()
 }
 
 /// Registered incarnations by what the arbiter may do with them at `now`.

@@ -61,6 +61,10 @@ pub struct UnsafeRules {
     /// `--unsafe-skip-slot-fence`: raises of id slot marks alone are applied whatever their epoch
     /// or holder (bumps keep their fence): the control that only the id checkers can catch.
     pub skip_slot_fence: bool,
+    /// `--unsafe-predecessor-wait-from-first-renewal`: the wait a forced grant carries counts
+    /// from the first renewal this leader heard from each gone owner, not the last (the lease of
+    /// a later renewal is not waited out).
+    pub predecessor_wait_from_first_renewal: bool,
 }
 
 impl UnsafeRules {

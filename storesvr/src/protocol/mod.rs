@@ -27,7 +27,7 @@ use crate::domain::binding::{MAX_SECRET_BYTES, MIN_SECRET_BYTES, SecretHash, Ver
 use crate::domain::liveness::{self, Liveness};
 use crate::domain::ranges::RangeState;
 use crate::domain::state::{
-    BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span,
+    BumpItem, BumpOutcome, Command, CommandResult, NOBODY, Released, SetParams, SetState, Span, UnsafeRules,
 };
 use crate::error::RpcError;
 
@@ -226,7 +226,9 @@ pub fn registered(
 /// cluster map part (version, and the map when the caller is behind); `routes` builds the table
 /// when the caller's is older. Records the renewal in the leader's liveness, unless it does not
 /// carry its incarnation's secret (a forged renewal would keep a dead owner's sections from
-/// being reassigned); `skip_binding` is the negative control.
+/// being reassigned); `rules.skip_binding` is the negative control. A forced grant carries what
+/// is left of its earlier owners' leases (`Grant.wait_ms`, [`Liveness::predecessor_wait`]),
+/// computed after this renewal was recorded.
 pub fn renew_reply(
     set: &SetState,
     view: &mut LeaderView,
@@ -234,9 +236,9 @@ pub fn renew_reply(
     map: (u64, Option<pb::ClusterMap>),
     routes: impl FnOnce() -> Result<pb::RouteTable, RpcError>,
     now: Instant,
-    skip_binding: bool,
+    rules: UnsafeRules,
 ) -> Result<pb::RenewReply, RpcError> {
-    binding(set, "Renew", req.incarnation, &req.secret, skip_binding)?;
+    binding(set, "Renew", req.incarnation, &req.secret, rules.skip_binding)?;
     let incarnation = Incarnation(req.incarnation);
     let route_version = set.route_version;
     if !set.allocsvrs.contains_key(&incarnation) {
@@ -246,9 +248,15 @@ pub fn renew_reply(
             ..Default::default()
         });
     }
-    let (grants, moving) = grants_of(set, incarnation);
-    let (map_version, map) = map;
     view.liveness.record(incarnation, now);
+    let wait = set.params.as_ref().and_then(|p| {
+        let registered = |i| set.allocsvrs.contains_key(&i);
+        let from_first = rules.predecessor_wait_from_first_renewal;
+        view.liveness
+            .predecessor_wait(registered, now, liveness::whole_wait(p), from_first)
+    });
+    let (grants, moving) = grants_of(set, incarnation, wait);
+    let (map_version, map) = map;
     view.liveness.want_slots(incarnation, req.id_slots_wanted);
     view.liveness.report_version(incarnation, &req.version);
     let renew_interval = Duration::from_millis(set.params.as_ref().map_or(0, |p| p.renew_interval_ms));
@@ -289,8 +297,11 @@ pub fn renew_reply(
 
 /// The grants of `incarnation`, and whether ownership in the set is about to change: a move is
 /// importing or exporting a range, or sections the set serves wait for an owner (the renewal then
-/// asks for the next one soon).
-fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool) {
+/// asks for the next one soon). `wait` is what is left of earlier owners' leases, sent with every
+/// grant that must wait them out (`None`: the whole wait).
+fn grants_of(set: &SetState, incarnation: Incarnation, wait: Option<Duration>) -> (Vec<pb::Grant>, bool) {
+    // Rounded up: the new owner must never wait less than the leader computed.
+    let wait_ms = wait.map(|w| u32::try_from(w.as_nanos().div_ceil(1_000_000)).unwrap_or(u32::MAX));
     let runs = set.runs();
     let renew_soon = runs.iter().any(|r| match r.range {
         RangeState::Importing { .. } | RangeState::Migrating { .. } => true,
@@ -305,6 +316,7 @@ fn grants_of(set: &SetState, incarnation: Incarnation) -> (Vec<pb::Grant>, bool)
             section_end: run.end.0,
             epoch: run.state.epoch.0,
             no_wait: run.state.no_wait,
+            wait_ms: if run.state.no_wait { None } else { wait_ms },
         })
         .collect();
     (grants, renew_soon)
@@ -541,6 +553,9 @@ pub fn arbiter_tick(
     }
     let alive = liveness::alive(set, &view.liveness, now, detect);
     let plan = arbiter::plan(set, &alive);
+    if takes_from_unknown(set, &view.liveness, &plan) {
+        view.liveness.mark_unknown(now);
+    }
     let cmd = plan.command();
     if !plan.expire.is_empty() {
         tracing::info!(expire = ?plan.expire, "declaring AllocSvr incarnations dead");
@@ -554,6 +569,19 @@ pub fn arbiter_tick(
     };
     view.plan = plan;
     (became_leader, Tick::Plan(cmd))
+}
+
+/// Whether the plan takes sections whose earlier owners' leases this leader cannot bound by what
+/// it heard: unowned sections still to be waited out (after a restore, or behind an owner that
+/// released before its own wait ended), or sections of an owner it never heard renew.
+fn takes_from_unknown(set: &SetState, live: &Liveness, plan: &Plan) -> bool {
+    plan.moves.iter().any(|m| {
+        if m.from == NOBODY {
+            set.sections_in(m.begin, m.end).any(|(_, s)| !s.no_wait)
+        } else {
+            !live.has_renewed(m.from)
+        }
+    })
 }
 
 // ---- Checks shared by several calls ----
@@ -678,7 +706,16 @@ mod tests {
                 incarnation: inc.0,
                 ..Default::default()
             };
-            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now, false).expect("renew")
+            renew_reply(
+                set,
+                view,
+                &req,
+                (0, None),
+                || Ok(pb::RouteTable::default()),
+                now,
+                UnsafeRules::default(),
+            )
+            .expect("renew")
         };
         let tick = |set: &mut SetState, view: &mut LeaderView, now| {
             if let (_, Tick::Plan(Some(cmd))) = arbiter_tick(set, view, (true, 1), now, detect, &small_params()) {
@@ -714,6 +751,64 @@ mod tests {
             !due.handover.is_empty(),
             "a renew interval later the owner is asked: {due:?}"
         );
+    }
+
+    /// Issue 49, item 3: a section taken from a dead owner is granted with what is left of that
+    /// owner's lease, `lease·(1+drift)+margin` after this leader last heard it; a leader that
+    /// cannot bound it (just elected) says nothing, so the new owner waits the whole lease.
+    #[test]
+    fn a_forced_grant_carries_what_is_left_of_the_dead_owners_lease() {
+        use crate::domain::testing::{set_with, small_params};
+        let (mut set, incs) = set_with(&[1, 2]);
+        let mut view = LeaderView::default();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let renew = |set: &SetState, view: &mut LeaderView, inc: Incarnation, now, rules| {
+            let req = pb::RenewRequest {
+                incarnation: inc.0,
+                ..Default::default()
+            };
+            renew_reply(set, view, &req, (0, None), || Ok(pb::RouteTable::default()), now, rules).expect("renew")
+        };
+        let tick = |set: &mut SetState, view: &mut LeaderView, term, now| {
+            let detect = Duration::from_secs(2);
+            if let (_, Tick::Plan(Some(cmd))) = arbiter_tick(set, view, (true, term), now, detect, &small_params()) {
+                set.apply(&cmd, false);
+            }
+        };
+        // Both renew every 500 ms; node 1 is last heard at 4,000 ms and declared dead at 6,000.
+        for ms in (0..=6_000).step_by(500) {
+            renew(&set, &mut view, incs[1], at(ms), UnsafeRules::default());
+            if ms <= 4_000 {
+                renew(&set, &mut view, incs[0], at(ms), UnsafeRules::default());
+            }
+            tick(&mut set, &mut view, 1, at(ms));
+        }
+        assert!(!set.allocsvrs.contains_key(&incs[0]), "node 1 expired");
+        let waits = |reply: pb::RenewReply| -> Vec<(u64, bool, Option<u32>)> {
+            reply
+                .grants
+                .iter()
+                .map(|g| (g.section_begin, g.no_wait, g.wait_ms))
+                .collect()
+        };
+        let safe = waits(renew(&set, &mut view, incs[1], at(6_100), UnsafeRules::default()));
+        // 3,130 − (6,100 − 4,000) = 1,030 ms left for the forced grant; none asked for its own.
+        assert_eq!(safe, vec![(0, false, Some(1_030)), (5, true, None)]);
+        let first = UnsafeRules {
+            predecessor_wait_from_first_renewal: true,
+            ..UnsafeRules::default()
+        };
+        let unsafe_ = waits(renew(&set, &mut view, incs[1], at(6_100), first));
+        assert_eq!(
+            unsafe_,
+            vec![(0, false, Some(0)), (5, true, None)],
+            "the control waits too little"
+        );
+        // Leadership regained in a later term: nothing heard before counts, the whole wait.
+        tick(&mut set, &mut view, 2, at(6_200));
+        let young = waits(renew(&set, &mut view, incs[1], at(6_300), UnsafeRules::default()));
+        assert_eq!(young, vec![(0, false, None), (5, true, None)]);
     }
 
     /// Issue 25, item 8: a frozen section's owner is asked to hand it over in the first renewal
@@ -753,7 +848,7 @@ mod tests {
             (0, None),
             || Ok(pb::RouteTable::default()),
             Instant::now(),
-            false,
+            UnsafeRules::default(),
         )
         .expect("renew");
         assert_eq!(reply.handover, vec![pb::SectionRange { begin: 2, end: 4 }], "{reply:?}");

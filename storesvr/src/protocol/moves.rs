@@ -436,7 +436,7 @@ pub fn drained(set: &SetState, node_id: u64, result: CommandResult) -> Result<pb
 /// How long after a freeze no owner can still be serving: a lease stretched by the drift bound,
 /// plus the margin.
 pub fn lease_wait(p: &SetParams) -> Duration {
-    p.lease().mul_f64(1.0 + p.drift_ppm as f64 / 1e6) + p.margin()
+    crate::domain::liveness::whole_wait(p)
 }
 
 /// When the current leadership first saw each move frozen: the start of the move's lease wait.

@@ -184,8 +184,8 @@ fn renew(
     } else {
         (0, None)
     };
-    let skip_binding = switches.rules.skip_binding;
-    replica.with_view(|view| renew_reply(set, view, q, map, || replica.route_table(set), now, skip_binding))
+    let rules = switches.rules;
+    replica.with_view(|view| renew_reply(set, view, q, map, || replica.route_table(set), now, rules))
 }
 
 /// The answer to `req` once the command its step asked for committed with `result`, at `now`.

@@ -14,13 +14,20 @@
 //! time the moved section served nothing (between two served fetches of it, any caller) and the
 //! slowest single call. The other section is the control: its gap stays at the load's own.
 //!
-//! `--storesvr PATH` runs another StoreSvr binary (e.g. a saved baseline) to compare builds in the
-//! same hour. Every process is killed when the run ends (the harness's `Supervisor`, also on
+//! `--kill` measures the crash path instead: each round SIGKILLs the AllocSvr owning one
+//! section (the nodes take turns) and times, from the kill, the first fetch of that section begun
+//! after the kill and served (by the other AllocSvr, once the store declared the victim dead and
+//! the gainer waited out what was left of its lease, docs/DESIGN.md rule 4); then the victim is
+//! started again and the two rebalance before the next round. It prints every kill and the
+//! median, p90 and max.
+//!
+//! `--storesvr PATH` and `--allocsvr PATH` run other binaries (e.g. a saved baseline) to compare
+//! builds in the same hour. Every process is killed when the run ends (the harness's `Supervisor`, also on
 //! panic); the load stops by itself after the last round. Exit code: 0 done, 2 bad options or
 //! missing binaries, 3 the harness failed.
 //!
-//! Deliberately left out: takeovers after a crash (they wait out the lease by design: the
-//! simulator checks them), and many sections at once (docs/journal/benchmarks-2026-11.md has the drain of 21,475).
+//! Deliberately left out: many sections at once (docs/journal/benchmarks-2026-11.md has the
+//! drain of 21,475), and whether the crash path is safe (the simulator checks that).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +73,13 @@ struct Args {
     /// The StoreSvr binary (default: the one beside this benchmark).
     #[arg(long)]
     storesvr: Option<PathBuf>,
+    /// The AllocSvr binary (default: the one beside this benchmark).
+    #[arg(long)]
+    allocsvr: Option<PathBuf>,
+    /// Crash path: each round SIGKILLs an owner and times kill → first fetch of its section
+    /// served again (instead of a drain and a rejoin).
+    #[arg(long)]
+    kill: bool,
     /// Where the StoreSvr replicas keep their data (default: a temp dir next to the target dir).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -116,13 +130,7 @@ struct Takeover {
 }
 
 async fn run(args: &Args) -> Result<(), Failure> {
-    let mut bins = cluster::binaries().map_err(Failure::Usage)?;
-    if let Some(p) = &args.storesvr {
-        if !p.exists() {
-            return Err(Failure::Usage(format!("--storesvr {} does not exist", p.display())));
-        }
-        bins.storesvr = p.clone();
-    }
+    let bins = binaries(args)?;
     let tmp = tempfile::Builder::new()
         .prefix("takeover-bench")
         .tempdir_in(args.dir.clone().unwrap_or_else(|| PathBuf::from("target")))
@@ -148,9 +156,10 @@ async fn run(args: &Args) -> Result<(), Failure> {
         .await
         .map_err(harness)?;
     println!(
-        "machine: {}; storesvr {}; 2 sections of {} uids, step {}, {} callers",
+        "machine: {}; storesvr {}; allocsvr {}; 2 sections of {} uids, step {}, {} callers",
         procfs::machine(),
         bins.storesvr.display(),
+        bins.allocsvr.display(),
         args.section_size,
         args.step,
         args.callers
@@ -166,7 +175,12 @@ async fn run(args: &Args) -> Result<(), Failure> {
     tokio::time::sleep(BREATHE).await;
     let nodes = [a, b];
     let mut takeovers = Vec::new();
-    let outcome = rounds(args, &mut procs, &stores, &nodes, &mut takeovers).await;
+    let mut kills = Vec::new();
+    let outcome = if args.kill {
+        kill_rounds(args, &client, &mut procs, &stores, &nodes, &mut kills).await
+    } else {
+        rounds(args, &mut procs, &stores, &nodes, &mut takeovers).await
+    };
     tokio::time::sleep(BREATHE).await;
     stop.store(true, Ordering::Relaxed);
     for task in load {
@@ -174,8 +188,129 @@ async fn run(args: &Args) -> Result<(), Failure> {
     }
     outcome?;
     let calls = std::mem::take(&mut *calls.lock().unwrap_or_else(|e| e.into_inner()));
-    report(&takeovers, &calls);
+    if args.kill {
+        report_kills(&kills, &calls);
+    } else {
+        report(&takeovers, &calls);
+    }
     Ok(())
+}
+
+/// One SIGKILL of an owner: its section and when it was killed.
+struct Kill {
+    section: usize,
+    victim: u64,
+    at: Instant,
+}
+
+/// The crash rounds: SIGKILL the owner of one section (the nodes take turns), wait until the other
+/// node owns both, start the victim again and wait until the two are balanced.
+async fn kill_rounds(
+    args: &Args,
+    client: &Client,
+    procs: &mut Supervisor,
+    stores: &Stores,
+    nodes: &[AllocNode; 2],
+    out: &mut Vec<Kill>,
+) -> Result<(), Failure> {
+    for r in 0..args.rounds {
+        let victim = &nodes[r % 2];
+        let section = owned_by(stores, victim.node_id).await?;
+        let name = format!("alloc{}", victim.node_id);
+        let at = Instant::now();
+        procs.kill(&name).map_err(|e| harness(format!("kill {name}: {e}")))?;
+        out.push(Kill {
+            section,
+            victim: victim.node_id,
+            at,
+        });
+        // Served again before the restart: the gap is the crash path's alone.
+        wait_served(client, section as u64 * args.section_size).await?;
+        tokio::time::sleep(BREATHE).await;
+        procs
+            .start(&name)
+            .map_err(|e| harness(format!("restart {name}: {e}")))?;
+        cluster::wait_balanced(&stores.leader, 2, SETTLE_LIMIT)
+            .await
+            .map_err(harness)?;
+        tokio::time::sleep(BREATHE).await;
+    }
+    Ok(())
+}
+
+/// Fetches `uid` until one fetch is served (within [`SETTLE_LIMIT`]).
+async fn wait_served(client: &Client, uid: u64) -> Result<(), Failure> {
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    while Instant::now() < deadline {
+        if client.fetch_next_seq(Uid(uid)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Err(harness(format!(
+        "uid {uid} not served within {SETTLE_LIMIT:?} of a kill"
+    )))
+}
+
+/// Per kill: from the SIGKILL to the first fetch of the victim's section begun after it and
+/// served; then median, p90 and max.
+fn report_kills(kills: &[Kill], calls: &[Call]) {
+    println!(
+        "\n{:<5} {:>4} {:>6} {:>16} {:>6}",
+        "kill", "sect", "victim", "kill→served", "failed"
+    );
+    let mut took = Vec::new();
+    for (i, k) in kills.iter().enumerate() {
+        let after = calls
+            .iter()
+            .filter(|c| c.section == k.section && c.done >= k.at && c.done - c.took >= k.at);
+        let first = after.clone().filter(|c| c.ok).map(|c| c.done).min();
+        let failed = after.filter(|c| !c.ok && first.is_none_or(|f| c.done <= f)).count();
+        let v = first.map_or(f64::NAN, |f| ms(f - k.at));
+        println!(
+            "{:<5} {:>4} {:>6} {:>13.1} ms {:>6}",
+            i + 1,
+            k.section,
+            k.victim,
+            v,
+            failed
+        );
+        took.push(v);
+    }
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        took.get(((took.len() as f64 * q).ceil() as usize).saturating_sub(1))
+            .copied()
+    };
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+    println!(
+        "\nkill → first fetch of the victim's section served again, over {} kills (ms): median {}; p90 {}; max {}",
+        took.len(),
+        fmt(at(0.5)),
+        fmt(at(0.9)),
+        fmt(took.last().copied())
+    );
+    println!(
+        "columns: kill→served = SIGKILL to the first fetch of that section begun after the kill and served; failed = \
+         fetches of it begun after the kill that failed before that"
+    );
+}
+
+/// The binaries beside this benchmark, or those `--storesvr` and `--allocsvr` name.
+fn binaries(args: &Args) -> Result<cluster::Binaries, Failure> {
+    let mut bins = cluster::binaries().map_err(Failure::Usage)?;
+    for (flag, given, bin) in [
+        ("--storesvr", &args.storesvr, &mut bins.storesvr),
+        ("--allocsvr", &args.allocsvr, &mut bins.allocsvr),
+    ] {
+        if let Some(p) = given {
+            if !p.exists() {
+                return Err(Failure::Usage(format!("{flag} {} does not exist", p.display())));
+            }
+            *bin = p.clone();
+        }
+    }
+    Ok(bins)
 }
 
 /// `args.callers` tasks fetching uids of section `i % 2`, each call recorded; they stop with `stop`
