@@ -101,6 +101,16 @@ impl Liveness {
         true
     }
 
+    /// A renewal is answered in Raft term `term`. When that is not the term this liveness was
+    /// gathered in, leadership was lost and regained since the last arbiter tick (which resets
+    /// it): another leader may have confirmed renewals this one never heard, so what it heard
+    /// bounds no lease, and no grant carries a shorter wait until that tick starts afresh.
+    pub fn note_term(&mut self, term: u64) {
+        if self.leader_since.is_some() && term != self.term {
+            self.known_since = None;
+        }
+    }
+
     /// A renewal from the incarnation reached this leader.
     pub fn record(&mut self, incarnation: Incarnation, now: Instant) {
         if self.leader_since.is_some() {
@@ -296,6 +306,35 @@ mod tests {
         assert!(
             alive(&st, &live, t0, detect).not_dead.is_empty(),
             "a follower knows nobody is alive"
+        );
+    }
+
+    #[test]
+    fn a_renewal_answered_in_a_later_term_bounds_no_lease_until_the_next_tick() {
+        let t0 = Instant::now();
+        let whole = Duration::from_millis(3_130);
+        let gone = |_| false;
+        let mut live = Liveness::default();
+        assert!(live.observe_leadership(true, 1, t0));
+        live.record(Incarnation(7), t0 + whole);
+        let at = t0 + whole + Duration::from_millis(100);
+        assert_eq!(
+            live.predecessor_wait(gone, at, whole, false),
+            Some(whole - Duration::from_millis(100))
+        );
+        // Leadership lost and regained before the arbiter's next tick: nothing heard counts.
+        live.note_term(2);
+        assert_eq!(live.predecessor_wait(gone, at, whole, false), None);
+        // The tick in term 2 starts afresh: a whole wait must pass before any shorter one.
+        assert!(live.observe_leadership(true, 2, at));
+        assert_eq!(
+            live.predecessor_wait(gone, at + whole - Duration::from_millis(1), whole, false),
+            None
+        );
+        live.note_term(2);
+        assert_eq!(
+            live.predecessor_wait(gone, at + whole, whole, false),
+            Some(Duration::ZERO)
         );
     }
 }

@@ -185,7 +185,13 @@ fn renew(
         (0, None)
     };
     let rules = switches.rules;
-    replica.with_view(|view| renew_reply(set, view, q, map, || replica.route_table(set), now, rules))
+    // The term this renewal is answered in: a leadership lost and regained since the last arbiter
+    // tick must not bound a lease by what it heard before (`Liveness::note_term`).
+    let term = replica.with_frozen(|_, term| term);
+    replica.with_view(|view| {
+        view.liveness.note_term(term);
+        renew_reply(set, view, q, map, || replica.route_table(set), now, rules)
+    })
 }
 
 /// The answer to `req` once the command its step asked for committed with `result`, at `now`.
