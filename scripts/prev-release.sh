@@ -9,7 +9,8 @@
 #
 #   ./scripts/prev-release.sh        # builds once; later runs only check the copy is there
 #
-# Fails, saying why, when git or the release's commit is missing (a shallow clone): the test
+# Fails, saying why, when git or the release's commit is missing (a shallow clone fetches it from
+# its remote first): the test
 # cannot be run without it, and a skipped upgrade test would pass having checked nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,11 @@ if built; then
 fi
 
 command -v git >/dev/null || { echo "prev-release.sh: git is needed to check out $PREV_RELEASE" >&2; exit 1; }
+# A shallow clone with a remote can fetch the release's commit; anything else fails below.
+if ! git cat-file -e "$PREV_COMMIT^{commit}" 2>/dev/null && [ "$(git rev-parse --is-shallow-repository)" = true ]; then
+  remote=$(git remote | head -n 1)
+  [ -z "$remote" ] || git fetch --quiet --depth=1 "$remote" "$PREV_COMMIT" || true
+fi
 if ! git cat-file -e "$PREV_COMMIT^{commit}" 2>/dev/null; then
   echo "prev-release.sh: commit $PREV_COMMIT (release $PREV_RELEASE) is not in this clone's history;" >&2
   echo "the rolling-upgrade test needs it. In a shallow clone run: git fetch --unshallow" >&2
