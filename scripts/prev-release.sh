@@ -10,8 +10,8 @@
 #   ./scripts/prev-release.sh        # builds once; later runs only check the copy is there
 #
 # Fails, saying why, when git or the release's commit is missing (a shallow clone fetches it from
-# its remote first): the test
-# cannot be run without it, and a skipped upgrade test would pass having checked nothing.
+# its remote first): the test cannot be run without it, and a skipped upgrade test would pass
+# having checked nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
