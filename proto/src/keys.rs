@@ -17,6 +17,15 @@
 //! forever, in any language), and SHA-256 is in every language's standard library; it costs
 //! about 100 ns for a short key here, against tens of microseconds for the call.
 //!
+//! **Placement by hash slot** (`storesvr --key-placement slots`, chosen when the cluster is set up
+//! and fixed from then on, [`KeyPlacement`]): a key's position is instead the first uid of its
+//! Redis Cluster hash slot's share of the uid space, `slot × uid_limit / 16384` ([`hash_slot`]:
+//! CRC16-XMODEM of the key, or of its `{hashtag}`, mod 16384). Every key of one slot is then at
+//! one position, so in one section with one owner, and a Redis Cluster client that sends a slot's
+//! keys to one node sends them to their owner. A cluster places keys one way only: the way its
+//! id setup records (set 0's, published in the cluster map); a key placed two ways would have two
+//! sequences.
+//!
 //! Deliberately left out: any normalisation (keys are compared byte for byte: `Orders` and
 //! `orders` are two counters, as are two Unicode spellings of one word).
 
@@ -58,7 +67,95 @@ fn check_len(len: usize) -> Result<(), KeyError> {
     }
 }
 
-/// Where `key` lives in a uid space of `uid_limit` (> 0) uids.
+/// How a cluster places counter keys in the uid space.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum KeyPlacement {
+    /// [`position`]: SHA-256 of the key. What every cluster set up before placements existed has.
+    #[default]
+    Sha256,
+    /// [`slot_position`] of the key's [`hash_slot`].
+    Slots,
+}
+
+/// Redis Cluster's number of hash slots.
+pub const HASH_SLOTS: u16 = 16384;
+
+impl KeyPlacement {
+    /// Where `key` lives in a uid space of `uid_limit` (> 0) uids under this placement.
+    pub fn position(self, key: &str, uid_limit: u64) -> Uid {
+        match self {
+            KeyPlacement::Sha256 => position(key, uid_limit),
+            KeyPlacement::Slots => slot_position(hash_slot(key.as_bytes()), uid_limit),
+        }
+    }
+
+    /// The wire value (`pb::KeyPlacement`).
+    pub fn to_pb(self) -> i32 {
+        match self {
+            KeyPlacement::Sha256 => crate::pb::KeyPlacement::Sha256 as i32,
+            KeyPlacement::Slots => crate::pb::KeyPlacement::Slots as i32,
+        }
+    }
+
+    /// The placement a wire value names; `None` for one this build does not know (a later
+    /// release's), which must never be taken for another.
+    pub fn from_pb(v: i32) -> Option<Self> {
+        match crate::pb::KeyPlacement::try_from(v).ok()? {
+            crate::pb::KeyPlacement::Sha256 => Some(KeyPlacement::Sha256),
+            crate::pb::KeyPlacement::Slots => Some(KeyPlacement::Slots),
+        }
+    }
+
+    /// The placement a cluster map's id setup records: `None` while the map carries no setup (set
+    /// 0 has not set its ids up, or this copy predates it) or one of a later release.
+    pub fn of_map(map: &crate::pb::ClusterMap) -> Option<Self> {
+        map.ids.as_ref().and_then(|ids| Self::from_pb(ids.key_placement))
+    }
+}
+
+impl std::fmt::Display for KeyPlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeyPlacement::Sha256 => "sha256",
+            KeyPlacement::Slots => "slots",
+        })
+    }
+}
+
+impl std::str::FromStr for KeyPlacement {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sha256" => Ok(KeyPlacement::Sha256),
+            "slots" => Ok(KeyPlacement::Slots),
+            _ => Err(format!("key placement {s:?}: expected sha256 or slots")),
+        }
+    }
+}
+
+/// Redis Cluster's hash slot of `key`: CRC16-XMODEM of the key, or of the part between its first
+/// `{` and the first `}` after it when that part is not empty, mod [`HASH_SLOTS`].
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % HASH_SLOTS
+}
+
+/// The first uid of hash slot `slot`'s share of a uid space of `uid_limit` uids.
+pub fn slot_position(slot: u16, uid_limit: u64) -> Uid {
+    let at = u128::from(slot % HASH_SLOTS) * u128::from(uid_limit) / u128::from(HASH_SLOTS);
+    Uid(at as u64)
+}
+
+/// Where `key` lives in a uid space of `uid_limit` (> 0) uids under SHA-256 placement.
 pub fn position(key: &str, uid_limit: u64) -> Uid {
     let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
     let mut first = [0u8; 8];
@@ -80,6 +177,46 @@ mod tests {
         assert_eq!(p("abc", full), 0xba78_16bf_8f01_cfea);
         assert_eq!(p("abc", 1 << 32), 0x8f01_cfea);
         assert_eq!(p("abc", 1000), 0xba78_16bf_8f01_cfea % 1000);
+    }
+
+    /// Redis's own examples (cluster spec and `CLUSTER KEYSLOT`): the slots are a wire contract
+    /// shared with every Redis Cluster client.
+    #[test]
+    fn hash_slots_are_redis_clusters() {
+        assert_eq!(hash_slot(b"123456789"), 0x31c3 % HASH_SLOTS);
+        assert_eq!(hash_slot(b"somekey"), 11058);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"{user1000}.followers"), hash_slot(b"user1000"));
+        // An empty tag, or no closing brace, hashes the whole key.
+        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+        assert_ne!(hash_slot(b"foo{}{bar}"), hash_slot(b"bar"));
+        assert_eq!(hash_slot(b"foo{{bar}}zap"), hash_slot(b"{bar"));
+        assert_eq!(hash_slot(b"foo{bar}{zap}"), hash_slot(b"bar"));
+        let whole = |k: &[u8]| crc16::State::<crc16::XMODEM>::calculate(k) % HASH_SLOTS;
+        assert_eq!(hash_slot(b"{abc"), whole(b"{abc"));
+        assert_eq!(hash_slot(b"a}b{c"), whole(b"a}b{c"));
+    }
+
+    #[test]
+    fn a_slots_keys_share_one_position_and_positions_rise_with_the_slot() {
+        let limit = 1 << 32;
+        let p = |k: &str| KeyPlacement::Slots.position(k, limit).0;
+        assert_eq!(p("{t}a"), p("{t}b"));
+        assert_eq!(p("foo"), 12182 * (limit / 16384));
+        assert_eq!(slot_position(0, 1000).0, 0);
+        assert_eq!(slot_position(16383, 1000).0, 999);
+        for s in 1..HASH_SLOTS {
+            assert!(slot_position(s, limit).0 > slot_position(s - 1, limit).0);
+            assert!(slot_position(s, 1000).0 >= slot_position(s - 1, 1000).0);
+        }
+        assert_eq!(KeyPlacement::Sha256.position("abc", 1000), position("abc", 1000));
+        for k in [KeyPlacement::Sha256, KeyPlacement::Slots] {
+            assert_eq!(k.to_string().parse::<KeyPlacement>(), Ok(k));
+            assert_eq!(KeyPlacement::from_pb(k.to_pb()), Some(k));
+        }
+        assert_eq!(KeyPlacement::from_pb(7), None);
+        assert!("SHA256".parse::<KeyPlacement>().is_err());
     }
 
     #[test]

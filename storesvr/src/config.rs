@@ -12,6 +12,7 @@ use clap::Parser;
 use seqsvr_plumbing::serve_limits::{self, ServeLimits};
 use seqsvr_proto::addr::{IdAddr, unique_ids};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, LayoutShape};
+use seqsvr_proto::keys::KeyPlacement;
 use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::params::SetParams;
 use std::collections::BTreeMap;
@@ -121,6 +122,13 @@ pub struct Config {
     /// and says why. Set 0 only, like --id-layout.
     #[arg(long, default_value_t = 10_000)]
     pub id_max_ahead_ms: u64,
+
+    /// How counter keys are placed in the uid space, cluster-wide: `sha256` (SHA-256 of the key)
+    /// or `slots` (the key's Redis Cluster hash slot, so that Redis Cluster clients reach each
+    /// key's owner directly: docs/FRONTENDS.md). Fixed with set 0's id setup; a replica whose
+    /// flag disagrees with what its set has stored refuses to run. Every set gives the same.
+    #[arg(long, default_value = "sha256")]
+    pub key_placement: KeyPlacement,
 
     /// An AllocSvr that has not renewed for this long is declared dead and its sections move.
     #[arg(long, default_value_t = 2_000)]
@@ -327,10 +335,13 @@ impl Config {
 
     /// The id setup set 0 writes once (`None` for the other sets, which take set 0's from the map).
     pub fn id_setup(&self) -> Option<SlotCommand> {
-        (self.set_id == 0).then(|| SlotCommand::Setup {
-            layout: self.id_layout.with_epoch(self.id_epoch_ms),
-            per_set: self.id_slots_per_set,
-            max_ahead_ms: self.id_max_ahead_ms,
+        (self.set_id == 0).then(|| {
+            SlotCommand::setup(
+                self.id_layout.with_epoch(self.id_epoch_ms),
+                self.id_slots_per_set,
+                self.id_max_ahead_ms,
+                self.key_placement,
+            )
         })
     }
 

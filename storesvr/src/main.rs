@@ -108,6 +108,12 @@ async fn run(config: Config) -> ExitCode {
             node.shutdown().await;
             return ExitCode::FAILURE;
         }
+        why = node.placement_refused() => {
+            tracing::error!(error = %why, "refusing to run");
+            eprintln!("storesvr: {why}");
+            node.shutdown().await;
+            return ExitCode::FAILURE;
+        }
     }
     tracing::info!("shutting down");
     node.shutdown().await;

@@ -160,6 +160,22 @@ fn check_set_id(config: &Config, state: &SharedState) -> Result<(), StartError> 
     }
 }
 
+/// Why this replica must not run with its `--key-placement`: its set's stored id setup (set 0's
+/// own, adopted by the others from the map) records another placement. `None` while the set has
+/// no setup yet or the two agree.
+fn placement_conflict(config: &Config, state: &SharedState) -> Option<String> {
+    let st = state.read().expect("state lock poisoned");
+    let stored = st.set.ids.as_ref()?.key_placement;
+    (stored != config.key_placement).then(|| {
+        format!(
+            "--key-placement {} given, but set {}'s stored id setup places counter keys by {stored}: the \
+             placement is chosen when the cluster is set up and never changes (a key placed two ways would \
+             have two sequences). Start this replica with --key-placement {stored}",
+            config.key_placement, config.set_id
+        )
+    })
+}
+
 /// With `--bootstrap`, initializes the group from `--peers` unless this replica has Raft state.
 async fn maybe_bootstrap(
     config: &Config,
@@ -284,6 +300,9 @@ impl StoreNode {
         let opened = open_storage(&config).await?;
         let state: SharedState = opened.sm.shared();
         check_set_id(&config, &state)?;
+        if let Some(why) = placement_conflict(&config, &state) {
+            return Err(StartError::Config(why));
+        }
         let identity = Arc::new(load_identity(&config)?);
         let clocks = Arc::new(PeerClocks::default());
         let raft = start_raft(
@@ -347,6 +366,17 @@ impl StoreNode {
             if metrics.changed().await.is_err() {
                 return "the Raft node's metrics channel closed".to_string();
             }
+        }
+    }
+
+    /// Returns, with why, once the set's stored id setup (in the snapshot, or applied from the log
+    /// since) disagrees with `--key-placement`; `main.rs` then exits. Checked every half second.
+    pub async fn placement_refused(&self) -> String {
+        loop {
+            if let Some(why) = placement_conflict(&self.ctx.config, &self.ctx.state) {
+                return why;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 

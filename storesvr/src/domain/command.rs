@@ -235,6 +235,14 @@ fn describe_slots(c: &SlotCommand) -> String {
         } => format!(
             "set up time-ordered ids: layout {layout}, {per_set} slots a set, marks at most {max_ahead_ms} ms ahead"
         ),
+        SlotCommand::SetupSlots {
+            layout,
+            per_set,
+            max_ahead_ms,
+        } => format!(
+            "set up time-ordered ids: layout {layout}, {per_set} slots a set, marks at most {max_ahead_ms} ms ahead; \
+             counter keys placed by hash slot"
+        ),
         SlotCommand::Grant(moves) => format!("grant {} slots", moves.len()),
         SlotCommand::Raise { holder, items, .. } | SlotCommand::RaiseCapped { holder, items, .. } => {
             format!("raise {} slot marks of incarnation {holder}", items.len())

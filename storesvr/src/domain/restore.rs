@@ -378,26 +378,19 @@ pub struct RestoreAt {
 /// Refuses a backup whose id setup differs from the live map's. A backup without one is not
 /// refused: [`restore`] adopts the live setup (see there).
 pub fn check_ids_against_map(backup: Option<&IdState>, live: Option<&SlotCommand>) -> Result<(), RestoreError> {
-    let (
-        Some(b),
-        Some(SlotCommand::Setup {
-            layout,
-            per_set,
-            max_ahead_ms,
-        }),
-    ) = (backup, live)
+    let (Some(b), Some((layout, per_set, max_ahead_ms, placement))) = (backup, live.and_then(SlotCommand::setup_parts))
     else {
         return Ok(());
     };
-    if (b.layout, b.per_set, b.max_ahead_ms) == (*layout, *per_set, *max_ahead_ms) {
+    if (b.layout, b.per_set, b.max_ahead_ms, b.key_placement) == (layout, per_set, max_ahead_ms, placement) {
         return Ok(());
     }
-    let show = |l: &seqsvr_proto::id_layout::IdLayout, n: u64, a: u64| {
-        format!("layout {l}, {n} slots a set, marks at most {a} ms ahead")
+    let show = |l: &seqsvr_proto::id_layout::IdLayout, n: u64, a: u64, k: seqsvr_proto::keys::KeyPlacement| {
+        format!("layout {l}, {n} slots a set, marks at most {a} ms ahead, key placement {k}")
     };
     Err(RestoreError::IdSetupDiffers {
-        live: show(layout, *per_set, *max_ahead_ms),
-        backup: show(&b.layout, b.per_set, b.max_ahead_ms),
+        live: show(&layout, per_set, max_ahead_ms, placement),
+        backup: show(&b.layout, b.per_set, b.max_ahead_ms, b.key_placement),
     })
 }
 

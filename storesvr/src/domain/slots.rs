@@ -26,6 +26,7 @@
 //! its id).
 
 use seqsvr_proto::id_layout::IdLayout;
+use seqsvr_proto::keys::KeyPlacement;
 use seqsvr_proto::limits::MAX_ID_SLOTS_PER_SET;
 use seqsvr_proto::{Epoch, Incarnation};
 use serde::{Deserialize, Serialize};
@@ -56,6 +57,9 @@ pub struct IdState {
     pub first: u64,
     /// The share's slots, in order.
     pub slots: Vec<SlotState>,
+    /// How the cluster places counter keys. Last, so that a snapshot from before it (which ends
+    /// one byte early when it has ids) reads as `Sha256` (`storage::sm_store::decode_padded`).
+    pub key_placement: KeyPlacement,
 }
 
 /// Slot `slot` goes from `from` (its holder when the arbiter decided) to `to`.
@@ -106,6 +110,50 @@ pub enum SlotCommand {
         items: Vec<RaiseItem>,
         leader_ms: u64,
     },
+    /// [`SlotCommand::Setup`] of a cluster that places counter keys by Redis hash slot
+    /// (`--key-placement slots`, `seqsvr_proto::keys::KeyPlacement`). A variant of its own,
+    /// written only by such a cluster: one set up with SHA-256 placement, the default, writes
+    /// `Setup` entries as before, which a replica of an older release reads.
+    SetupSlots {
+        layout: IdLayout,
+        per_set: u64,
+        max_ahead_ms: u64,
+    },
+}
+
+impl SlotCommand {
+    /// A setup's parts, with the key placement it records (`None`: not a setup).
+    pub fn setup_parts(&self) -> Option<(IdLayout, u64, u64, KeyPlacement)> {
+        match *self {
+            SlotCommand::Setup {
+                layout,
+                per_set,
+                max_ahead_ms,
+            } => Some((layout, per_set, max_ahead_ms, KeyPlacement::Sha256)),
+            SlotCommand::SetupSlots {
+                layout,
+                per_set,
+                max_ahead_ms,
+            } => Some((layout, per_set, max_ahead_ms, KeyPlacement::Slots)),
+            _ => None,
+        }
+    }
+
+    /// The setup command of these parts.
+    pub fn setup(layout: IdLayout, per_set: u64, max_ahead_ms: u64, placement: KeyPlacement) -> Self {
+        match placement {
+            KeyPlacement::Sha256 => SlotCommand::Setup {
+                layout,
+                per_set,
+                max_ahead_ms,
+            },
+            KeyPlacement::Slots => SlotCommand::SetupSlots {
+                layout,
+                per_set,
+                max_ahead_ms,
+            },
+        }
+    }
 }
 
 /// What happened to one raise item.
@@ -168,24 +216,19 @@ pub fn apply_with(
     registered: &BTreeSet<Incarnation>,
     skip_fence: bool,
 ) -> SlotResult {
+    if let Some(parts) = cmd.setup_parts() {
+        return setup(ids.as_ref(), set_id, parts).map_or_else(SlotResult::Refused, |new| match new {
+            Some(state) => {
+                *ids = Some(state);
+                SlotResult::SetUp { fresh: true }
+            }
+            None => SlotResult::SetUp { fresh: false },
+        });
+    }
     match (ids.as_mut(), cmd) {
-        (
-            current,
-            SlotCommand::Setup {
-                layout,
-                per_set,
-                max_ahead_ms,
-            },
-        ) => setup(current.map(|s| &*s), set_id, *layout, *per_set, *max_ahead_ms).map_or_else(
-            SlotResult::Refused,
-            |new| match new {
-                Some(state) => {
-                    *ids = Some(state);
-                    SlotResult::SetUp { fresh: true }
-                }
-                None => SlotResult::SetUp { fresh: false },
-            },
-        ),
+        (_, SlotCommand::Setup { .. } | SlotCommand::SetupSlots { .. }) => {
+            SlotResult::Refused("a setup is applied above".into())
+        }
         (None, _) => SlotResult::Refused(format!("set {set_id} has no time-ordered ids set up")),
         (Some(s), SlotCommand::Grant(moves)) => s.grant(moves, registered),
         (
@@ -210,13 +253,9 @@ pub fn apply_with(
 
 /// Why `cmd`, a setup, would be refused as set `set_id`'s first one (`None`: it would apply).
 pub fn setup_refusal(set_id: u64, cmd: &SlotCommand) -> Option<String> {
-    match cmd {
-        SlotCommand::Setup {
-            layout,
-            per_set,
-            max_ahead_ms,
-        } => setup(None, set_id, *layout, *per_set, *max_ahead_ms).err(),
-        _ => Some("not a setup".into()),
+    match cmd.setup_parts() {
+        Some(parts) => setup(None, set_id, parts).err(),
+        None => Some("not a setup".into()),
     }
 }
 
@@ -224,18 +263,17 @@ pub fn setup_refusal(set_id: u64, cmd: &SlotCommand) -> Option<String> {
 fn setup(
     current: Option<&IdState>,
     set_id: u64,
-    layout: IdLayout,
-    per_set: u64,
-    max_ahead_ms: u64,
+    (layout, per_set, max_ahead_ms, key_placement): (IdLayout, u64, u64, KeyPlacement),
 ) -> Result<Option<IdState>, String> {
     if let Some(s) = current {
-        let same = (s.layout, s.per_set, s.max_ahead_ms) == (layout, per_set, max_ahead_ms);
-        return match same {
+        let now = (s.layout, s.per_set, s.max_ahead_ms, s.key_placement);
+        return match now == (layout, per_set, max_ahead_ms, key_placement) {
             true => Ok(None),
             false => Err(format!(
                 "set {set_id}'s ids are set up already with layout {}, {} slots a set, marks at most {} ms \
-                 ahead; a layout cannot change once ids were issued",
-                s.layout, s.per_set, s.max_ahead_ms
+                 ahead, key placement {}; a layout cannot change once ids were issued, nor a placement once \
+                 keys were",
+                s.layout, s.per_set, s.max_ahead_ms, s.key_placement
             )),
         };
     }
@@ -268,6 +306,7 @@ fn setup(
         max_ahead_ms,
         first,
         slots: vec![SlotState::default(); per_set as usize],
+        key_placement,
     }))
 }
 
@@ -521,19 +560,17 @@ impl IdState {
             layout: Some(self.layout.to_pb()),
             slots_per_set: self.per_set,
             max_ahead_ms: self.max_ahead_ms,
+            key_placement: self.key_placement.to_pb(),
         }
     }
 }
 
 /// The setup a published map carries, as the command that adopts it (`None` when it carries none
-/// or one that does not decode).
+/// or one that does not decode, a key placement of a later release included).
 pub fn setup_from_pb(p: &seqsvr_proto::pb::IdSetup) -> Option<SlotCommand> {
     let layout = IdLayout::from_pb(p.layout.as_ref()?).ok()?;
-    Some(SlotCommand::Setup {
-        layout,
-        per_set: p.slots_per_set,
-        max_ahead_ms: p.max_ahead_ms,
-    })
+    let placement = KeyPlacement::from_pb(p.key_placement)?;
+    Some(SlotCommand::setup(layout, p.slots_per_set, p.max_ahead_ms, placement))
 }
 
 #[cfg(test)]
@@ -561,6 +598,32 @@ mod tests {
             SlotResult::SetUp { fresh: false }
         );
         ids
+    }
+
+    /// A placement by hash slot is its own setup entry, recorded with the ids and published with
+    /// them; a setup that differs only in its placement is refused once one applied.
+    #[test]
+    fn the_key_placement_is_set_up_with_the_ids_and_never_changes() {
+        let layout = IdLayout::twitter(seqsvr_proto::id_layout::DEFAULT_EPOCH_MS);
+        let slots = SlotCommand::setup(layout, 8, 60_000, KeyPlacement::Slots);
+        assert!(matches!(slots, SlotCommand::SetupSlots { .. }));
+        let sha = SlotCommand::setup(layout, 8, 60_000, KeyPlacement::Sha256);
+        assert!(matches!(sha, SlotCommand::Setup { .. }));
+        let mut ids = None;
+        assert_eq!(apply(&mut ids, 1, &slots, &live(&[])), SlotResult::SetUp { fresh: true });
+        let state = ids.clone().unwrap();
+        assert_eq!(state.key_placement, KeyPlacement::Slots);
+        assert_eq!(setup_from_pb(&state.setup_pb()), Some(slots.clone()));
+        assert_eq!(apply(&mut ids, 1, &slots, &live(&[])), SlotResult::SetUp { fresh: false });
+        match apply(&mut ids, 1, &sha, &live(&[])) {
+            SlotResult::Refused(why) => assert!(why.contains("key placement slots"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ids.as_ref(), Some(&state));
+        // A placement of a later release is never taken for another.
+        let mut later = state.setup_pb();
+        later.key_placement = 9;
+        assert_eq!(setup_from_pb(&later), None);
     }
 
     /// Each of `i` asking for one slot.
