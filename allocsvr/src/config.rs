@@ -94,6 +94,14 @@ pub struct Cli {
     /// under --tls-*.
     #[arg(long)]
     pub resp_listen: Option<SocketAddr>,
+    /// Serve the Redis Cluster protocol on this ip:port: as --resp-listen, but a counter key whose
+    /// hash slot another AllocSvr serves is answered `-MOVED <slot> <its cluster port>`, and
+    /// `CLUSTER SLOTS` names every slot's owner, so that a Redis Cluster client (`redis-cli -c`,
+    /// redis-py `RedisCluster`) sends each key to its owner. Needs a cluster set up with
+    /// `storesvr --key-placement slots` (elsewhere its cluster commands are refused and it
+    /// forwards). Same password and TLS as --resp-listen.
+    #[arg(long)]
+    pub resp_cluster_listen: Option<SocketAddr>,
     /// Password every Redis-protocol connection must give with AUTH (user `default`); not with
     /// --tls-*, where the certificate decides.
     #[arg(long)]
@@ -275,6 +283,8 @@ pub struct FrontConfig {
     pub http: Option<SocketAddr>,
     /// The Redis protocol on this address.
     pub resp: Option<SocketAddr>,
+    /// The Redis Cluster protocol on this address (`crate::cluster`).
+    pub resp_cluster: Option<SocketAddr>,
     /// The Redis front end's `default` user's password.
     pub resp_password: Option<String>,
     /// The Redis front end's idle timeout (`None`: never).
@@ -292,6 +302,7 @@ impl Default for FrontConfig {
         Self {
             http: None,
             resp: None,
+            resp_cluster: None,
             resp_password: None,
             resp_idle_timeout: resp.idle_timeout,
             resp_max_unauthenticated: resp.max_unauthenticated,
@@ -302,7 +313,7 @@ impl Default for FrontConfig {
 
 impl FrontConfig {
     pub fn any(&self) -> bool {
-        self.http.is_some() || self.resp.is_some()
+        self.http.is_some() || self.resp.is_some() || self.resp_cluster.is_some()
     }
 }
 
@@ -355,6 +366,7 @@ impl Cli {
         let front = FrontConfig {
             http: self.http_listen,
             resp: self.resp_listen,
+            resp_cluster: self.resp_cluster_listen,
             resp_password: self.resp_password,
             resp_idle_timeout: (self.resp_idle_timeout_secs > 0)
                 .then(|| Duration::from_secs(self.resp_idle_timeout_secs)),
@@ -410,8 +422,8 @@ fn check_front(front: &FrontConfig, tls: bool, deadline_ms: u64) -> Result<(), S
     if front.resp_password.as_deref().is_some_and(str::is_empty) {
         return Err("--resp-password must not be empty".into());
     }
-    if front.resp_password.is_some() && front.resp.is_none() {
-        return Err("--resp-password needs --resp-listen".into());
+    if front.resp_password.is_some() && front.resp.is_none() && front.resp_cluster.is_none() {
+        return Err("--resp-password needs --resp-listen or --resp-cluster-listen".into());
     }
     if !(1..=60_000).contains(&deadline_ms) {
         return Err(format!("--front-deadline-ms must be 1 to 60000, got {deadline_ms}"));

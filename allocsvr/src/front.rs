@@ -115,6 +115,8 @@ pub fn client(cfg: &FrontConfig, forwarder: Arc<Forwarder>) -> Result<Client, St
 pub struct FrontAddrs {
     pub http: Option<SocketAddr>,
     pub resp: Option<SocketAddr>,
+    /// The Redis Cluster port (`crate::cluster`).
+    pub resp_cluster: Option<SocketAddr>,
 }
 
 /// Binds the configured front ends and serves them until `stop` turns true.
@@ -173,18 +175,26 @@ pub struct NodeCalls {
     /// Single takes the long way share batch RPCs per owner: the front ends' callers are many
     /// and concurrent, and a forwarded call alone costs a whole gRPC round trip.
     coalescer: Coalescer,
+    /// The Redis Cluster view, when this node runs a cluster port.
+    cluster: Option<crate::cluster::ClusterFront>,
 }
 
 impl NodeCalls {
-    pub(crate) fn new(shared: Arc<AllocState>, client: Client) -> Result<Self, String> {
+    pub(crate) fn new(
+        shared: Arc<AllocState>,
+        client: Client,
+        cluster: Option<crate::cluster::ClusterFront>,
+    ) -> Result<Self, String> {
         let coalescer = Coalescer::new(client.clone(), CoalescerConfig::default()).map_err(|e| e.to_string())?;
         Ok(Self {
             service: Service::new(shared.clone()),
             shared,
             slow: ClientCalls::new(client),
             coalescer,
+            cluster,
         })
     }
+
 
     /// Whether this node's set may answer for `section` under the front end's cluster map — the
     /// check the client library makes of every reply — and that map is the one this node has
@@ -295,6 +305,21 @@ impl Calls for NodeCalls {
 
     async fn batch(&self, uids: &[u64]) -> Result<Vec<Result<Taken, CallError>>, CallError> {
         self.slow.batch(uids).await
+    }
+
+    fn slot_home(&self, slot: u16) -> seqsvr_frontends::calls::SlotHome {
+        self.cluster
+            .as_ref()
+            .map_or(seqsvr_frontends::calls::SlotHome::Forward, |c| c.slot_home(slot))
+    }
+
+    fn cluster_view(&self) -> Result<seqsvr_frontends::calls::ClusterView, CallError> {
+        match &self.cluster {
+            Some(c) => c.view(),
+            None => Err(CallError::bad_input(
+                "this AllocSvr runs no Redis Cluster port (allocsvr --resp-cluster-listen)",
+            )),
+        }
     }
 
     async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {

@@ -31,6 +31,7 @@
 //! of gRPC requests to the owner (a gRPC caller routes itself with the route table; only the
 //! HTTP and Redis front ends forward).
 
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod front;

@@ -81,12 +81,19 @@ impl Node {
             .map_or_else(|| local_addr.to_string(), |a| a.to_string());
         let core = Core::start(&cfg, store, advertise).await?;
         info!(%local_addr, "data plane listening");
+        let cluster_port = crate::cluster::bind(cfg.front.resp_cluster, core.shared.advertise())
+            .await
+            .map_err(|e| StartError::Front(format!("cannot bind --resp-cluster-listen: {e}")))?;
+        let front_info = crate::cluster::FrontInfoSvc::new(
+            core.shared.clone(),
+            cluster_port.as_ref().map(|p| p.advertised.clone()),
+        );
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
         let shed = ShedLayer::new(cfg.serve_limits.bounds(), &[HEALTH], admission_counters());
         let server = serve_limits::apply_with(server, &cfg.serve_limits, shed.clone());
-        let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone()).await;
+        let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone(), front_info).await;
         let (fronts, front_tasks) = if cfg.front.any() {
-            start_fronts(&cfg, &core, shed).await?
+            start_fronts(&cfg, &core, shed, cluster_port).await?
         } else {
             Default::default()
         };
@@ -262,6 +269,7 @@ async fn start_fronts(
     cfg: &NodeConfig,
     core: &Core,
     shed: ShedLayer,
+    cluster_port: Option<crate::cluster::Port>,
 ) -> Result<(front::FrontAddrs, Vec<JoinHandle<()>>), StartError> {
     use tonic::codegen::Service as _;
     let local = shed.layer(data_plane(core.shared.clone()));
@@ -272,14 +280,22 @@ async fn start_fronts(
     let own = core.shared.advertise().to_owned();
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
-    let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client).map_err(StartError::Front)?);
+    let cluster = cluster_port.as_ref().map(|p| {
+        crate::cluster::ClusterFront::new(core.shared.clone(), client.clone(), p.advertised.clone(), cfg.tls.clone())
+    });
+    let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client, cluster).map_err(StartError::Front)?);
     let tls = match &cfg.tls {
         Some(t) => Some(t.rustls_server().map_err(|e| StartError::Tls(e.to_string()))?),
         None => None,
     };
-    front::start(&cfg.front, calls, tls, core.stop_rx.clone())
+    let (mut addrs, mut tasks) = front::start(&cfg.front, calls.clone(), tls.clone(), core.stop_rx.clone())
         .await
-        .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))
+        .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))?;
+    if let Some(port) = cluster_port {
+        addrs.resp_cluster = Some(port.bound);
+        tasks.push(crate::cluster::serve(port, &cfg.front, calls, tls, core.stop_rx.clone()));
+    }
+    Ok((addrs, tasks))
 }
 
 async fn spawn_server(
@@ -287,6 +303,7 @@ async fn spawn_server(
     mut server: tonic::transport::Server<Limited<seqsvr_auth::Layered>>,
     listener: tokio::net::TcpListener,
     mut stop: watch::Receiver<bool>,
+    front_info: crate::cluster::FrontInfoSvc,
 ) -> JoinHandle<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AllocServiceServer<Service>>().await;
@@ -297,6 +314,9 @@ async fn spawn_server(
         let router = server
             .add_service(health_service)
             .add_service(service)
+            // Peers ask it for this node's Redis Cluster port; not listed by reflection (no caller
+            // but a peer has a use for it).
+            .add_service(seqsvr_proto::pb::front_info_server::FrontInfoServer::new(front_info))
             .add_optional_service(reflection_v1)
             .add_optional_service(reflection_v1alpha);
         let shutdown = async move {

@@ -12,11 +12,12 @@
 //! `service`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use seqsvr_plumbing::lease_clock::LeaseClock;
+use seqsvr_proto::keys::KeyPlacement;
 use seqsvr_proto::params::SetParams;
 use seqsvr_proto::pb;
 use seqsvr_proto::{Incarnation, NodeId, SectionId};
@@ -36,6 +37,9 @@ use crate::store::Store;
 /// Most messages waiting for the bumper. A message is one prefetch (one section) or one loaded
 /// chunk of a gain; a section has at most one bump in flight, so this is reached only when the
 /// store is much slower than the fetches that cross half a step.
+/// [`AllocState::key_placement`] before a map with an id setup arrived.
+const PLACEMENT_UNKNOWN: u8 = 0;
+
 pub const BUMP_QUEUE_MESSAGES: usize = 4_096;
 
 /// Sections waiting for a Bump.
@@ -62,6 +66,9 @@ pub struct AllocState {
     /// reply compares the caller's version with the atomic and reads the lock only when behind.
     map: RwLock<Option<Arc<pb::ClusterMap>>>,
     map_version: AtomicU64,
+    /// How counter keys are placed, from the held map's id setup: [`PLACEMENT_UNKNOWN`] until a
+    /// map with one arrives, then `1 +` the wire value. An atomic: every key call reads it.
+    key_placement: AtomicU8,
     bump_tx: mpsc::Sender<Vec<Arc<Slot>>>,
     /// Memory of dropped sections, only under `--unsafe-keep-memory`.
     kept: Mutex<HashMap<SectionId, Vec<u64>>>,
@@ -100,6 +107,7 @@ impl AllocState {
             route_version: AtomicU64::new(0),
             map: RwLock::new(None),
             map_version: AtomicU64::new(0),
+            key_placement: AtomicU8::new(PLACEMENT_UNKNOWN),
             bump_tx,
             kept: Mutex::new(HashMap::new()),
             metrics: Metrics::new(),
@@ -220,17 +228,41 @@ impl AllocState {
         }
     }
 
-    /// Keeps a map from a renewal when it is newer than the one held.
+    /// Keeps a map from a renewal when it is newer than the one held, or as new and the first to
+    /// carry the id setup (a map published before set 0 set its ids up keeps its version after).
     pub fn store_map(&self, map: Option<pb::ClusterMap>) {
         let Some(map) = map else { return };
         let mut held = self.map.write().unwrap();
         let old = self.map_version();
-        if map.version > old {
+        let completes = map.version == old && map.ids.is_some() && held.as_ref().is_some_and(|h| h.ids.is_none());
+        if map.version > old || completes {
             info!(from = old, to = map.version, "cluster map version changed");
             let version = map.version;
+            if let Some(placement) = KeyPlacement::of_map(&map) {
+                self.key_placement.store(1 + placement as u8, Ordering::Release);
+            }
             *held = Some(Arc::new(map));
             // Published after the map: a caller that reads the new version finds the map too.
             self.map_version.store(version, Ordering::Release);
+        }
+    }
+
+    /// The map version a renewal sends: one below the held map's while that map has no id setup,
+    /// so that the store sends the map again until it has one (its version does not change when
+    /// set 0 sets its ids up).
+    pub fn map_version_to_ask(&self) -> u64 {
+        let version = self.map_version();
+        let complete = self.map.read().unwrap().as_ref().is_none_or(|m| m.ids.is_some());
+        if complete { version } else { version.saturating_sub(1) }
+    }
+
+    /// How the cluster places counter keys, `None` until the held map says (a key is then
+    /// refused: placed by a guess it could get a second sequence).
+    pub fn key_placement(&self) -> Option<KeyPlacement> {
+        match self.key_placement.load(Ordering::Acquire) {
+            PLACEMENT_UNKNOWN => None,
+            1 => Some(KeyPlacement::Sha256),
+            _ => Some(KeyPlacement::Slots),
         }
     }
 

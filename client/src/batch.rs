@@ -219,7 +219,7 @@ impl Client {
         while !pending.is_empty() {
             let routes = self.routes();
             let groups = self.group_by_owner(&routes, items, &pending, &mut slots);
-            let map_version = routes.map_version();
+            let map_version = routes.map_version_to_send();
             pending.clear();
             if groups.is_empty() {
                 break;

@@ -484,7 +484,7 @@ impl Client {
             let Some(timeout) = budget.start_attempt(Instant::now()) else {
                 break;
             };
-            let versions = (version, routes.map_version());
+            let versions = (version, routes.map_version_to_send());
             // A key's request carries the key, not a uid: the place only chose the address.
             let reply = match self
                 .send_single(op, addr, place.unwrap_or(uid), versions, timeout)

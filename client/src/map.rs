@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use seqsvr_proto::keys::KeyPlacement;
 use seqsvr_proto::{SectionId, pb};
 
 /// A validated copy of the cluster map.
@@ -30,6 +31,8 @@ pub struct MapView {
     allocsvrs: BTreeMap<u64, Vec<String>>,
     /// Moves not done or cancelled: `(begin, end, from, to)`.
     moving: Vec<(u64, u64, u64, u64)>,
+    /// How keys are placed, from the map's id setup (`None`: it carries none).
+    key_placement: Option<KeyPlacement>,
 }
 
 impl MapView {
@@ -69,7 +72,13 @@ impl MapView {
             ranges,
             allocsvrs: map.sets.iter().map(|s| (s.set_id, s.allocsvrs.clone())).collect(),
             moving,
+            key_placement: KeyPlacement::of_map(map),
         })
+    }
+
+    /// How the cluster places counter keys, when the map's id setup says.
+    pub fn key_placement(&self) -> Option<KeyPlacement> {
+        self.key_placement
     }
 
     pub fn version(&self) -> u64 {

@@ -85,11 +85,24 @@ impl RouteSet {
         self.tables().next().map(|t| t.section_size()).or_else(from_map)
     }
 
-    /// Where counter key `key` lives: its position under the uid space's size, `None` while that
-    /// is unknown (a fresh client, before its first reply). Never a stand-in such as uid 0: an
-    /// answer checked against another uid's section would be refused, and its value lost.
+    /// The map version requests send: one below the map's while it carries no id setup, so that
+    /// a server sends it again until it does (set 0 keeps a map's version when it sets its ids
+    /// up, and the setup says how keys are placed).
+    pub fn map_version_to_send(&self) -> u64 {
+        match &self.map {
+            Some(m) if m.key_placement().is_none() => m.version() - 1,
+            _ => self.map_version(),
+        }
+    }
+
+    /// Where counter key `key` lives: its position under the uid space's size and the map's key
+    /// placement (SHA-256 while the map does not say: only the route depends on it, since the
+    /// server places a key itself), `None` while the size is unknown (a fresh client, before its
+    /// first reply). Never a stand-in such as uid 0: an answer checked against another uid's
+    /// section would be refused, and its value lost.
     pub(crate) fn key_place(&self, key: &str) -> Option<Uid> {
-        self.uid_limit().map(|limit| seqsvr_proto::keys::position(key, limit))
+        let placement = self.map.as_ref().and_then(|m| m.key_placement()).unwrap_or_default();
+        self.uid_limit().map(|limit| placement.position(key, limit))
     }
 
     /// The set the map gives `uid`'s section to.
@@ -206,7 +219,7 @@ impl RouteCache {
     /// Installs `map` when it is valid and newer than the cached one; true when it did.
     pub(crate) fn offer_map(&self, map: Option<&pb::ClusterMap>) -> bool {
         let Some(map) = map else { return false };
-        if map.version <= self.with(RouteSet::map_version) {
+        if map.version <= self.with(RouteSet::map_version_to_send) {
             return false;
         }
         let view = match MapView::new(map) {
@@ -218,7 +231,9 @@ impl RouteCache {
         };
         let _installing = self.install();
         let current = self.current.load_full();
-        if current.map_version() >= view.version() {
+        if current.map_version_to_send() >= view.version()
+            || (current.map_version() == view.version() && view.key_placement().is_none())
+        {
             return false;
         }
         tracing::info!(version = view.version(), "cluster map updated");

@@ -149,6 +149,40 @@ impl Taken {
     }
 }
 
+/// Where a Redis Cluster hash slot is served, as a cluster-mode connection acts on it
+/// (`resp::cluster`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotHome {
+    /// This node owns the slot's section: serve the call.
+    Here,
+    /// Another node owns it and listens for cluster-mode clients at this `host:port`: answer
+    /// `-MOVED`.
+    Elsewhere(String),
+    /// Not placed by slot, or the owner or its cluster port is not known (yet): serve the call
+    /// the way a plain connection is served, forwarded to the owner.
+    Forward,
+}
+
+/// One node of the Redis Cluster view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    /// 40 hex digits, stable for the node's address (Redis's node id).
+    pub id: String,
+    /// The node's cluster-mode Redis port, `host:port`.
+    pub addr: String,
+}
+
+/// The cluster as Redis Cluster clients see it: every hash slot's node, in runs of slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterView {
+    /// The node answering.
+    pub me: ClusterNode,
+    /// `(first slot, last slot, node)`, covering 0..=16383 in order.
+    pub ranges: Vec<(u16, u16, ClusterNode)>,
+    /// The cluster map's version (the config epoch clients are shown).
+    pub epoch: u64,
+}
+
 /// The calls behind every front end. `take` of `count` > 1 is a block: its first value is
 /// returned and the block is `first..first + count`.
 pub trait Calls: Send + Sync + 'static {
@@ -172,6 +206,15 @@ pub trait Calls: Send + Sync + 'static {
     fn batch(&self, uids: &[u64]) -> impl Future<Output = Result<Vec<Result<Taken, CallError>>, CallError>> + Send;
     /// `count` time-ordered ids, increasing.
     fn ids(&self, count: u32) -> impl Future<Output = Result<Vec<u64>, CallError>> + Send;
+    /// Where hash slot `slot` is served. By default nowhere in particular: every call is served
+    /// as on a plain connection.
+    fn slot_home(&self, _slot: u16) -> SlotHome {
+        SlotHome::Forward
+    }
+    /// The Redis Cluster view, or why this backend serves none.
+    fn cluster_view(&self) -> Result<ClusterView, CallError> {
+        Err(CallError::bad_input("this server does not serve the Redis Cluster protocol"))
+    }
 }
 
 /// [`Calls`] through the client library.

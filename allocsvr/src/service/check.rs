@@ -79,17 +79,17 @@ impl Service {
     /// The counter key in `bytes` and its place, or INVALID_ARGUMENT naming the rule it broke.
     pub(super) fn check_key<'k>(&self, bytes: &'k [u8]) -> Result<Who<'k>, Error> {
         let key = seqsvr_proto::keys::check_key(bytes).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok(self.key_who(key))
+        self.key_who(key)
     }
 
     /// Every key of a batch checked and placed, appended to `whos`; the first bad one named by its
     /// index.
     pub(super) fn check_keys<'k>(&self, keys: &'k [Vec<u8>], whos: &mut Vec<Who<'k>>) -> Result<(), Error> {
         for (i, key) in keys.iter().enumerate() {
-            whos.push(
-                self.check_key(key)
-                    .map_err(|e| Error::InvalidArgument(format!("keys[{i}]: {e}")))?,
-            );
+            whos.push(self.check_key(key).map_err(|e| match e {
+                Error::InvalidArgument(m) => Error::InvalidArgument(format!("keys[{i}]: {m}")),
+                other => other,
+            })?);
         }
         Ok(())
     }
@@ -97,14 +97,19 @@ impl Service {
     /// A key that is a string already (the front ends'): its length checked, not its UTF-8.
     pub(super) fn check_key_str<'k>(&self, key: &'k str) -> Result<Who<'k>, Error> {
         let key = seqsvr_proto::keys::check_key_str(key).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Ok(self.key_who(key))
+        self.key_who(key)
     }
 
-    fn key_who<'k>(&self, key: &'k str) -> Who<'k> {
-        Who {
-            pos: seqsvr_proto::keys::position(key, self.shared.params().uid_limit),
+    /// `key` at its position under the cluster's key placement; UNAVAILABLE (retryable) until the
+    /// cluster map says which placement that is.
+    fn key_who<'k>(&self, key: &'k str) -> Result<Who<'k>, Error> {
+        let placement = self.shared.key_placement().ok_or_else(|| {
+            Error::Unavailable("the cluster's key placement is not known yet (no cluster map with an id setup)".into())
+        })?;
+        Ok(Who {
+            pos: placement.position(key, self.shared.params().uid_limit),
             key: Some(key),
-        }
+        })
     }
 }
 

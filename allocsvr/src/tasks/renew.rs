@@ -147,7 +147,7 @@ impl Renewer {
             secret: Vec::new(),
             incarnation: incarnation.0,
             route_version: self.shared.route_version(),
-            map_version: self.shared.map_version(),
+            map_version: self.shared.map_version_to_ask(),
             id_slots_wanted: slots_wanted,
             version: seqsvr_plumbing::version::LONG.into(),
         };

@@ -13,6 +13,7 @@
 //! | `NEXTID [count]` | a time-ordered id (integer), or `count` of them (array) |
 //! | `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT SETNAME/GETNAME/SETINFO/ID`, `QUIT` | as Redis |
 //! | `INFO`, `COMMAND`, `CONFIG GET` | enough for `redis-cli`, `redis-benchmark` and client libraries to connect |
+//! | `CLUSTER SLOTS/SHARDS/NODES/INFO/KEYSLOT/MYID`, `READWRITE`, `ASKING` (`READONLY` refused) | the Redis Cluster protocol (`cluster.rs`); `-MOVED` on a cluster-mode connection |
 //! | `MULTI`, `EXEC`, `DISCARD` | a queued pipeline, without isolation (`transaction.rs`) |
 //!
 //! Every other command is `-ERR unknown command`, as Redis answers it: a counter that only rises
@@ -39,6 +40,7 @@
 //! Deliberately left out: inline commands (`PING\r\n` typed by hand; every client sends arrays),
 //! `WATCH` (transactions are not isolated), pub/sub, and ACL users other than `default`.
 
+mod cluster;
 mod connection;
 mod request;
 mod transaction;
@@ -85,6 +87,9 @@ pub struct RespConfig {
     pub idle_timeout: Option<Duration>,
     /// Mutual TLS: only callers whose certificate may take numbers (`crate::tls`).
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Redis Cluster mode: a counter key whose hash slot another node serves is answered
+    /// `-MOVED` instead of forwarded (`cluster.rs`).
+    pub cluster: bool,
 }
 
 impl Default for RespConfig {
@@ -96,6 +101,7 @@ impl Default for RespConfig {
             large_command_bytes: 64 << 20,
             idle_timeout: None,
             tls: None,
+            cluster: false,
         }
     }
 }
@@ -336,13 +342,9 @@ impl<'a, C: Calls> Session<'a, C> {
             },
             "CLIENT" => self.client(rest),
             "INFO" => Reply::Bulk(self.info().into_bytes()),
-            // `redis-cli` asks for command docs, client libraries for the table: an empty one says
-            // nothing wrong. `redis-benchmark` asks for persistence settings; there are none to give.
-            "COMMAND" => match rest.first().map(|s| s.to_ascii_uppercase()) {
-                Some(sub) if sub == b"COUNT" => Reply::Int(0),
-                Some(sub) if sub == b"DOCS" => Reply::Map(Vec::new()),
-                _ => Reply::Array(Vec::new()),
-            },
+            "COMMAND" => cluster::command(rest),
+            "CLUSTER" | "READONLY" | "READWRITE" | "ASKING" => self.cluster_command(name, rest),
+            // `redis-benchmark` asks for persistence settings; there are none to give.
             "CONFIG" => match rest.first().map(|s| s.to_ascii_uppercase()) {
                 Some(sub) if sub == b"GET" => Reply::Map(Vec::new()),
                 _ => Reply::err("CONFIG: only GET is served, and it knows no parameter"),
@@ -435,6 +437,9 @@ impl<'a, C: Calls> Session<'a, C> {
     }
 
     async fn take_who(&self, who: Who<'_>, count: u32) -> Reply {
+        if let Some(moved) = self.redirect(who) {
+            return moved;
+        }
         let r = self.calls.take(who, count).await;
         count_call(Front::Resp, &r);
         match r {
@@ -464,6 +469,9 @@ impl<'a, C: Calls> Session<'a, C> {
             Ok(w) => w,
             Err(e) => return Reply::of(&e),
         };
+        if let Some(moved) = self.redirect(who) {
+            return moved;
+        }
         let r = self.calls.current(who).await;
         count_call(Front::Resp, &r);
         match r {
@@ -479,6 +487,9 @@ impl<'a, C: Calls> Session<'a, C> {
         }
         if names.len() > MAX_MGET_KEYS {
             return Reply::err(format!("MGET of {} names; at most {MAX_MGET_KEYS}", names.len()));
+        }
+        if let Some(moved) = self.redirect_many(names) {
+            return moved;
         }
         let mut whos = Vec::with_capacity(names.len());
         for name in names {
@@ -606,7 +617,7 @@ impl<'a, C: Calls> Session<'a, C> {
             (s("version"), s(env!("CARGO_PKG_VERSION"))),
             (s("proto"), Reply::Int(i64::from(proto))),
             (s("id"), Reply::Int(self.id as i64)),
-            (s("mode"), s("standalone")),
+            (s("mode"), s(if self.cfg.cluster { "cluster" } else { "standalone" })),
             (s("role"), s("master")),
             (s("modules"), Reply::Array(Vec::new())),
         ])
@@ -637,10 +648,12 @@ impl<'a, C: Calls> Session<'a, C> {
     fn info(&self) -> String {
         // The Redis version is the protocol level served, which some client libraries read.
         format!(
-            "# Server\r\nredis_version:7.0.0\r\nseqsvr_version:{}\r\nredis_mode:standalone\r\n\
-             # Clients\r\nproto:{}\r\n",
+            "# Server\r\nredis_version:7.0.0\r\nseqsvr_version:{}\r\nredis_mode:{}\r\n\
+             # Clients\r\nproto:{}\r\n# Cluster\r\ncluster_enabled:{}\r\n",
             env!("CARGO_PKG_VERSION"),
-            self.proto
+            if self.cfg.cluster { "cluster" } else { "standalone" },
+            self.proto,
+            u8::from(self.cfg.cluster)
         )
     }
 }
