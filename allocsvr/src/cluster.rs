@@ -34,6 +34,9 @@ use crate::state::AllocState;
 
 /// Longest a peer's answer is kept.
 pub const PEER_TTL: Duration = Duration::from_secs(5);
+/// How often the view is brought up to date in the background (peers' ports asked before a
+/// client asks for them).
+const REFRESH: Duration = Duration::from_secs(1);
 /// Longest a `FrontInfo` call may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -113,11 +116,27 @@ impl ClusterFront {
         }
     }
 
+    /// Hands this node's own route table and map, from its renewals, to the front ends' client
+    /// when they are newer than what it has: its own set's owners are then known before any call
+    /// was forwarded (two atomic loads when nothing changed).
+    fn sync(&self) {
+        let set = self.shared.params().set_id;
+        let (table, map) = self
+            .client
+            .with_routes(|r| (r.table(set).map_or(0, |t| t.version()), r.map_version()));
+        if self.shared.route_version() > table || self.shared.map_version() > map {
+            let (_, routes) = self.shared.routes_for(table, false);
+            let (_, map) = self.shared.map_for(Some(map));
+            self.client.learn_from(map.as_ref(), routes);
+        }
+    }
+
     /// Where `slot` is served, as a cluster-mode connection acts on it.
     pub fn slot_home(&self, slot: u16) -> SlotHome {
         if self.slots_placed().is_err() {
             return SlotHome::Forward;
         }
+        self.sync();
         let p = self.shared.params();
         let uid = slot_position(slot, p.uid_limit);
         let owner = self.client.with_routes(|routes| {
@@ -130,20 +149,68 @@ impl ClusterFront {
         }
     }
 
+    /// Keeps the view fresh until `stop` turns true: every [`REFRESH`], the tables and map synced
+    /// and every owner's cluster port asked when not known or old, so that `CLUSTER SLOTS` names
+    /// the owners from a node's first seconds on.
+    pub fn refresh(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                self.learn_sets().await;
+                let _ = self.view();
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    () = tokio::time::sleep(REFRESH) => {}
+                }
+            }
+        })
+    }
+
+    /// Reads, through the client library, one uid of each set the map gives slots to and whose
+    /// route table the front ends have not seen: the reply brings the table, so that its slots
+    /// are named and redirected to their owners before a call for them had to be forwarded (a
+    /// read takes no number; once per set, the client keeps what it learned).
+    async fn learn_sets(&self) {
+        let p = self.shared.params();
+        let unknown: Vec<Uid> = self.client.with_routes(|routes| {
+            let Some(map) = routes.map() else { return Vec::new() };
+            let mut seen = std::collections::BTreeMap::new();
+            for slot in 0..HASH_SLOTS {
+                let uid = slot_position(slot, p.uid_limit);
+                if let Some(set) = map.set_of(uid.section(p.section_size)) {
+                    seen.entry(set).or_insert(uid);
+                }
+            }
+            seen.into_iter()
+                .filter(|(set, _)| routes.table(*set).is_none())
+                .map(|(_, uid)| uid)
+                .collect()
+        });
+        for uid in unknown {
+            if let Err(e) = self.client.get_cur_seq(uid).await {
+                debug!(%uid, error = %e, "could not learn the route table of another set yet");
+            }
+        }
+    }
+
     /// Every slot's node: its owner when that owner's cluster port is known, else this node.
     pub fn view(&self) -> Result<ClusterView, CallError> {
         self.slots_placed()?;
+        self.sync();
         let p = self.shared.params();
-        let owners: Vec<Option<(String, Incarnation)>> = self.client.with_routes(|routes| {
-            (0..HASH_SLOTS)
-                .map(|slot| {
-                    let uid = slot_position(slot, p.uid_limit);
-                    owner_of(routes, uid, p.section_size).map(|(a, i)| (a.to_owned(), i))
-                })
-                .collect()
+        // Runs of slots with one owner, read under the routes (a string per run, not per slot).
+        let runs: Vec<(u16, u16, Option<(String, Incarnation)>)> = self.client.with_routes(|routes| {
+            let mut runs: Vec<(u16, u16, Option<(String, Incarnation)>)> = Vec::new();
+            for slot in 0..HASH_SLOTS {
+                let owner = owner_of(routes, slot_position(slot, p.uid_limit), p.section_size);
+                match runs.last_mut() {
+                    Some(last) if last.2.as_ref().map(|(a, i)| (a.as_str(), *i)) == owner => last.1 = slot,
+                    _ => runs.push((slot, slot, owner.map(|(a, i)| (a.to_owned(), i)))),
+                }
+            }
+            runs
         });
         let mut ranges: Vec<(u16, u16, ClusterNode)> = Vec::new();
-        for (slot, owner) in (0..HASH_SLOTS).zip(owners) {
+        for (first, last, owner) in runs {
             let node = match owner {
                 Some((addr, inc)) if addr != self.shared.advertise() => match self.peer_port(&addr, inc) {
                     Some(port) => ClusterNode {
@@ -155,8 +222,8 @@ impl ClusterFront {
                 _ => self.me.clone(),
             };
             match ranges.last_mut() {
-                Some(last) if last.2 == node => last.1 = slot,
-                _ => ranges.push((slot, slot, node)),
+                Some(prev) if prev.2 == node => prev.1 = last,
+                _ => ranges.push((first, last, node)),
             }
         }
         Ok(ClusterView {

@@ -176,14 +176,14 @@ pub struct NodeCalls {
     /// and concurrent, and a forwarded call alone costs a whole gRPC round trip.
     coalescer: Coalescer,
     /// The Redis Cluster view, when this node runs a cluster port.
-    cluster: Option<crate::cluster::ClusterFront>,
+    cluster: Option<Arc<crate::cluster::ClusterFront>>,
 }
 
 impl NodeCalls {
     pub(crate) fn new(
         shared: Arc<AllocState>,
         client: Client,
-        cluster: Option<crate::cluster::ClusterFront>,
+        cluster: Option<Arc<crate::cluster::ClusterFront>>,
     ) -> Result<Self, String> {
         let coalescer = Coalescer::new(client.clone(), CoalescerConfig::default()).map_err(|e| e.to_string())?;
         Ok(Self {

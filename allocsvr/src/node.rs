@@ -281,8 +281,10 @@ async fn start_fronts(
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
     let cluster = cluster_port.as_ref().map(|p| {
-        crate::cluster::ClusterFront::new(core.shared.clone(), client.clone(), p.advertised.clone(), cfg.tls.clone())
+        let c = crate::cluster::ClusterFront::new(core.shared.clone(), client.clone(), p.advertised.clone(), cfg.tls.clone());
+        Arc::new(c)
     });
+    let refresh = cluster.clone().map(|c| c.refresh(core.stop_rx.clone()));
     let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client, cluster).map_err(StartError::Front)?);
     let tls = match &cfg.tls {
         Some(t) => Some(t.rustls_server().map_err(|e| StartError::Tls(e.to_string()))?),
@@ -295,6 +297,7 @@ async fn start_fronts(
         addrs.resp_cluster = Some(port.bound);
         tasks.push(crate::cluster::serve(port, &cfg.front, calls, tls, core.stop_rx.clone()));
     }
+    tasks.extend(refresh);
     Ok((addrs, tasks))
 }
 

@@ -407,8 +407,10 @@ impl Client {
         Some(why)
     }
 
-    /// Installs the map and the route table a reply carries; true when either changed the view.
-    pub(crate) fn learn_from(&self, map: Option<&pb::ClusterMap>, routes: Option<pb::RouteTable>) -> bool {
+    /// Installs the map and the route table a reply carries (or that a server holding its own
+    /// hands in: an AllocSvr's front ends route with its renewals' table and map before any
+    /// reply brought them); true when either changed the view. Older ones are ignored.
+    pub fn learn_from(&self, map: Option<&pb::ClusterMap>, routes: Option<pb::RouteTable>) -> bool {
         let new_map = self.inner.routes.offer_map(map);
         self.inner.routes.offer(routes) || new_map
     }

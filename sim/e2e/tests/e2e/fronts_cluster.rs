@@ -1,5 +1,6 @@
-//! A cluster of sets for the front-end tests (`fronts.rs`, `verify.rs`): per set one StoreSvr
-//! and two AllocSvrs, every AllocSvr serving gRPC, HTTP/JSON, the Redis protocol and metrics, each
+//! A cluster of sets for the front-end tests (`fronts.rs`, `verify.rs`, `redis_cluster.rs`): per
+//! set one StoreSvr and two AllocSvrs, every AllocSvr serving gRPC, HTTP/JSON, the Redis protocol
+//! (plain and cluster mode) and metrics, each
 //! set bootstrapped on its own (a second set joins the map with `seqctl set add`).
 //!
 //! Deliberately left out: StoreSvr replication (one replica per set: these tests are about the
@@ -15,6 +16,8 @@ pub struct Node {
     pub grpc: String,
     pub http: String,
     pub resp: String,
+    /// The Redis Cluster port (`--resp-cluster-listen`).
+    pub resp_cluster: String,
     pub metrics: String,
 }
 
@@ -30,6 +33,17 @@ impl FrontsCluster {
     /// `sets` sets of `section_size`-uid sections up to `uid_limit`; every AllocSvr gets
     /// `alloc_args` too.
     pub fn start(sets: usize, section_size: u64, uid_limit: u64, alloc_args: &[&str]) -> Self {
+        Self::start_with(sets, section_size, uid_limit, alloc_args, &[])
+    }
+
+    /// [`Self::start`] with `store_args` for every StoreSvr too (`--key-placement=slots`).
+    pub fn start_with(
+        sets: usize,
+        section_size: u64,
+        uid_limit: u64,
+        alloc_args: &[&str],
+        store_args: &[&str],
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut procs = Supervisor::new(&dir.path().join("logs")).unwrap();
         let stores: Vec<String> = (0..sets).map(|_| free_addr()).collect();
@@ -47,6 +61,7 @@ impl FrontsCluster {
                 format!("--uid-limit={uid_limit}"),
                 "--step=1000".into(),
             ];
+            let args: Vec<String> = args.into_iter().chain(store_args.iter().map(|a| a.to_string())).collect();
             procs
                 .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
                 .unwrap();
@@ -55,6 +70,7 @@ impl FrontsCluster {
                     grpc: free_addr(),
                     http: free_addr(),
                     resp: free_addr(),
+                    resp_cluster: free_addr(),
                     metrics: free_addr(),
                 };
                 let mut args = vec![
@@ -63,6 +79,7 @@ impl FrontsCluster {
                     format!("--store=1={store}"),
                     format!("--http-listen={}", node.http),
                     format!("--resp-listen={}", node.resp),
+                    format!("--resp-cluster-listen={}", node.resp_cluster),
                     format!("--metrics-listen={}", node.metrics),
                 ];
                 args.extend(alloc_args.iter().map(|a| a.to_string()));

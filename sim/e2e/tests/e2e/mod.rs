@@ -20,6 +20,7 @@
 
 pub mod fronts_cluster;
 pub mod seqctl;
+pub mod values;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
