@@ -81,6 +81,10 @@ pub enum KeyPlacement {
 pub const HASH_SLOTS: u16 = 16384;
 
 impl KeyPlacement {
+    pub fn is_sha256(&self) -> bool {
+        *self == KeyPlacement::Sha256
+    }
+
     /// Where `key` lives in a uid space of `uid_limit` (> 0) uids under this placement.
     pub fn position(self, key: &str, uid_limit: u64) -> Uid {
         match self {

@@ -57,8 +57,10 @@ pub struct IdState {
     pub first: u64,
     /// The share's slots, in order.
     pub slots: Vec<SlotState>,
-    /// How the cluster places counter keys. Last, so that a snapshot from before it (which ends
-    /// one byte early when it has ids) reads as `Sha256` (`storage::sm_store::decode_padded`).
+    /// How the cluster places counter keys. Last, and not written when `Sha256`: such a state
+    /// encodes byte for byte as before placements existed (a replica of an older release reads
+    /// it), and one that ends a byte early reads as `Sha256` (`storage::sm_store::decode_padded`).
+    #[serde(default, skip_serializing_if = "KeyPlacement::is_sha256")]
     pub key_placement: KeyPlacement,
 }
 

@@ -82,8 +82,9 @@ fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
 /// older encoding ends early: as many 0 bytes as the missing fields' empty encodings are supplied
 /// (`ids`: `None`, one byte; `bindings`: an empty map, one byte; `audit`: an empty trail, two
 /// bytes; `cached_map`: `None`, one byte) and it is read with them empty. The same one byte
-/// reads a state whose `ids` predate `IdState::key_placement` (its last field, the last of the
-/// state's): as SHA-256 placement, the only one there was. A current encoding
+/// reads a state whose `ids` end before `IdState::key_placement` (its last field, the last of the
+/// state's), as SHA-256 placement: states from before placements existed, and every SHA-256 one
+/// since (that placement is not written, so that an older replica reads the state). A current encoding
 /// decodes on the first try. A shorter padding of an older format runs out of bytes, so the first
 /// padding that decodes is the encoding's own. Trailing bytes are an error.
 pub(crate) fn decode_padded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
@@ -369,14 +370,13 @@ mod tests {
         assert!(data.set.ids.is_some());
         let bytes = postcard::to_stdvec(&data).unwrap();
         assert_eq!(decode_sm_data(&bytes).unwrap().set, data.set);
-        // Ids set up before key placements existed: their last byte (SHA-256) cut off.
+        // SHA-256 placement is not written (the bytes of the release before placements), and
+        // reads back as SHA-256; placement by slot is one byte more.
         let mut slots_placed = data.clone();
         slots_placed.set.ids.as_mut().unwrap().key_placement = seqsvr_proto::keys::KeyPlacement::Slots;
         let slots_bytes = postcard::to_stdvec(&slots_placed).unwrap();
         assert_eq!(decode_sm_data(&slots_bytes).unwrap().set, slots_placed.set);
-        assert_eq!(slots_bytes[..bytes.len() - 1], bytes[..bytes.len() - 1]);
-        let read = decode_sm_data(&bytes[..bytes.len() - 1]).unwrap();
-        assert_eq!(read.set, data.set, "ids without a placement read as SHA-256");
+        assert_eq!((slots_bytes.len(), &slots_bytes[..bytes.len()]), (bytes.len() + 1, &bytes[..]));
 
         // Each older format: the fields it lacks emptied, their bytes cut off the end.
         let older: [(usize, &str); 4] = [(1, "no ids"), (2, "no bindings"), (4, "no trail"), (5, "no cached map")];
