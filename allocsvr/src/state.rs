@@ -256,8 +256,7 @@ impl AllocState {
         if complete { version } else { version.saturating_sub(1) }
     }
 
-    /// How the cluster places counter keys, `None` until the held map says (a key is then
-    /// refused: placed by a guess it could get a second sequence).
+    /// How the cluster places counter keys, `None` until the held map says.
     pub fn key_placement(&self) -> Option<KeyPlacement> {
         match self.key_placement.load(Ordering::Acquire) {
             PLACEMENT_UNKNOWN => None,

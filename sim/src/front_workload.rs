@@ -4,6 +4,12 @@
 //! wherever the call lands (forwarding to the owner), and recorded in the same history, so that
 //! every checker judges what the front ends answered.
 //!
+//! `--front resp-cluster` is a Redis Cluster client of its own: the cluster places keys by hash
+//! slot, each call goes to the AllocSvr its slot was last redirected to (a random one before), and
+//! a `-MOVED <slot> <addr>` is followed (at most [`MAX_REDIRECTS`] times) and remembered; a
+//! connection that fails forgets the slots it served. A pipeline of several names is sent one
+//! command at a time, each to its slot's node.
+//!
 //! An HTTP 504 or a RESP `-UNKNOWN` is an unknown outcome, as is a lost connection after a take
 //! was sent; every other refusal is a failure (nothing taken). HTTP replies say who served (an
 //! `owner` object), so those calls carry owners for P4 and P6 as the library's do; the Redis
@@ -31,6 +37,9 @@ use crate::workload::{Recorder, WorkloadParams};
 
 /// Longest a front-end call may take here: above the AllocSvrs' own front deadline (2 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most `-MOVED` redirects one call follows (a slot's owner changes at most once or twice while
+/// a call is redirected; more is a loop).
+pub const MAX_REDIRECTS: usize = 5;
 
 /// Which front end the calls go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +50,9 @@ pub enum Front {
     Http,
     /// The Redis protocol (`--resp-listen`).
     Resp,
+    /// The Redis Cluster protocol (`--resp-cluster-listen`, keys placed by hash slot), `-MOVED`
+    /// followed.
+    RespCluster,
 }
 
 /// A uid or a key index, as the workload draws them.
@@ -114,6 +126,8 @@ pub(crate) struct Conns {
     addrs: Vec<SocketAddr>,
     http: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
     resp: HashMap<SocketAddr, redis::aio::MultiplexedConnection>,
+    /// `--front resp-cluster`: where each hash slot was last redirected to.
+    slots: HashMap<u16, SocketAddr>,
 }
 
 impl Conns {
@@ -124,6 +138,7 @@ impl Conns {
             addrs,
             http,
             resp: HashMap::new(),
+            slots: HashMap::new(),
         }
     }
 
@@ -191,7 +206,62 @@ impl Conns {
         takes: bool,
     ) -> Result<Vec<redis::Value>, ClientError> {
         let mut c = self.resp_conn(addr).await?;
-        match tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<Vec<redis::Value>>(&mut c)).await {
+        let r = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<Vec<redis::Value>>(&mut c)).await;
+        self.resp_outcome(addr, r, commands, takes)
+    }
+
+    /// [`Self::resp`] of one command for `name`; on the cluster port, sent to the node of the
+    /// name's slot, `-MOVED` followed.
+    async fn resp_one(
+        &mut self,
+        addr: SocketAddr,
+        name: &str,
+        pipe: redis::Pipeline,
+        takes: bool,
+    ) -> Result<Vec<redis::Value>, ClientError> {
+        if self.front != Front::RespCluster {
+            return self.resp(addr, pipe, 1, takes).await;
+        }
+        let slot = seqsvr_proto::keys::hash_slot(name.as_bytes());
+        let mut at = self.slots.get(&slot).copied().unwrap_or(addr);
+        for _ in 0..=MAX_REDIRECTS {
+            let mut c = match self.resp_conn(at).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.slots.retain(|_, a| *a != at);
+                    return Err(e);
+                }
+            };
+            let r = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<Vec<redis::Value>>(&mut c)).await;
+            if let Ok(Err(e)) = &r
+                && e.kind() == redis::ErrorKind::Moved
+            {
+                // Nothing was taken: the node answered without serving the call.
+                let to = e.redirect_node().and_then(|(a, _)| a.parse::<SocketAddr>().ok());
+                let Some(to) = to else {
+                    return Err(failed(format!("{at}: a MOVED without an address: {e}")));
+                };
+                self.slots.insert(slot, to);
+                at = to;
+                continue;
+            }
+            if !matches!(&r, Ok(Ok(_))) {
+                self.slots.retain(|_, a| *a != at);
+            }
+            return self.resp_outcome(at, r, 1, takes);
+        }
+        Err(failed(format!("{addr}: more than {MAX_REDIRECTS} MOVED redirects for slot {slot}")))
+    }
+
+    /// What a pipeline's answer at `addr` means.
+    fn resp_outcome(
+        &mut self,
+        addr: SocketAddr,
+        r: Result<redis::RedisResult<Vec<redis::Value>>, tokio::time::error::Elapsed>,
+        commands: usize,
+        takes: bool,
+    ) -> Result<Vec<redis::Value>, ClientError> {
+        match r {
             Ok(Ok(values)) => Ok(values),
             Ok(Err(e)) if e.code().is_some() && (commands == 1 || !takes) => {
                 let why = format!("{addr}: {e}");
@@ -244,7 +314,7 @@ impl Conns {
                 } else {
                     pipe.cmd("INCRBY").arg(who.resp_name()).arg(count);
                 }
-                let v = self.resp(addr, pipe, 1, true).await?;
+                let v = self.resp_one(addr, &who.resp_name(), pipe, true).await?;
                 let last = resp_int(addr, v.into_iter().next())?;
                 Ok(((last + 1 - u64::from(count)..=last).collect(), None))
             }
@@ -266,7 +336,7 @@ impl Conns {
             _ => {
                 let mut pipe = redis::pipe();
                 pipe.cmd("GET").arg(who.resp_name());
-                match self.resp(addr, pipe, 1, false).await?.into_iter().next() {
+                match self.resp_one(addr, &who.resp_name(), pipe, false).await?.into_iter().next() {
                     Some(redis::Value::Nil) => Ok((0, None)),
                     Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b)
                         .parse()
@@ -312,6 +382,16 @@ impl Conns {
                         None => Err(failed(r["error"]["message"].to_string())),
                     })
                     .collect())
+            }
+            Front::RespCluster => {
+                let mut results = Vec::with_capacity(whos.len());
+                for w in whos {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("INCR").arg(w.resp_name());
+                    let v = self.resp_one(addr, &w.resp_name(), pipe, true).await;
+                    results.push(v.and_then(|v| resp_int(addr, v.into_iter().next())).map(|v| (v, None)));
+                }
+                Ok(results)
             }
             _ => {
                 let mut pipe = redis::pipe();
@@ -404,7 +484,7 @@ pub async fn run_front_client(
             let mut whos: Vec<Subject> = Vec::with_capacity(n);
             for _ in 0..n {
                 let w = match (front, p.keys > 0 && rng.random_bool(0.4)) {
-                    (Front::Resp, true) => Subject::Key(rng.random_range(0..u64::from(p.keys))),
+                    (Front::Resp | Front::RespCluster, true) => Subject::Key(rng.random_range(0..u64::from(p.keys))),
                     _ => Subject::Uid(pick_uid(&mut rng)),
                 };
                 if !whos.iter().any(|x| x.recorded() == w.recorded()) {

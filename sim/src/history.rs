@@ -12,6 +12,7 @@
 //! Deliberately left out: compression and rotation. A run of a few minutes writes a few hundred MB
 //! at most; the workload is rate-limited for that reason.
 
+use seqsvr_proto::keys::KeyPlacement;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -213,6 +214,9 @@ pub struct RunInfo {
     /// Set when the run issued time-ordered ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<IdsInfo>,
+    /// How the cluster placed counter keys (`--front resp-cluster`: by hash slot).
+    #[serde(default, skip_serializing_if = "KeyPlacement::is_sha256")]
+    pub key_placement: KeyPlacement,
 }
 
 /// One line of the history file.

@@ -5,12 +5,14 @@
 //! [`KEY_SUBJECT`]` | i`, a number no uid reaches (uids are below the uid limit, at most 2^44),
 //! so every checker keyed by subject keeps one sequence per key without knowing keys exist. The
 //! checkers that need a subject's section ask [`section_of`], which places a key as the servers
-//! do (`seqsvr_proto::keys::position`).
+//! do, under the run's key placement (`seqsvr_proto::keys::KeyPlacement`).
 //!
 //! The names mix what users write: plain words, `:`-separated ids, non-ASCII.
 //!
 //! Deliberately left out: random key names (the set is fixed by its size, so a history can be
 //! checked without the run that wrote it).
+
+use seqsvr_proto::keys::KeyPlacement;
 
 /// The bit that marks a key in a history's subjects.
 pub const KEY_SUBJECT: u64 = 1 << 63;
@@ -42,10 +44,10 @@ pub fn key_of(subject: u64) -> Option<String> {
     (subject & KEY_SUBJECT != 0).then(|| name(subject & !KEY_SUBJECT))
 }
 
-/// The section that serves `subject` (a uid, or a key at its position).
-pub fn section_of(subject: u64, section_size: u64, uid_limit: u64) -> u64 {
+/// The section that serves `subject` (a uid, or a key at its position under `placement`).
+pub fn section_of(subject: u64, section_size: u64, uid_limit: u64, placement: KeyPlacement) -> u64 {
     let at = match key_of(subject) {
-        Some(key) => seqsvr_proto::keys::position(&key, uid_limit).0,
+        Some(key) => placement.position(&key, uid_limit).0,
         None => subject,
     };
     at / section_size.max(1)
@@ -68,9 +70,11 @@ mod tests {
         let s = subject(4);
         assert_eq!(key_of(s).as_deref(), Some("conv:00000004:msg"));
         assert_eq!(key_of(4), None);
-        assert_eq!(section_of(250, 100, 1000), 2);
+        assert_eq!(section_of(250, 100, 1000, KeyPlacement::Slots), 2);
         let at = seqsvr_proto::keys::position(&name(4), 1000).0;
-        assert_eq!(section_of(s, 100, 1000), at / 100);
+        assert_eq!(section_of(s, 100, 1000, KeyPlacement::Sha256), at / 100);
+        let at = KeyPlacement::Slots.position(&name(4), 1000).0;
+        assert_eq!(section_of(s, 100, 1000, KeyPlacement::Slots), at / 100);
         assert_eq!(label(s), "key \"conv:00000004:msg\"");
     }
 }

@@ -61,6 +61,7 @@ pub async fn record(opts: &LoadOpts) -> anyhow::Result<PathBuf> {
         replay: opts.replay.clone(),
         verify_from_ns: None,
         ids: None,
+        key_placement: Default::default(),
     };
     let history = Arc::new(
         HistoryWriter::create(&opts.history, clock, &info)

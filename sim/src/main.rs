@@ -126,7 +126,9 @@ struct RunArgs {
     keys: bool,
     /// Which front end the routing clients call: the client library over gRPC, or every
     /// AllocSvr's HTTP/JSON (`http`) or Redis-protocol (`resp`) front end, a random one per call
-    /// (the calls are forwarded to the owner there). Not with `--tls`.
+    /// (the calls are forwarded to the owner there), or its Redis Cluster port (`resp-cluster`:
+    /// the cluster places keys by hash slot, and the clients follow `-MOVED` to each key's
+    /// owner). Not with `--tls`.
     #[arg(long, value_enum, default_value = "grpc")]
     front: sim::front_workload::Front,
     /// The ids' layout with `--ids`: `twitter`, `sonyflake` or SLOT_BITS/SEQ_BITS/TICK_MS.
@@ -178,6 +180,9 @@ impl RunArgs {
         }
         if self.hostile.hostile && self.front == sim::front_workload::Front::Grpc {
             return Err("--hostile floods the HTTP or Redis front end: give --front http|resp".into());
+        }
+        if self.hostile.hostile && self.front == sim::front_workload::Front::RespCluster {
+            return Err("--hostile floods the plain ports: give --front http|resp".into());
         }
         if self.tls && self.front != sim::front_workload::Front::Grpc {
             return Err("--front http|resp runs without --tls (its clients speak plaintext)".into());
@@ -273,7 +278,13 @@ impl RunArgs {
                 detect_ms: self.detect_ms,
                 election_min_ms: self.election_min_ms,
                 election_max_ms: self.election_max_ms,
-                store_extra: self.controls.store_flags(),
+                store_extra: {
+                    let mut flags = self.controls.store_flags();
+                    if self.front == sim::front_workload::Front::RespCluster {
+                        flags.push("--key-placement=slots".into());
+                    }
+                    flags
+                },
                 alloc_extra: {
                     let mut flags = self.controls.alloc_flags();
                     // Keys forgotten for the bound come back above a gap: only with faults,

@@ -182,6 +182,9 @@ impl Topology {
             crate::front_workload::Front::Grpc => {}
             crate::front_workload::Front::Http => args.push(format!("--http-listen={}", self.front_addr[&id])),
             crate::front_workload::Front::Resp => args.push(format!("--resp-listen={}", self.front_addr[&id])),
+            crate::front_workload::Front::RespCluster => {
+                args.push(format!("--resp-cluster-listen={}", self.front_addr[&id]))
+            }
         }
         args.extend(set.alloc_extra.iter().cloned());
         ProcSpec::new(alloc_name(id), bin, args)

@@ -115,8 +115,8 @@ impl State {
     }
 
     /// The map a renewal carries while a test sets none: version 1, the one set, and an id setup
-    /// placing keys by SHA-256 — what a real cluster's map says once set 0 set its ids up (an
-    /// AllocSvr refuses keys until its map says how they are placed).
+    /// placing keys by `key_placement` — what a real cluster's map says once set 0 set its ids up
+    /// (an AllocSvr places keys by SHA-256 until its map says otherwise).
     fn default_map(&self) -> pb::ClusterMap {
         pb::ClusterMap {
             version: 1,

@@ -204,7 +204,13 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         }
         r.add(
             Promise::P2,
-            p2_durable::check(&history.calls, history.info.section_size, history.info.uid_limit, max)?,
+            p2_durable::check(
+                &history.calls,
+                history.info.section_size,
+                history.info.uid_limit,
+                history.info.key_placement,
+                max,
+            )?,
         );
     }
     r.add(Promise::P3, p3_monotonic::check(&history.polls));
@@ -215,6 +221,7 @@ pub fn check_all(history: &History, final_max_seqs: Option<&BTreeMap<u64, u64>>)
         section_size: history.info.section_size,
         uid_limit: history.info.uid_limit,
         step: history.info.step,
+        key_placement: history.info.key_placement,
     };
     let (p6, stats) = p6_waste::check_with_sections(&history.calls, &history.faults, history.info.fault_free, layout);
     r.p6 = stats;

@@ -15,12 +15,13 @@ pub fn check(
     calls: &[Call],
     section_size: u64,
     uid_limit: u64,
+    placement: seqsvr_proto::keys::KeyPlacement,
     final_max_seqs: &BTreeMap<u64, u64>,
 ) -> Result<Vec<Violation>, CheckError> {
     let mut out = Vec::new();
     for c in calls {
         for (uid, value) in c.ok_values() {
-            let section = section_of(uid, section_size, uid_limit);
+            let section = section_of(uid, section_size, uid_limit, placement);
             let max = *final_max_seqs.get(&section).ok_or(CheckError::MissingMaxSeq(section))?;
             if value > max {
                 out.push(Violation::new(
@@ -65,7 +66,7 @@ mod tests {
             ),
         ];
         for (name, calls, want) in cases {
-            assert_eq!(ids(&check(&calls, 10, 1_000, &max).unwrap()), want, "{name}");
+            assert_eq!(ids(&check(&calls, 10, 1_000, Default::default(), &max).unwrap()), want, "{name}");
         }
     }
 
@@ -73,7 +74,7 @@ mod tests {
     fn missing_section_is_a_harness_error() {
         let max: BTreeMap<u64, u64> = [(0, 100)].into();
         assert_eq!(
-            check(&[fetch(1, 25, 0, 1, 1)], 10, 1_000, &max),
+            check(&[fetch(1, 25, 0, 1, 1)], 10, 1_000, Default::default(), &max),
             Err(CheckError::MissingMaxSeq(2))
         );
     }

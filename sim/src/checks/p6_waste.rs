@@ -84,6 +84,7 @@ pub struct Layout {
     pub section_size: u64,
     pub uid_limit: u64,
     pub step: u64,
+    pub key_placement: seqsvr_proto::keys::KeyPlacement,
 }
 
 /// A value handed out: the value, the invoke time of its call, its owner's set and epoch if known.
@@ -125,7 +126,7 @@ fn section_logs(calls: &[Call], layout: Layout) -> HashMap<u64, SectionLog> {
             _ => 0,
         };
         for (i, &uid) in c.uids.iter().enumerate() {
-            let section = section_of(uid, layout.section_size, layout.uid_limit);
+            let section = section_of(uid, layout.section_size, layout.uid_limit, layout.key_placement);
             let owner = owner_for(&c.owners, Some(section)).map(|o| (o.set_id, o.epoch));
             let log = logs.entry(section).or_default();
             log.max_block = log.max_block.max(block);
@@ -149,7 +150,7 @@ fn collect(calls: &[Call], layout: Layout) -> (HashMap<u64, Vec<Seen>>, HashMap<
             Outcome::Ok => {
                 for (uid, value) in c.ok_values() {
                     let (size, limit) = (layout.section_size, layout.uid_limit);
-                    let section = (size > 0).then(|| section_of(uid, size, limit));
+                    let section = (size > 0).then(|| section_of(uid, size, limit, layout.key_placement));
                     let owner = owner_for(&c.owners, section);
                     seen.entry(uid).or_default().push(Seen {
                         call: c.id,
@@ -388,6 +389,7 @@ mod tests {
             section_size: 100,
             uid_limit: 1_000,
             step: 10,
+            key_placement: Default::default(),
         };
         check_with_sections(calls, &[], true, layout)
     }
@@ -416,6 +418,7 @@ mod tests {
             section_size: 100,
             uid_limit: 1_000,
             step: 10,
+            key_placement: Default::default(),
         };
         let (v, s) = check_with_sections(&beyond, &[], false, layout);
         assert_eq!((v.len(), s.beyond_reserve), (0, 1), "{v:?}");

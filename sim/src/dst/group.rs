@@ -287,6 +287,7 @@ impl Group {
             rules: self.rules,
             skip_move_wait: self.skip_move_wait,
             carry_map: self.carry_map,
+            key_placement: Default::default(),
         };
         let (set, here) = self.at(r, now);
         match protocol::step(set, &here, req, now, switches) {

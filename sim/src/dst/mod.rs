@@ -248,6 +248,7 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
         replay: format!("sim dst --seed {seed}{}", opts.flags()),
         verify_from_ns: None,
         ids,
+        key_placement: Default::default(),
     };
     let clock = RunClock::start();
     let rec = Arc::new(Recorder::new(Arc::new(HistoryWriter::in_memory(clock, &info))));

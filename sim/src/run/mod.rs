@@ -254,6 +254,10 @@ fn run_info(opts: &RunOpts) -> RunInfo {
         replay: opts.replay.clone(),
         verify_from_ns: None,
         ids: None,
+        key_placement: match opts.set.front {
+            crate::front_workload::Front::RespCluster => seqsvr_proto::keys::KeyPlacement::Slots,
+            _ => seqsvr_proto::keys::KeyPlacement::Sha256,
+        },
     }
 }
 

@@ -965,7 +965,8 @@ proptest! {
         prop_assert_eq!(&a, &b);
         let bytes = postcard::to_stdvec(&a).unwrap();
         prop_assert_eq!(&bytes, &postcard::to_stdvec(&b).unwrap());
-        prop_assert_eq!(postcard::from_bytes::<SetState>(&bytes).unwrap(), a);
+        // As a snapshot is read: a SHA-256 key placement is not written.
+        prop_assert_eq!(crate::storage::sm_store::decode_padded::<SetState>(&bytes).unwrap(), a);
     }
 }
 

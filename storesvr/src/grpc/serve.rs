@@ -47,6 +47,7 @@ pub(crate) async fn serve(ctx: &ReplicaState, who: Caller, req: &Request) -> Res
         rules: c.unsafe_rules(),
         skip_move_wait: c.unsafe_skip_move_wait,
         carry_map: true,
+        key_placement: c.key_placement,
     };
     let cmd = match ctx.data(|d| protocol::step(&d.set, &here, req, ReplicaState::lease_now(), switches))? {
         Step::Commit(cmd) => cmd,

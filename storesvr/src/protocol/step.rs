@@ -113,6 +113,11 @@ pub struct Switches {
     /// Renewals carry the cluster map (`moves::map_for`). Always in production; the simulator's
     /// one-set runs predate it and leave it out, so that their seeds keep their schedules.
     pub carry_map: bool,
+    /// The replica's `--key-placement`. Under `Slots`, a renewal is granted no sections before the
+    /// set's stored id setup places keys by slot: an AllocSvr holding a map from before the setup
+    /// would take a key's placement to be SHA-256 (what a map without one means) and could serve
+    /// it in another section than every AllocSvr after (two sequences).
+    pub key_placement: seqsvr_proto::keys::KeyPlacement,
 }
 
 /// What a replica does with `req` at `now`: the command to commit first, or the answer. A
@@ -188,10 +193,17 @@ fn renew(
     // The term this renewal is answered in: a leadership lost and regained since the last arbiter
     // tick must not bound a lease by what it heard before (`Liveness::note_term`).
     let term = replica.with_frozen(|_, term| term);
-    replica.with_view(|view| {
+    let mut reply = replica.with_view(|view| {
         view.liveness.note_term(term);
         renew_reply(set, view, q, map, || replica.route_table(set), now, rules)
-    })
+    })?;
+    let placed = set.ids.as_ref().map(|i| i.key_placement);
+    if switches.key_placement == seqsvr_proto::keys::KeyPlacement::Slots && placed != Some(switches.key_placement) {
+        // Not serving is always safe; the setup comes with the leader's next arbiter tick.
+        reply.grants.clear();
+        reply.renew_soon = true;
+    }
+    Ok(reply)
 }
 
 /// The answer to `req` once the command its step asked for committed with `result`, at `now`.

@@ -161,7 +161,7 @@ impl Flood {
     /// The kinds a front end gets.
     fn of(front: Front) -> &'static [Flood] {
         match front {
-            Front::Resp => &[
+            Front::Resp | Front::RespCluster => &[
                 Flood::NestingOpen,
                 Flood::NestingComplete,
                 Flood::Trickle,
@@ -279,7 +279,7 @@ impl Payloads {
         );
         let trickle = match front {
             // An array of one-byte strings: every re-read of a partial array decodes all of them.
-            Front::Resp => {
+            Front::Resp | Front::RespCluster => {
                 let n = (TRICKLE_RESP - 16) / 7;
                 let mut t = format!("*{n}\r\n").into_bytes();
                 t.extend_from_slice(&b"$1\r\nx\r\n".repeat(n));
@@ -294,7 +294,7 @@ impl Payloads {
             c
         };
         let unread = match front {
-            Front::Resp => format!("*2\r\n$4\r\nINCR\r\n${}\r\n{UNREAD_KEY}\r\n", UNREAD_KEY.len()),
+            Front::Resp | Front::RespCluster => format!("*2\r\n$4\r\nINCR\r\n${}\r\n{UNREAD_KEY}\r\n", UNREAD_KEY.len()),
             _ => format!("POST /v1/counter/{UNREAD_KEY}/next HTTP/1.1\r\nhost: sim\r\ncontent-length: 0\r\n\r\n"),
         }
         .repeat(UNREAD_REQUESTS);
