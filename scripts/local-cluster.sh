@@ -31,9 +31,10 @@ DATA=${SEQSVR_DATA:-./data/local-cluster}
 # Set s listens on these ports plus 10·s (metrics: plus 1000 more).
 STORE_PORTS=(7101 7102 7103)
 ALLOC_PORTS=(7201 7202)
-# Each AllocSvr's HTTP/JSON and Redis-protocol front ends: its gRPC port plus these.
+# Each AllocSvr's HTTP/JSON, Redis-protocol and Redis Cluster front ends: its gRPC port plus these.
 HTTP_OFFSET=100
 RESP_OFFSET=200
+CLUSTER_OFFSET=300
 BIN=target/release
 # Plain logs in the log files (no terminal colour codes).
 export NO_COLOR=1
@@ -42,8 +43,12 @@ echo "building (release; the first build takes a few minutes)..."
 cargo build --release -p storesvr -p allocsvr -p seqctl --bins
 
 if [ "${SEQSVR_FRESH:-0}" = 1 ]; then rm -rf "$DATA"; fi
-mkdir -p "$DATA"
+# A new cluster places counter keys by Redis hash slot, so that Redis Cluster clients reach each
+# key's owner (docs/FRONTENDS.md). The placement is fixed when a cluster is set up: a data dir
+# made before this script chose it (no marker) keeps SHA-256, which its StoreSvrs stored.
+if [ ! -e "$DATA" ]; then mkdir -p "$DATA" && echo slots >"$DATA/key-placement"; fi
 DATA=$(cd "$DATA" && pwd)
+PLACEMENT=$(cat "$DATA/key-placement" 2>/dev/null || echo sha256)
 
 # With --tls: a development CA and one certificate per role (made once, kept with the data), and
 # the flags each kind of process passes.
@@ -88,13 +93,14 @@ start_set() {
     [ "$new_group" = 1 ] && extra+=(--new-replica)
     RUST_LOG=${RUST_LOG:-info,openraft=warn} "$BIN/storesvr" --node-id "$i" --set-id "$set" \
       --listen "127.0.0.1:$port" --data-dir "$dir/store$i" --peers "$peers" \
-      --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" $(tls_flags storesvr) 2>>"$dir/store$i.log" &
+      --metrics-listen "127.0.0.1:$((port + 1000))" --key-placement "$PLACEMENT" "${extra[@]}" $(tls_flags storesvr) 2>>"$dir/store$i.log" &
     STORE_PIDS+=($!)
     PIDS+=($!)
   done
   for i in 1 2; do
     port=$((ALLOC_PORTS[i - 1] + off))
-    extra=(--http-listen "127.0.0.1:$((port + HTTP_OFFSET))" --resp-listen "127.0.0.1:$((port + RESP_OFFSET))")
+    extra=(--http-listen "127.0.0.1:$((port + HTTP_OFFSET))" --resp-listen "127.0.0.1:$((port + RESP_OFFSET))"
+      --resp-cluster-listen "127.0.0.1:$((port + CLUSTER_OFFSET))")
     RUST_LOG=${RUST_LOG:-info} "$BIN/allocsvr" --node-id "$((10 * set + i))" --listen "127.0.0.1:$port" \
       --store "$peers" --metrics-listen "127.0.0.1:$((port + 1000))" "${extra[@]}" $(tls_flags allocsvr) 2>>"$dir/alloc$i.log" &
     ALLOC_PIDS+=($!)
@@ -161,10 +167,11 @@ if [ "$TLS" = 1 ]; then
   REDIS_CLI="redis-cli --tls --cacert $CERTS/ca.pem --cert $CERTS/client.pem --key $CERTS/client.key"
   SCHEME=https
 fi
-echo "HTTP/JSON on every AllocSvr (port +$HTTP_OFFSET), the Redis protocol too (port +$RESP_OFFSET); any one answers for every uid and counter:"
+echo "HTTP/JSON on every AllocSvr (port +$HTTP_OFFSET), the Redis protocol too (port +$RESP_OFFSET); any one answers for every uid and counter."
+echo "Redis Cluster clients (redis-cli -c, redis-py RedisCluster): port +$CLUSTER_OFFSET (keys placed by: $PLACEMENT)"
 for ((s = 0; s < SETS; s++)); do
   for p in "${ALLOC_PORTS[@]}"; do
-    echo "  set $s: $SCHEME://127.0.0.1:$((p + 10 * s + HTTP_OFFSET))  redis://127.0.0.1:$((p + 10 * s + RESP_OFFSET))"
+    echo "  set $s: $SCHEME://127.0.0.1:$((p + 10 * s + HTTP_OFFSET))  redis://127.0.0.1:$((p + 10 * s + RESP_OFFSET))  cluster 127.0.0.1:$((p + 10 * s + CLUSTER_OFFSET))"
   done
 done
 if command -v curl >/dev/null; then
@@ -195,6 +202,8 @@ Try:
   $REDIS_CLI -p $RESP_PORT INCR u:42                              # uid 42; any other name is a counter
   $REDIS_CLI -p $RESP_PORT INCRBY orders 100
   $REDIS_CLI -p $RESP_PORT NEXTID
+  $REDIS_CLI -c -p $((ALLOC_PORTS[0] + CLUSTER_OFFSET)) INCR orders                # Redis Cluster: -MOVED to the owner
+  $REDIS_CLI -p $((ALLOC_PORTS[0] + CLUSTER_OFFSET)) CLUSTER SLOTS
   $GRPCURL -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
   $GRPCURL 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)

@@ -140,11 +140,14 @@ impl ClusterFront {
         let p = self.shared.params();
         let uid = slot_position(slot, p.uid_limit);
         let owner = self.client.with_routes(|routes| {
-            owner_of(routes, uid, p.section_size).map(|(addr, inc)| (addr == self.shared.advertise(), addr.to_owned(), inc))
+            owner_of(routes, uid, p.section_size)
+                .map(|(addr, inc)| (addr == self.shared.advertise(), addr.to_owned(), inc))
         });
         match owner {
             Some((true, _, _)) => SlotHome::Here,
-            Some((false, addr, inc)) => self.peer_port(&addr, inc).map_or(SlotHome::Forward, SlotHome::Elsewhere),
+            Some((false, addr, inc)) => self
+                .peer_port(&addr, inc)
+                .map_or(SlotHome::Forward, SlotHome::Elsewhere),
             None => SlotHome::Forward,
         }
     }
@@ -275,9 +278,14 @@ impl ClusterFront {
                 Ok::<_, String>(reply.into_inner())
             };
             let (port, seen) = match asked.await {
-                Ok(r) if r.incarnation == inc.0 => ((!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr), inc),
+                Ok(r) if r.incarnation == inc.0 => {
+                    ((!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr), inc)
+                }
                 // Another incarnation answered: what it said is for that one.
-                Ok(r) => ((!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr), Incarnation(r.incarnation)),
+                Ok(r) => (
+                    (!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr),
+                    Incarnation(r.incarnation),
+                ),
                 Err(e) => {
                     debug!(peer = %addr, error = %e, "a peer did not say where its cluster port is; forwarding to it");
                     (None, inc)
@@ -391,7 +399,13 @@ mod tests {
 
     #[test]
     fn a_port_on_every_interface_is_advertised_at_the_data_planes_host() {
-        assert_eq!(advertised("0.0.0.0:7000".parse().unwrap(), "10.0.0.5:7100"), "10.0.0.5:7000");
-        assert_eq!(advertised("127.0.0.1:7000".parse().unwrap(), "10.0.0.5:7100"), "127.0.0.1:7000");
+        assert_eq!(
+            advertised("0.0.0.0:7000".parse().unwrap(), "10.0.0.5:7100"),
+            "10.0.0.5:7000"
+        );
+        assert_eq!(
+            advertised("127.0.0.1:7000".parse().unwrap(), "10.0.0.5:7100"),
+            "127.0.0.1:7000"
+        );
     }
 }

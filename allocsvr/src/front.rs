@@ -195,7 +195,6 @@ impl NodeCalls {
         })
     }
 
-
     /// Whether this node's set may answer for `section` under the front end's cluster map — the
     /// check the client library makes of every reply — and that map is the one this node has
     /// (otherwise the long way brings the client the newer one).

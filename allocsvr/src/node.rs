@@ -84,10 +84,8 @@ impl Node {
         let cluster_port = crate::cluster::bind(cfg.front.resp_cluster, core.shared.advertise())
             .await
             .map_err(|e| StartError::Front(format!("cannot bind --resp-cluster-listen: {e}")))?;
-        let front_info = crate::cluster::FrontInfoSvc::new(
-            core.shared.clone(),
-            cluster_port.as_ref().map(|p| p.advertised.clone()),
-        );
+        let front_info =
+            crate::cluster::FrontInfoSvc::new(core.shared.clone(), cluster_port.as_ref().map(|p| p.advertised.clone()));
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
         let shed = ShedLayer::new(cfg.serve_limits.bounds(), &[HEALTH], admission_counters());
         let server = serve_limits::apply_with(server, &cfg.serve_limits, shed.clone());
@@ -281,7 +279,12 @@ async fn start_fronts(
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
     let cluster = cluster_port.as_ref().map(|p| {
-        let c = crate::cluster::ClusterFront::new(core.shared.clone(), client.clone(), p.advertised.clone(), cfg.tls.clone());
+        let c = crate::cluster::ClusterFront::new(
+            core.shared.clone(),
+            client.clone(),
+            p.advertised.clone(),
+            cfg.tls.clone(),
+        );
         Arc::new(c)
     });
     let refresh = cluster.clone().map(|c| c.refresh(core.stop_rx.clone()));
@@ -295,7 +298,13 @@ async fn start_fronts(
         .map_err(|e| StartError::Front(format!("cannot bind a front end: {e}")))?;
     if let Some(port) = cluster_port {
         addrs.resp_cluster = Some(port.bound);
-        tasks.push(crate::cluster::serve(port, &cfg.front, calls, tls, core.stop_rx.clone()));
+        tasks.push(crate::cluster::serve(
+            port,
+            &cfg.front,
+            calls,
+            tls,
+            core.stop_rx.clone(),
+        ));
     }
     tasks.extend(refresh);
     Ok((addrs, tasks))

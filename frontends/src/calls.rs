@@ -213,7 +213,9 @@ pub trait Calls: Send + Sync + 'static {
     }
     /// The Redis Cluster view, or why this backend serves none.
     fn cluster_view(&self) -> Result<ClusterView, CallError> {
-        Err(CallError::bad_input("this server does not serve the Redis Cluster protocol"))
+        Err(CallError::bad_input(
+            "this server does not serve the Redis Cluster protocol",
+        ))
     }
 }
 

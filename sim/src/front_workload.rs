@@ -250,7 +250,9 @@ impl Conns {
             }
             return self.resp_outcome(at, r, 1, takes);
         }
-        Err(failed(format!("{addr}: more than {MAX_REDIRECTS} MOVED redirects for slot {slot}")))
+        Err(failed(format!(
+            "{addr}: more than {MAX_REDIRECTS} MOVED redirects for slot {slot}"
+        )))
     }
 
     /// What a pipeline's answer at `addr` means.
@@ -336,7 +338,12 @@ impl Conns {
             _ => {
                 let mut pipe = redis::pipe();
                 pipe.cmd("GET").arg(who.resp_name());
-                match self.resp_one(addr, &who.resp_name(), pipe, false).await?.into_iter().next() {
+                match self
+                    .resp_one(addr, &who.resp_name(), pipe, false)
+                    .await?
+                    .into_iter()
+                    .next()
+                {
                     Some(redis::Value::Nil) => Ok((0, None)),
                     Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b)
                         .parse()

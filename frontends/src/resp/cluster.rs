@@ -28,9 +28,9 @@ impl<C: Calls> Session<'_, C> {
     /// `CLUSTER ...`, `READONLY`, `READWRITE` and `ASKING` (`name` in upper case).
     pub(super) fn cluster_command(&self, name: &str, rest: &[&[u8]]) -> Reply {
         match (name, rest) {
-            ("READONLY", []) => Reply::err(
-                "READONLY: seqsvr has no replicas to read from; every value comes from its slot's one owner",
-            ),
+            ("READONLY", []) => {
+                Reply::err("READONLY: seqsvr has no replicas to read from; every value comes from its slot's one owner")
+            }
             // The default mode of every connection, and the only one: nothing to change.
             ("READWRITE" | "ASKING", []) => Reply::ok(),
             ("READONLY" | "READWRITE" | "ASKING", _) => arity(name),
@@ -75,7 +75,9 @@ impl<C: Calls> Session<'_, C> {
         }
         let slot = hash_slot(names.first()?);
         if names.iter().any(|n| hash_slot(n) != slot) {
-            return Some(Reply::Error("CROSSSLOT Keys in request don't hash to the same slot".into()));
+            return Some(Reply::Error(
+                "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            ));
         }
         let first = std::str::from_utf8(names[0]).ok()?;
         match crate::calls::who_of_name(first) {
@@ -141,7 +143,10 @@ fn shards(view: &ClusterView) -> Reply {
             (s("replication-offset"), Reply::Int(0)),
             (s("health"), s("online")),
         ]);
-        Reply::Map(vec![(s("slots"), Reply::Array(slots)), (s("nodes"), Reply::Array(vec![node]))])
+        Reply::Map(vec![
+            (s("slots"), Reply::Array(slots)),
+            (s("nodes"), Reply::Array(vec![node])),
+        ])
     });
     Reply::Array(shards.collect())
 }
@@ -151,8 +156,15 @@ fn shards(view: &ClusterView) -> Reply {
 fn nodes(view: &ClusterView) -> String {
     let mut out = String::new();
     for (node, runs) in by_node(view) {
-        let flags = if node.id == view.me.id { "myself,master" } else { "master" };
-        out.push_str(&format!("{} {}@0 {flags} - 0 0 {} connected", node.id, node.addr, view.epoch));
+        let flags = if node.id == view.me.id {
+            "myself,master"
+        } else {
+            "master"
+        };
+        out.push_str(&format!(
+            "{} {}@0 {flags} - 0 0 {} connected",
+            node.id, node.addr, view.epoch
+        ));
         for (a, b) in runs {
             match a == b {
                 true => out.push_str(&format!(" {a}")),
@@ -269,10 +281,16 @@ mod tests {
             Reply::Array(vec![
                 Reply::Int(0),
                 Reply::Int(99),
-                Reply::Array(vec![Reply::bulk("127.0.0.1"), Reply::Int(7002), Reply::bulk(node(2).id)]),
+                Reply::Array(vec![
+                    Reply::bulk("127.0.0.1"),
+                    Reply::Int(7002),
+                    Reply::bulk(node(2).id)
+                ]),
             ])
         );
-        let Reply::Array(shards) = shards(&view()) else { panic!() };
+        let Reply::Array(shards) = shards(&view()) else {
+            panic!()
+        };
         assert_eq!(shards.len(), 2);
         assert_eq!(host_port("[::1]:6379"), ("::1", 6379));
     }
@@ -287,7 +305,11 @@ mod tests {
             Reply::Array(vec![
                 Reply::bulk("incr"),
                 Reply::Int(2),
-                Reply::Array(vec![Reply::Simple("write"), Reply::Simple("denyoom"), Reply::Simple("fast")]),
+                Reply::Array(vec![
+                    Reply::Simple("write"),
+                    Reply::Simple("denyoom"),
+                    Reply::Simple("fast")
+                ]),
                 Reply::Int(1),
                 Reply::Int(1),
                 Reply::Int(1),

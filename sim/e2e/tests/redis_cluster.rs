@@ -50,12 +50,19 @@ fn redis_cli(addr: &str, args: &[&str]) -> Option<String> {
         .args(args)
         .output()
         .ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// `redis-cli -c INCR`, a call at a time to rotating cluster ports, until `until` (or `count`
 /// calls when given).
-fn redis_cli_c(addrs: Vec<String>, names: Vec<String>, until: Instant, count: Option<usize>) -> (Vec<Obs>, Vec<String>) {
+fn redis_cli_c(
+    addrs: Vec<String>,
+    names: Vec<String>,
+    until: Instant,
+    count: Option<usize>,
+) -> (Vec<Obs>, Vec<String>) {
     let (mut obs, mut errors) = (Vec::new(), Vec::new());
     let mut i = 0usize;
     while count.map_or(Instant::now() < until, |n| i < n) {
@@ -83,7 +90,12 @@ fn redis_cli_c(addrs: Vec<String>, names: Vec<String>, until: Instant, count: Op
 
 /// redis-py in `mode` (`redis_cluster.py`): its values, failures and the port its slot map sends
 /// each key to at the end.
-async fn redis_py(mode: &str, amount: f64, addrs: &str, names: &[String]) -> (Vec<Obs>, Vec<String>, HashMap<String, u16>) {
+async fn redis_py(
+    mode: &str,
+    amount: f64,
+    addrs: &str,
+    names: &[String],
+) -> (Vec<Obs>, Vec<String>, HashMap<String, u16>) {
     let out = tokio::process::Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis_cluster.py"))
         .args([mode, &amount.to_string(), "7", addrs, &names.join(",")])
@@ -92,7 +104,11 @@ async fn redis_py(mode: &str, amount: f64, addrs: &str, names: &[String]) -> (Ve
         .output()
         .await
         .expect("python3 runs");
-    assert!(out.status.success(), "redis_cluster.py {mode}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "redis_cluster.py {mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (mut obs, mut errors, mut homes) = (Vec::new(), Vec::new(), HashMap::new());
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -142,7 +158,10 @@ async fn redis_cluster_clients_reach_each_keys_owner_through_a_move_and_a_kill()
     let cluster: Vec<String> = c.nodes.iter().map(|n| n.resp_cluster.clone()).collect();
     // Set 0's AllocSvrs serve every slot first; set 1 joins the map empty.
     for addr in &cluster[..2] {
-        let up = poll_until(WAIT, || async { redis_cli(addr, &["INCR", "warm-up"])?.parse::<u64>().ok() }).await;
+        let up = poll_until(WAIT, || async {
+            redis_cli(addr, &["INCR", "warm-up"])?.parse::<u64>().ok()
+        })
+        .await;
         assert!(up.is_some(), "{addr} never served INCR");
     }
     let add = c
@@ -165,7 +184,15 @@ async fn redis_cluster_clients_reach_each_keys_owner_through_a_move_and_a_kill()
         tokio::time::sleep(LOAD / 4).await;
         let mv = c
             .operator()
-            .output(&["move", "--from", "0", "--to", "1", "--uids", &format!("{}..{}", MOVED.start, MOVED.end)])
+            .output(&[
+                "move",
+                "--from",
+                "0",
+                "--to",
+                "1",
+                "--uids",
+                &format!("{}..{}", MOVED.start, MOVED.end),
+            ])
             .await;
         assert!(mv.status.success(), "{}", text(&mv));
         tokio::time::sleep(LOAD / 4).await;
@@ -181,44 +208,74 @@ async fn redis_cluster_clients_reach_each_keys_owner_through_a_move_and_a_kill()
     for o in &obs {
         *per_client.entry(o.client.as_str()).or_default() += 1;
     }
-    eprintln!("values per client: {per_client:?}; {} calls without a value", errors.len());
+    eprintln!(
+        "values per client: {per_client:?}; {} calls without a value",
+        errors.len()
+    );
     for e in errors.iter().take(10) {
         eprintln!("  {e}");
     }
     for client in ["py-cluster", "py-cluster-pipe", "redis-cli-c"] {
-        assert!(per_client.get(client).copied().unwrap_or(0) >= 10, "{client} got too few values: {per_client:?}");
+        assert!(
+            per_client.get(client).copied().unwrap_or(0) >= 10,
+            "{client} got too few values: {per_client:?}"
+        );
     }
-    assert!(errors.len() * 10 < obs.len(), "{} failures for {} values", errors.len(), obs.len());
+    assert!(
+        errors.len() * 10 < obs.len(),
+        "{} failures for {} values",
+        errors.len(),
+        obs.len()
+    );
     let set1: BTreeSet<u16> = cluster[2..].iter().map(|a| port(a)).collect();
     for name in names.iter().filter(|n| moves(n)) {
-        assert!(set1.contains(&homes[name]), "redis-py sends moved key {name} to port {} after the move", homes[name]);
+        assert!(
+            set1.contains(&homes[name]),
+            "redis-py sends moved key {name} to port {} after the move",
+            homes[name]
+        );
     }
 
     // Settled: every live node's slot map names set 1 for the moved slots and the surviving
     // AllocSvr of set 0 for the rest.
     let live = [&cluster[0], &cluster[2], &cluster[3]];
     let settled = poll_until(WAIT, || async {
-        let maps: Vec<String> = live.iter().filter_map(|a| redis_cli(a, &["CLUSTER", "NODES"])).collect();
-        let ok = maps.len() == live.len()
-            && maps.iter().all(|m| !m.contains(&cluster[1]) && m.lines().count() == 3);
+        let maps: Vec<String> = live
+            .iter()
+            .filter_map(|a| redis_cli(a, &["CLUSTER", "NODES"]))
+            .collect();
+        let ok = maps.len() == live.len() && maps.iter().all(|m| !m.contains(&cluster[1]) && m.lines().count() == 3);
         ok.then_some(maps)
     })
     .await;
-    assert!(settled.is_some(), "the nodes' slot maps did not settle on the 3 live AllocSvrs");
+    assert!(
+        settled.is_some(),
+        "the nodes' slot maps did not settle on the 3 live AllocSvrs"
+    );
     let pages: Vec<&str> = [0, 2, 3].iter().map(|&i| c.nodes[i].metrics.as_str()).collect();
     let before = forwarded(&pages).await;
     let (o, e, homes) = redis_py("steady", STEADY as f64, &live.map(|a| a.as_str()).join(","), &names).await;
     let (o2, e2) = {
         let (addrs, names) = (live.iter().map(|a| a.to_string()).collect(), names.clone());
-        tokio::task::spawn_blocking(move || redis_cli_c(addrs, names, Instant::now(), Some(STEADY))).await.unwrap()
+        tokio::task::spawn_blocking(move || redis_cli_c(addrs, names, Instant::now(), Some(STEADY)))
+            .await
+            .unwrap()
     };
     let after = forwarded(&pages).await;
     assert!(e.is_empty() && e2.is_empty(), "settled calls failed: {e:?} {e2:?}");
     assert_eq!(o.len(), STEADY * names.len());
     assert_eq!(after - before, 0.0, "calls were forwarded once the slot map was known");
     for name in &names {
-        let want: BTreeSet<u16> = if moves(name) { set1.clone() } else { [port(&cluster[0])].into() };
-        assert!(want.contains(&homes[name]), "{name} is sent to port {}, not {want:?}", homes[name]);
+        let want: BTreeSet<u16> = if moves(name) {
+            set1.clone()
+        } else {
+            [port(&cluster[0])].into()
+        };
+        assert!(
+            want.contains(&homes[name]),
+            "{name} is sent to port {}, not {want:?}",
+            homes[name]
+        );
     }
     obs.extend(o);
     obs.extend(o2);

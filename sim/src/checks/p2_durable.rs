@@ -66,7 +66,11 @@ mod tests {
             ),
         ];
         for (name, calls, want) in cases {
-            assert_eq!(ids(&check(&calls, 10, 1_000, Default::default(), &max).unwrap()), want, "{name}");
+            assert_eq!(
+                ids(&check(&calls, 10, 1_000, Default::default(), &max).unwrap()),
+                want,
+                "{name}"
+            );
         }
     }
 

@@ -612,11 +612,17 @@ mod tests {
         let sha = SlotCommand::setup(layout, 8, 60_000, KeyPlacement::Sha256);
         assert!(matches!(sha, SlotCommand::Setup { .. }));
         let mut ids = None;
-        assert_eq!(apply(&mut ids, 1, &slots, &live(&[])), SlotResult::SetUp { fresh: true });
+        assert_eq!(
+            apply(&mut ids, 1, &slots, &live(&[])),
+            SlotResult::SetUp { fresh: true }
+        );
         let state = ids.clone().unwrap();
         assert_eq!(state.key_placement, KeyPlacement::Slots);
         assert_eq!(setup_from_pb(&state.setup_pb()), Some(slots.clone()));
-        assert_eq!(apply(&mut ids, 1, &slots, &live(&[])), SlotResult::SetUp { fresh: false });
+        assert_eq!(
+            apply(&mut ids, 1, &slots, &live(&[])),
+            SlotResult::SetUp { fresh: false }
+        );
         match apply(&mut ids, 1, &sha, &live(&[])) {
             SlotResult::Refused(why) => assert!(why.contains("key placement slots"), "{why}"),
             other => panic!("{other:?}"),

@@ -376,7 +376,10 @@ mod tests {
         slots_placed.set.ids.as_mut().unwrap().key_placement = seqsvr_proto::keys::KeyPlacement::Slots;
         let slots_bytes = postcard::to_stdvec(&slots_placed).unwrap();
         assert_eq!(decode_sm_data(&slots_bytes).unwrap().set, slots_placed.set);
-        assert_eq!((slots_bytes.len(), &slots_bytes[..bytes.len()]), (bytes.len() + 1, &bytes[..]));
+        assert_eq!(
+            (slots_bytes.len(), &slots_bytes[..bytes.len()]),
+            (bytes.len() + 1, &bytes[..])
+        );
 
         // Each older format: the fields it lacks emptied, their bytes cut off the end.
         let older: [(usize, &str); 4] = [(1, "no ids"), (2, "no bindings"), (4, "no trail"), (5, "no cached map")];

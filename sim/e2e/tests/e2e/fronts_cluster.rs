@@ -61,7 +61,10 @@ impl FrontsCluster {
                 format!("--uid-limit={uid_limit}"),
                 "--step=1000".into(),
             ];
-            let args: Vec<String> = args.into_iter().chain(store_args.iter().map(|a| a.to_string())).collect();
+            let args: Vec<String> = args
+                .into_iter()
+                .chain(store_args.iter().map(|a| a.to_string()))
+                .collect();
             procs
                 .spawn(ProcSpec::new(format!("store{set}"), bin("storesvr"), args))
                 .unwrap();

@@ -108,4 +108,3 @@ pub async fn metrics_page(addr: &str) -> String {
         .expect("python3 runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
-

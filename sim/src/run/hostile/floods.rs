@@ -294,7 +294,9 @@ impl Payloads {
             c
         };
         let unread = match front {
-            Front::Resp | Front::RespCluster => format!("*2\r\n$4\r\nINCR\r\n${}\r\n{UNREAD_KEY}\r\n", UNREAD_KEY.len()),
+            Front::Resp | Front::RespCluster => {
+                format!("*2\r\n$4\r\nINCR\r\n${}\r\n{UNREAD_KEY}\r\n", UNREAD_KEY.len())
+            }
             _ => format!("POST /v1/counter/{UNREAD_KEY}/next HTTP/1.1\r\nhost: sim\r\ncontent-length: 0\r\n\r\n"),
         }
         .repeat(UNREAD_REQUESTS);
