@@ -40,6 +40,9 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// Longest a `FrontInfo` call may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A run of slots `(first, last)` and their owner (data-plane address and incarnation), if any.
+type SlotRun = (u16, u16, Option<(String, Incarnation)>);
+
 /// What a peer said of its cluster port.
 #[derive(Debug, Clone)]
 struct Peer {
@@ -201,8 +204,8 @@ impl ClusterFront {
         self.sync();
         let p = self.shared.params();
         // Runs of slots with one owner, read under the routes (a string per run, not per slot).
-        let runs: Vec<(u16, u16, Option<(String, Incarnation)>)> = self.client.with_routes(|routes| {
-            let mut runs: Vec<(u16, u16, Option<(String, Incarnation)>)> = Vec::new();
+        let runs: Vec<SlotRun> = self.client.with_routes(|routes| {
+            let mut runs: Vec<SlotRun> = Vec::new();
             for slot in 0..HASH_SLOTS {
                 let owner = owner_of(routes, slot_position(slot, p.uid_limit), p.section_size);
                 match runs.last_mut() {

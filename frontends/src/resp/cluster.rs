@@ -189,7 +189,9 @@ fn info(view: &ClusterView) -> String {
 
 /// The commands served, as `COMMAND` lists them: name, arity, flags, first key, last key, step.
 /// Cluster clients find a command's keys here (redis-py refuses a command it does not find).
-const COMMANDS: &[(&str, i64, &[&str], i64, i64, i64)] = &[
+type CommandInfo = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+
+const COMMANDS: &[CommandInfo] = &[
     ("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
     ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
     ("get", 2, &["readonly", "fast"], 1, 1, 1),
