@@ -151,12 +151,6 @@ fn cluster_map(version: u64, allocsvrs: &[String]) -> pb::ClusterMap {
         }],
         section_size: SECTION_SIZE,
         uid_limit: SECTIONS * SECTION_SIZE,
-        ids: Some(pb::IdSetup {
-            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
-            slots_per_set: 1,
-            max_ahead_ms: 10_000,
-            key_placement: 0,
-        }),
         ..Default::default()
     }
 }

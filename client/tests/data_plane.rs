@@ -278,6 +278,13 @@ fn cluster_map(version: u64, set: u64, allocsvrs: &[&str]) -> seqsvr_proto::pb::
         }],
         section_size: 100,
         uid_limit: 1_000,
+        // As every map once set 0 set its ids up: a map without a setup is asked for again.
+        ids: Some(pb::IdSetup {
+            layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
+            slots_per_set: 1,
+            max_ahead_ms: 10_000,
+            key_placement: 0,
+        }),
         ..Default::default()
     }
 }

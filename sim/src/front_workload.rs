@@ -37,6 +37,14 @@ use crate::workload::{Recorder, WorkloadParams};
 
 /// Longest a front-end call may take here: above the AllocSvrs' own front deadline (2 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// `-MOVED` redirects followed by every client of this process.
+static REDIRECTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `-MOVED` redirects the `--front resp-cluster` clients followed so far.
+pub fn redirects() -> u64 {
+    REDIRECTS.load(Ordering::Relaxed)
+}
+
 /// Most `-MOVED` redirects one call follows (a slot's owner changes at most once or twice while
 /// a call is redirected; more is a loop).
 pub const MAX_REDIRECTS: usize = 5;
@@ -242,6 +250,7 @@ impl Conns {
                     return Err(failed(format!("{at}: a MOVED without an address: {e}")));
                 };
                 self.slots.insert(slot, to);
+                REDIRECTS.fetch_add(1, Ordering::Relaxed);
                 at = to;
                 continue;
             }

@@ -51,8 +51,6 @@ pub struct State {
     pub release_log: Vec<pb::ReleaseRequest>,
     /// The cluster map a renewal gets when its map version is older.
     pub map: Option<pb::ClusterMap>,
-    /// The key placement of the map a renewal gets while `map` is `None`.
-    pub key_placement: seqsvr_proto::keys::KeyPlacement,
 }
 
 impl State {
@@ -111,34 +109,6 @@ impl State {
             section_size: self.params.section_size,
             uid_limit: self.params.uid_limit,
             entries,
-        }
-    }
-
-    /// The map a renewal carries while a test sets none: version 1, the one set, and an id setup
-    /// placing keys by `key_placement` — what a real cluster's map says once set 0 set its ids up
-    /// (an AllocSvr places keys by SHA-256 until its map says otherwise).
-    fn default_map(&self) -> pb::ClusterMap {
-        pb::ClusterMap {
-            version: 1,
-            sets: vec![pb::SetInfo {
-                set_id: 0,
-                stores: vec![],
-                allocsvrs: vec![],
-            }],
-            ranges: vec![pb::MapRange {
-                section_begin: 0,
-                section_end: self.sections.len() as u64,
-                set_id: 0,
-            }],
-            section_size: self.params.section_size,
-            uid_limit: self.params.uid_limit,
-            ids: Some(pb::IdSetup {
-                layout: Some(seqsvr_proto::id_layout::IdLayout::twitter(0).to_pb()),
-                slots_per_set: 1,
-                max_ahead_ms: 10_000,
-                key_placement: self.key_placement.to_pb(),
-            }),
-            ..Default::default()
         }
     }
 
@@ -278,7 +248,6 @@ impl StoreService for Svc {
                 ..Default::default()
             }));
         }
-        let map = st.map.clone().unwrap_or_else(|| st.default_map());
         Ok(Response::new(pb::RenewReply {
             not_leader: None,
             status: pb::RenewStatus::Ok as i32,
@@ -286,8 +255,8 @@ impl StoreService for Svc {
             handover: st.handover.clone(),
             route_version: st.route_version,
             routes: (req.route_version < st.route_version).then(|| st.routes()),
-            map_version: map.version,
-            map: Some(map).filter(|m| req.map_version < m.version),
+            map_version: st.map.as_ref().map_or(0, |m| m.version),
+            map: st.map.clone().filter(|m| req.map_version < m.version),
             renew_soon: false,
             // This fake sets up no time-ordered ids: the node holds no slot.
             ..Default::default()

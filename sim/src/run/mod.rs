@@ -365,6 +365,12 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     let verify_from = clock.now_ns();
     let touched = touched_uids(&rec);
     println!("sim: healed; verifying {} touched uids are served again", touched.len());
+    if opts.set.front == crate::front_workload::Front::RespCluster {
+        println!(
+            "sim: Redis Cluster clients followed {} -MOVED redirects",
+            crate::front_workload::redirects()
+        );
+    }
     verify_served(&probe, &rec, &touched).await;
     if opts.ids.is_some() {
         ids::verify(&client_cfg, &rec).await?;
