@@ -96,6 +96,8 @@ pub fn kind(path: &str) -> Kind {
     let (service, method) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     match service {
         "seqsvr.v1.AllocService" => Kind::DataPlane,
+        // Where an AllocSvr's Redis Cluster port is, for its peers: a port, nothing more.
+        "seqsvr.v1.FrontInfo" => Kind::ReadOnly,
         "seqsvr.v1.RaftService" => Kind::Peer,
         "seqsvr.v1.StoreService" => match method {
             "GetRoutes" | "Status" => Kind::ReadOnly,
