@@ -243,6 +243,15 @@ async fn drive_faults(
 }
 
 /// The run's parameters as the history's first record states them.
+/// The healed line, and with `--front resp-cluster` how many `-MOVED` the clients followed.
+fn say_healed(opts: &RunOpts, touched: usize) {
+    println!("sim: healed; verifying {touched} touched uids are served again");
+    if opts.set.front == crate::front_workload::Front::RespCluster {
+        let moved = crate::front_workload::redirects();
+        println!("sim: Redis Cluster clients followed {moved} -MOVED redirects");
+    }
+}
+
 fn run_info(opts: &RunOpts) -> RunInfo {
     RunInfo {
         seed: opts.seed,
@@ -364,13 +373,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     moves::finish_all(&lab).await?;
     let verify_from = clock.now_ns();
     let touched = touched_uids(&rec);
-    println!("sim: healed; verifying {} touched uids are served again", touched.len());
-    if opts.set.front == crate::front_workload::Front::RespCluster {
-        println!(
-            "sim: Redis Cluster clients followed {} -MOVED redirects",
-            crate::front_workload::redirects()
-        );
-    }
+    say_healed(&opts, touched.len());
     verify_served(&probe, &rec, &touched).await;
     if opts.ids.is_some() {
         ids::verify(&client_cfg, &rec).await?;
