@@ -138,6 +138,12 @@ pub struct Config {
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
 
+    /// On SIGTERM a leader stops taking writes and hands leadership to a caught-up follower,
+    /// waiting at most this long for it to take over before it stops anyway; 0 stops at once
+    /// (the followers then elect a leader when their election timers fire).
+    #[arg(long, default_value_t = 2_000)]
+    pub handoff_ms: u64,
+
     /// Build a snapshot (and purge the log) after this many entries.
     #[arg(long, default_value_t = 5_000)]
     pub snapshot_logs: u64,
