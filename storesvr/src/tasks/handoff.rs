@@ -74,14 +74,7 @@ pub async fn step_aside(ctx: &ReplicaState, tls: Option<&seqsvr_auth::Tls>, budg
             && let Some(to) = caught_up(&m, ctx.node_id, &tried)
         {
             tried.push(to);
-            ctx.refuse_writes(Some(to));
-            let req = CampaignRequest {
-                leader: ctx.node_id,
-                term,
-                last_log_index: m.last_log_index.unwrap_or(0),
-            };
-            let addr = peer_addr(ctx, &m, to);
-            match ask(&addr, tls, &ctx.identity, to, &req).await {
+            match ask_to_campaign(ctx, tls, &m, to, term).await {
                 Ok(()) => {
                     tracing::info!(
                         to,
@@ -112,6 +105,23 @@ pub async fn step_aside(ctx: &ReplicaState, tls: Option<&seqsvr_auth::Tls>, budg
         tokio::time::sleep(POLL).await;
     }
     Handoff::TimedOut { why }
+}
+
+/// Sends callers to `to` from now on and asks it to campaign.
+async fn ask_to_campaign(
+    ctx: &ReplicaState,
+    tls: Option<&seqsvr_auth::Tls>,
+    m: &Metrics,
+    to: NodeId,
+    term: u64,
+) -> Result<(), String> {
+    ctx.refuse_writes(Some(to));
+    let req = CampaignRequest {
+        leader: ctx.node_id,
+        term,
+        last_log_index: m.last_log_index.unwrap_or(0),
+    };
+    ask(&peer_addr(ctx, m, to), tls, &ctx.identity, to, &req).await
 }
 
 /// A voter other than `me` and those `tried` whose log holds everything the leader has.
