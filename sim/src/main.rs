@@ -24,8 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "sim",
+#[command(name = "sim", version = seqsvr_plumbing::version::LONG,
     about = "seqsvr-rs simulator: faults on real processes, promise checkers"
 )]
 struct Cli {

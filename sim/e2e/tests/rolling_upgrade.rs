@@ -760,10 +760,20 @@ async fn a_rolling_restart_on_this_release() {
     assert_eq!(end, all_on(New, New));
 }
 
-/// This tree's binaries say which release and commit they are (`--version`).
+/// This tree's binaries, the servers, `seqctl`, the simulator and the benchmarks, say which
+/// release and commit they are (`--version`).
 #[test]
 fn every_binary_names_its_release_and_commit() {
-    for bin in ["storesvr", "allocsvr", "seqctl"] {
+    let tools = [
+        "sim",
+        "alloc-bench",
+        "store-bench",
+        "takeover-bench",
+        "ids-bench",
+        "counter-bench",
+        "cost-curves",
+    ];
+    for bin in ["storesvr", "allocsvr", "seqctl"].into_iter().chain(tools) {
         let out = std::process::Command::new(sibling_bin(bin))
             .arg("--version")
             .output()
