@@ -788,6 +788,7 @@ fn every_binary_names_its_release_and_commit() {
         "ids-bench",
         "counter-bench",
         "cost-curves",
+        "front-bench",
     ];
     for bin in ["storesvr", "allocsvr", "seqctl"].into_iter().chain(tools) {
         let out = std::process::Command::new(sibling_bin(bin))

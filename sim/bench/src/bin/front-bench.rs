@@ -50,6 +50,7 @@ const WRK_SECONDS: u64 = 3;
 #[derive(Debug, Parser)]
 #[command(
     name = "front-bench",
+    version = seqsvr_plumbing::version::LONG,
     about = "HTTP/JSON and RESP front ends against Redis and a bare HTTP handler"
 )]
 struct Args {
