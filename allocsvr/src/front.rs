@@ -335,4 +335,8 @@ impl Calls for NodeCalls {
             Err(_) => self.slow.ids(count).await,
         }
     }
+
+    fn id_decoding(&self) -> Option<(seqsvr_proto::id_layout::IdLayout, u64)> {
+        self.shared.ids().decoding()
+    }
 }

@@ -132,8 +132,7 @@ struct Running(Arc<DrainState>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.wake.notify_one();
+        self.0.finished();
     }
 }
 
@@ -145,6 +144,25 @@ struct DrainState {
     /// so no wake-up is lost.
     wake: Notify,
     in_flight: AtomicUsize,
+    /// Callers in the owner's list, counted beside it so that a batch ending can tell without
+    /// the lock whether anyone waits for the drain.
+    waiting: AtomicUsize,
+}
+
+impl DrainState {
+    /// A batch of this owner ended: wakes the drain only when callers wait for it. At low load
+    /// every call is a lone caller's batch of one, and waking the drain after each would add a
+    /// task wake-up (often another worker thread's) to every forwarded call for nothing.
+    ///
+    /// No wake-up is lost: a caller joins (`waiting` raised) before it wakes the drain, and the
+    /// drain reads `in_flight` after that wake-up; so either the drain sees this batch gone, or
+    /// this load (after the decrement, both sequentially consistent) sees the caller.
+    fn finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// Every owner's queue, by owner address, behind one lock: a caller finds its owner's queue and
@@ -280,8 +298,8 @@ impl Coalescer {
             );
         }
         let queue = queues.get_mut(addr).expect("inserted above");
-        if queue.waiting.is_empty() && queue.drain.in_flight.load(Ordering::Acquire) == 0 {
-            queue.drain.in_flight.fetch_add(1, Ordering::AcqRel);
+        if queue.waiting.is_empty() && queue.drain.in_flight.load(Ordering::SeqCst) == 0 {
+            queue.drain.in_flight.fetch_add(1, Ordering::SeqCst);
             return Ok(Joined::Alone(Running(queue.drain.clone()), item));
         }
         if queue.waiting.len() >= self.cfg.queue_capacity {
@@ -289,6 +307,7 @@ impl Coalescer {
         }
         let (reply, rx) = oneshot::channel();
         queue.waiting.push(Waiter { item, deadline, reply });
+        queue.drain.waiting.fetch_add(1, Ordering::SeqCst);
         let n = queue.waiting.len();
         if n == 1 || n == self.cfg.busy_batch.min(self.cfg.max_batch) {
             queue.drain.wake.notify_one();
@@ -342,21 +361,24 @@ async fn drain(
             let Some(queue) = queues.get_mut(&owner).filter(|q| Arc::ptr_eq(&q.drain, &state)) else {
                 return; // closed: the coalescer is gone, or the address is no longer routed to
             };
-            let (waiting, running) = (queue.waiting.len(), state.in_flight.load(Ordering::Acquire));
+            let (waiting, running) = (queue.waiting.len(), state.in_flight.load(Ordering::SeqCst));
             let ready = waiting > 0 && (running == 0 || (running < cfg.max_in_flight && waiting >= busy));
-            ready.then(|| take_batch(&mut queue.waiting, cfg.max_batch))
+            ready.then(|| {
+                let batch = take_batch(&mut queue.waiting, cfg.max_batch);
+                state.waiting.fetch_sub(batch.len(), Ordering::SeqCst);
+                batch
+            })
         };
         let Some(batch) = batch else {
             state.wake.notified().await;
             continue;
         };
-        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
         sent.batch(batch.len());
         let (client, state) = (client.clone(), state.clone());
         tokio::spawn(async move {
             serve(&client, batch).await;
-            state.in_flight.fetch_sub(1, Ordering::AcqRel);
-            state.wake.notify_one();
+            state.finished();
         });
     }
 }
@@ -421,4 +443,30 @@ async fn batch_of(client: &Client, items: Items<'_>, deadline: Instant) -> Vec<R
         return Vec::new();
     }
     client.batch_fetch_until(items, deadline).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether a wake-up of the drain is stored (a `notify_one` with nobody waiting keeps one).
+    async fn woken(state: &DrainState) -> bool {
+        tokio::time::timeout(std::time::Duration::ZERO, state.wake.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_lone_batch_ending_wakes_the_drain_only_when_callers_wait() {
+        let state = Arc::new(DrainState::default());
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        drop(Running(state.clone()));
+        assert_eq!(state.in_flight.load(Ordering::SeqCst), 0);
+        assert!(!woken(&state).await, "nobody waits: the drain sleeps on");
+
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        state.waiting.fetch_add(1, Ordering::SeqCst);
+        drop(Running(state.clone()));
+        assert!(woken(&state).await, "a caller waits: the drain must look");
+    }
 }

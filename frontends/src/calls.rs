@@ -7,6 +7,7 @@
 //! Deliberately left out: any number not taken from an owner's reply. A front end never answers
 //! from a cache, and never turns an unknown outcome into "did not happen".
 
+use seqsvr_proto::id_layout::IdLayout;
 use std::future::Future;
 use std::time::Duration;
 
@@ -217,6 +218,61 @@ pub trait Calls: Send + Sync + 'static {
             "this server does not serve the Redis Cluster protocol",
         ))
     }
+    /// The layout this server's ids are issued under and the slots each set leases (0 when not
+    /// known), to decode ids with [`decode_id`]; `None` while it has none (the default).
+    fn id_decoding(&self) -> Option<(IdLayout, u64)> {
+        None
+    }
+}
+
+/// An id taken apart: what `GET /v1/ids/{id}`, RESP `IDDECODE` and `seqctl id decode` show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedId {
+    pub id: u64,
+    /// When its tick began, Unix milliseconds, and the same as RFC 3339 UTC.
+    pub unix_ms: u64,
+    pub time: String,
+    pub tick: u64,
+    pub slot: u64,
+    pub sequence: u64,
+    /// The set that leases the slot; `None` when the slots per set are not known here.
+    pub set_id: Option<u64>,
+}
+
+/// `id` under `decoding` ([`Calls::id_decoding`]): refused when the server has no layout, or
+/// when the top bit is set (no layout issues such an id). Pure arithmetic: an id that was never
+/// issued decodes too, as it would with `seqctl id decode`.
+pub fn decode_id(id: u64, decoding: Option<(IdLayout, u64)>) -> Result<DecodedId, CallError> {
+    let (layout, per_set) = decoding.ok_or_else(|| {
+        CallError::new(
+            ErrorKind::Unavailable,
+            "this server has no time-ordered ids set up yet (no layout to decode with)",
+        )
+    })?;
+    let parts = layout
+        .decompose(id)
+        .ok_or_else(|| CallError::bad_input(format!("{id} has its top bit set: no layout issues such an id")))?;
+    let unix_ms = layout.ms_of(parts.tick);
+    Ok(DecodedId {
+        id,
+        unix_ms,
+        time: rfc3339(unix_ms),
+        tick: parts.tick,
+        slot: parts.slot,
+        sequence: parts.seq,
+        set_id: (per_set > 0).then(|| parts.slot / per_set),
+    })
+}
+
+/// `at_ms` as RFC 3339 UTC with milliseconds; the raw number when it is out of range.
+fn rfc3339(at_ms: u64) -> String {
+    use time::OffsetDateTime;
+    use time::format_description::well_known::Rfc3339;
+    i128::from(at_ms)
+        .checked_mul(1_000_000)
+        .and_then(|ns| OffsetDateTime::from_unix_timestamp_nanos(ns).ok())
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("{at_ms} ms after 1970"))
 }
 
 /// [`Calls`] through the client library.
@@ -341,6 +397,31 @@ pub fn parse_u64(s: &str, what: &str) -> Result<u64, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_decodes_to_its_time_slot_sequence_and_set() {
+        use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, IdParts};
+        let layout = IdLayout::javascript(DEFAULT_EPOCH_MS);
+        // 2026-12-02T00:00:00Z, slot 70 of a cluster with 64 slots a set: set 1.
+        let at = 1_796_169_600_000;
+        let tick = (at - DEFAULT_EPOCH_MS) / 10;
+        let id = layout.compose(IdParts { tick, slot: 70, seq: 5 }).unwrap();
+        let d = decode_id(id, Some((layout, 64))).unwrap();
+        assert_eq!(
+            (d.time.as_str(), d.slot, d.sequence, d.set_id),
+            ("2026-12-02T00:00:00Z", 70, 5, Some(1))
+        );
+        assert_eq!(d.unix_ms, at);
+        assert_eq!(
+            decode_id(id, Some((layout, 0))).unwrap().set_id,
+            None,
+            "slots per set unknown"
+        );
+        let top = decode_id(1 << 63, Some((layout, 64))).unwrap_err();
+        assert_eq!(top.kind, ErrorKind::BadInput);
+        assert!(top.message.contains("top bit"), "{}", top.message);
+        assert_eq!(decode_id(id, None).unwrap_err().kind, ErrorKind::Unavailable);
+    }
 
     #[test]
     fn names_starting_u_colon_are_uids_and_everything_else_is_a_counter() {

@@ -108,6 +108,33 @@ async fn every_route_answers_with_numbers_as_strings() {
     );
 }
 
+/// `GET /v1/ids/{id}` decodes on the node, from the layout it has; an id it cannot decode is a
+/// 400, and no layout yet a 503.
+#[tokio::test]
+async fn an_id_decodes_to_its_time_slot_sequence_and_set() {
+    use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, IdLayout, IdParts};
+    let fake = Arc::new(Fake::default());
+    let layout = IdLayout::javascript(DEFAULT_EPOCH_MS);
+    let tick = (1_796_169_600_000 - DEFAULT_EPOCH_MS) / 10; // 2026-12-02T00:00:00Z
+    let id = layout.compose(IdParts { tick, slot: 70, seq: 5 }).unwrap();
+    let none = call(&fake, "GET", &format!("/v1/ids/{id}"), None, None).await;
+    assert_eq!(none.status, StatusCode::SERVICE_UNAVAILABLE, "{}", none.body);
+    *fake.decoding.lock().unwrap() = Some((layout, 64));
+    let got = call(&fake, "GET", &format!("/v1/ids/{id}"), None, None).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(
+        got.body,
+        json!({"id": id.to_string(), "time": "2026-12-02T00:00:00Z", "unix_ms": "1796169600000",
+               "tick": tick.to_string(), "slot": "70", "sequence": "5", "set": "1"})
+    );
+    for bad in ["abc", "9223372036854775808", "18446744073709551616"] {
+        let r = call(&fake, "GET", &format!("/v1/ids/{bad}"), None, None).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+        assert_eq!(r.body["error"]["code"], "bad_input", "{bad}: {}", r.body);
+    }
+    assert_eq!(fake.taken(), 0);
+}
+
 #[tokio::test]
 async fn bad_input_is_a_400_with_the_reason_and_takes_nothing() {
     let fake = Arc::new(Fake::default());

@@ -76,6 +76,35 @@ async fn counters_and_uids_answer_as_redis_would() {
 }
 
 #[tokio::test]
+async fn iddecode_takes_an_id_apart_under_the_nodes_layout() {
+    use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, IdLayout, IdParts};
+    let fake = Fake::default();
+    let layout = IdLayout::javascript(DEFAULT_EPOCH_MS);
+    let tick = (1_796_169_600_000 - DEFAULT_EPOCH_MS) / 10; // 2026-12-02T00:00:00Z
+    let id = layout.compose(IdParts { tick, slot: 70, seq: 5 }).unwrap().to_string();
+    let before = exchange(&fake, &RespConfig::default(), &cmds(&[&["IDDECODE", &id]])).await;
+    assert!(
+        before.starts_with("-TRYAGAIN") || before.starts_with("-ERR"),
+        "{before}"
+    );
+    *fake.decoding.lock().unwrap() = Some((layout, 0));
+    let out = exchange(
+        &fake,
+        &RespConfig::default(),
+        &cmds(&[&["IDDECODE", &id], &["IDDECODE", "x"], &["IDDECODE"]]),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "*10\r\n$4\r\ntime\r\n$20\r\n2026-12-02T00:00:00Z\r\n$7\r\nunix_ms\r\n:1796169600000\r\n\
+         $4\r\nslot\r\n:70\r\n$8\r\nsequence\r\n:5\r\n$3\r\nset\r\n$-1\r\n\
+         -ERR id must be a decimal number, got \"x\"\r\n\
+         -ERR wrong number of arguments for 'iddecode' command\r\n"
+    );
+    assert_eq!(fake.taken(), 0);
+}
+
+#[tokio::test]
 async fn hello_3_switches_to_resp3_and_nil_is_resp3_null() {
     let fake = Fake::default();
     let out = exchange(

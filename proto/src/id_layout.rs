@@ -3,9 +3,11 @@
 //! numbers. One layout serves the whole cluster and is fixed when it is set up: an id decodes the
 //! same way on every node and forever.
 //!
-//! Presets: Twitter's Snowflake (1 ms ticks, 41 time bits, 10 slot bits, 12 sequence bits) and
-//! Sonyflake (10 ms ticks, 39 time bits, 16 slot bits, 8 sequence bits); any other split of the
-//! 63 bits is accepted if it keeps the rules of [`IdLayout::validate`].
+//! Presets: Twitter's Snowflake (1 ms ticks, 41 time bits, 10 slot bits, 12 sequence bits),
+//! Sonyflake (10 ms ticks, 39 time bits, 16 slot bits, 8 sequence bits) and a JavaScript-safe one
+//! whose ids stay at most 2^53 − 1 (a JavaScript number, `JSON.parse`) for 174 years from its
+//! epoch; any other split of the 63 bits is accepted if it keeps the rules of
+//! [`IdLayout::validate`], and of [`IdLayout::validate_js_safe`] when it is to be JavaScript-safe.
 //!
 //! Deliberately left out: clocks. Everything here takes `now` in Unix milliseconds from the
 //! caller, so the arithmetic is pure and the tests need no clock.
@@ -28,6 +30,12 @@ pub const MS_PER_YEAR: u64 = 31_557_600_000;
 /// 2020-01-01T00:00:00Z in Unix milliseconds: the default epoch (Twitter's 2010 one would spend a
 /// decade of the time field on nothing).
 pub const DEFAULT_EPOCH_MS: u64 = 1_577_836_800_000;
+
+/// Bits a JavaScript number holds exactly: an id of at most 2^53 − 1 survives `JSON.parse`.
+pub const JS_SAFE_BITS: u32 = 53;
+
+/// Years a JavaScript-safe layout must keep its ids within [`JS_SAFE_BITS`] from its setup.
+pub const JS_SAFE_YEARS: u64 = 100;
 
 /// How an id's 63 bits are split, and what a tick is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,6 +84,47 @@ impl IdLayout {
             slot_bits: 16,
             seq_bits: 8,
         }
+    }
+
+    /// The JavaScript-safe preset with `epoch_ms`: 10 ms ticks, 8 slot bits (256 slots), 6
+    /// sequence bits (64 ids a tick: 6,400 a second per slot, 1.6 million for all 256); ids pass
+    /// 2^53 − 1 only after 2^39 ticks, 174 years from the epoch. Its 63-bit time field would last
+    /// longer; [`IdLayout::js_safe_until_ms`] is what bounds it.
+    pub const fn javascript(epoch_ms: u64) -> Self {
+        Self {
+            tick_ms: 10,
+            epoch_ms,
+            slot_bits: 8,
+            seq_bits: 6,
+        }
+    }
+
+    /// The Unix millisecond from which ids need more than [`JS_SAFE_BITS`] bits: the start of the
+    /// first tick that does (the epoch itself when the slot and sequence bits alone pass them).
+    pub fn js_safe_until_ms(&self) -> u64 {
+        let time_bits = JS_SAFE_BITS.saturating_sub(self.slot_bits.saturating_add(self.seq_bits));
+        let span = (1u128 << time_bits) * self.tick_ms as u128;
+        (self.epoch_ms as u128 + span).min(u64::MAX as u128) as u64
+    }
+
+    /// Checks that every id issued in the [`JS_SAFE_YEARS`] after `now_ms` is at most 2^53 − 1,
+    /// besides [`IdLayout::validate`]'s rules; the refusal shows the arithmetic.
+    pub fn validate_js_safe(&self, now_ms: u64) -> Result<(), LayoutError> {
+        self.validate(now_ms)?;
+        let years = self.js_safe_until_ms().saturating_sub(now_ms) as f64 / MS_PER_YEAR as f64;
+        if years < JS_SAFE_YEARS as f64 {
+            let time_bits = JS_SAFE_BITS.saturating_sub(self.slot_bits + self.seq_bits);
+            return Err(LayoutError {
+                layout: self.to_string(),
+                why: format!(
+                    "ids pass 2^{JS_SAFE_BITS} - 1 (a JavaScript number) after {time_bits} bits of {} ms ticks, \
+                     {years:.1} years from now; at least {JS_SAFE_YEARS} are needed (fewer slot or sequence \
+                     bits, or longer ticks; the javascript preset lasts 174 years from its epoch)",
+                    self.tick_ms
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Bits left for the tick count.
@@ -245,13 +294,15 @@ impl fmt::Display for IdLayout {
     }
 }
 
-/// The flag form of a layout's shape: `twitter`, `sonyflake`, or `SLOT_BITS/SEQ_BITS/TICK_MS`
-/// (time gets the bits left). The epoch is a flag of its own.
+/// The flag form of a layout's shape: `twitter`, `sonyflake`, `javascript`, or
+/// `SLOT_BITS/SEQ_BITS/TICK_MS` (time gets the bits left). The epoch is a flag of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayoutShape {
     pub tick_ms: u64,
     pub slot_bits: u32,
     pub seq_bits: u32,
+    /// Named `javascript`: the layout must pass [`IdLayout::validate_js_safe`] too.
+    pub js_safe: bool,
 }
 
 impl LayoutShape {
@@ -269,20 +320,22 @@ impl FromStr for LayoutShape {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let from = |l: IdLayout| LayoutShape {
+        let from = |l: IdLayout, js_safe: bool| LayoutShape {
             tick_ms: l.tick_ms,
             slot_bits: l.slot_bits,
             seq_bits: l.seq_bits,
+            js_safe,
         };
         match s {
-            "twitter" | "snowflake" => return Ok(from(IdLayout::twitter(0))),
-            "sonyflake" => return Ok(from(IdLayout::sonyflake(0))),
+            "twitter" | "snowflake" => return Ok(from(IdLayout::twitter(0), false)),
+            "sonyflake" => return Ok(from(IdLayout::sonyflake(0), false)),
+            "javascript" | "js" => return Ok(from(IdLayout::javascript(0), true)),
             _ => {}
         }
         let parts: Vec<&str> = s.split('/').collect();
         let [slot, seq, tick] = parts.as_slice() else {
             return Err(format!(
-                "{s:?}: expected twitter, sonyflake or SLOT_BITS/SEQ_BITS/TICK_MS (e.g. 10/12/1)"
+                "{s:?}: expected twitter, sonyflake, javascript or SLOT_BITS/SEQ_BITS/TICK_MS (e.g. 10/12/1)"
             ));
         };
         let num = |what: &str, v: &str| v.parse::<u64>().map_err(|e| format!("{s:?}: {what} {v:?}: {e}"));
@@ -294,6 +347,7 @@ impl FromStr for LayoutShape {
             tick_ms: num("tick ms", tick)?,
             slot_bits: slot_bits as u32,
             seq_bits: seq_bits as u32,
+            js_safe: false,
         })
     }
 }
@@ -317,6 +371,64 @@ mod tests {
         assert_eq!((s.time_bits(), s.slots(), s.ids_per_tick()), (39, 65_536, 256));
         assert_eq!(s.validate(NOW), Ok(()));
         assert!(s.years_left(NOW) > 160.0);
+    }
+
+    #[test]
+    fn the_javascript_preset_keeps_ids_within_53_bits_for_a_century() {
+        let js = IdLayout::javascript(DEFAULT_EPOCH_MS);
+        assert_eq!((js.slots(), js.ids_per_tick()), (256, 64));
+        assert_eq!(js.validate_js_safe(NOW), Ok(()));
+        // 2^39 ticks of 10 ms: 174.2 years from 2020.
+        let years = (js.js_safe_until_ms() - DEFAULT_EPOCH_MS) as f64 / MS_PER_YEAR as f64;
+        assert!((years - 174.2).abs() < 0.1, "{years}");
+        // The last id of the last safe tick is exactly 2^53 - 1; the next tick's first passes it.
+        let last_tick = (js.js_safe_until_ms() - js.epoch_ms) / js.tick_ms - 1;
+        let last = js
+            .compose(IdParts {
+                tick: last_tick,
+                slot: 255,
+                seq: 63,
+            })
+            .unwrap();
+        assert_eq!(last, (1u64 << 53) - 1);
+        let next = js
+            .compose(IdParts {
+                tick: last_tick + 1,
+                slot: 0,
+                seq: 0,
+            })
+            .unwrap();
+        assert_eq!(next, 1u64 << 53);
+        let shape: LayoutShape = "javascript".parse().unwrap();
+        assert!(shape.js_safe);
+        assert_eq!(shape.with_epoch(DEFAULT_EPOCH_MS), js);
+    }
+
+    #[test]
+    fn a_layout_that_passes_53_bits_within_a_century_is_refused_with_its_arithmetic() {
+        // Twitter's split passes 2^53 within 2^31 ms: 24.9 days.
+        let err = IdLayout::twitter(DEFAULT_EPOCH_MS)
+            .validate_js_safe(NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("after 31 bits of 1 ms ticks"), "{err}");
+        assert!(err.contains("at least 100 are needed"), "{err}");
+        // One more sequence bit halves the 174 years from 2020: 80.2 left in 2026, refused.
+        let wider = IdLayout {
+            seq_bits: 7,
+            ..IdLayout::javascript(DEFAULT_EPOCH_MS)
+        };
+        let err = wider.validate_js_safe(NOW).unwrap_err().to_string();
+        assert!(err.contains("80.2 years from now"), "{err}");
+        // Its 63-bit rules still apply first.
+        let future = IdLayout::javascript(NOW + 1);
+        assert!(
+            future
+                .validate_js_safe(NOW)
+                .unwrap_err()
+                .to_string()
+                .contains("in the future")
+        );
     }
 
     #[test]

@@ -24,8 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "sim",
+#[command(name = "sim", version = seqsvr_plumbing::version::LONG,
     about = "seqsvr-rs simulator: faults on real processes, promise checkers"
 )]
 struct Cli {
@@ -91,8 +90,8 @@ struct RunArgs {
     /// them); the run is refused (exit 2) when the duration cannot fit them.
     #[arg(long, value_delimiter = ',')]
     must_include: Vec<FaultKind>,
-    /// The CI profile: `--must-include kill-alloc-owner,kill-store-leader,pause-alloc-1.5-lease,
-    /// term-alloc-twice,kill-alloc-registered`.
+    /// The CI profile: `--must-include kill-alloc-owner,kill-store-leader,term-store-leader,
+    /// pause-alloc-1.5-lease,term-alloc-twice,kill-alloc-registered`.
     #[arg(long, conflicts_with = "must_include")]
     ci: bool,
     /// Draw the seeded faults only from these kinds (comma-separated); every kind when absent.

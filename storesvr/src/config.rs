@@ -99,11 +99,17 @@ pub struct Config {
     pub margin_ms: u64,
 
     /// Time-ordered ids: the bit layout, `twitter` (41 time bits of 1 ms, 10 slot bits, 12
-    /// sequence bits), `sonyflake` (39 of 10 ms, 16, 8) or SLOT_BITS/SEQ_BITS/TICK_MS. Set 0's is
-    /// fixed when its ids are set up (its first leader after this version starts); every other set
-    /// takes set 0's from the cluster map and ignores this.
+    /// sequence bits), `sonyflake` (39 of 10 ms, 16, 8), `javascript` (10 ms ticks, 8 slot bits,
+    /// 6 sequence bits: ids stay at most 2^53 - 1 for 174 years from the epoch) or
+    /// SLOT_BITS/SEQ_BITS/TICK_MS. Set 0's is fixed when its ids are set up (its first leader after
+    /// this version starts); every other set takes set 0's from the cluster map and ignores this.
     #[arg(long, default_value = "twitter")]
     pub id_layout: LayoutShape,
+
+    /// Time-ordered ids: refuse a layout whose ids pass 2^53 - 1 (what a JavaScript number or
+    /// `JSON.parse` holds exactly) within 100 years. Implied by `--id-layout javascript`.
+    #[arg(long)]
+    pub id_js_safe: bool,
 
     /// Time-ordered ids: tick 0 of the layout, Unix milliseconds (default 2020-01-01T00:00:00Z).
     /// Must not be in the future. Set 0 only, like --id-layout.
@@ -145,6 +151,12 @@ pub struct Config {
     /// Raft heartbeat interval.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
+
+    /// On SIGTERM a leader stops taking writes and hands leadership to a caught-up follower,
+    /// waiting at most this long for it to take over before it stops anyway; 0 stops at once
+    /// (the followers then elect a leader when their election timers fire).
+    #[arg(long, default_value_t = 2_000)]
+    pub handoff_ms: u64,
 
     /// Build a snapshot (and purge the log) after this many entries.
     #[arg(long, default_value_t = 5_000)]
@@ -281,9 +293,12 @@ impl Config {
     /// for set 0 at least, and an allowance between a second and an hour.
     fn validate_ids(&self, now_ms: u64) -> Result<(), String> {
         let layout = self.id_layout.with_epoch(self.id_epoch_ms);
-        layout
-            .validate(now_ms)
-            .map_err(|e| format!("--id-layout/--id-epoch-ms: {e}"))?;
+        let checked = if self.id_layout.js_safe || self.id_js_safe {
+            layout.validate_js_safe(now_ms)
+        } else {
+            layout.validate(now_ms)
+        };
+        checked.map_err(|e| format!("--id-layout/--id-epoch-ms: {e}"))?;
         // The layout's slots bound the share, and so does what a replica holds per slot.
         let most = layout.slots().min(MAX_ID_SLOTS_PER_SET);
         if self.id_slots_per_set == 0 || self.id_slots_per_set > most {
@@ -462,5 +477,17 @@ mod tests {
         );
         let e = check(&["--id-slots-per-set", "2048"]).expect_err("past Twitter's 1,024 slots");
         assert!(e.contains("1..=1024"), "{e}");
+    }
+
+    /// `--id-layout javascript` and `--id-js-safe` refuse a layout whose ids pass 2^53 - 1 within
+    /// a century; the preset itself passes.
+    #[test]
+    fn javascript_safe_layouts_are_checked_against_53_bits() {
+        assert_eq!(check(&["--id-layout", "javascript"]), Ok(()));
+        let e = check(&["--id-js-safe"]).expect_err("twitter's ids pass 2^53 in days");
+        assert!(e.contains("--id-layout") && e.contains("JavaScript"), "{e}");
+        assert_eq!(check(&["--id-js-safe", "--id-layout", "8/6/10"]), Ok(()));
+        let e = check(&["--id-js-safe", "--id-layout", "8/7/10"]).expect_err("87 years from 2020");
+        assert!(e.contains("at least 100 are needed"), "{e}");
     }
 }

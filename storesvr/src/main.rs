@@ -116,6 +116,6 @@ async fn run(config: Config) -> ExitCode {
         }
     }
     tracing::info!("shutting down");
-    node.shutdown().await;
+    node.stop().await;
     ExitCode::SUCCESS
 }

@@ -1,7 +1,8 @@
 //! The composition root of one StoreSvr replica: [`StoreNode::start`] checks the data dir
 //! (`startup`), opens storage, starts Raft (bootstrapping the group once if asked), builds the
 //! [`ReplicaState`] state, starts the arbiter task and serves StoreService, RaftService, AdminService,
-//! health and reflection on one listener; [`StoreNode::shutdown`] stops them.
+//! health and reflection on one listener; [`StoreNode::shutdown`] stops them, and
+//! [`StoreNode::stop`] (SIGTERM) hands a leader's leadership over first.
 //!
 //! `--bootstrap` initializes the group only when this replica has no Raft state, so repeating it
 //! on a restart is harmless; the first leader then writes the set's parameters (`Init`).
@@ -13,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,7 @@ use crate::storage::kv::{FileKv, KvStore};
 use crate::storage::log_store::LogStore;
 use crate::storage::sm_store::{SharedState, StateMachineStore};
 use crate::tasks::arbiter::arbiter_loop;
+use crate::tasks::handoff::{Handoff, step_aside};
 use seqsvr_auth::{Role, Tls};
 
 /// A running replica.
@@ -54,6 +56,8 @@ pub struct StoreNode {
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     arbiter: JoinHandle<()>,
+    /// This replica's mutual TLS, for the `Campaign` call of a handoff.
+    tls: Option<Arc<Tls>>,
 }
 
 /// What opening the data dir yields.
@@ -339,6 +343,7 @@ impl StoreNode {
             durability: opened.durability,
             replay_to: opened.replay_to,
             restored: AtomicBool::new(false),
+            handing_over: AtomicU64::new(0),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let server = serve(ctx.clone(), tls.as_deref(), listener, stopped).await?;
@@ -350,6 +355,7 @@ impl StoreNode {
             stop: Some(stop),
             server,
             arbiter,
+            tls,
         })
     }
 
@@ -378,6 +384,25 @@ impl StoreNode {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// Stops as asked (SIGTERM): a leader first hands its leadership to a caught-up follower,
+    /// within `--handoff-ms` (`tasks::handoff`), then everything stops as in [`Self::shutdown`].
+    pub async fn stop(self) -> Handoff {
+        self.arbiter.abort();
+        let budget = Duration::from_millis(self.ctx.config.handoff_ms);
+        let handoff = if budget.is_zero() {
+            Handoff::NotLeader
+        } else {
+            step_aside(&self.ctx, self.tls.as_deref(), budget).await
+        };
+        match &handoff {
+            Handoff::NotLeader => {}
+            Handoff::Handed { .. } => tracing::info!("{handoff}"),
+            Handoff::TimedOut { .. } => tracing::warn!("{handoff}; stopping anyway"),
+        }
+        self.shutdown().await;
+        handoff
     }
 
     /// Stops serving and shuts Raft down.

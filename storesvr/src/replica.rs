@@ -8,7 +8,7 @@
 //! Deliberately left out: starting or stopping anything (see `node`).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use seqsvr_plumbing::lease_clock::LeaseClock;
@@ -70,7 +70,13 @@ pub struct ReplicaState {
     /// Wakes the arbiter before its next tick: a Release committed, so the released sections can
     /// be granted now rather than up to [`ARBITER_TICK`] later (they serve nobody meanwhile).
     pub(crate) arbiter_wake: tokio::sync::Notify,
+    /// Set when this leader stops taking writes to hand its leadership over (`raft::handoff`):
+    /// [`REFUSING_WRITES`] until a successor is picked, then the successor's id.
+    pub(crate) handing_over: AtomicU64,
 }
+
+/// [`ReplicaState::handing_over`] when no successor is picked yet.
+pub(crate) const REFUSING_WRITES: u64 = u64::MAX;
 
 /// When the current leader first saw each range frozen by a move. Leader-local and forgotten on a
 /// new term: a new leader cannot know when the freeze committed, so it starts the wait again.
@@ -98,6 +104,13 @@ impl ReplicaState {
     }
 
     pub(crate) async fn write(&self, cmd: Command) -> Result<Led<CommandResult>, RpcError> {
+        // A leader handing over takes no new write: its log must stop growing for a follower to
+        // catch up with it, and the caller's retry reaches the successor.
+        match self.handing_over.load(Ordering::Acquire) {
+            0 => {}
+            REFUSING_WRITES => return Ok(Led::Elsewhere(pb::LeaderHint::default())),
+            to => return Ok(Led::Elsewhere(self.leader_hint(Some(to)))),
+        }
         match self.writer.write(cmd, WRITE_TIMEOUT).await {
             Ok(r) => Ok(Led::Here(r)),
             Err(WriteError::NotLeader(id)) => Ok(Led::Elsewhere(self.leader_hint(id))),
@@ -118,6 +131,12 @@ impl ReplicaState {
             Ok(Err(RaftError::APIError(e))) => Err(RpcError::Unavailable(e.to_string())),
             Ok(Err(RaftError::Fatal(e))) => Err(RpcError::Fatal(e.to_string())),
         }
+    }
+
+    /// Stops taking writes, telling callers to go to `successor` when one is picked.
+    pub(crate) fn refuse_writes(&self, successor: Option<u64>) {
+        self.handing_over
+            .store(successor.unwrap_or(REFUSING_WRITES), Ordering::Release);
     }
 
     /// Where a caller should send leader-only requests.

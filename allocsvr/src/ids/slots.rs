@@ -115,6 +115,8 @@ struct Held {
 #[derive(Default)]
 struct Inner {
     layout: Option<IdLayout>,
+    /// Slots each set leases, as the leader last said (0: unknown), to name an id's set.
+    per_set: u64,
     max_ahead_ms: u64,
     slots: BTreeMap<u64, Held>,
     /// Round-robin position over held slots.
@@ -233,6 +235,17 @@ impl IdSlots {
 
     pub fn layout(&self) -> Option<IdLayout> {
         self.lock().layout
+    }
+
+    /// The layout and the slots each set leases (0 when the leader did not say), to decode ids.
+    pub fn decoding(&self) -> Option<(IdLayout, u64)> {
+        let inner = self.lock();
+        Some((inner.layout?, inner.per_set))
+    }
+
+    /// Keeps the slots each set leases, from a renewal (`RenewReply.id_slots_per_set`).
+    pub fn set_slots_per_set(&self, per_set: u64) {
+        self.lock().per_set = per_set;
     }
 
     pub fn held(&self) -> usize {

@@ -179,6 +179,7 @@ impl Renewer {
         shared
             .ids()
             .apply_renewal(reply.id_layout.as_ref(), reply.id_max_ahead_ms, &reply.slots);
+        shared.ids().set_slots_per_set(reply.id_slots_per_set);
         shared.metrics().id_slots_held.set(shared.ids().held() as f64);
         shared.store_map(reply.map.clone());
         let generation = shared.owned().generation();

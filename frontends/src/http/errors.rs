@@ -155,7 +155,7 @@ impl<'a> From<&'a CallError> for ItemError<'a> {
 
 const ROUTES: &str = "the routes are POST /v1/seq/{uid}/next, POST /v1/seq/{uid}/reserve, GET /v1/seq/{uid}, \
                       POST /v1/seq/batch, POST /v1/counter/{key}/next, POST /v1/counter/{key}/reserve, \
-                      GET /v1/counter/{key} and POST /v1/ids";
+                      GET /v1/counter/{key}, POST /v1/ids and GET /v1/ids/{id}";
 
 pub(super) async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     Failure::from(Refusal::NotFound(format!("no route {method} {}; {ROUTES}", uri.path()))).into_response()

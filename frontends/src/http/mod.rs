@@ -10,6 +10,7 @@
 //! | `POST /v1/counter/{key}/reserve?count=N` | `{"key":"orders","first":"4","last":"13","count":10}` |
 //! | `GET /v1/counter/{key}` | `{"key":"orders","value":"13"}` |
 //! | `POST /v1/ids?count=N` | `{"ids":["7384120986624001",...]}` |
+//! | `GET /v1/ids/{id}` | `{"id":"…","time":"2026-12-02T00:00:00Z","unix_ms":"…","tick":"…","slot":"70","sequence":"5","set":"1"}` (`set` null when unknown) |
 //!
 //! A reply whose server said who it was carries `"owner": {"set", "node", "incarnation",
 //! "section", "epoch"}` (which AllocSvr served, under which ownership epoch of the section).
@@ -162,6 +163,7 @@ pub fn router<C: Calls>(calls: Arc<C>) -> axum::Router {
         .route("/v1/counter/{key}/next", post(routes::counter_next::<C>))
         .route("/v1/counter/{key}/reserve", post(routes::counter_reserve::<C>))
         .route("/v1/ids", post(routes::ids::<C>).layer(batches))
+        .route("/v1/ids/{id}", get(routes::id_decode::<C>))
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
         .layer(errors::JsonErrors)

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::batches::{self, Batches};
 use super::errors::{Failure, ItemError, Refusal, Segment};
 use super::{BODY_TIMEOUT, MAX_BATCH_UIDS, MAX_BODY_BYTES, MAX_IDS_UNBATCHED, MAX_TIMEOUT_MS, TIMEOUT_HEADER};
-use crate::calls::{CallError, Calls, Owner, Taken, Who, parse_u64, within};
+use crate::calls::{CallError, Calls, Owner, Taken, Who, decode_id, parse_u64, within};
 use crate::{Front, count_call};
 use seqsvr_proto::limits::MAX_IDS_PER_CALL;
 
@@ -304,6 +304,24 @@ pub(super) async fn ids<C: Calls>(
         Ok((None, reply)) => Json(reply).into_response(),
         Err(e) => Failure::into_response(e),
     }
+}
+
+/// `GET /v1/ids/{id}`: the id taken apart under the cluster's layout, decoded by this node
+/// without a call to anyone (`decode_id`).
+pub(super) async fn id_decode<C: Calls>(State(calls): State<Arc<C>>, Segment(id): Segment) -> Response {
+    answer((|| {
+        let id = parse_u64(&id, "id")?;
+        let d = decode_id(id, calls.id_decoding())?;
+        Ok(json!({
+            "id": d.id.to_string(),
+            "time": d.time,
+            "unix_ms": d.unix_ms.to_string(),
+            "tick": d.tick.to_string(),
+            "slot": d.slot.to_string(),
+            "sequence": d.sequence.to_string(),
+            "set": d.set_id.map(|s| s.to_string()),
+        }))
+    })())
 }
 
 /// `{"ids": [...]}`.

@@ -197,6 +197,7 @@ const COMMANDS: &[CommandInfo] = &[
     ("get", 2, &["readonly", "fast"], 1, 1, 1),
     ("mget", -2, &["readonly", "fast"], 1, -1, 1),
     ("nextid", -1, &["write", "fast"], 0, 0, 0),
+    ("iddecode", 2, &["readonly", "fast"], 0, 0, 0),
     ("ping", -1, &["fast"], 0, 0, 0),
     ("echo", 2, &["fast"], 0, 0, 0),
     ("quit", -1, &["fast"], 0, 0, 0),

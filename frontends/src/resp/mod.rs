@@ -11,6 +11,7 @@
 //! | `GET name` | the last value handed out as a bulk string, nil when none ever was |
 //! | `MGET name...` | `GET` of each (at most [`MAX_MGET_KEYS`]), read together: one batched read per owner |
 //! | `NEXTID [count]` | a time-ordered id (integer), or `count` of them (array) |
+//! | `IDDECODE id` | the id taken apart: a map (RESP2: a flat array) of `time` (RFC 3339), `unix_ms`, `slot`, `sequence`, `set` (nil when unknown) |
 //! | `PING`, `ECHO`, `HELLO`, `AUTH`, `SELECT 0`, `CLIENT SETNAME/GETNAME/SETINFO/ID`, `QUIT` | as Redis |
 //! | `INFO`, `COMMAND`, `CONFIG GET` | enough for `redis-cli`, `redis-benchmark` and client libraries to connect |
 //! | `CLUSTER SLOTS/SHARDS/NODES/INFO/KEYSLOT/MYID`, `READWRITE`, `ASKING` (`READONLY` refused) | the Redis Cluster protocol (`cluster.rs`); `-MOVED` on a cluster-mode connection |
@@ -317,6 +318,10 @@ impl<'a, C: Calls> Session<'a, C> {
             },
             "MGET" => self.mget(rest).await,
             "NEXTID" => self.next_id(rest).await,
+            "IDDECODE" => match rest {
+                [id] => self.id_decode(id),
+                _ => arity(name),
+            },
             "PING" => match rest {
                 [] => Reply::Simple("PONG"),
                 [msg] => echo(msg),
@@ -547,6 +552,26 @@ impl<'a, C: Calls> Session<'a, C> {
             (Ok(ids), Some(_)) => Reply::Array(ids.into_iter().map(Reply::number).collect()),
             (Ok(ids), None) => Reply::err(format!("internal: {} ids for a call of one", ids.len())),
             (Err(e), _) => Reply::of(&e),
+        }
+    }
+
+    fn id_decode(&self, id: &[u8]) -> Reply {
+        let decoded = std::str::from_utf8(id)
+            .map_err(|_| CallError::bad_input("IDDECODE id must be a decimal number"))
+            .and_then(|s| crate::calls::parse_u64(s, "id"))
+            .and_then(|id| crate::calls::decode_id(id, self.calls.id_decoding()));
+        match decoded {
+            Ok(d) => {
+                let field = |k: &str| Reply::Bulk(k.as_bytes().to_vec());
+                Reply::Map(vec![
+                    (field("time"), Reply::Bulk(d.time.into_bytes())),
+                    (field("unix_ms"), Reply::number(d.unix_ms)),
+                    (field("slot"), Reply::number(d.slot)),
+                    (field("sequence"), Reply::number(d.sequence)),
+                    (field("set"), d.set_id.map_or(Reply::Null, Reply::number)),
+                ])
+            }
+            Err(e) => Reply::of(&e),
         }
     }
 

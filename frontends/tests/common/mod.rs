@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use seqsvr_frontends::calls::{CallError, Calls, Taken, Who};
+use seqsvr_proto::id_layout::IdLayout;
 
 #[derive(Default)]
 pub struct Fake {
@@ -26,6 +27,8 @@ pub struct Fake {
     /// Calls of `current_many`, and the names they asked for in all.
     pub many_calls: AtomicU64,
     pub many_names: AtomicU64,
+    /// What `id_decoding` answers: no layout until a test sets one.
+    pub decoding: Mutex<Option<(IdLayout, u64)>>,
 }
 
 fn name(who: Who<'_>) -> String {
@@ -106,6 +109,10 @@ impl Calls for Fake {
         self.before().await?;
         let first = self.next_id.fetch_add(u64::from(count), Ordering::SeqCst) + 1;
         Ok((first..first + u64::from(count)).collect())
+    }
+
+    fn id_decoding(&self) -> Option<(IdLayout, u64)> {
+        *self.decoding.lock().unwrap()
     }
 }
 

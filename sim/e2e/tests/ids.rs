@@ -319,6 +319,71 @@ async fn ids_never_repeat_across_sets_kills_and_a_restart_on_a_clock_behind() {
     );
 }
 
+/// A cluster set up with `--id-layout javascript` issues ids a JavaScript number holds exactly
+/// (at most 2^53 - 1), and an AllocSvr decodes one on its HTTP port (`GET /v1/ids/{id}`, with
+/// `curl`) and its Redis port (`IDDECODE`) as `seqctl id decode` does from the StoreSvrs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_safe_cluster_issues_ids_below_2_53_and_every_front_decodes_them() {
+    let (mut c, client) = Cluster::issuing(&["--id-layout=javascript"]).await;
+    let ids = client.next_ids(500).await.expect("ids").ids;
+    assert!(
+        ids.iter().all(|id| *id < 1 << 53),
+        "an id past 2^53 - 1: {:?}",
+        ids.iter().max()
+    );
+    let (http, resp) = (free_addr(), free_addr());
+    let fronts = [format!("--http-listen={http}"), format!("--resp-listen={resp}")];
+    c.start_alloc("a1", 0, &[fronts[0].as_str(), fronts[1].as_str()]);
+    let id = ids[ids.len() / 2];
+    let decoded = Seqctl::new(["--store", c.stores[0].as_str()])
+        .json(&["id", "decode", &id.to_string()])
+        .await
+        .expect("seqctl id decode");
+    // Once a1 renewed with set 0, it has the layout and decodes without asking anyone.
+    let url = format!("http://{http}/v1/ids/{id}");
+    let by_http = poll_until(WAIT, || async {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "2", &url])
+            .output();
+        let out = out.expect("curl is not installed (scripts/test.sh installs it)");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v.get("time").is_some().then_some(v)
+    })
+    .await
+    .expect("GET /v1/ids/{id} never answered with a decoded id");
+    assert_eq!(by_http["time"], decoded["time"], "http {by_http} seqctl {decoded}");
+    for (field, want) in [("slot", "slot"), ("sequence", "sequence"), ("set", "set_id")] {
+        assert_eq!(
+            by_http[field].as_str().map(|s| s.parse::<u64>().unwrap()),
+            decoded[want].as_u64(),
+            "{field}"
+        );
+    }
+    let redis = redis::Client::open(format!("redis://{resp}/")).unwrap();
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let fields: Vec<redis::Value> = redis::cmd("IDDECODE")
+        .arg(id)
+        .query_async(&mut conn)
+        .await
+        .expect("IDDECODE");
+    let text = format!("{fields:?}");
+    assert!(
+        text.contains(decoded["time"].as_str().unwrap()),
+        "IDDECODE {text}, seqctl {decoded}"
+    );
+    let slot_at = fields
+        .iter()
+        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"slot"));
+    let slot = slot_at.and_then(|i| match &fields[i + 1] {
+        redis::Value::Int(n) => Some(*n as u64),
+        _ => None,
+    });
+    assert_eq!(slot, decoded["slot"].as_u64(), "IDDECODE {text}");
+}
+
 /// Sonyflake's layout gives a slot 256 ids per 10 ms tick (25,600 a second); one caller asking
 /// for 1,000 at a time uses a slot up in a few calls. The AllocSvr asks for more slots at its
 /// renewals and gets free ones of its set's share while a2 keeps its one; every id is still unique

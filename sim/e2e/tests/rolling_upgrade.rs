@@ -7,9 +7,15 @@
 //! are missing. Then one process at a time is SIGTERMed (an AllocSvr drained first with
 //! `seqctl alloc drain`, as docs/OPERATIONS.md says) and started again on the other release:
 //! - in order: both StoreSvr followers, the leader, then each AllocSvr; then both AllocSvrs back
-//!   to the previous release;
+//!   to the previous release; a second set stays on the previous release, and a section moves
+//!   between the two sets (`seqctl move`) in each of set 0's states;
 //! - in the wrong orders, on a fresh cluster: an AllocSvr before any StoreSvr, then the StoreSvr
-//!   leader first, then the other two StoreSvrs (followers first), the other AllocSvr.
+//!   leader first, then the other two StoreSvrs (followers first), the other AllocSvr; then the
+//!   StoreSvrs back to the previous release (a follower, the leader, the last one);
+//! - a rolling restart on this release (a cluster started on it): both followers, the leader,
+//!   both AllocSvrs. A leader of this release hands its leadership to a caught-up follower on
+//!   SIGTERM (storesvr `tasks::handoff`); its log must say it did, and the phase's latencies show
+//!   how long bumps waited meanwhile (`E2E_STORESVR_EXTRA_ARGS=--handoff-ms=0` shows them without).
 //!
 //! All the while gRPC callers (the client library: seqs and time-ordered ids) and Redis-protocol
 //! callers (`INCR u:<uid>` and counters, the `redis` crate) run against both AllocSvrs. Checked:
@@ -19,7 +25,8 @@
 //! process reports the release it runs, in `seqctl status` (the StoreSvrs' own, the AllocSvrs' as
 //! the leader heard it). The calls, errors and latencies of each step are printed.
 //!
-//! Left out: moves between sets and StoreSvr downgrades (docs/operations/upgrades.md says why).
+//! Left out: a snapshot sent between releases (the sets here write fewer entries than a snapshot
+//! needs).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -104,13 +111,76 @@ fn prev_dir() -> PathBuf {
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
-    /// A StoreSvr follower still on the other release.
+    /// A StoreSvr follower still to go: on the other release, or not yet restarted.
     Follower(Release),
-    /// The StoreSvr leader (which must not run that release yet).
+    /// The StoreSvr leader (which must be still to go).
     Leader(Release),
-    /// A StoreSvr still on the other release: a follower if there is one, else the leader.
+    /// A StoreSvr still to go: a follower if there is one, else the leader.
     AnyStore(Release),
     Alloc(u64, Release),
+    /// `seqctl move` of [`MOVED`] from one set to the other, under the same load.
+    Move {
+        from: u64,
+        to: u64,
+    },
+}
+
+/// The uid range the moves carry: section 5, where some of the callers' uids are.
+const MOVED: &str = "500000..600000";
+
+/// A second set, on the previous release throughout (one StoreSvr, one AllocSvr), for moves
+/// between a set being upgraded and one that is not.
+struct OtherSet {
+    procs: seqsvr_harness::Supervisor,
+    store: String,
+    _dir: tempfile::TempDir,
+}
+
+impl OtherSet {
+    fn start(prev: &std::path::Path) -> Self {
+        use seqsvr_harness::{ProcSpec, Supervisor, find_binary, free_addr};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
+        let store = free_addr();
+        let bin = |b: &str| find_binary(b, Some(prev)).unwrap_or_else(|e| panic!("{e}"));
+        let store_args = vec![
+            "--node-id=1".to_string(),
+            "--set-id=1".into(),
+            format!("--listen={store}"),
+            format!("--data-dir={}", dir.path().join("store").display()),
+            format!("--peers=1={store}"),
+            "--bootstrap".into(),
+            "--new-replica".into(),
+            format!("--section-size={}", e2e::SECTION_SIZE),
+            format!("--uid-limit={}", e2e::UID_LIMIT),
+            format!("--step={STEP}"),
+            format!("--lease-ms={}", e2e::LEASE.as_millis()),
+            format!("--detect-ms={}", e2e::DETECT.as_millis()),
+        ];
+        procs
+            .spawn(ProcSpec::new("set1-store", bin("storesvr"), store_args))
+            .expect("spawn set 1's StoreSvr");
+        let alloc_args = vec![
+            "--node-id=3".to_string(),
+            format!("--listen={}", free_addr()),
+            format!("--store=1={store}"),
+            format!("--resp-listen={}", free_addr()),
+        ];
+        procs
+            .spawn(ProcSpec::new("set1-alloc", bin("allocsvr"), alloc_args))
+            .expect("spawn set 1's AllocSvr");
+        Self {
+            procs,
+            store,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for OtherSet {
+    fn drop(&mut self) {
+        self.procs.kill_all();
+    }
 }
 
 /// What one call got.
@@ -337,20 +407,74 @@ struct Rolling {
     c: Cluster,
     prev: PathBuf,
     runs: BTreeMap<(Role, u64), Release>,
+    /// StoreSvrs restarted so far.
+    restarted: HashSet<u64>,
+    /// Set 1, when the scenario moves ranges.
+    other: Option<OtherSet>,
 }
 
 impl Rolling {
-    async fn start() -> Self {
+    async fn start(on: Release) -> Self {
         let prev = prev_dir();
-        let c = Cluster::start_from(false, Some(prev.clone()), STEP);
+        let dir = (on == Release::Prev).then(|| prev.clone());
+        let c = Cluster::start_from(false, dir, STEP);
         c.wait_store_leader(WAIT).await;
         c.wait_settled(WAIT).await;
-        let runs = all_on(Release::Prev, Release::Prev);
-        Self { c, prev, runs }
+        let runs = all_on(on, on);
+        Self {
+            c,
+            prev,
+            runs,
+            restarted: HashSet::new(),
+            other: None,
+        }
+    }
+
+    /// Starts set 1 on the previous release and adds it to the cluster map (with this tree's
+    /// `seqctl`, as an operator upgrading would have it).
+    async fn add_other_set(&mut self) {
+        let other = OtherSet::start(&self.prev);
+        let op = Seqctl::new(["--store", self.c.store_seeds_flag().as_str()]);
+        let stores = format!("1={}", other.store);
+        let added = tokio::time::timeout(WAIT, async {
+            loop {
+                let out = op.output(&["set", "add", "1", "--stores", &stores]).await;
+                if out.status.success() {
+                    return;
+                }
+                // Set 1's StoreSvr may still be electing itself.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        assert!(added.is_ok(), "seqctl set add 1 did not succeed within {WAIT:?}");
+        self.other = Some(other);
+    }
+
+    /// Moves [`MOVED`] and says how long it took.
+    async fn move_range(&self, from: u64, to: u64) -> String {
+        assert!(self.other.is_some(), "a move needs the second set (add_other_set)");
+        let op = Seqctl::new(["--store", self.c.store_seeds_flag().as_str()]);
+        let (from_s, to_s) = (from.to_string(), to.to_string());
+        let started = Instant::now();
+        let moved = tokio::time::timeout(
+            WAIT,
+            op.output(&["move", "--from", &from_s, "--to", &to_s, "--uids", MOVED]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("seqctl move {MOVED} from set {from} to {to} did not end within {WAIT:?}"));
+        assert!(moved.status.success(), "seqctl move: {}", text(&moved));
+        format!("move {MOVED} from set {from} to set {to} ({:.1?})", started.elapsed())
     }
 
     fn dir(&self, r: Release) -> Option<PathBuf> {
         (r == Release::Prev).then(|| self.prev.clone())
+    }
+
+    /// Whether StoreSvr `id` is still to go to `r`: it runs the other release, or (a restart on
+    /// one release) it has not been restarted yet.
+    fn to_go(&self, id: u64, r: Release) -> bool {
+        self.runs[&(Role::Store, id)] != r || !self.restarted.contains(&id)
     }
 
     /// The process a step restarts.
@@ -358,15 +482,11 @@ impl Rolling {
         let leader = self.c.wait_store_leader(WAIT).await;
         match step {
             Step::Leader(r) => {
-                assert_ne!(
-                    self.runs[&(Role::Store, leader)],
-                    r,
-                    "the leader {leader} already runs {r:?}"
-                );
+                assert!(self.to_go(leader, r), "the leader {leader} already runs {r:?}");
                 (Role::Store, leader, r)
             }
             Step::Follower(r) | Step::AnyStore(r) => {
-                let left = |id: &&u64| self.runs[&(Role::Store, **id)] != r;
+                let left = |id: &&u64| self.to_go(**id, r);
                 let f = STORES.iter().filter(left).find(|id| **id != leader);
                 let f = match (step, f) {
                     (_, Some(f)) => *f,
@@ -376,6 +496,7 @@ impl Rolling {
                 (Role::Store, f, r)
             }
             Step::Alloc(id, r) => (Role::Alloc, id, r),
+            Step::Move { .. } => panic!("a move restarts nothing"),
         }
     }
 
@@ -393,10 +514,20 @@ impl Rolling {
             assert!(drained.is_ok(), "seqctl alloc drain {id} did not end within {WAIT:?}");
         }
         let stopping = Instant::now();
+        let was = self.runs[&(role, id)];
+        // A follower of this release can campaign when asked; one of the previous cannot.
+        let successor_new = STORES
+            .iter()
+            .any(|s| *s != id && self.runs[&(Role::Store, *s)] == Release::New);
         self.c.sigterm(role, id);
         let status = self.c.wait_exit(role, id, EXIT_WITHIN).await;
         let exited = stopping.elapsed();
         assert!(status.success(), "{role:?} {id} exited with {status} after SIGTERM");
+        let handoff =
+            (role == Role::Store && id == leader).then(|| self.handoff(id, was == Release::New && successor_new));
+        if role == Role::Store {
+            self.restarted.insert(id);
+        }
         self.c.use_bin_dir(role, id, self.dir(r));
         self.runs.insert((role, id), r);
         match role {
@@ -414,13 +545,37 @@ impl Rolling {
                 self.c.wait_settled(WAIT).await;
             }
         }
-        let was_leader = if role == Role::Store && id == leader {
-            " (the leader)"
-        } else {
-            ""
+        let was_leader = match handoff {
+            Some(Some(ms)) => format!(" (the leader, handed over in {ms} ms)"),
+            Some(None) => " (the leader)".to_string(),
+            None => String::new(),
         };
         let back = stopping.elapsed();
         format!("{role:?} {id}{was_leader} -> {r:?} (exit {exited:.1?}, back {back:.1?})")
+    }
+
+    /// How long the SIGTERMed leader `id` took to hand its leadership over, from its log. A
+    /// leader of this release with a follower of this release (`expected`) and the handoff on
+    /// must have handed over (this is the check that the handoff happens at all); a previous
+    /// release's never does.
+    fn handoff(&self, id: u64, expected: bool) -> Option<u64> {
+        let log = self.c.log(Role::Store, id);
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("handed leadership to node") || l.contains("no follower took over"));
+        let ms = line.and_then(|l| {
+            let after = l.split("handed leadership to node ").nth(1)?;
+            after.split(" in ").nth(1)?.split(" ms").next()?.parse::<u64>().ok()
+        });
+        let off = e2e::store_extra_args().iter().any(|a| a == "--handoff-ms=0");
+        if expected && !off {
+            assert!(
+                ms.is_some(),
+                "StoreSvr {id}, the leader, stopped without handing its leadership over: {line:?}"
+            );
+        }
+        ms
     }
 
     /// Waits until `seqctl status` shows every process's release as it runs now.
@@ -471,16 +626,19 @@ impl Rolling {
 /// Runs `steps` under load on a fresh cluster started on the previous release; checks P1/U1, the
 /// error budget and the versions shown after each step; prints the counts. Returns which release
 /// each process ended on.
-async fn scenario(title: &str, steps: &[Step]) -> BTreeMap<(Role, u64), Release> {
+async fn scenario(title: &str, on: Release, steps: &[Step]) -> BTreeMap<(Role, u64), Release> {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut r = Rolling::start().await;
+    let mut r = Rolling::start(on).await;
+    if steps.iter().any(|s| matches!(s, Step::Move { .. })) {
+        r.add_other_set().await;
+    }
     let load = Arc::new(Load {
         stop: AtomicBool::new(false),
         phase: AtomicUsize::new(0),
         t0: Instant::now(),
         calls: Mutex::new(Vec::new()),
     });
-    let mut phases = vec!["all on the previous release".to_string()];
+    let mut phases = vec![format!("all on {on:?}")];
     let mut callers = Vec::new();
     for i in 0..GRPC_CALLERS {
         let cfg = r.c.client_config();
@@ -494,7 +652,10 @@ async fn scenario(title: &str, steps: &[Step]) -> BTreeMap<(Role, u64), Release>
     for step in steps {
         load.phase.store(phases.len(), Ordering::SeqCst);
         phases.push(format!("restarting {step:?}"));
-        let what = r.restart(*step).await;
+        let what = match *step {
+            Step::Move { from, to } => r.move_range(from, to).await,
+            restart => r.restart(restart).await,
+        };
         *phases.last_mut().unwrap() = what;
         r.versions_shown().await;
         tokio::time::sleep(DWELL).await;
@@ -562,37 +723,74 @@ async fn build_info_shown(r: &Rolling) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_in_order_then_roll_allocsvrs_back() {
     use Release::{New, Prev};
+    // Set 1 stays on the previous release: the moves go between it and set 0 in each of set 0's
+    // states (mixed StoreSvrs, new StoreSvrs with old AllocSvrs, all new, AllocSvrs back).
     let steps = [
         Step::Follower(New),
         Step::Follower(New),
+        Step::Move { from: 0, to: 1 },
         Step::Leader(New),
+        Step::Move { from: 1, to: 0 },
         Step::Alloc(1, New),
         Step::Alloc(2, New),
+        Step::Move { from: 0, to: 1 },
         Step::Alloc(1, Prev),
         Step::Alloc(2, Prev),
+        Step::Move { from: 1, to: 0 },
     ];
-    let end = scenario("in order, then the AllocSvrs back", &steps).await;
+    let end = scenario("in order with moves, then the AllocSvrs back", Prev, &steps).await;
     assert_eq!(end, all_on(New, Prev));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_in_the_wrong_orders() {
-    use Release::New;
+    use Release::{New, Prev};
+    // Then the StoreSvrs back to the previous release (the AllocSvrs stay on this one).
     let steps = [
         Step::Alloc(1, New),
         Step::Leader(New),
         Step::AnyStore(New),
         Step::AnyStore(New),
         Step::Alloc(2, New),
+        Step::Follower(Prev),
+        Step::Leader(Prev),
+        Step::AnyStore(Prev),
     ];
-    let end = scenario("wrong orders: an AllocSvr first, the leader first", &steps).await;
+    let title = "wrong orders: an AllocSvr first, the leader first; then the StoreSvrs back";
+    let end = scenario(title, Prev, &steps).await;
+    assert_eq!(end, all_on(Prev, New));
+}
+
+/// The restart docs/OPERATIONS.md describes, on one release: the leader hands over on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_on_this_release() {
+    use Release::New;
+    let steps = [
+        Step::Follower(New),
+        Step::Follower(New),
+        Step::Leader(New),
+        Step::Alloc(1, New),
+        Step::Alloc(2, New),
+    ];
+    let end = scenario("a rolling restart on this release", New, &steps).await;
     assert_eq!(end, all_on(New, New));
 }
 
-/// This tree's binaries say which release and commit they are (`--version`).
+/// This tree's binaries, the servers, `seqctl`, the simulator and the benchmarks, say which
+/// release and commit they are (`--version`).
 #[test]
 fn every_binary_names_its_release_and_commit() {
-    for bin in ["storesvr", "allocsvr", "seqctl"] {
+    let tools = [
+        "sim",
+        "alloc-bench",
+        "store-bench",
+        "takeover-bench",
+        "ids-bench",
+        "counter-bench",
+        "cost-curves",
+        "front-bench",
+    ];
+    for bin in ["storesvr", "allocsvr", "seqctl"].into_iter().chain(tools) {
         let out = std::process::Command::new(sibling_bin(bin))
             .arg("--version")
             .output()

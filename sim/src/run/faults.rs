@@ -72,6 +72,13 @@ pub(super) async fn inject(lab: &Lab, f: &PlannedFault) -> anyhow::Result<String
             Ok(format!("all links +{:?}", f.delay))
         }
         FaultKind::TermAlloc | FaultKind::TermAllocTwice => term_fault(lab, f).await,
+        FaultKind::TermStoreLeader => {
+            let (name, desc) = leader_target(lab, f.pick).await;
+            terminate(lab, &name).await?;
+            sleep(f.hold).await;
+            lab.cluster.lock().await.start(&name)?;
+            Ok(desc)
+        }
         FaultKind::KillAllocRegistered => kill_registered(lab, f).await,
         FaultKind::MoveRange | FaultKind::MoveKillCli | FaultKind::MovePausedOwner | FaultKind::MoveUnderFault => {
             moves::move_fault(lab, f, &|c| companion(lab, c)).await

@@ -282,6 +282,7 @@ pub fn renew_reply(
     Ok(pb::RenewReply {
         id_layout,
         id_max_ahead_ms,
+        id_slots_per_set: set.ids.as_ref().map_or(0, |i| i.per_set),
         slots,
         not_leader: None,
         status: pb::RenewStatus::Ok as i32,

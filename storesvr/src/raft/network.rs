@@ -18,9 +18,13 @@
 //! Every reply also carries the answering replica's wall clock in a header (`clocks`), which the
 //! leader compares with its own.
 //!
+//! The same service carries `Campaign`, a stopping leader's request that a follower start an
+//! election at once (`handoff`).
+//!
 //! Left out: authentication of peers (mTLS's role check does that, see `seqsvr_auth`).
 
 use crate::raft::clocks::{CLOCK_HEADER, PeerClocks};
+use crate::raft::handoff::CampaignRequest;
 use crate::raft::identity::{Carries, Identity};
 use crate::raft::types::{Node, NodeId, Raft, TypeConfig};
 use openraft::error::{
@@ -245,5 +249,13 @@ impl RaftService for RaftPeerService {
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
         let rpc: InstallSnapshotRequest<TypeConfig> = self.admit(req, Carries::Entries)?;
         self.encode(&self.raft.install_snapshot(rpc).await)
+    }
+
+    async fn campaign(&self, req: Request<RaftPayload>) -> Result<tonic::Response<RaftPayload>, Status> {
+        let rpc: CampaignRequest = self.admit(req, Carries::Vote)?;
+        crate::raft::handoff::campaign(&self.raft, &rpc)
+            .await
+            .map_err(Status::failed_precondition)?;
+        self.encode(&())
     }
 }

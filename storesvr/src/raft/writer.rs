@@ -113,6 +113,16 @@ impl Writer {
         }
     }
 
+    /// Whether nothing is queued and no entry is in flight (a handing-over leader waits for it).
+    pub fn idle(&self) -> bool {
+        let quiet = self.tx.capacity() == self.tx.max_capacity();
+        quiet
+            && self
+                .alone
+                .as_ref()
+                .is_none_or(|a| a.in_flight.available_permits() == MAX_ENTRIES_IN_FLIGHT)
+    }
+
     /// An entry slot, when the writer is idle: nothing queued and nothing in flight. The
     /// semaphore is fair, so this never takes a slot that the writer task is waiting for.
     fn idle_slot(&self) -> Option<(&Raft, OwnedSemaphorePermit)> {

@@ -82,7 +82,7 @@ const TARGET_BYTES_PER_UID: f64 = 8.5;
 const TARGET_OVER_REDIS: [(usize, f64); 2] = [(64, 4.0), (256, 10.0)];
 
 #[derive(Parser, Debug)]
-#[command(name = "alloc-bench", about = "AllocSvr data plane against a bare tonic echo")]
+#[command(name = "alloc-bench", version = seqsvr_plumbing::version::LONG, about = "AllocSvr data plane against a bare tonic echo")]
 struct Args {
     #[command(flatten)]
     common: args::Common,

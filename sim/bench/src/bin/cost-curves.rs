@@ -61,7 +61,7 @@ const START_LIMIT: Duration = Duration::from_secs(120);
 const IDLE: Duration = Duration::from_secs(2);
 
 #[derive(Parser, Debug)]
-#[command(name = "cost-curves", about = "AllocSvr and StoreSvr cost curves, with PNG plots")]
+#[command(name = "cost-curves", version = seqsvr_plumbing::version::LONG, about = "AllocSvr and StoreSvr cost curves, with PNG plots")]
 struct Args {
     #[command(flatten)]
     common: args::Common,

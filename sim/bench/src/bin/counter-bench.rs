@@ -105,8 +105,7 @@ impl Case {
 }
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "counter-bench",
+#[command(name = "counter-bench", version = seqsvr_plumbing::version::LONG,
     about = "Named counters against the uid path and Redis INCR/INCRBY, and memory per live key"
 )]
 struct Args {

@@ -62,8 +62,7 @@ const CEILING_WINDOW: Duration = Duration::from_secs(1);
 const ISSUING_LIMIT: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "ids-bench",
+#[command(name = "ids-bench", version = seqsvr_plumbing::version::LONG,
     about = "NextIds against a bare tonic echo and ferroid-tonic-server"
 )]
 struct Args {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 
 #[derive(Parser, Debug)]
-#[command(name = "store-bench")]
+#[command(name = "store-bench", version = seqsvr_plumbing::version::LONG)]
 struct Args {
     #[command(flatten)]
     config: args::Config,

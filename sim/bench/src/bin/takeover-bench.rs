@@ -51,8 +51,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 const BREATHE: Duration = Duration::from_millis(700);
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "takeover-bench",
+#[command(name = "takeover-bench", version = seqsvr_plumbing::version::LONG,
     about = "Single-section takeover on the release path, under load"
 )]
 struct Args {

@@ -55,6 +55,16 @@ pub const STORES: [u64; 3] = [1, 2, 3];
 pub const ALLOCS: [u64; 2] = [1, 2];
 /// Extra flags for every `allocsvr` (for negative controls run by hand, e.g. an unsafe switch).
 pub const EXTRA_ARGS_VAR: &str = "E2E_ALLOCSVR_EXTRA_ARGS";
+/// Flags added to every StoreSvr of this tree (not to a previous release's, which may not know
+/// them), e.g. `--handoff-ms=0` to measure a rolling restart without the leader's handoff.
+pub const STORE_EXTRA_ARGS_VAR: &str = "E2E_STORESVR_EXTRA_ARGS";
+
+/// The flags [`STORE_EXTRA_ARGS_VAR`] names.
+pub fn store_extra_args() -> Vec<String> {
+    std::env::var(STORE_EXTRA_ARGS_VAR)
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
 /// Lines of each log printed when a test fails.
 const LOG_TAIL_LINES: usize = 120;
 /// Interval of every readiness poll.
@@ -286,6 +296,9 @@ impl Cluster {
         if self.stores_started.insert(id) {
             args.push("--new-replica".into());
         }
+        if !self.bin_dirs.contains_key(&(Role::Store, id)) {
+            args.extend(store_extra_args());
+        }
         self.spawn(Role::Store, id, "storesvr", args, "info,openraft=warn");
     }
 
@@ -454,9 +467,11 @@ impl Cluster {
             let routes = self.store_routes().await;
             let running = self.running(Role::Alloc);
             if let Some(r) = &routes {
+                // Entries of another set are sections moved away (a test with a second set).
                 let owned = r
                     .entries
                     .iter()
+                    .filter(|e| e.set_id == r.set_id)
                     .all(|e| e.incarnation != 0 && running.contains(&e.node_id));
                 let balanced = running.iter().all(|id| r.entries.iter().any(|e| e.node_id == *id));
                 if owned && balanced {
