@@ -789,6 +789,7 @@ fn every_binary_names_its_release_and_commit() {
         "counter-bench",
         "cost-curves",
         "front-bench",
+        "cluster-bench",
     ];
     for bin in ["storesvr", "allocsvr", "seqctl"].into_iter().chain(tools) {
         let out = std::process::Command::new(sibling_bin(bin))

@@ -42,6 +42,7 @@ const PIPELINES: [usize; 2] = [1, 16];
 #[derive(Debug, Parser)]
 #[command(
     name = "cluster-bench",
+    version = seqsvr_plumbing::version::LONG,
     about = "AllocSvrs in Redis Cluster mode against a Redis Cluster, with redis-benchmark --cluster"
 )]
 struct Args {
