@@ -16,7 +16,9 @@
 //!   [`callgrind`]: what the instruction-counting drivers (examples) share.
 //! - `takeover-bench` (fourth binary): one section changing AllocSvr under load.
 //! - `front-bench` (seventh binary): the HTTP/JSON and RESP front ends against Redis and a bare
-//!   HTTP handler, driven by `redis-benchmark` and `wrk`.
+//!   HTTP handler, driven by `redis-benchmark` and `wrk`; `cluster-bench`: Redis Cluster clients
+//!   against AllocSvrs and a Redis Cluster; [`redis_benchmark`]: what both read from
+//!   `redis-benchmark`.
 //! - `counter-bench` (sixth binary): named counters against the uid path and Redis
 //!   `INCR`/`INCRBY`, and the memory of a live key on each side; [`counters`]: its loads.
 //! - `ids-bench` (fifth binary): time-ordered ids (`NextIds`) against the echo and a Snowflake
@@ -38,6 +40,7 @@ pub mod load;
 pub mod peers;
 pub mod plot;
 pub mod procfs;
+pub mod redis_benchmark;
 pub mod report;
 pub mod setup;
 pub mod tls;

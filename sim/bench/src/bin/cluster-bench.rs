@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use seqsvr_bench::exit::{Failure, harness};
+use seqsvr_bench::redis_benchmark::incr_point;
 use seqsvr_bench::report::median;
 use seqsvr_bench::{cluster, peers, procfs, setup};
 use seqsvr_harness::{ProcSpec, Supervisor};
@@ -290,24 +291,12 @@ async fn redis_benchmark_n(addr: &str, c: usize, p: usize, n: usize) -> Result<P
         .await
         .map_err(|_| harness("redis-benchmark ran over 180 s"))?
         .map_err(|e| harness(format!("redis-benchmark: {e}")))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    // "INCR","85397.09","0.463","0.104","0.455",...: test, rps, avg, min, p50 (ms).
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("\"INCR\""))
-        .ok_or_else(|| harness(format!("no INCR line from redis-benchmark --cluster at {addr}: {text}")))?;
-    let cols: Vec<f64> = line
-        .split(',')
-        .skip(1)
-        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
-        .collect();
-    match cols.as_slice() {
-        [rps, _, _, p50, ..] => Ok(Point {
-            rps: *rps,
-            p50_ms: *p50,
-        }),
-        _ => Err(harness(format!("a short INCR line from redis-benchmark: {line}"))),
-    }
+    let p =
+        incr_point(&String::from_utf8_lossy(&out.stdout)).map_err(|e| harness(format!("--cluster at {addr}: {e}")))?;
+    Ok(Point {
+        rps: p.rps,
+        p50_ms: p.p50_ms,
+    })
 }
 
 /// `measure` of `a` and of `b`, `a` first in even runs and `b` first in odd ones. `(a's, b's)`.

@@ -35,6 +35,7 @@ use std::time::Duration;
 use clap::Parser;
 use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::peers::{self, PeerKind};
+use seqsvr_bench::redis_benchmark::incr_point;
 use seqsvr_bench::report::{median, verdict};
 use seqsvr_bench::{cluster, echo, procfs, setup};
 use seqsvr_frontends::calls::{CallError, Calls, Owner, Taken, Who};
@@ -297,20 +298,10 @@ async fn redis_benchmark(addr: &str, c: usize, p: usize) -> Result<Point, Failur
         .await
         .map_err(|_| harness("redis-benchmark ran over 120 s"))?
         .map_err(|e| harness(format!("redis-benchmark: {e}")))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    // "INCR","85397.09","0.463","0.104","0.455",...: test, rps, avg, min, p50 (ms).
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("\"INCR\""))
-        .ok_or_else(|| harness(format!("no INCR line from redis-benchmark: {text}")))?;
-    let cols: Vec<f64> = line
-        .split(',')
-        .skip(1)
-        .map(|c| c.trim_matches('"').parse().unwrap_or(f64::NAN))
-        .collect();
+    let p = incr_point(&String::from_utf8_lossy(&out.stdout)).map_err(harness)?;
     Ok(Point {
-        rps: cols[0],
-        p50_ms: cols[3],
+        rps: p.rps,
+        p50_ms: p.p50_ms,
     })
 }
 
