@@ -13,7 +13,6 @@
 //!
 //! Needs the `storesvr`, `allocsvr` and `seqctl` binaries: `cargo build --workspace --bins` first.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -22,7 +21,7 @@ use seqsvr_harness::poll_until;
 mod e2e;
 use e2e::fronts_cluster::{FrontsCluster, Node};
 use e2e::seqctl::text;
-use e2e::values::{Obs, check, metrics_page, monotonic_ns, python_redis};
+use e2e::values::{Obs, check, metrics_page, monotonic_ns, per_client, python_redis};
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
@@ -246,17 +245,7 @@ async fn clients_others_wrote_get_rising_values_from_any_allocsvr_through_a_move
     obs.extend(o);
     errors.extend(e);
 
-    let mut per_client: HashMap<&str, usize> = HashMap::new();
-    for o in &obs {
-        *per_client.entry(o.client.as_str()).or_default() += 1;
-    }
-    eprintln!(
-        "values per client: {per_client:?}; {} calls without a value; redis-py {redis_py:?}; tools {tools:?}",
-        errors.len()
-    );
-    for e in errors.iter().take(10) {
-        eprintln!("  {e}");
-    }
+    let per_client = per_client(&obs, &errors, &format!("; redis-py {redis_py:?}; tools {tools:?}"));
     check(&obs);
     for client in ["py-http", "rust-redis"]
         .into_iter()

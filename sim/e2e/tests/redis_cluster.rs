@@ -27,7 +27,7 @@ use seqsvr_proto::keys::{hash_slot, slot_position};
 mod e2e;
 use e2e::fronts_cluster::FrontsCluster;
 use e2e::seqctl::text;
-use e2e::values::{Obs, check, metrics_page, monotonic_ns, python_redis};
+use e2e::values::{Obs, check, metrics_page, monotonic_ns, per_client, python_redis};
 
 const SECTION_SIZE: u64 = 100_000;
 const UID_LIMIT: u64 = 1_000_000;
@@ -204,17 +204,7 @@ async fn redis_cluster_clients_reach_each_keys_owner_through_a_move_and_a_kill()
     obs.extend(o);
     errors.extend(e);
 
-    let mut per_client: HashMap<&str, usize> = HashMap::new();
-    for o in &obs {
-        *per_client.entry(o.client.as_str()).or_default() += 1;
-    }
-    eprintln!(
-        "values per client: {per_client:?}; {} calls without a value",
-        errors.len()
-    );
-    for e in errors.iter().take(10) {
-        eprintln!("  {e}");
-    }
+    let per_client = per_client(&obs, &errors, "");
     for client in ["py-cluster", "py-cluster-pipe", "redis-cli-c"] {
         assert!(
             per_client.get(client).copied().unwrap_or(0) >= 10,

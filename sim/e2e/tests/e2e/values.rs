@@ -55,6 +55,23 @@ pub fn python_redis() -> PathBuf {
     dir
 }
 
+/// Values each client got, printed with how many calls got none (and the first ten of those),
+/// for the test's log; returned for the test's own per-client checks.
+pub fn per_client<'a>(obs: &'a [Obs], errors: &[String], also: &str) -> std::collections::HashMap<&'a str, usize> {
+    let mut per_client: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for o in obs {
+        *per_client.entry(o.client.as_str()).or_default() += 1;
+    }
+    eprintln!(
+        "values per client: {per_client:?}; {} calls without a value{also}",
+        errors.len()
+    );
+    for e in errors.iter().take(10) {
+        eprintln!("  {e}");
+    }
+    per_client
+}
+
 /// Every name's values are unique, and each is above every value of the name whose call ended
 /// before its call began.
 pub fn check(obs: &[Obs]) {
