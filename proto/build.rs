@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/seqsvr/v1/store.proto",
         "proto/seqsvr/v1/raft.proto",
         "proto/seqsvr/v1/admin.proto",
+        "proto/seqsvr/v1/ledger.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -5,6 +5,7 @@
 //! | `client` | the data plane (`AllocService`), read-only store calls (`GetRoutes`, `Status`, `GetClusterMap`, `ExportStatus`), health, reflection |
 //! | `allocsvr` | the read-only calls, the ownership calls `Register`, `Renew`, `Release`, `Bump`, `RaiseMarks`, `Load`, and the data plane (an AllocSvr forwards its front ends' calls to the owner) |
 //! | `storesvr` | the read-only calls, and the Raft peer service |
+//! | ledgers | `LedgerService`'s data calls as the data plane; `Void` and `Reconcile` for `admin` and the `allocsvr` that forwards an admin's |
 //! | `admin` | the data plane, the read-only calls, every `AdminService` change (membership, map, moves, drains) and the audit trail (`GetAudit`) |
 //!
 //! An operator's `seqctl` carries `admin` and so may also fetch, to check a cluster by hand, and
@@ -82,6 +83,9 @@ pub enum Kind {
     /// Load: the ceilings and owners of a range, read linearizably. AllocSvrs (a gained section's
     /// state) and admins (a move's dry run).
     Ceilings,
+    /// A ledger's operator calls (void a number, reconcile after a restore): admins, and the
+    /// AllocSvr forwarding an admin's call.
+    LedgerAdmin,
     /// Raft messages between replicas of one set.
     Peer,
     /// Operator changes: membership, the cluster map, move steps, drains.
@@ -96,6 +100,13 @@ pub fn kind(path: &str) -> Kind {
     let (service, method) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     match service {
         "seqsvr.v1.AllocService" => Kind::DataPlane,
+        // Served by AllocSvrs (forwarded) and StoreSvrs (decided). An operator's void and
+        // reconcile: admins, and the AllocSvr that forwards one (it checked its caller's role).
+        "seqsvr.v1.LedgerService" => match method {
+            "CreateLedger" | "Reserve" | "Confirm" | "Release" | "Show" | "Gaps" => Kind::DataPlane,
+            "Void" | "Reconcile" => Kind::LedgerAdmin,
+            _ => Kind::Unknown,
+        },
         // Where an AllocSvr's Redis Cluster port is, for its peers: a port, nothing more.
         "seqsvr.v1.FrontInfo" => Kind::ReadOnly,
         "seqsvr.v1.RaftService" => Kind::Peer,
@@ -137,5 +148,6 @@ pub fn allowed_kind(role: Role, kind: Kind) -> bool {
         Kind::Ceilings => matches!(role, Role::AllocSvr | Role::Admin),
         Kind::Peer => role == Role::StoreSvr,
         Kind::Admin => role == Role::Admin,
+        Kind::LedgerAdmin => matches!(role, Role::Admin | Role::AllocSvr),
     }
 }

@@ -20,6 +20,16 @@ pub enum RpcError {
     /// Resending will not help; a process that lost its secret registers again.
     #[error("{0}")]
     Unauthenticated(String),
+    /// The request names something that does not exist (a ledger, a number above the highest).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request conflicts with what exists and was not a repeat of it (a confirm with another
+    /// reference than the first).
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// A bound was reached (held or voided numbers, ledgers): an operator's step frees room.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// Retry later or elsewhere: no quorum, Raft shutting down, deadline passed; nothing was
     /// written.
     #[error("{0}")]
@@ -44,6 +54,9 @@ impl From<RpcError> for Status {
             RpcError::FailedPrecondition(m) => Status::failed_precondition(m),
             RpcError::Unauthenticated(m) => Status::unauthenticated(m),
             RpcError::Unavailable(m) => Status::unavailable(m),
+            RpcError::NotFound(m) => Status::not_found(m),
+            RpcError::AlreadyExists(m) => Status::already_exists(m),
+            RpcError::ResourceExhausted(m) => Status::resource_exhausted(m),
             RpcError::MaybeCommitted(m) => Status::unknown(format!("the write may have been committed: {m}")),
             RpcError::Internal(m) => Status::internal(m),
             RpcError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),

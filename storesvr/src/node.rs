@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::grpc::admin::AdminSvc;
+use crate::grpc::ledger::LedgerSvc;
 use crate::grpc::store::StoreSvc;
 use crate::raft::clocks::PeerClocks;
 use crate::raft::identity::Identity;
@@ -242,6 +243,7 @@ async fn serve(
         pb::store_service_server::SERVICE_NAME,
         pb::raft_service_server::SERVICE_NAME,
         pb::admin_service_server::SERVICE_NAME,
+        pb::ledger_service_server::SERVICE_NAME,
     ];
     let (reflection_v1, reflection_v1alpha) = reflection::services(&served);
     let store = StoreServiceServer::new(StoreSvc { ctx: shared.clone() })
@@ -253,6 +255,9 @@ async fn serve(
     })
     .max_decoding_message_size(MAX_PEER_MESSAGE)
     .max_encoding_message_size(MAX_PEER_MESSAGE);
+    let ledger = pb::ledger_service_server::LedgerServiceServer::new(LedgerSvc { ctx: shared.clone() })
+        .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
+        .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
     let admin = AdminServiceServer::new(AdminSvc { ctx: shared })
         .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
@@ -267,6 +272,7 @@ async fn serve(
             .add_service(store)
             .add_service(peers)
             .add_service(admin)
+            .add_service(ledger)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stopped.await;
             }),

@@ -402,6 +402,13 @@ fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised, unchecked_ids:
             r.route_version.0, r.route_version.1, r.last_incarnation.0, r.last_incarnation.1
         ),
     ];
+    if r.ledgers_restored > 0 {
+        lines.push(format!(
+            "ledgers: {} marked restored; their reserves are refused until `seqctl ledger reconcile KEY --next N` \
+             with N above every number your own records show (the numbers between are voided as lost with the restore)",
+            r.ledgers_restored
+        ));
+    }
     if r.ids_adopted {
         lines.push("time-ordered ids: the backup predates the set's id setup; it takes the live map's setup".into());
     }

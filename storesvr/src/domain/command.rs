@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::audit::{AuditNote, AuditRecord, cut};
 use super::binding::SecretHash;
 use super::cluster_map::{MapCommand, MapResult, Phase};
+use super::ledger::{LedgerCommand, LedgerResult};
 use super::moves::RangeCommand;
 use super::section::Span;
 use super::slots::{SlotCommand, SlotResult};
@@ -114,6 +115,8 @@ pub enum Command {
     /// A step of the worker-slot sub-machine for time-ordered ids (see `slots.rs`). A `Raise`
     /// and a `Release` are bound like a `Bump` and a `Release` of sections.
     Slots(SlotCommand),
+    /// A step of the ledger sub-machine (see `ledger.rs`).
+    Ledger(LedgerCommand),
 }
 
 /// Result of one command.
@@ -161,6 +164,7 @@ pub enum CommandResult {
     /// changed.
     NotBound,
     Slots(SlotResult),
+    Ledger(LedgerResult),
 }
 
 /// A set's cached copy of the cluster map: the encoded `pb::ClusterMap` exactly as published, and
@@ -251,6 +255,23 @@ fn describe_slots(c: &SlotCommand) -> String {
     }
 }
 
+fn describe_ledger(c: &LedgerCommand) -> String {
+    match c {
+        LedgerCommand::Create { key, hold_ms } => format!("create ledger {key:?} (hold {hold_ms} ms)"),
+        LedgerCommand::Reserve { key, holder, .. } => format!("reserve a number of ledger {key:?} for {holder:?}"),
+        LedgerCommand::Confirm { key, number, .. } => format!("confirm number {number} of ledger {key:?}"),
+        LedgerCommand::Release { key, number, .. } => format!("release number {number} of ledger {key:?}"),
+        LedgerCommand::Void { key, number, who, .. } => format!("void number {number} of ledger {key:?} ({who})"),
+        LedgerCommand::Reconcile { key, next, who, .. } => {
+            format!("reconcile ledger {key:?}: reserves resume at {next} ({who})")
+        }
+        LedgerCommand::Expire { now_ms } => format!("expire ledger holds due by {now_ms}"),
+        LedgerCommand::Install { op, span: s, ledgers } => {
+            format!("install {} ledgers of move {op}: {}", ledgers.len(), span(s))
+        }
+    }
+}
+
 fn describe_range(r: &RangeCommand) -> String {
     match r {
         RangeCommand::Import { op, span: s, from_set } => {
@@ -283,6 +304,7 @@ pub fn describe(cmd: &Command) -> String {
     match cmd {
         Command::Map(m) => describe_map(m),
         Command::Slots(c) => describe_slots(c),
+        Command::Ledger(c) => describe_ledger(c),
         Command::Range(r) => describe_range(r),
         Command::Drain { node_id } => format!("drain AllocSvr node {node_id}"),
         Command::CacheMap(m) => format!("publish map version {} ({} bytes)", m.version, m.encoded.len()),
@@ -425,7 +447,7 @@ mod tests {
             st.apply(&audited(Command::Drain { node_id: NodeId(node) }), false);
         }
         let bytes = postcard::to_stdvec(&st).unwrap();
-        let back: SetState = postcard::from_bytes(&bytes).unwrap();
+        let back: SetState = crate::storage::sm_store::decode_padded(&bytes).unwrap();
         assert_eq!(back.audit, st.audit);
         assert_eq!((back.audit.len(), back.audit.last()), (3, 3));
     }

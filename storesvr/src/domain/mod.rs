@@ -10,6 +10,8 @@
 //!   side of a move (range steps), and the cluster map with its move records (set 0 only).
 //! - [`slots`]: worker slots for time-ordered ids (holder, epoch and high-water mark per slot),
 //!   a sub-machine with its own commands and results, and the arbiter's slot grants.
+//! - [`ledger`]: ledger counters (numbers with no gaps, each held, confirmed or voided), a
+//!   sub-machine with its own commands and results, keyed by counter key.
 //! - [`binding`]: which incarnation registered with which secret (as its hash), and the check
 //!   that binds its Renews, Releases and Bumps to that registration.
 //! - [`audit`]: the bounded trail of admin actions (who, when, what, outcome) in that state.
@@ -29,6 +31,7 @@ pub mod cluster_map;
 pub mod command;
 #[cfg(test)]
 mod format_pins;
+pub mod ledger;
 pub(crate) mod liveness;
 pub mod moves;
 pub mod ranges;

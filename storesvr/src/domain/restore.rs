@@ -36,6 +36,11 @@
 //! - On set 0 the map's version jumps by [`VERSION_GAP`] too: every holder of a copy takes only
 //!   newer maps, and it may hold one issued after the backup.
 //!
+//! - Every ledger is marked restored: its reserves are refused until an operator reconciles it
+//!   (`seqctl ledger reconcile KEY --next N`, N above every number their records show), which
+//!   voids the numbers the backup lacks as lost with the restore. Confirms and releases of the
+//!   numbers the backup holds go on at once.
+//!
 //! Left out: the move records are restored as they were (the ranges are checked, the history of
 //! moves between other sets is not needed to serve), and the map's check needs a live copy of the
 //! map; without one the operator must say so (`--unsafe-skip-map-check`).
@@ -344,6 +349,8 @@ pub struct Raised {
     pub slot_marks_at_least: Option<u64>,
     /// The backup had no id setup and took the live map's.
     pub ids_adopted: bool,
+    /// Ledgers that wait for a reconcile.
+    pub ledgers_restored: u64,
 }
 
 /// Refuses a backup taken while a move had a range importing or frozen here.
@@ -489,6 +496,10 @@ pub fn restore(
         map.version = jump(map.version, "cluster map version")?;
     }
     st.bindings = Default::default();
+    // The backup cannot know the ledger numbers handed out after it: reserves wait until an
+    // operator reconciles each ledger's tail with their own records (docs/BACKUP.md).
+    st.ledgers.mark_restored();
+    r.ledgers_restored = st.ledgers.by_key.len() as u64;
     if st.ids.is_none()
         && let Some(setup) = &at.live_ids
     {

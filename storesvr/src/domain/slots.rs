@@ -64,6 +64,31 @@ pub struct IdState {
     pub key_placement: KeyPlacement,
 }
 
+/// Every field of an [`IdState`], written whatever the key placement (see `SetState`'s `Serialize`).
+#[derive(Serialize)]
+pub(crate) struct WholeIdState<'a> {
+    layout: &'a IdLayout,
+    per_set: u64,
+    max_ahead_ms: u64,
+    first: u64,
+    slots: &'a Vec<SlotState>,
+    key_placement: KeyPlacement,
+}
+
+impl IdState {
+    /// The state with its key placement written even when it is SHA-256.
+    pub(crate) fn whole(&self) -> WholeIdState<'_> {
+        WholeIdState {
+            layout: &self.layout,
+            per_set: self.per_set,
+            max_ahead_ms: self.max_ahead_ms,
+            first: self.first,
+            slots: &self.slots,
+            key_placement: self.key_placement,
+        }
+    }
+}
+
 /// Slot `slot` goes from `from` (its holder when the arbiter decided) to `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotMove {

@@ -30,6 +30,7 @@ use super::cluster_map::ClusterMap;
 pub use super::command::{
     BumpItem, BumpOutcome, BumpResult, CachedMap, Command, CommandResult, Move, Released, outcome,
 };
+use super::ledger::{Context, LedgerCommand, Ledgers};
 use super::moves::{ExportStatus, LocalMove, MoveSteps, MoveView, RangeCommand, StepResult};
 use super::ranges::{OpId, RangeState, RangeTable};
 pub use super::section::{NOBODY, OwnerRun, Run, SectionState, Span, sections};
@@ -91,7 +92,7 @@ pub struct AllocSvrRecord {
 }
 
 /// The whole replicated state of a set.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct SetState {
     pub params: Option<SetParams>,
     /// Indexed by `section - params.section_begin`.
@@ -124,6 +125,76 @@ pub struct SetState {
     /// Worker slots for time-ordered ids, once set up (see `slots`). Last field on purpose: a
     /// snapshot or backup written before it existed is read with none.
     pub ids: Option<IdState>,
+    /// Ledger counters (see `ledger`). Last, and not written when there are none, so that a
+    /// state without ledgers encodes byte for byte as before (see the `Serialize` below).
+    #[serde(default)]
+    pub ledgers: Ledgers,
+}
+
+/// `SetState` as it is written: every field as derived, but `ledgers` only when there are some,
+/// and then the key placement of `ids` always (that placement is otherwise left out when it is
+/// SHA-256, and postcard has no field tags: the ledgers' first byte would be read as it).
+impl Serialize for SetState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Written<'a> {
+            params: &'a Option<SetParams>,
+            sections: &'a Vec<SectionState>,
+            allocsvrs: &'a BTreeMap<Incarnation, AllocSvrRecord>,
+            last_incarnation: &'a Incarnation,
+            route_version: &'a u64,
+            replica_ids_ever: &'a BTreeSet<NodeId>,
+            ranges: &'a RangeTable,
+            moves: &'a BTreeMap<OpId, LocalMove>,
+            map: &'a Option<ClusterMap>,
+            cached_map: &'a Option<CachedMap>,
+            audit: &'a AuditTrail,
+            bindings: &'a Bindings,
+            ids: IdsWritten<'a>,
+            #[serde(skip_serializing_if = "no_ledgers")]
+            ledgers: &'a Ledgers,
+        }
+        let with_ledgers = !self.ledgers.is_empty();
+        Written {
+            params: &self.params,
+            sections: &self.sections,
+            allocsvrs: &self.allocsvrs,
+            last_incarnation: &self.last_incarnation,
+            route_version: &self.route_version,
+            replica_ids_ever: &self.replica_ids_ever,
+            ranges: &self.ranges,
+            moves: &self.moves,
+            map: &self.map,
+            cached_map: &self.cached_map,
+            audit: &self.audit,
+            bindings: &self.bindings,
+            ids: IdsWritten {
+                ids: self.ids.as_ref(),
+                whole: with_ledgers,
+            },
+            ledgers: &self.ledgers,
+        }
+        .serialize(s)
+    }
+}
+
+fn no_ledgers(l: &&Ledgers) -> bool {
+    l.is_empty()
+}
+
+/// The `ids` field: as derived, or with every field (`whole`) when more follows it.
+struct IdsWritten<'a> {
+    ids: Option<&'a IdState>,
+    whole: bool,
+}
+
+impl Serialize for IdsWritten<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (self.ids, self.whole) {
+            (Some(ids), true) => s.serialize_some(&ids.whole()),
+            (ids, _) => ids.serialize(s),
+        }
+    }
 }
 
 impl SetState {
@@ -224,6 +295,7 @@ impl SetState {
                     skip,
                 ))
             }
+            Command::Ledger(c) => self.ledger(&params, c),
             Command::Audited { note, cmd } => self.audited(note, cmd, rules),
             // `apply_with` unwraps one level; a second is not a command anyone sends.
             Command::Bound { .. } => CommandResult::Invalid("a bound command cannot hold another one".into()),
@@ -473,11 +545,32 @@ impl SetState {
         if steps.routes_changed {
             self.route_version += 1;
         }
+        if let StepResult::Stepped { already: false } = result {
+            match step {
+                // The target has the span's ledgers (the driver installs them before the range).
+                RangeCommand::Tombstone { span, .. } => self.ledgers.drop_span(*span),
+                // A cancelled import forgets the copies it took; a source's cancel keeps its own.
+                RangeCommand::Cancel { span, .. } if !self.ranges.all(span.begin, span.end, |s| s.is_some()) => {
+                    self.ledgers.drop_span(*span)
+                }
+                _ => {}
+            }
+        }
         match result {
             StepResult::Stepped { already } => CommandResult::Stepped { already },
             StepResult::Refused(m) => CommandResult::Refused(m),
             StepResult::Invalid(m) => CommandResult::Invalid(m),
         }
+    }
+
+    /// Applies a ledger command: keys are placed as the set's id setup says (SHA-256 without one).
+    fn ledger(&mut self, p: &SetParams, c: &LedgerCommand) -> CommandResult {
+        let cx = Context {
+            params: p,
+            placement: self.ids.as_ref().map(|i| i.key_placement).unwrap_or_default(),
+            ranges: &self.ranges,
+        };
+        CommandResult::Ledger(self.ledgers.apply(&cx, c))
     }
 
     /// The move steps' parts of the state, to read.

@@ -10,5 +10,6 @@
 pub(crate) mod admin;
 pub(crate) mod audit;
 pub(crate) mod backup;
+pub(crate) mod ledger;
 pub(crate) mod serve;
 pub mod store;

@@ -32,6 +32,7 @@ use crate::domain::state::{
 use crate::error::RpcError;
 
 pub mod ids;
+pub mod ledger;
 pub mod moves;
 #[cfg(test)]
 mod props;

@@ -19,6 +19,7 @@ use seqsvr_proto::pb;
 use crate::domain::state::{Command, CommandResult, SetState, UnsafeRules};
 use crate::error::RpcError;
 use crate::protocol::ids::{self, RaiseStep};
+use crate::protocol::ledger::{self, LedgerCall};
 use crate::protocol::moves::{self, FrozenSeen};
 use crate::protocol::{
     LeaderView, bump_command, bumped, load_ranges, load_reply, params_of, register_command, registered,
@@ -39,6 +40,7 @@ pub enum Request {
     PublishMap(pb::PublishMapRequest),
     ExportStatus(pb::ExportStatusRequest),
     RaiseMarks(pb::RaiseMarksRequest),
+    Ledger(LedgerCall),
 }
 
 impl Request {
@@ -47,10 +49,13 @@ impl Request {
     /// before it is answered, or a RaiseMarks that would change nothing, which only the leader
     /// answers from its applied state.
     pub fn reads(&self) -> bool {
-        matches!(
-            self,
-            Request::Renew(_) | Request::Load(_) | Request::GetClusterMap | Request::ExportStatus(_)
-        )
+        match self {
+            Request::Ledger(c) => c.reads(),
+            other => matches!(
+                other,
+                Request::Renew(_) | Request::Load(_) | Request::GetClusterMap | Request::ExportStatus(_)
+            ),
+        }
     }
 }
 
@@ -69,6 +74,9 @@ pub enum Reply {
     PublishMap(pb::PublishMapReply),
     ExportStatus(pb::ExportStatusReply),
     RaiseMarks(pb::RaiseMarksReply),
+    Ledger(pb::LedgerReply),
+    LedgerShow(pb::LedgerShowReply),
+    LedgerGaps(pb::LedgerGapsReply),
 }
 
 /// What a replica does with a request.
@@ -167,6 +175,15 @@ pub fn step(
         Request::ChangeMap(q) => Step::Commit(replica.audited(moves::map_command(&params_of(set)?, q.clone())?)),
         Request::RangeStep(q) => Step::Commit(replica.audited(moves::range_command(&params_of(set)?, q.clone())?)),
         Request::PublishMap(q) => Step::Commit(replica.audited(moves::publish_command(&params_of(set)?, q.clone())?)),
+        Request::Ledger(c) if c.reads() => Step::Answer(match ledger::read(set, c)? {
+            ledger::ReadReply::Show(r) => Reply::LedgerShow(r),
+            ledger::ReadReply::Gaps(r) => Reply::LedgerGaps(r),
+        }),
+        Request::Ledger(c) => {
+            let cmd = ledger::write_command(set, c, replica.clock_ms(set))?;
+            // An operator's void or reconcile is recorded in the audit trail as it applies.
+            Step::Commit(if c.is_admin() { replica.audited(cmd) } else { cmd })
+        }
     })
 }
 
@@ -226,7 +243,12 @@ pub fn committed(
         Request::ChangeMap(_) => Reply::ChangeMap(moves::map_changed(result)?),
         Request::RangeStep(_) => Reply::RangeStep(moves::stepped(result)?),
         Request::PublishMap(_) => Reply::PublishMap(moves::published(result)?),
-        Request::Renew(_) | Request::Load(_) | Request::GetClusterMap | Request::ExportStatus(_) => {
+        Request::Ledger(c) if !c.reads() => Reply::Ledger(ledger::committed(set, c, result)?),
+        Request::Renew(_)
+        | Request::Load(_)
+        | Request::GetClusterMap
+        | Request::ExportStatus(_)
+        | Request::Ledger(_) => {
             return Err(unexpected(result));
         }
     })
@@ -274,4 +296,7 @@ call_replies!(
     PublishMap: pb::PublishMapReply,
     ExportStatus: pb::ExportStatusReply,
     RaiseMarks: pb::RaiseMarksReply,
+    Ledger: pb::LedgerReply,
+    LedgerShow: pb::LedgerShowReply,
+    LedgerGaps: pb::LedgerGapsReply,
 );

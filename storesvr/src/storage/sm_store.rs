@@ -80,16 +80,17 @@ fn decode_sm_data(bytes: &[u8]) -> Result<SmData, StorageError> {
 /// Decodes a value that ends with a `SetState` (a snapshot's `SmData`, a backup's state). Fields
 /// added to `SetState` since the first snapshots went last, and postcard has no field tags, so an
 /// older encoding ends early: as many 0 bytes as the missing fields' empty encodings are supplied
-/// (`ids`: `None`, one byte; `bindings`: an empty map, one byte; `audit`: an empty trail, two
-/// bytes; `cached_map`: `None`, one byte) and it is read with them empty. The same one byte
-/// reads a state whose `ids` end before `IdState::key_placement` (its last field, the last of the
-/// state's), as SHA-256 placement: states from before placements existed, and every SHA-256 one
-/// since (that placement is not written, so that an older replica reads the state). A current encoding
-/// decodes on the first try. A shorter padding of an older format runs out of bytes, so the first
-/// padding that decodes is the encoding's own. Trailing bytes are an error.
+/// (`ledgers`: none, one byte, and never written when empty, so every state without ledgers ends
+/// there; `ids`: `None`, one byte; `bindings`: an empty map, one byte; `audit`: an empty trail,
+/// two bytes; `cached_map`: `None`, one byte) and it is read with them empty. A state whose `ids`
+/// end before `IdState::key_placement` (SHA-256 placement is not written unless ledgers follow,
+/// so that an older replica reads the state) takes one byte more, read as SHA-256. A current
+/// encoding with ledgers decodes on the first try. A shorter padding of an older format runs out
+/// of bytes, so the first padding that decodes is the encoding's own. Trailing bytes are an error.
 pub(crate) fn decode_padded<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
-    /// No ids or no key placement (1 byte), then no bindings either (2), then no trail (4), then no cached map (5).
-    const OLDER_FORMATS: [usize; 4] = [1, 2, 4, 5];
+    /// No ledgers (1 byte); no key placement or no ids either (2); then no bindings (3), no trail
+    /// (5), no cached map (6).
+    const OLDER_FORMATS: [usize; 5] = [1, 2, 3, 5, 6];
     let whole = |b: &[u8]| match postcard::take_from_bytes::<T>(b) {
         Ok((v, [])) => Ok(v),
         Ok(_) => Err(postcard::Error::DeserializeBadEncoding),

@@ -2,7 +2,8 @@
 //! that released sections get their next owner without waiting for the tick — it keeps the
 //! leadership bookkeeping of the liveness view, writes the set's parameters once, and turns one
 //! arbiter decision (pure, in `domain::arbiter`) into a Raft write, then the slot decision for
-//! time-ordered ids (`protocol::ids::slots_tick`: the setup once, then grants).
+//! time-ordered ids (`protocol::ids::slots_tick`: the setup once, then grants), and the expiry of
+//! ledger holds past their deadline (`protocol::ledger::expire_tick`).
 //!
 //! Deliberately left out: the decision itself (`protocol::arbiter_tick`, pure); a failed write is simply retried at the next tick.
 
@@ -47,6 +48,16 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
                 Tick::Plan(_) => protocol::ids::slots_tick(&st.set, &view, now, ctx.detect(), ctx.config.id_setup()),
                 _ => None,
             };
+            // Ledger holds past their deadline are voided by the leader's clock (moved to the
+            // quorum's, as slot marks are capped by it).
+            let expire = match tick {
+                Tick::Plan(_) => {
+                    let max_ahead_ms = st.set.ids.as_ref().map_or(0, |i| i.max_ahead_ms);
+                    protocol::ledger::expire_tick(&st.set, ctx.id_clock_ms(max_ahead_ms))
+                }
+                _ => None,
+            };
+            let slots = slots.into_iter().chain(expire);
             (became_leader, tick, slots)
         };
         if became_leader {

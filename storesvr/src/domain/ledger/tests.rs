@@ -1,0 +1,346 @@
+//! The ledger sub-machine's rules, one behaviour per test, through `SetState::apply` (so the
+//! wiring, the ownership check and the encoding are exercised with it).
+
+use super::*;
+use crate::domain::state::{Command, CommandResult, SetState};
+use crate::domain::testing::set_with;
+
+const KEY: &str = "invoices:2026";
+
+fn run(st: &mut SetState, c: LedgerCommand) -> LedgerResult {
+    let r = match st.apply(&Command::Ledger(c), false) {
+        CommandResult::Ledger(r) => r,
+        other => panic!("not a ledger result: {other:?}"),
+    };
+    for (k, l) in &st.ledgers.by_key {
+        l.check().unwrap_or_else(|e| panic!("ledger {k}: {e}"));
+    }
+    r
+}
+
+fn created(hold_ms: u64) -> SetState {
+    let (mut st, _) = set_with(&[]);
+    let r = run(
+        &mut st,
+        LedgerCommand::Create {
+            key: KEY.into(),
+            hold_ms,
+        },
+    );
+    assert!(matches!(r, LedgerResult::Done { repeated: false, .. }), "{r:?}");
+    st
+}
+
+fn reserve(st: &mut SetState, request_id: &str, now_ms: u64) -> LedgerResult {
+    run(
+        st,
+        LedgerCommand::Reserve {
+            key: KEY.into(),
+            holder: "app-1".into(),
+            request_id: request_id.into(),
+            now_ms,
+        },
+    )
+}
+
+fn number(r: &LedgerResult) -> u64 {
+    match r {
+        LedgerResult::Done { number, .. } => *number,
+        other => panic!("not done: {other:?}"),
+    }
+}
+
+fn confirm(st: &mut SetState, n: u64, reference: &str, now_ms: u64) -> LedgerResult {
+    run(
+        st,
+        LedgerCommand::Confirm {
+            key: KEY.into(),
+            number: n,
+            reference: reference.into(),
+            now_ms,
+        },
+    )
+}
+
+fn ledger(st: &SetState) -> &Ledger {
+    &st.ledgers.by_key[KEY]
+}
+
+#[test]
+fn reserves_hand_out_one_number_after_another() {
+    let mut st = created(60_000);
+    let got: Vec<u64> = (0..5).map(|i| number(&reserve(&mut st, "", 1_000 + i))).collect();
+    assert_eq!(got, [1, 2, 3, 4, 5]);
+    assert_eq!(ledger(&st).high, 5);
+}
+
+#[test]
+fn a_retried_reserve_with_its_request_id_gets_the_same_number() {
+    let mut st = created(60_000);
+    let first = reserve(&mut st, "req-1", 1_000);
+    let again = reserve(&mut st, "req-1", 1_500);
+    assert_eq!(number(&first), number(&again));
+    assert!(matches!(again, LedgerResult::Done { repeated: true, .. }));
+    assert_eq!(ledger(&st).high, 1);
+    // Once confirmed, the id is free again: a new reserve.
+    confirm(&mut st, 1, "INV-1", 2_000);
+    assert_eq!(number(&reserve(&mut st, "req-1", 2_100)), 2);
+}
+
+#[test]
+fn a_confirm_repeated_with_its_reference_answers_the_same_and_another_is_refused() {
+    let mut st = created(60_000);
+    let n = number(&reserve(&mut st, "", 1_000));
+    assert!(matches!(
+        confirm(&mut st, n, "INV-1", 1_100),
+        LedgerResult::Done { repeated: false, .. }
+    ));
+    assert!(matches!(
+        confirm(&mut st, n, "INV-1", 1_200),
+        LedgerResult::Done { repeated: true, .. }
+    ));
+    assert_eq!(
+        confirm(&mut st, n, "INV-2", 1_300),
+        LedgerResult::Refused(Refusal::ConfirmedOther {
+            reference: Some("INV-1".into())
+        })
+    );
+    assert!(matches!(ledger(&st).state_of(n), NumberState::Confirmed(Some(r)) if r.reference == "INV-1"));
+}
+
+#[test]
+fn a_confirmed_number_is_never_released_or_voided() {
+    let mut st = created(60_000);
+    let n = number(&reserve(&mut st, "", 1_000));
+    confirm(&mut st, n, "INV-1", 1_100);
+    let release = LedgerCommand::Release {
+        key: KEY.into(),
+        number: n,
+        note: String::new(),
+        now_ms: 1_200,
+    };
+    assert_eq!(run(&mut st, release), LedgerResult::Refused(Refusal::Confirmed));
+    let void = LedgerCommand::Void {
+        key: KEY.into(),
+        number: n,
+        who: "ops".into(),
+        note: "typo".into(),
+        now_ms: 1_300,
+    };
+    assert_eq!(run(&mut st, void), LedgerResult::Refused(Refusal::Confirmed));
+    // A hold long past: expiry leaves a confirmed number alone.
+    run(&mut st, LedgerCommand::Expire { now_ms: 10_000_000 });
+    assert!(matches!(ledger(&st).state_of(n), NumberState::Confirmed(_)));
+}
+
+#[test]
+fn a_hold_past_its_deadline_is_voided_as_expired_and_never_handed_out_again() {
+    let mut st = created(1_000);
+    let n = number(&reserve(&mut st, "req", 10_000));
+    assert_eq!(
+        run(&mut st, LedgerCommand::Expire { now_ms: 10_999 }),
+        LedgerResult::Count(0)
+    );
+    assert_eq!(
+        run(&mut st, LedgerCommand::Expire { now_ms: 11_000 }),
+        LedgerResult::Count(1)
+    );
+    assert!(matches!(
+        ledger(&st).state_of(n),
+        NumberState::Voided { void, .. } if void.reason == VoidReason::Expired && void.who == "app-1"
+    ));
+    // The request id no longer names it, a confirm is refused, and the next reserve is n + 1.
+    assert!(matches!(
+        confirm(&mut st, n, "late", 11_100),
+        LedgerResult::Refused(Refusal::Voided { .. })
+    ));
+    assert_eq!(number(&reserve(&mut st, "req", 11_200)), n + 1);
+}
+
+#[test]
+fn a_confirm_after_the_deadline_expires_the_number_before_any_tick() {
+    let mut st = created(1_000);
+    let n = number(&reserve(&mut st, "", 10_000));
+    assert!(matches!(
+        confirm(&mut st, n, "late", 11_000),
+        LedgerResult::Refused(Refusal::Voided { .. })
+    ));
+    assert_eq!(ledger(&st).voided_count, 1);
+}
+
+#[test]
+fn a_clock_that_steps_back_never_takes_a_ledger_back() {
+    let mut st = created(1_000);
+    let n = number(&reserve(&mut st, "", 50_000));
+    // A later leader whose clock is behind: the ledger keeps its own highest time.
+    let m = number(&reserve(&mut st, "", 1_000));
+    assert_eq!(ledger(&st).held[&m].deadline_ms, 51_000);
+    run(&mut st, LedgerCommand::Expire { now_ms: 2_000 });
+    assert!(matches!(ledger(&st).state_of(n), NumberState::Held(_)));
+}
+
+#[test]
+fn release_is_idempotent_and_keeps_the_number_in_the_gap_report() {
+    let mut st = created(60_000);
+    let n = number(&reserve(&mut st, "", 1_000));
+    let release = LedgerCommand::Release {
+        key: KEY.into(),
+        number: n,
+        note: "customer cancelled".into(),
+        now_ms: 1_100,
+    };
+    assert!(matches!(
+        run(&mut st, release.clone()),
+        LedgerResult::Done { repeated: false, .. }
+    ));
+    assert!(matches!(
+        run(&mut st, release),
+        LedgerResult::Done { repeated: true, .. }
+    ));
+    match ledger(&st).state_of(n) {
+        NumberState::Voided { void, .. } => {
+            assert_eq!(
+                (void.reason, void.note.as_str()),
+                (VoidReason::Released, "customer cancelled")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn numbers_never_handed_out_are_refused() {
+    let mut st = created(60_000);
+    assert_eq!(
+        confirm(&mut st, 1, "x", 1_000),
+        LedgerResult::Refused(Refusal::NotIssued { high: 0 })
+    );
+    let none = run(
+        &mut st,
+        LedgerCommand::Reserve {
+            key: "nobody".into(),
+            holder: String::new(),
+            request_id: String::new(),
+            now_ms: 0,
+        },
+    );
+    assert_eq!(none, LedgerResult::Refused(Refusal::NoLedger));
+}
+
+#[test]
+fn a_create_repeated_answers_the_same_and_another_hold_is_refused() {
+    let mut st = created(60_000);
+    let again = run(
+        &mut st,
+        LedgerCommand::Create {
+            key: KEY.into(),
+            hold_ms: 60_000,
+        },
+    );
+    assert!(matches!(again, LedgerResult::Done { repeated: true, .. }));
+    let other = run(
+        &mut st,
+        LedgerCommand::Create {
+            key: KEY.into(),
+            hold_ms: 5_000,
+        },
+    );
+    assert_eq!(other, LedgerResult::Refused(Refusal::OtherHold { hold_ms: 60_000 }));
+    let bad = run(
+        &mut st,
+        LedgerCommand::Create {
+            key: "k".into(),
+            hold_ms: 10,
+        },
+    );
+    assert!(matches!(bad, LedgerResult::Refused(Refusal::Invalid(_))));
+}
+
+#[test]
+fn held_numbers_are_bounded() {
+    let mut st = created(60_000);
+    for _ in 0..MAX_HELD {
+        reserve(&mut st, "", 1_000);
+    }
+    assert_eq!(reserve(&mut st, "", 1_000), LedgerResult::Refused(Refusal::TooManyHeld));
+    assert_eq!(ledger(&st).high, MAX_HELD as u64);
+}
+
+#[test]
+fn confirmed_runs_stay_few_and_references_are_bounded() {
+    let mut st = created(60_000);
+    let total = KEEP_REFERENCES as u64 + 500;
+    for i in 1..=total {
+        let n = number(&reserve(&mut st, "", 1_000));
+        confirm(&mut st, n, &format!("INV-{i}"), 1_000);
+    }
+    let l = ledger(&st);
+    assert_eq!((l.confirmed.len(), l.references.len()), (1, KEEP_REFERENCES));
+    assert_eq!(l.settled(), total);
+    // The oldest reference went; its number is still confirmed, and a confirm with any
+    // reference is refused rather than guessed.
+    assert_eq!(l.state_of(1), NumberState::Confirmed(None));
+    assert_eq!(
+        confirm(&mut st, 1, "INV-1", 2_000),
+        LedgerResult::Refused(Refusal::ConfirmedOther { reference: None })
+    );
+}
+
+#[test]
+fn a_restored_ledger_refuses_reserves_until_reconciled_and_voids_the_tail() {
+    let mut st = created(60_000);
+    let n = number(&reserve(&mut st, "", 1_000));
+    st.ledgers.mark_restored();
+    assert_eq!(reserve(&mut st, "", 1_100), LedgerResult::Refused(Refusal::Restored));
+    // Numbers the backup has are served at once.
+    assert!(matches!(confirm(&mut st, n, "INV-1", 1_200), LedgerResult::Done { .. }));
+    let below = LedgerCommand::Reconcile {
+        key: KEY.into(),
+        next: 1,
+        who: "ops".into(),
+        now_ms: 1_300,
+    };
+    assert_eq!(
+        run(&mut st, below),
+        LedgerResult::Refused(Refusal::ReconcileBelow { next: 2 })
+    );
+    let reconcile = LedgerCommand::Reconcile {
+        key: KEY.into(),
+        next: 1_000_001,
+        who: "ops".into(),
+        now_ms: 1_400,
+    };
+    assert!(matches!(run(&mut st, reconcile), LedgerResult::Done { .. }));
+    let l = ledger(&st);
+    assert_eq!((l.voided.len(), l.voided_count), (1, 999_999));
+    assert_eq!(number(&reserve(&mut st, "", 1_500)), 1_000_001);
+}
+
+#[test]
+fn a_section_the_set_does_not_own_refuses_every_ledger_call() {
+    let mut st = created(60_000);
+    let section = ledger(&st).section;
+    st.ranges.set(section, SectionId(section.0 + 1), None);
+    assert_eq!(reserve(&mut st, "", 1_000), LedgerResult::Refused(Refusal::NotOwned));
+}
+
+#[test]
+fn a_state_without_ledgers_encodes_as_before_and_one_with_them_round_trips() {
+    let (plain, _) = set_with(&[1]);
+    // Without ledgers: the bytes of the derived encoding of the same fields (no trailing field).
+    let bytes = postcard::to_allocvec(&plain).unwrap();
+    let mut with_one = plain.clone();
+    run(
+        &mut with_one,
+        LedgerCommand::Create {
+            key: KEY.into(),
+            hold_ms: 0,
+        },
+    );
+    let longer = postcard::to_allocvec(&with_one).unwrap();
+    assert!(longer.len() > bytes.len() && longer.starts_with(&bytes[..bytes.len() - 1]));
+    let back: SetState = crate::storage::sm_store::decode_padded(&longer).unwrap();
+    assert_eq!(back, with_one);
+    let back: SetState = crate::storage::sm_store::decode_padded(&bytes).unwrap();
+    assert_eq!(back, plain);
+}
