@@ -367,6 +367,7 @@ impl Mover {
             map_version: 0,
             section_size: map.section_size,
             uid_limit: map.uid_limit,
+            ledgers: Vec::new(),
         };
         match next {
             Importing => self
@@ -398,6 +399,18 @@ impl Mover {
                         }
                         other => MoveError::Control(other),
                     })?;
+                // The range's ledger counters go before the range: once the target serves it, a
+                // ledger it lacked would be created anew and count from 1 again. Frozen at the
+                // source since the freeze, they are read there now (the seal changed nothing of
+                // them) and installed again whole if a driver repeats this step.
+                let ledgers = self.set_admin(map, m.from_set)?.export_status(m.op).await?.ledgers;
+                if !ledgers.is_empty() {
+                    let req = pb::RangeStepRequest {
+                        ledgers,
+                        ..step(pb::RangeStep::InstallLedgers, m.from_set)
+                    };
+                    self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?;
+                }
                 let req = pb::RangeStepRequest {
                     ceilings: m.ceilings.clone(),
                     ..step(pb::RangeStep::Install, m.from_set)
@@ -479,6 +492,7 @@ impl Mover {
             map_version: 0,
             section_size: map.section_size,
             uid_limit: map.uid_limit,
+            ledgers: Vec::new(),
         };
         self.set_admin(map, m.from_set)?.range_step(cancel.clone()).await?;
         self.set_admin(map, m.to_set)?.range_step(cancel).await?;

@@ -163,6 +163,7 @@ pub fn expire_tick(set: &SetState, now_ms: u64) -> Option<Command> {
         .ledgers
         .by_key
         .values()
+        .filter(|l| set.ranges.is_owned(l.section))
         .any(|l| l.held.values().any(|h| h.deadline_ms <= now_ms.max(l.clock_ms)));
     due.then_some(Command::Ledger(LedgerCommand::Expire { now_ms }))
 }

@@ -19,6 +19,7 @@ use prost::Message;
 use seqsvr_proto::{NodeId, pb};
 
 use crate::domain::cluster_map::{ClusterMap, MapCommand, MapResult, MoveOp, Phase};
+use crate::domain::ledger::{Ledger, LedgerCommand, LedgerResult};
 use crate::domain::liveness::{self, Liveness};
 use crate::domain::moves::RangeCommand;
 use crate::domain::ranges::{OpId, RangeRun, RangeState};
@@ -338,7 +339,7 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
     let op = req.op;
     let takes_sections = matches!(
         pb::RangeStep::try_from(req.step),
-        Ok(pb::RangeStep::Import | pb::RangeStep::Install)
+        Ok(pb::RangeStep::Import | pb::RangeStep::Install | pb::RangeStep::InstallLedgers)
     );
     if takes_sections && (req.section_size, req.uid_limit) != (p.section_size, p.uid_limit) {
         return Err(RpcError::FailedPrecondition(format!(
@@ -371,9 +372,14 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
         },
         Ok(pb::RangeStep::Cancel) => RangeCommand::Cancel { op, span },
         Ok(pb::RangeStep::Seal) => RangeCommand::Seal { op, span },
+        Ok(pb::RangeStep::InstallLedgers) => {
+            let ledgers: Vec<(String, Ledger)> = postcard::from_bytes(&req.ledgers)
+                .map_err(|e| RpcError::InvalidArgument(format!("the ledgers of move {op} do not decode: {e}")))?;
+            return Ok(Command::Ledger(LedgerCommand::Install { op, span, ledgers }));
+        }
         _ => {
             return Err(RpcError::InvalidArgument(format!(
-                "a range step is IMPORT, FREEZE, SEAL, INSTALL, TOMBSTONE or CANCEL, not {}",
+                "a range step is IMPORT, FREEZE, SEAL, INSTALL, INSTALL_LEDGERS, TOMBSTONE or CANCEL, not {}",
                 req.step
             )));
         }
@@ -382,6 +388,13 @@ pub fn range_command(p: &SetParams, req: pb::RangeStepRequest) -> Result<Command
 
 pub fn stepped(result: CommandResult) -> Result<pb::RangeStepReply, RpcError> {
     match result {
+        CommandResult::Ledger(LedgerResult::Count(_)) => Ok(pb::RangeStepReply {
+            not_leader: None,
+            already: false,
+        }),
+        CommandResult::Ledger(LedgerResult::Refused(r)) => Err(RpcError::FailedPrecondition(format!(
+            "the target does not take the range's ledgers: {r:?} (it takes them only while it imports the range)"
+        ))),
         CommandResult::Stepped { already } => Ok(pb::RangeStepReply {
             not_leader: None,
             already,
@@ -502,7 +515,23 @@ pub fn export_reply(
             remaining.as_micros().div_ceil(1_000) as u64
         },
         ceilings: if ready { ceilings } else { Vec::new() },
+        // Not only when ready: a ledger is decided by the set, not by a section's owner, and
+        // none changes after the freeze (every ledger call on a frozen range is refused).
+        ledgers: ledgers_of(set, op)?,
     })
+}
+
+/// The ledgers of move `op`'s frozen range, encoded for the target (empty when there are none).
+/// Frozen, they change no more: every ledger call on them is refused until the target serves them.
+fn ledgers_of(set: &SetState, op: OpId) -> Result<Vec<u8>, RpcError> {
+    let Some(m) = set.moves.get(&op) else {
+        return Ok(Vec::new());
+    };
+    let ledgers = set.ledgers.of_span(m.span);
+    if ledgers.is_empty() {
+        return Ok(Vec::new());
+    }
+    postcard::to_allocvec(&ledgers).map_err(|e| RpcError::Internal(format!("cannot encode the range's ledgers: {e}")))
 }
 
 #[cfg(test)]

@@ -252,6 +252,7 @@ fn request() -> impl Strategy<Value = Request> {
                     map_version,
                     section_size,
                     uid_limit: section_size,
+                    ledgers: Vec::new(),
                 })
             }),
         change_map().prop_map(Request::ChangeMap),

@@ -531,7 +531,7 @@ impl Ledgers {
             return LedgerResult::Refused(Refusal::Invalid(why));
         }
         match cmd {
-            LedgerCommand::Expire { now_ms } => self.expire_all(*now_ms),
+            LedgerCommand::Expire { now_ms } => self.expire_all(cx, *now_ms),
             LedgerCommand::Install { op, span, ledgers } => self.install(cx, *op, *span, ledgers),
             LedgerCommand::Create { key, hold_ms } => self.create(cx, key, *hold_ms),
             _ => {
@@ -577,11 +577,12 @@ impl Ledgers {
         }
     }
 
-    fn expire_all(&mut self, now_ms: u64) -> LedgerResult {
+    fn expire_all(&mut self, cx: &Context<'_>, now_ms: u64) -> LedgerResult {
         let mut count = 0;
         // Expiry is never refused for room: a number past its hold must not stay held. The
-        // bound on void records stops new reserves instead (`apply_one`).
-        for l in self.by_key.values_mut() {
+        // bound on void records stops new reserves instead (`apply_one`). A ledger of a range
+        // frozen for a move is left as it was exported: the target expires it once it serves it.
+        for l in self.by_key.values_mut().filter(|l| cx.ranges.is_owned(l.section)) {
             let now = l.note_clock(now_ms);
             count += l.expire(now);
         }

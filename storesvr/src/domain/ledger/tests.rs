@@ -344,3 +344,107 @@ fn a_state_without_ledgers_encodes_as_before_and_one_with_them_round_trips() {
     let back: SetState = crate::storage::sm_store::decode_padded(&bytes).unwrap();
     assert_eq!(back, plain);
 }
+
+/// A move of the ledger's range from set 0 to an empty set 1, with every step a driver sends.
+#[test]
+fn a_ledger_travels_with_its_range_and_goes_on_where_it_stopped() {
+    use crate::domain::moves::RangeCommand;
+    use crate::domain::testing::small_params;
+    let mut source = created(60_000);
+    let a = number(&reserve(&mut source, "", 1_000));
+    confirm(&mut source, a, "INV-1", 1_000);
+    let held = number(&reserve(&mut source, "", 1_000));
+    let section = ledger(&source).section;
+    let span = Span {
+        begin: section,
+        end: SectionId(section.0 + 1),
+    };
+    let mut target = {
+        let mut p = small_params();
+        (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
+        let mut st = SetState::default();
+        st.apply(&Command::Init(p), false);
+        st
+    };
+    let op = 7;
+    let range = |st: &mut SetState, c: RangeCommand| st.apply(&Command::Range(c), false);
+    range(&mut target, RangeCommand::Import { op, span, from_set: 0 });
+    range(&mut source, RangeCommand::Freeze { op, span, to_set: 1 });
+    // Frozen: the source takes no ledger call, and its expiry leaves the ledger as exported.
+    assert_eq!(
+        reserve(&mut source, "", 1_100),
+        LedgerResult::Refused(Refusal::NotOwned)
+    );
+    run(&mut source, LedgerCommand::Expire { now_ms: 10_000_000 });
+    let exported = source.ledgers.of_span(span);
+    assert_eq!(exported.len(), 1);
+    // A target that does not import the range refuses the ledgers.
+    let wrong_op = LedgerCommand::Install {
+        op: op + 1,
+        span,
+        ledgers: exported.clone(),
+    };
+    assert_eq!(run(&mut target, wrong_op), LedgerResult::Refused(Refusal::NotOwned));
+    let install = LedgerCommand::Install {
+        op,
+        span,
+        ledgers: exported,
+    };
+    assert_eq!(run(&mut target, install.clone()), LedgerResult::Count(1));
+    // Repeated by a driver that died after sending it: the same ledgers again.
+    assert_eq!(run(&mut target, install), LedgerResult::Count(1));
+    range(&mut source, RangeCommand::Seal { op, span });
+    let ceilings = vec![0; 1];
+    range(&mut target, RangeCommand::Install { op, span, ceilings });
+    range(
+        &mut source,
+        RangeCommand::Tombstone {
+            op,
+            span,
+            to_set: 1,
+            map_version: 2,
+        },
+    );
+    assert!(source.ledgers.is_empty(), "the source forgets what the target has");
+    assert!(matches!(ledger(&target).state_of(held), NumberState::Held(_)));
+    assert_eq!(number(&reserve(&mut target, "", 2_000)), held + 1);
+    assert!(matches!(
+        confirm(&mut target, held, "INV-2", 2_000),
+        LedgerResult::Done { .. }
+    ));
+}
+
+#[test]
+fn a_cancelled_import_forgets_the_ledgers_it_took() {
+    use crate::domain::moves::RangeCommand;
+    use crate::domain::testing::small_params;
+    let source = created(60_000);
+    let section = ledger(&source).section;
+    let span = Span {
+        begin: section,
+        end: SectionId(section.0 + 1),
+    };
+    let mut target = {
+        let mut p = small_params();
+        (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
+        let mut st = SetState::default();
+        st.apply(&Command::Init(p), false);
+        st
+    };
+    target.apply(
+        &Command::Range(RangeCommand::Import {
+            op: 3,
+            span,
+            from_set: 0,
+        }),
+        false,
+    );
+    let install = LedgerCommand::Install {
+        op: 3,
+        span,
+        ledgers: source.ledgers.of_span(span),
+    };
+    assert_eq!(run(&mut target, install), LedgerResult::Count(1));
+    target.apply(&Command::Range(RangeCommand::Cancel { op: 3, span }), false);
+    assert!(target.ledgers.is_empty());
+}
