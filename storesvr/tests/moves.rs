@@ -58,6 +58,7 @@ fn step(kind: pb::RangeStep, other_set: u64) -> pb::RangeStepRequest {
         // As common::set_args starts every replica.
         section_size: 100_000,
         uid_limit: 1_000_000,
+        ledgers: vec![],
     }
 }
 

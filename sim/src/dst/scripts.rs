@@ -204,6 +204,7 @@ impl Sets {
             map_version,
             section_size: p.section_size,
             uid_limit: p.uid_limit,
+            ledgers: Vec::new(),
         }))
     }
 
@@ -279,6 +280,9 @@ fn kind(e: &RpcError) -> &'static str {
         RpcError::FailedPrecondition(_) => "failed precondition",
         RpcError::Unauthenticated(_) => "unauthenticated",
         RpcError::Unavailable(_) => "unavailable",
+        RpcError::NotFound(_) => "not found",
+        RpcError::AlreadyExists(_) => "already exists",
+        RpcError::ResourceExhausted(_) => "resource exhausted",
         RpcError::MaybeCommitted(_) => "unknown outcome",
         RpcError::Internal(_) | RpcError::Fatal(_) => "internal",
     }

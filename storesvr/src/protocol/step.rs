@@ -74,9 +74,10 @@ pub enum Reply {
     PublishMap(pb::PublishMapReply),
     ExportStatus(pb::ExportStatusReply),
     RaiseMarks(pb::RaiseMarksReply),
-    Ledger(pb::LedgerReply),
-    LedgerShow(pb::LedgerShowReply),
-    LedgerGaps(pb::LedgerGapsReply),
+    /// Boxed, as a renewal: larger than most replies.
+    Ledger(Box<pb::LedgerReply>),
+    LedgerShow(Box<pb::LedgerShowReply>),
+    LedgerGaps(Box<pb::LedgerGapsReply>),
 }
 
 /// What a replica does with a request.
@@ -176,8 +177,8 @@ pub fn step(
         Request::RangeStep(q) => Step::Commit(replica.audited(moves::range_command(&params_of(set)?, q.clone())?)),
         Request::PublishMap(q) => Step::Commit(replica.audited(moves::publish_command(&params_of(set)?, q.clone())?)),
         Request::Ledger(c) if c.reads() => Step::Answer(match ledger::read(set, c)? {
-            ledger::ReadReply::Show(r) => Reply::LedgerShow(r),
-            ledger::ReadReply::Gaps(r) => Reply::LedgerGaps(r),
+            ledger::ReadReply::Show(r) => Reply::LedgerShow(Box::new(r)),
+            ledger::ReadReply::Gaps(r) => Reply::LedgerGaps(Box::new(r)),
         }),
         Request::Ledger(c) => {
             let cmd = ledger::write_command(set, c, replica.clock_ms(set))?;
@@ -243,7 +244,7 @@ pub fn committed(
         Request::ChangeMap(_) => Reply::ChangeMap(moves::map_changed(result)?),
         Request::RangeStep(_) => Reply::RangeStep(moves::stepped(result)?),
         Request::PublishMap(_) => Reply::PublishMap(moves::published(result)?),
-        Request::Ledger(c) if !c.reads() => Reply::Ledger(ledger::committed(set, c, result)?),
+        Request::Ledger(c) if !c.reads() => Reply::Ledger(Box::new(ledger::committed(set, c, result)?)),
         Request::Renew(_)
         | Request::Load(_)
         | Request::GetClusterMap
