@@ -2,7 +2,7 @@
 //! must see of the Raft group (leader, term, leader changes, how far followers and the state
 //! machine trail the log, how long since a quorum answered the leader) and of the set's state
 //! (sections per range state and without an owner, the highest ceiling, registered AllocSvrs,
-//! and on set 0 the moves per phase).
+//! ledger counters with their held and voided numbers, and on set 0 the moves per phase).
 //!
 //! Sampling rather than following openraft's metrics watch: the watch fires on every applied
 //! entry, thousands of times a second under load, and a gauge only needs to be current when it
@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 use prost::Message as _;
 use seqsvr_proto::pb;
 
+use crate::domain::ledger::VoidReason;
 use crate::domain::ranges::{OpId, RangeState};
 use crate::domain::state::{NOBODY, SetState};
 use crate::raft::types::{Node, NodeId};
@@ -144,6 +145,13 @@ pub struct StateSample {
     /// calls done or cancelled: nobody serves them, and no running move will give them back
     /// (a cancel whose range step never arrived; `seqctl move cancel OP` finishes it).
     pub stranded: u64,
+    /// Ledger counters kept here, numbers held now, and numbers voided so far by reason (in
+    /// `VoidReason::ALL` order), over the ledgers this set serves.
+    pub ledgers: u64,
+    pub ledger_held: u64,
+    pub ledger_voided: [u64; 4],
+    /// Ledgers restored from a backup whose reserves wait for a reconcile.
+    pub ledgers_restored: u64,
 }
 
 /// Reads a [`StateSample`] off the set's state.
@@ -170,6 +178,14 @@ pub fn state_sample(set: &SetState) -> StateSample {
         }
     }
     s.max_seq_highest = set.sections.iter().map(|st| st.max_seq).max().unwrap_or(0);
+    for l in set.ledgers.by_key.values() {
+        s.ledgers += 1;
+        s.ledger_held += l.held.len() as u64;
+        s.ledgers_restored += u64::from(l.restored);
+        for (sum, n) in s.ledger_voided.iter_mut().zip(l.voided_by) {
+            *sum += n;
+        }
+    }
     s.allocsvrs_draining = set.allocsvrs.values().filter(|a| a.draining).count() as u64;
     s.allocsvrs_live = set.allocsvrs.len() as u64 - s.allocsvrs_draining;
     s.route_version = set.route_version;
@@ -244,6 +260,13 @@ fn publish_state(s: &StateSample) {
     gauge!("storesvr_route_version").set(s.route_version as f64);
     gauge!("storesvr_map_version").set(s.map_version as f64);
     gauge!("storesvr_sections_stranded").set(s.stranded as f64);
+    gauge!("storesvr_ledgers").set(s.ledgers as f64);
+    gauge!("storesvr_ledgers_restored").set(s.ledgers_restored as f64);
+    gauge!("storesvr_ledger_held").set(s.ledger_held as f64);
+    // Gauges that only grow (while the ledgers stay here): `increase()` of one reads as a count.
+    for (reason, n) in VoidReason::ALL.iter().zip(s.ledger_voided) {
+        gauge!("storesvr_ledger_voided", "reason" => reason.name()).set(n as f64);
+    }
     if let Some(moves) = s.moves {
         for (phase, n) in PHASES.iter().zip(moves) {
             gauge!("storesvr_moves", "phase" => *phase).set(n as f64);

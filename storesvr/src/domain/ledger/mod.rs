@@ -76,6 +76,29 @@ pub enum VoidReason {
     LostWithRestore,
 }
 
+impl VoidReason {
+    pub const ALL: [VoidReason; 4] = [
+        VoidReason::Released,
+        VoidReason::Expired,
+        VoidReason::Operator,
+        VoidReason::LostWithRestore,
+    ];
+
+    /// The metrics' label.
+    pub fn name(self) -> &'static str {
+        match self {
+            VoidReason::Released => "released",
+            VoidReason::Expired => "expired",
+            VoidReason::Operator => "operator",
+            VoidReason::LostWithRestore => "lost_with_restore",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// A held number.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hold {
@@ -122,6 +145,9 @@ pub struct Ledger {
     /// How many numbers are confirmed and voided (the runs' lengths).
     pub confirmed_count: u64,
     pub voided_count: u64,
+    /// Voided numbers by reason, in [`VoidReason::ALL`] order (for the metrics and the alert on
+    /// expiries: summing the records every scrape would read every void of every ledger).
+    pub voided_by: [u64; 4],
     /// The highest time any command applied to this ledger carried.
     pub clock_ms: u64,
     /// Restored from a backup: reserves wait for [`LedgerCommand::Reconcile`].
@@ -368,6 +394,7 @@ impl Ledger {
             requests: BTreeMap::new(),
             confirmed_count: 0,
             voided_count: 0,
+            voided_by: [0; 4],
             clock_ms: 0,
             restored: false,
         }
@@ -438,7 +465,9 @@ impl Ledger {
         }
         let voided: u64 = self.voided.iter().map(|(&f, v)| v.through - f + 1).sum();
         let confirmed: u64 = self.confirmed.iter().map(|(&f, &l)| l - f + 1).sum();
-        if (voided, confirmed) != (self.voided_count, self.confirmed_count) {
+        if (voided, confirmed) != (self.voided_count, self.confirmed_count)
+            || self.voided_by.iter().sum::<u64>() != voided
+        {
             return Err(format!(
                 "counts say {} voided and {} confirmed, the records {voided} and {confirmed}",
                 self.voided_count, self.confirmed_count
@@ -491,6 +520,7 @@ impl Ledger {
     /// held state first).
     fn add_void(&mut self, first: u64, void: Void) {
         self.voided_count += void.through - first + 1;
+        self.voided_by[void.reason.index()] += void.through - first + 1;
         self.voided.insert(first, void);
     }
 
