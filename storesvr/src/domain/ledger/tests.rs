@@ -448,3 +448,88 @@ fn a_cancelled_import_forgets_the_ledgers_it_took() {
     target.apply(&Command::Range(RangeCommand::Cancel { op: 3, span }), false);
     assert!(target.ledgers.is_empty());
 }
+
+/// The commands a ledger writes to the log, and a ledger's snapshot record, as the code of
+/// 2026-12-02 encodes them: an entry in a log (or a snapshot) must read the same forever, so a
+/// change of these types fails here (a new variant or field goes last, see `command.rs`).
+#[test]
+fn ledger_entries_and_records_encode_as_first_written() {
+    let hex = |c: &Command| {
+        postcard::to_stdvec(c)
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let key = || "k".to_string();
+    let pins = [
+        (
+            LedgerCommand::Create {
+                key: key(),
+                hold_ms: 1_000,
+            },
+            "0d00016be807",
+        ),
+        (
+            LedgerCommand::Reserve {
+                key: key(),
+                holder: "h".into(),
+                request_id: "r".into(),
+                now_ms: 5,
+            },
+            "0d01016b0168017205",
+        ),
+        (
+            LedgerCommand::Confirm {
+                key: key(),
+                number: 3,
+                reference: "x".into(),
+                now_ms: 6,
+            },
+            "0d02016b03017806",
+        ),
+        (
+            LedgerCommand::Release {
+                key: key(),
+                number: 3,
+                note: String::new(),
+                now_ms: 7,
+            },
+            "0d03016b030007",
+        ),
+        (
+            LedgerCommand::Void {
+                key: key(),
+                number: 3,
+                who: "o".into(),
+                note: String::new(),
+                now_ms: 8,
+            },
+            "0d04016b03016f0008",
+        ),
+        (
+            LedgerCommand::Reconcile {
+                key: key(),
+                next: 9,
+                who: "o".into(),
+                now_ms: 9,
+            },
+            "0d05016b09016f09",
+        ),
+        (LedgerCommand::Expire { now_ms: 10 }, "0d060a"),
+    ];
+    for (cmd, bytes) in pins {
+        assert_eq!(hex(&Command::Ledger(cmd.clone())), bytes, "{cmd:?}");
+    }
+    let mut st = created(1_000);
+    let n = number(&reserve(&mut st, "r", 5));
+    confirm(&mut st, n, "x", 6);
+    reserve(&mut st, "", 7);
+    run(&mut st, LedgerCommand::Expire { now_ms: 2_000 });
+    let record = postcard::to_stdvec(ledger(&st)).unwrap();
+    let record: String = record.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        record,
+        "08e807020001020201056170702d3100d00f010101010101780600010100010000d00f00"
+    );
+}
