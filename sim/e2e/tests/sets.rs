@@ -966,3 +966,105 @@ async fn a_hundred_thousand_keys_rise_across_a_move_and_an_allocsvr_kill_and_hot
         eprintln!("hot:{i}: {} ranges, none overlapping", taken.len());
     }
 }
+
+/// A ledger client of one StoreSvr (single-replica sets: it leads).
+async fn ledgers_at(
+    store: &str,
+) -> seqsvr_proto::pb::ledger_service_client::LedgerServiceClient<tonic::transport::Channel> {
+    seqsvr_proto::pb::ledger_service_client::LedgerServiceClient::connect(format!("http://{store}"))
+        .await
+        .expect("connect to the StoreSvr")
+}
+
+/// Issue 51: a ledger counter travels with its range. Set 0 hands out numbers 1–3 (one confirmed,
+/// one released, one held); the move's driver is killed right after the seal and resumed, and set
+/// 1 then has every number in the state set 0 left it in, goes on at 4, and takes the held
+/// number's confirm; set 0 refuses the ledger from the switch on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_moves_with_its_range_even_when_the_driver_dies_after_the_seal() {
+    use seqsvr_proto::pb;
+    let c = TwoSets::start();
+    c.add_set_1().await;
+    let key = b"invoices:2026".to_vec();
+    let section = seqsvr_proto::keys::position("invoices:2026", UID_LIMIT)
+        .section(SECTION_SIZE)
+        .0;
+    let mut src = ledgers_at(&c.stores[0]).await;
+    let created = poll_until(WAIT, || {
+        let mut src = src.clone();
+        let key = key.clone();
+        async move {
+            let req = pb::CreateLedgerRequest { key, hold_ms: 600_000 };
+            src.create_ledger(req).await.ok()
+        }
+    })
+    .await;
+    assert!(created.is_some(), "set 0 never created the ledger");
+    let reserve = |holder: &str| pb::LedgerReserveRequest {
+        key: key.clone(),
+        holder: holder.into(),
+        request_id: String::new(),
+    };
+    let mut numbers = Vec::new();
+    for holder in ["a", "b", "c"] {
+        let r = src.reserve(reserve(holder)).await.expect("reserve").into_inner();
+        numbers.push(r.entry.expect("entry").number);
+    }
+    assert_eq!(numbers, [1, 2, 3]);
+    let confirm = |number: u64, reference: &str| pb::LedgerConfirmRequest {
+        key: key.clone(),
+        number,
+        reference: reference.into(),
+    };
+    src.confirm(confirm(1, "INV-1")).await.expect("confirm 1");
+    let release = pb::LedgerReleaseRequest {
+        key: key.clone(),
+        number: 2,
+        note: "cancelled".into(),
+    };
+    src.release(release).await.expect("release 2");
+
+    let op = move_killed_after(&c, section, "sealed").await;
+    let resumed = c.seqctl(&["move", "resume", &op.to_string()]).await;
+    assert!(resumed.status.success(), "{}", text(&resumed));
+
+    let refused = src
+        .reserve(reserve("late"))
+        .await
+        .expect_err("set 0 no longer serves it");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let mut dst = ledgers_at(&c.stores[1]).await;
+    let show = pb::LedgerShowRequest {
+        key: key.clone(),
+        from: 1,
+        count: 10,
+    };
+    let shown = dst.show(show).await.expect("set 1 shows the ledger").into_inner();
+    let states: Vec<(u64, i32, String)> = shown
+        .entries
+        .iter()
+        .map(|e| (e.number, e.state, format!("{}{}", e.reference, e.note)))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (1, pb::LedgerState::Confirmed as i32, "INV-1".to_string()),
+            (2, pb::LedgerState::Voided as i32, "cancelled".to_string()),
+            (3, pb::LedgerState::Held as i32, String::new()),
+        ]
+    );
+    let next = dst.reserve(reserve("d")).await.expect("set 1 reserves").into_inner();
+    assert_eq!(
+        next.entry.expect("entry").number,
+        4,
+        "set 1 goes on where set 0 stopped"
+    );
+    dst.confirm(confirm(3, "INV-3"))
+        .await
+        .expect("the held number is confirmed on set 1");
+    let again = dst
+        .confirm(confirm(1, "INV-other"))
+        .await
+        .expect_err("a confirmed number keeps its reference");
+    assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+}
