@@ -52,7 +52,11 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
             // quorum's, as slot marks are capped by it).
             let expire = match tick {
                 Tick::Plan(_) => {
-                    let max_ahead_ms = st.set.ids.as_ref().map_or(0, |i| i.max_ahead_ms);
+                    let max_ahead_ms = st
+                        .set
+                        .ids
+                        .as_ref()
+                        .map_or(ctx.config.id_max_ahead_ms, |i| i.max_ahead_ms);
                     protocol::ledger::expire_tick(&st.set, ctx.id_clock_ms(max_ahead_ms))
                 }
                 _ => None,

@@ -555,7 +555,8 @@ pub struct Context<'a> {
 }
 
 impl Ledgers {
-    /// Applies one command. Every refusal changes nothing.
+    /// Applies one command. A refusal changes nothing, but for one thing: a confirm of a held
+    /// number past its deadline expires the ledger's due holds first (and is then refused).
     pub fn apply(&mut self, cx: &Context<'_>, cmd: &LedgerCommand) -> LedgerResult {
         if let Err(why) = cmd.validate() {
             return LedgerResult::Refused(Refusal::Invalid(why));
