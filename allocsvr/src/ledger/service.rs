@@ -1,0 +1,320 @@
+//! The `LedgerService` an AllocSvr serves: each call placed ([`super::route`]) and forwarded to the
+//! leader of the set that keeps the key, over one leader-following client per set.
+//!
+//! A call's deadline is its caller's (`grpc-timeout`, at most [`MOST_WAIT`]): the store calls, the
+//! map refreshes after "not served by this set now" and the pauses between them all fit in it.
+//!
+//! Left out: retries of a store's refusal other than "not served" (they pass through unchanged),
+//! and retries after an unknown outcome (the caller retries with the same request id; a second
+//! reserve sent from here with the same id would be the same, but the caller decides).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seqsvr_auth::{Caller, Role};
+use seqsvr_control::ledger::{LedgerRequest, is_not_served};
+use seqsvr_control::{AdminClient, ControlError, Dialer, LedgerClient, Seed, StoreTimeouts};
+use seqsvr_proto::pb;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+use tracing::{debug, info};
+
+use super::route::place;
+use crate::state::AllocState;
+
+/// The longest a forwarded call may take when its caller sets no deadline (a StoreService call's
+/// overall deadline).
+pub const MOST_WAIT: Duration = Duration::from_secs(5);
+/// One store attempt at most: a leader answers a ledger write after one Raft commit.
+const ATTEMPT: Duration = Duration::from_secs(1);
+/// The pause before asking a set again after "not served by this set now": a move's switch takes
+/// a few Raft commits.
+const NOT_SERVED_PAUSE: Duration = Duration::from_millis(50);
+/// How long a refresh of the cluster map from set 0 may take.
+const MAP_READ: Duration = Duration::from_millis(800);
+
+/// The ledger front of one AllocSvr, served with `LedgerServiceServer::from_arc` on the gRPC port
+/// and in process to the front ends.
+pub struct LedgerFront {
+    shared: Arc<AllocState>,
+    /// This node's configured StoreSvrs: the way to its own set before a map names its stores.
+    own_stores: Vec<Seed>,
+    /// Opens store connections with this AllocSvr's certificate when TLS is on.
+    dialer: Dialer,
+    /// One client per set, with the stores it was built for (rebuilt when the map's list changes).
+    sets: Mutex<HashMap<u64, (Vec<String>, LedgerClient)>>,
+}
+
+/// The key of a ledger request, to place it.
+trait Keyed {
+    fn key(&self) -> &[u8];
+}
+
+macro_rules! keyed {
+    ($($t:ty),*) => {$(
+        impl Keyed for $t {
+            fn key(&self) -> &[u8] {
+                &self.key
+            }
+        }
+    )*};
+}
+
+keyed!(
+    pb::CreateLedgerRequest,
+    pb::LedgerReserveRequest,
+    pb::LedgerConfirmRequest,
+    pb::LedgerReleaseRequest,
+    pb::LedgerVoidRequest,
+    pb::LedgerReconcileRequest,
+    pb::LedgerShowRequest,
+    pb::LedgerGapsRequest
+);
+
+impl LedgerFront {
+    /// A front over this node's state, reaching stores through `dialer`.
+    pub fn new(shared: Arc<AllocState>, own_stores: Vec<Seed>, dialer: Dialer) -> Self {
+        Self {
+            shared,
+            own_stores,
+            dialer,
+            sets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The client of the set that keeps `key` now, by the held map.
+    fn client_for(&self, key: &str) -> Result<(u64, LedgerClient), Status> {
+        let params = self.shared.params();
+        let map = self.shared.map();
+        let p = place(
+            key,
+            self.shared.key_placement().unwrap_or_default(),
+            (params.uid_limit, params.section_size),
+            map.as_deref(),
+            params.set_id,
+        );
+        let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((stores, client)) = sets.get(&p.set_id)
+            && (p.stores.is_empty() || *stores == p.stores)
+        {
+            return Ok((p.set_id, client.clone()));
+        }
+        let seeds = if !p.stores.is_empty() {
+            p.stores
+                .iter()
+                .map(|a| Seed::parse(a))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Status::internal(format!("the cluster map lists a bad store of set {}: {e}", p.set_id)))?
+        } else if p.set_id == params.set_id {
+            self.own_stores.clone()
+        } else {
+            return Err(Status::unavailable(format!(
+                "the cluster map lists no StoreSvr of set {}, which keeps this key",
+                p.set_id
+            )));
+        };
+        let client = LedgerClient::with_dialer(seeds, StoreTimeouts::default(), &self.dialer)
+            .map_err(|e| Status::internal(format!("cannot reach set {}: {e}", p.set_id)))?;
+        debug!(set = p.set_id, stores = ?p.stores, "ledger client for a set");
+        sets.insert(p.set_id, (p.stores, client.clone()));
+        Ok((p.set_id, client))
+    }
+
+    /// Reads the cluster map from set 0 (which publishes it) and keeps it when newer: after a
+    /// move's switch the held map may name the set a section left.
+    async fn refresh_map(&self, budget: Duration) {
+        let map = self.shared.map();
+        let set0: Vec<Seed> = map
+            .as_ref()
+            .and_then(|m| m.sets.iter().find(|s| s.set_id == 0))
+            .map(|s| s.stores.iter().filter_map(|a| Seed::parse(a).ok()).collect())
+            .filter(|v: &Vec<Seed>| !v.is_empty())
+            .unwrap_or_else(|| self.own_stores.clone());
+        let timeouts = StoreTimeouts {
+            attempt: budget.min(MAP_READ),
+            overall: budget.min(MAP_READ),
+        };
+        let Ok(admin) = AdminClient::with_dialer(set0, timeouts, &self.dialer) else {
+            return;
+        };
+        match admin.cluster_map().await {
+            Ok(m) => {
+                let before = self.shared.map_version();
+                self.shared.store_map(Some(m));
+                if self.shared.map_version() != before {
+                    info!(from = before, to = self.shared.map_version(), "ledger call: map refreshed");
+                }
+            }
+            Err(e) => debug!(error = %e, "ledger call: no map refresh"),
+        }
+    }
+
+    /// Forwards `req` to the leader of the set that keeps its key, within `wait`.
+    async fn forward<R>(&self, req: R, wait: Duration) -> Result<R::Reply, Status>
+    where
+        R: LedgerRequest + Keyed,
+    {
+        let key = seqsvr_proto::keys::check_key(req.key())
+            .map_err(|e| Status::invalid_argument(format!("ledger key: {e}")))?
+            .to_string();
+        let deadline = Instant::now() + wait;
+        loop {
+            let (set, client) = self.client_for(&key)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Status::unavailable(format!(
+                    "ledger {key:?}: no set served it within {wait:?} (its section is moving)"
+                )));
+            }
+            let client = client.with_timeouts(StoreTimeouts {
+                attempt: ATTEMPT.min(left),
+                overall: left,
+            });
+            match client.call(req.clone()).await {
+                Ok(reply) => return Ok(reply),
+                Err(ControlError::Rejected(s)) if is_not_served(&s) => {
+                    debug!(%key, set, "ledger call: not served by the set now; refreshing the map");
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    self.refresh_map(left).await;
+                    let pause = NOT_SERVED_PAUSE.min(deadline.saturating_duration_since(Instant::now()));
+                    tokio::time::sleep(pause).await;
+                }
+                Err(ControlError::Rejected(s)) => return Err(s),
+                Err(ControlError::Unavailable { last, maybe_taken: true }) => {
+                    return Err(Status::unknown(format!(
+                        "ledger {key:?}: outcome unknown (set {set}: {last}); retry with the same request id or reference"
+                    )));
+                }
+                Err(ControlError::Unavailable { last, maybe_taken: false }) => {
+                    return Err(Status::unavailable(format!("ledger {key:?}: set {set}: {last}")));
+                }
+            }
+        }
+    }
+}
+
+/// The caller's deadline, from `grpc-timeout`, capped at [`MOST_WAIT`].
+fn wait_of<T>(req: &Request<T>) -> Duration {
+    req.metadata()
+        .get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_grpc_timeout)
+        .map_or(MOST_WAIT, |d| d.min(MOST_WAIT))
+}
+
+/// A `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
+fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Void and Reconcile change the record an auditor reads: an operator's calls. The store admits
+/// this node's certificate for them, so the check of the caller's own is made here.
+fn admin_only<T>(req: &Request<T>, what: &str) -> Result<(), Status> {
+    let who = Caller::of(req);
+    match who.role {
+        None | Some(Role::Admin) => Ok(()),
+        Some(_) => Err(Status::permission_denied(format!(
+            "{what} is an operator's call: {who} has no admin certificate"
+        ))),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::ledger_service_server::LedgerService for LedgerFront {
+    async fn create_ledger(&self, req: Request<pb::CreateLedgerRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn reserve(&self, req: Request<pb::LedgerReserveRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn confirm(&self, req: Request<pb::LedgerConfirmRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn release(&self, req: Request<pb::LedgerReleaseRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn void(&self, req: Request<pb::LedgerVoidRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        admin_only(&req, "Void")?;
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn reconcile(&self, req: Request<pb::LedgerReconcileRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        admin_only(&req, "Reconcile")?;
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn show(&self, req: Request<pb::LedgerShowRequest>) -> Result<Response<pb::LedgerShowReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+
+    async fn gaps(&self, req: Request<pb::LedgerGapsRequest>) -> Result<Response<pb::LedgerGapsReply>, Status> {
+        let wait = wait_of(&req);
+        self.forward(req.into_inner(), wait).await.map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit_and_bad_ones_do_not() {
+        let ok = [
+            ("1H", Duration::from_secs(3600)),
+            ("2M", Duration::from_secs(120)),
+            ("5S", Duration::from_secs(5)),
+            ("250m", Duration::from_millis(250)),
+            ("99999999u", Duration::from_micros(99_999_999)),
+            ("7n", Duration::from_nanos(7)),
+        ];
+        for (v, d) in ok {
+            assert_eq!(parse_grpc_timeout(v), Some(d), "{v}");
+        }
+        for bad in ["", "S", "5", "5s", "-5S", "123456789S", "5 S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_an_admin_or_a_plaintext_caller_may_void() {
+        let with = |role: Option<Role>| {
+            let mut req = Request::new(());
+            req.extensions_mut().insert(Caller {
+                subject: Arc::from("x"),
+                role,
+            });
+            admin_only(&req, "Void")
+        };
+        assert!(with(None).is_ok());
+        assert!(with(Some(Role::Admin)).is_ok());
+        for role in [Role::Client, Role::AllocSvr, Role::StoreSvr] {
+            let e = with(Some(role)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{role}");
+        }
+    }
+}
