@@ -29,9 +29,7 @@ use std::time::Duration;
 
 use seqsvr_client::transport::{BoxError, CallFuture, Conn, Connect};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
-use seqsvr_frontends::calls::{
-    CallError, Calls, ClientCalls, ErrorKind, LedgerAnswer, LedgerCall, Owner, Taken, Who,
-};
+use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, LedgerAnswer, LedgerCall, Owner, Taken, Who};
 use seqsvr_frontends::{http, resp};
 use seqsvr_proto::SectionId;
 use tonic::body::Body;

@@ -226,7 +226,12 @@ impl Client {
 
     /// One page of the gap report: at most `limit` voided runs (0: 1,000; at most 10,000) that end
     /// above `after`, and whether more follow (ask again with `after` at the last run's `through`).
-    pub async fn ledger_gaps_page(&self, key: &str, after: u64, limit: u32) -> Result<pb::LedgerGapsReply, ClientError> {
+    pub async fn ledger_gaps_page(
+        &self,
+        key: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<pb::LedgerGapsReply, ClientError> {
         let req = pb::LedgerGapsRequest {
             key: key.as_bytes().to_vec(),
             after,
@@ -273,7 +278,12 @@ impl Client {
     }
 
     /// One attempt: the reply, or the status (`None`: no reply within `timeout`).
-    async fn ledger_attempt<R: LedgerOp>(&self, addr: &str, req: R, timeout: Duration) -> Result<R::Reply, Option<Status>> {
+    async fn ledger_attempt<R: LedgerOp>(
+        &self,
+        addr: &str,
+        req: R,
+        timeout: Duration,
+    ) -> Result<R::Reply, Option<Status>> {
         // A channel that cannot be opened sent nothing: UNAVAILABLE, tried elsewhere.
         let channel = self
             .channel_for(addr)

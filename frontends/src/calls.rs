@@ -253,7 +253,10 @@ pub trait Calls: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LedgerCall<'a> {
     /// Declares the ledger; `hold_ms` 0 is the store's default.
-    Create { key: &'a str, hold_ms: u64 },
+    Create {
+        key: &'a str,
+        hold_ms: u64,
+    },
     /// The next number, held by `holder`; a retry with the same `request_id` gets the same
     /// number (`None`: the backend draws one for the call and keeps it across its retries).
     Reserve {
@@ -266,11 +269,23 @@ pub enum LedgerCall<'a> {
         number: u64,
         reference: &'a str,
     },
-    Release { key: &'a str, number: u64, note: &'a str },
+    Release {
+        key: &'a str,
+        number: u64,
+        note: &'a str,
+    },
     /// The summary and numbers `from..from + count` (count 0: the summary only).
-    Show { key: &'a str, from: u64, count: u32 },
+    Show {
+        key: &'a str,
+        from: u64,
+        count: u32,
+    },
     /// One page of voided runs above `after`.
-    Gaps { key: &'a str, after: u64, limit: u32 },
+    Gaps {
+        key: &'a str,
+        after: u64,
+        limit: u32,
+    },
 }
 
 impl LedgerCall<'_> {

@@ -138,23 +138,48 @@ async fn call(l: &Arc<Ledger>, method: &str, uri: &str, body: Option<&str>) -> (
 async fn each_route_asks_its_call_and_answers_numbers_as_strings() {
     let l = Arc::new(Ledger::default());
     let (s, v) = call(&l, "PUT", "/v1/ledger/inv", Some(r#"{"hold_ms": 5000}"#)).await;
-    assert_eq!((s, &v["ledger"]["hold_ms"]), (StatusCode::OK, &Value::from("60000")), "{v}");
+    assert_eq!(
+        (s, &v["ledger"]["hold_ms"]),
+        (StatusCode::OK, &Value::from("60000")),
+        "{v}"
+    );
     let (s, v) = call(&l, "PUT", "/v1/ledger/inv", None).await;
     assert_eq!(s, StatusCode::OK, "an empty body is the default hold: {v}");
 
-    let (s, v) = call(&l, "POST", "/v1/ledger/inv/reserve", Some(r#"{"holder":"till-1","request_id":"r-1"}"#)).await;
+    let (s, v) = call(
+        &l,
+        "POST",
+        "/v1/ledger/inv/reserve",
+        Some(r#"{"holder":"till-1","request_id":"r-1"}"#),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!((&v["number"], &v["request_id"]), (&Value::from("1"), &Value::from("r-1")), "{v}");
-    assert_eq!((&v["entry"]["state"], &v["entry"]["holder"]), (&Value::from("held"), &Value::from("till-1")));
+    assert_eq!(
+        (&v["number"], &v["request_id"]),
+        (&Value::from("1"), &Value::from("r-1")),
+        "{v}"
+    );
+    assert_eq!(
+        (&v["entry"]["state"], &v["entry"]["holder"]),
+        (&Value::from("held"), &Value::from("till-1"))
+    );
     // Without a request id, one is drawn here and named: the caller retries with it.
     let (_, v) = call(&l, "POST", "/v1/ledger/inv/reserve", None).await;
     let drawn = v["request_id"].as_str().expect("a drawn request id").to_owned();
     assert!(!drawn.is_empty());
 
     let (s, v) = call(&l, "POST", "/v1/ledger/inv/2/confirm", Some(r#"{"reference":"INV-2"}"#)).await;
-    assert_eq!((s, &v["entry"]["reference"]), (StatusCode::OK, &Value::from("INV-2")), "{v}");
+    assert_eq!(
+        (s, &v["entry"]["reference"]),
+        (StatusCode::OK, &Value::from("INV-2")),
+        "{v}"
+    );
     let (s, v) = call(&l, "POST", "/v1/ledger/inv/1/release", Some(r#"{"note":"left"}"#)).await;
-    assert_eq!((s, &v["entry"]["reason"]), (StatusCode::OK, &Value::from("released")), "{v}");
+    assert_eq!(
+        (s, &v["entry"]["reason"]),
+        (StatusCode::OK, &Value::from("released")),
+        "{v}"
+    );
 
     let (s, v) = call(&l, "GET", "/v1/ledger/inv", None).await;
     assert_eq!((s, &v["ledger"]["high"]), (StatusCode::OK, &Value::from("2")), "{v}");
@@ -164,7 +189,10 @@ async fn each_route_asks_its_call_and_answers_numbers_as_strings() {
     let (_, v) = call(&l, "GET", "/v1/ledger/inv/9", None).await;
     assert_eq!(v["entry"]["state"], "not_issued", "{v}");
     let (_, v) = call(&l, "GET", "/v1/ledger/inv/gaps?after=10", None).await;
-    assert_eq!((&v["voided"][0]["number"], &v["voided"][0]["through"]), (&Value::from("11"), &Value::from("13")));
+    assert_eq!(
+        (&v["voided"][0]["number"], &v["voided"][0]["through"]),
+        (&Value::from("11"), &Value::from("13"))
+    );
     assert_eq!(v["next_after"], "13", "the next page starts above the run's end: {v}");
 
     let asked = l.asked();
@@ -179,7 +207,11 @@ async fn refusals_map_to_their_status_and_code() {
     let cases = [
         (ErrorKind::NotFound, StatusCode::NOT_FOUND, "not_found"),
         (ErrorKind::Conflict, StatusCode::CONFLICT, "conflict"),
-        (ErrorKind::Refused, StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+        (
+            ErrorKind::Refused,
+            StatusCode::PRECONDITION_FAILED,
+            "precondition_failed",
+        ),
         (ErrorKind::Forbidden, StatusCode::FORBIDDEN, "forbidden"),
         (ErrorKind::Overloaded, StatusCode::TOO_MANY_REQUESTS, "overloaded"),
         (ErrorKind::Unavailable, StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -207,7 +239,11 @@ async fn bad_input_is_refused_before_any_call() {
         ("PUT", "/v1/ledger/inv".to_owned(), Some(r#"{"hold":1}"#)),
         ("PUT", "/v1/ledger/inv".to_owned(), Some("not json")),
         ("POST", format!("/v1/ledger/{long}/reserve"), None),
-        ("POST", "/v1/ledger/inv/x/confirm".to_owned(), Some(r#"{"reference":"a"}"#)),
+        (
+            "POST",
+            "/v1/ledger/inv/x/confirm".to_owned(),
+            Some(r#"{"reference":"a"}"#),
+        ),
         ("POST", "/v1/ledger/inv/-1/release".to_owned(), None),
         ("GET", "/v1/ledger/inv?from=1&count=101".to_owned(), None),
         ("GET", "/v1/ledger/inv?count=5".to_owned(), None),
@@ -217,7 +253,11 @@ async fn bad_input_is_refused_before_any_call() {
     ];
     for (method, uri, body) in bad {
         let (s, v) = call(&l, method, &uri, body).await;
-        assert_eq!((s, &v["error"]["code"]), (StatusCode::BAD_REQUEST, &Value::from("bad_input")), "{method} {uri}: {v}");
+        assert_eq!(
+            (s, &v["error"]["code"]),
+            (StatusCode::BAD_REQUEST, &Value::from("bad_input")),
+            "{method} {uri}: {v}"
+        );
     }
     assert!(l.asked().is_empty(), "{:?}", l.asked());
 }

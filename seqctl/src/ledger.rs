@@ -127,7 +127,9 @@ pub(crate) async fn ledger(cli: &Cli, cmd: &LedgerCmd) -> Result<String, Failure
                 .await?;
             Ok(one(cli.json, key, &r))
         }
-        LedgerCmd::Confirm { n, reference, .. } => Ok(one(cli.json, key, &client.ledger_confirm(key, *n, reference).await?)),
+        LedgerCmd::Confirm { n, reference, .. } => {
+            Ok(one(cli.json, key, &client.ledger_confirm(key, *n, reference).await?))
+        }
         LedgerCmd::Release { n, note, .. } => Ok(one(cli.json, key, &client.ledger_release(key, *n, note).await?)),
         LedgerCmd::Void { n, why, who, .. } => {
             let r = client.ledger_void(key, *n, &operator(who), why).await?;
@@ -180,7 +182,17 @@ fn summary(as_json: bool, l: &pb::LedgerInfo) -> String {
         return summary_json(l).to_string();
     }
     table(
-        &["KEY", "HOLD", "HIGH", "SETTLED", "HELD", "CONFIRMED", "VOIDED", "SET", "RESTORED"],
+        &[
+            "KEY",
+            "HOLD",
+            "HIGH",
+            "SETTLED",
+            "HELD",
+            "CONFIRMED",
+            "VOIDED",
+            "SET",
+            "RESTORED",
+        ],
         vec![vec![
             l.key.clone(),
             format!("{:?}", Duration::from_millis(l.hold_ms)),
@@ -289,7 +301,10 @@ fn one(as_json: bool, key: &str, r: &pb::LedgerReply) -> String {
     let mut row = entry_row(&e);
     row.insert(0, key.to_owned());
     row.push(if r.repeated { "yes" } else { "no" }.into());
-    table(&["KEY", "NUMBER", "STATE", "WHO", "DETAIL", "TIME", "REPEATED"], vec![row])
+    table(
+        &["KEY", "NUMBER", "STATE", "WHO", "DETAIL", "TIME", "REPEATED"],
+        vec![row],
+    )
 }
 
 fn entries_out(as_json: bool, l: &pb::LedgerInfo, entries: &[pb::LedgerEntry]) -> String {
@@ -341,7 +356,11 @@ pub(crate) fn gaps_out(format: GapsFormat, l: &pb::LedgerInfo, voided: &[pb::Led
         }
         GapsFormat::Csv => {
             let mut out = vec!["first,last,count,reason,by,note,time".to_owned()];
-            out.extend(voided.iter().map(|e| cells(e).iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",")));
+            out.extend(
+                voided
+                    .iter()
+                    .map(|e| cells(e).iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",")),
+            );
             out.join("\n")
         }
         GapsFormat::Text => {
@@ -416,7 +435,14 @@ mod tests {
         let j: Value = serde_json::from_str(&gaps_out(GapsFormat::Json, &l, &v)).unwrap();
         let runs = j["voided"].as_array().unwrap();
         assert_eq!(runs.len(), 2);
-        assert_eq!((runs[1]["first"].as_u64(), runs[1]["last"].as_u64(), runs[1]["count"].as_u64()), (Some(5), Some(7), Some(3)));
+        assert_eq!(
+            (
+                runs[1]["first"].as_u64(),
+                runs[1]["last"].as_u64(),
+                runs[1]["count"].as_u64()
+            ),
+            (Some(5), Some(7), Some(3))
+        );
         assert_eq!(runs[0]["reason"], "released");
         assert_eq!(runs[0]["time"], "2026-12-02T00:00:00Z");
         assert_eq!(j["ledger"]["key"], "inv");

@@ -85,7 +85,11 @@ mod tests {
     #[test]
     fn a_key_goes_to_the_set_the_map_gives_its_section() {
         let m = map();
-        for (section, set, stores) in [(0, 0, vec!["a:1", "a:2"]), (1, 0, vec!["a:1", "a:2"]), (3, 1, vec!["b:1"])] {
+        for (section, set, stores) in [
+            (0, 0, vec!["a:1", "a:2"]),
+            (1, 0, vec!["a:1", "a:2"]),
+            (3, 1, vec!["b:1"]),
+        ] {
             let key = key_in(section);
             let p = place(&key, KeyPlacement::Sha256, (100, 25), Some(&m), 7);
             assert_eq!(p.section, SectionId(section), "{key}");

@@ -143,7 +143,11 @@ impl LedgerFront {
                 let before = self.shared.map_version();
                 self.shared.store_map(Some(m));
                 if self.shared.map_version() != before {
-                    info!(from = before, to = self.shared.map_version(), "ledger call: map refreshed");
+                    info!(
+                        from = before,
+                        to = self.shared.map_version(),
+                        "ledger call: map refreshed"
+                    );
                 }
             }
             Err(e) => debug!(error = %e, "ledger call: no map refresh"),
@@ -181,12 +185,18 @@ impl LedgerFront {
                     tokio::time::sleep(pause).await;
                 }
                 Err(ControlError::Rejected(s)) => return Err(s),
-                Err(ControlError::Unavailable { last, maybe_taken: true }) => {
+                Err(ControlError::Unavailable {
+                    last,
+                    maybe_taken: true,
+                }) => {
                     return Err(Status::unknown(format!(
                         "ledger {key:?}: outcome unknown (set {set}: {last}); retry with the same request id or reference"
                     )));
                 }
-                Err(ControlError::Unavailable { last, maybe_taken: false }) => {
+                Err(ControlError::Unavailable {
+                    last,
+                    maybe_taken: false,
+                }) => {
                     return Err(Status::unavailable(format!("ledger {key:?}: set {set}: {last}")));
                 }
             }

@@ -126,7 +126,10 @@ mod tests {
 
     #[tonic::async_trait]
     impl LedgerService for Refusing {
-        async fn create_ledger(&self, _: Request<pb::CreateLedgerRequest>) -> Result<Response<pb::LedgerReply>, Status> {
+        async fn create_ledger(
+            &self,
+            _: Request<pb::CreateLedgerRequest>,
+        ) -> Result<Response<pb::LedgerReply>, Status> {
             Err(Status::unimplemented("create"))
         }
         async fn reserve(&self, _: Request<pb::LedgerReserveRequest>) -> Result<Response<pb::LedgerReply>, Status> {
@@ -174,7 +177,12 @@ mod tests {
             attempt: Duration::from_millis(300),
             overall: Duration::from_millis(800),
         };
-        LedgerClient::with_dialer(Seed::parse_list(&addr.to_string()).unwrap(), timeouts, &Dialer::default()).unwrap()
+        LedgerClient::with_dialer(
+            Seed::parse_list(&addr.to_string()).unwrap(),
+            timeouts,
+            &Dialer::default(),
+        )
+        .unwrap()
     }
 
     #[tokio::test]
@@ -183,7 +191,10 @@ mod tests {
             Status::unavailable("ledger \"inv\" is not served by this set now (its section is moving or moved): retry")
         })
         .await;
-        let err = client(addr).call(pb::LedgerReserveRequest::default()).await.unwrap_err();
+        let err = client(addr)
+            .call(pb::LedgerReserveRequest::default())
+            .await
+            .unwrap_err();
         let ControlError::Rejected(status) = err else {
             panic!("{err:?}")
         };
@@ -194,7 +205,10 @@ mod tests {
     #[tokio::test]
     async fn a_set_without_a_leader_is_retried_until_the_deadline() {
         let (addr, calls) = serve(|| Status::unavailable("no leader")).await;
-        let err = client(addr).call(pb::LedgerReserveRequest::default()).await.unwrap_err();
+        let err = client(addr)
+            .call(pb::LedgerReserveRequest::default())
+            .await
+            .unwrap_err();
         assert!(matches!(err, ControlError::Unavailable { .. }), "{err:?}");
         assert!(calls.load(Ordering::SeqCst) >= 2, "retried within the set");
     }

@@ -35,8 +35,8 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
 use seqsvr_proto::pb;
+use serde_json::{Value, json};
 
 use super::batches::{self, Batches};
 use super::errors::{Failure, Refusal, Segment};
@@ -106,7 +106,11 @@ async fn call<C: Calls>(calls: &C, headers: &HeaderMap, c: LedgerCall<'_>) -> Re
 }
 
 fn unexpected() -> Failure {
-    CallError::new(crate::calls::ErrorKind::Internal, "the backend answered another ledger call").into()
+    CallError::new(
+        crate::calls::ErrorKind::Internal,
+        "the backend answered another ledger call",
+    )
+    .into()
 }
 
 /// A ledger's summary as JSON; 64-bit numbers as decimal strings.
@@ -205,7 +209,16 @@ pub(super) async fn create<C: Calls>(
         async {
             let k = key_of(&key)?;
             let input: CreateIn = body_of(body, "{\"hold_ms\": N} or empty").await?;
-            match call(&*calls, &headers, LedgerCall::Create { key: k, hold_ms: input.hold_ms }).await? {
+            match call(
+                &*calls,
+                &headers,
+                LedgerCall::Create {
+                    key: k,
+                    hold_ms: input.hold_ms,
+                },
+            )
+            .await?
+            {
                 LedgerAnswer::One(r) => Ok(one_reply(k, &r)),
                 _ => Err(unexpected()),
             }
@@ -240,7 +253,10 @@ pub(super) async fn reserve<C: Calls>(
                 Ok(_) => Err(unexpected()),
                 // The caller needs the id to retry: it is in the message of an unknown outcome.
                 Err(mut e) if e.may_have_taken() => {
-                    e.message = format!("{}; retry with \"request_id\": \"{id}\" to get the number it took", e.message);
+                    e.message = format!(
+                        "{}; retry with \"request_id\": \"{id}\" to get the number it took",
+                        e.message
+                    );
                     Err(e.into())
                 }
                 Err(e) => Err(e.into()),
@@ -251,7 +267,9 @@ pub(super) async fn reserve<C: Calls>(
 }
 
 /// The key and number of `/v1/ledger/{key}/{n}/…`.
-fn key_and_number(path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>) -> Result<(String, u64), Failure> {
+fn key_and_number(
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+) -> Result<(String, u64), Failure> {
     let Path((key, n)) =
         path.map_err(|_| CallError::bad_input("the key and number in the path must be UTF-8 once percent-decoded"))?;
     key_of(&key)?;
@@ -324,7 +342,9 @@ fn numbers(query: QueryResult, names: &[&str]) -> Result<HashMap<String, u64>, C
 /// A count of at most [`MOST_SHOWN`].
 fn shown(n: u64, what: &str) -> Result<u32, CallError> {
     if n > u64::from(MOST_SHOWN) {
-        return Err(CallError::bad_input(format!("{what} must be 0 to {MOST_SHOWN}, got {n}")));
+        return Err(CallError::bad_input(format!(
+            "{what} must be 0 to {MOST_SHOWN}, got {n}"
+        )));
     }
     Ok(n as u32)
 }
@@ -378,7 +398,17 @@ pub(super) async fn number<C: Calls>(
     answer(
         async {
             let (key, n) = key_and_number(path)?;
-            match call(&*calls, &headers, LedgerCall::Show { key: &key, from: n, count: 1 }).await? {
+            match call(
+                &*calls,
+                &headers,
+                LedgerCall::Show {
+                    key: &key,
+                    from: n,
+                    count: 1,
+                },
+            )
+            .await?
+            {
                 LedgerAnswer::Show(s) => {
                     let not_issued = pb::LedgerEntry {
                         number: n,

@@ -52,7 +52,9 @@ async fn curl(method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
         .await
         .expect("curl is installed (Debian package curl; scripts/test.sh installs it)");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let (json, code) = stdout.rsplit_once('\n').unwrap_or_else(|| panic!("curl {url}: {stdout:?}"));
+    let (json, code) = stdout
+        .rsplit_once('\n')
+        .unwrap_or_else(|| panic!("curl {url}: {stdout:?}"));
     let code: u16 = code.trim().parse().unwrap_or_else(|_| panic!("curl {url}: {stdout:?}"));
     let v = serde_json::from_str(json).unwrap_or_else(|e| panic!("curl {method} {url}: {e}: {json:?}"));
     (code, v)
@@ -66,16 +68,29 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
 
     // The AllocSvr that owns the key's section as a counter, and the other one: every call below
     // goes to the other first.
-    let owner = both.counter_get(KEY).await.expect("counter get").owner.expect("owner").node_id.0;
+    let owner = both
+        .counter_get(KEY)
+        .await
+        .expect("counter get")
+        .owner
+        .expect("owner")
+        .node_id
+        .0;
     let other = if owner == 1 { 2 } else { 1 };
     let (owner_addr, other_addr) = (&c.alloc_addrs[&owner], &c.alloc_addrs[&other]);
     let via_other = client_of(other_addr);
     let via_owner = client_of(owner_addr);
 
     // gRPC through the client library.
-    let info = via_other.ledger_create(KEY, Duration::from_secs(60)).await.expect("create");
+    let info = via_other
+        .ledger_create(KEY, Duration::from_secs(60))
+        .await
+        .expect("create");
     assert_eq!((info.key.as_str(), info.hold_ms, info.high), (KEY, 60_000, 0));
-    let again = via_owner.ledger_create(KEY, Duration::from_secs(60)).await.expect("create again");
+    let again = via_owner
+        .ledger_create(KEY, Duration::from_secs(60))
+        .await
+        .expect("create again");
     assert_eq!(again.hold_ms, 60_000, "a repeated create answers the same");
     let e = via_other.ledger_create(KEY, Duration::from_secs(5)).await.unwrap_err();
     assert_eq!(e.failure_kind(), Some(FailureKind::Conflict), "{e}");
@@ -88,7 +103,10 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert!(r.repeated, "the same reference again answers the same");
     let e = via_other.ledger_confirm(KEY, n1, "INV-X").await.unwrap_err();
     assert_eq!(e.failure_kind(), Some(FailureKind::Conflict), "{e}");
-    assert!(e.to_string().contains("INV-1"), "the refusal names the first reference: {e}");
+    assert!(
+        e.to_string().contains("INV-1"),
+        "the refusal names the first reference: {e}"
+    );
 
     // A reserve whose reply was lost, retried with the same request id on the other AllocSvr.
     let first = via_other
@@ -103,7 +121,10 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert_eq!(n2, 2);
     assert_eq!(retry.entry.as_ref().unwrap().number, n2, "same request id, same number");
     assert!(retry.repeated && !first.repeated);
-    via_other.ledger_release(KEY, n2, "customer left").await.expect("release");
+    via_other
+        .ledger_release(KEY, n2, "customer left")
+        .await
+        .expect("release");
 
     // Raw gRPC: no `not_leader` ever reaches the caller of an AllocSvr.
     let mut raw = pb::ledger_service_client::LedgerServiceClient::connect(format!("http://{other_addr}"))
@@ -135,7 +156,11 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     let (code, v) = curl("POST", &format!("{http}/3/confirm"), Some(r#"{"reference":"other"}"#)).await;
     assert_eq!((code, &v["error"]["code"]), (409, &Value::from("conflict")), "{v}");
     let (code, v) = curl("POST", &format!("{http}/3/release"), None).await;
-    assert_eq!((code, &v["error"]["code"]), (412, &Value::from("precondition_failed")), "{v}");
+    assert_eq!(
+        (code, &v["error"]["code"]),
+        (412, &Value::from("precondition_failed")),
+        "{v}"
+    );
     let (code, v) = curl("POST", &format!("{http}/99/confirm"), Some(r#"{"reference":"x"}"#)).await;
     assert_eq!(code, 404, "a number never handed out: {v}");
     let (code, v) = curl("GET", &http, None).await;
@@ -149,17 +174,29 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["voided"][0]["number"], "2", "{v}");
     assert_eq!(v["voided"][0]["note"], "customer left", "{v}");
-    let (code, v) = curl("PUT", &format!("http://{}/v1/ledger/receipts", c.alloc_http[&other]), Some(r#"{"hold_ms":1000}"#)).await;
+    let (code, v) = curl(
+        "PUT",
+        &format!("http://{}/v1/ledger/receipts", c.alloc_http[&other]),
+        Some(r#"{"hold_ms":1000}"#),
+    )
+    .await;
     assert_eq!((code, &v["ledger"]["hold_ms"]), (200, &Value::from("1000")), "{v}");
 
     // seqctl, through the other AllocSvr only.
     let seqctl = Seqctl::new(["--alloc", other_addr.as_str()]);
-    let v = seqctl.json(&["ledger", "reserve", KEY, "--holder", "cli"]).await.expect("seqctl reserve");
+    let v = seqctl
+        .json(&["ledger", "reserve", KEY, "--holder", "cli"])
+        .await
+        .expect("seqctl reserve");
     assert_eq!(v["number"], 4, "{v}");
-    seqctl.ok(&["ledger", "release", KEY, "4", "--note", "typo, retyped"]).await;
+    seqctl
+        .ok(&["ledger", "release", KEY, "4", "--note", "typo, retyped"])
+        .await;
     let v = seqctl.json(&["ledger", "reserve", KEY]).await.expect("seqctl reserve");
     assert_eq!(v["number"], 5, "{v}");
-    seqctl.ok(&["ledger", "void", KEY, "5", "--why", "printer jam", "--who", "alice"]).await;
+    seqctl
+        .ok(&["ledger", "void", KEY, "5", "--why", "printer jam", "--who", "alice"])
+        .await;
     let v = seqctl.json(&["ledger", "show", KEY, "5"]).await.expect("seqctl show");
     assert_eq!(v["entries"][0]["reason"], "operator", "{v}");
     let out = seqctl.output(&["ledger", "confirm", KEY, "99", "X"]).await;
@@ -178,16 +215,26 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert!(lines[3].starts_with("5,5,1,operator,alice,printer jam,20"), "{csv}");
     let json = String::from_utf8(seqctl.ok(&["ledger", "gaps", KEY, "--format", "json"]).await.stdout).unwrap();
     let j: Value = serde_json::from_str(&json).expect("gaps json");
-    let firsts: Vec<u64> = j["voided"].as_array().unwrap().iter().map(|r| r["first"].as_u64().unwrap()).collect();
+    let firsts: Vec<u64> = j["voided"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["first"].as_u64().unwrap())
+        .collect();
     assert_eq!(firsts, [2, 4, 5], "{j}");
     assert_eq!(j["ledger"]["high"], 5, "{j}");
     assert!(j["voided"][2]["time"].as_str().unwrap().ends_with('Z'), "{j}");
 
     // A hold that runs out: voided "expired" by the store leader, shown in the report.
-    let n = via_other.ledger_reserve("receipts", "slow-till").await.expect("reserve");
+    let n = via_other
+        .ledger_reserve("receipts", "slow-till")
+        .await
+        .expect("reserve");
     let expired = poll("the held number to expire", Duration::from_secs(15), || async {
         let g = via_owner.ledger_gaps("receipts").await.ok()?;
-        g.voided.into_iter().find(|e| e.number == n && e.reason() == pb::VoidReason::Expired)
+        g.voided
+            .into_iter()
+            .find(|e| e.number == n && e.reason() == pb::VoidReason::Expired)
     })
     .await;
     assert_eq!(expired.holder, "slow-till");
