@@ -6,7 +6,8 @@
 //! AllocSvr answers for any key, not only the owner of the key's section. The key is placed as a
 //! counter key is ([`route`]), the cluster map the node holds names the set that serves the
 //! section and that set's StoreSvrs, and one leader-following client per set
-//! (`seqsvr_control::LedgerClient`) carries the call ([`service`]).
+//! (`seqsvr_control::LedgerClient`) carries the call ([`service`]), in a loop that follows a section
+//! moved to another set ([`forward`]).
 //!
 //! Promises kept here: a reply never carries `not_leader` (hints are followed before answering);
 //! a store's refusal reaches the caller unchanged (code and message), except "not served by this
@@ -20,6 +21,7 @@
 //! and the front ends' routes (`seqsvr_frontends`, which reach this service through the client
 //! library).
 
+pub mod forward;
 pub mod route;
 pub mod service;
 

@@ -4,33 +4,25 @@
 //! A call's deadline is its caller's (`grpc-timeout`, at most [`MOST_WAIT`]): the store calls, the
 //! map refreshes after "not served by this set now" and the pauses between them all fit in it.
 //!
-//! Left out: retries of a store's refusal other than "not served" (they pass through unchanged),
-//! and retries after an unknown outcome (the caller retries with the same request id; a second
-//! reserve sent from here with the same id would be the same, but the caller decides).
+//! Left out: the forwarding loop itself (`forward`), and the key's placement (`route`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsvr_auth::{Caller, Role};
-use seqsvr_control::ledger::{LedgerRequest, is_not_served};
-use seqsvr_control::{AdminClient, ControlError, Dialer, LedgerClient, Seed, StoreTimeouts};
+use seqsvr_control::{AdminClient, Dialer, LedgerClient, Seed, StoreTimeouts};
 use seqsvr_proto::pb;
-use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info};
 
+use super::forward::{Sets, forward};
 use super::route::place;
 use crate::state::AllocState;
 
 /// The longest a forwarded call may take when its caller sets no deadline (a StoreService call's
 /// overall deadline).
 pub const MOST_WAIT: Duration = Duration::from_secs(5);
-/// One store attempt at most: a leader answers a ledger write after one Raft commit.
-const ATTEMPT: Duration = Duration::from_secs(1);
-/// The pause before asking a set again after "not served by this set now": a move's switch takes
-/// a few Raft commits.
-const NOT_SERVED_PAUSE: Duration = Duration::from_millis(50);
 /// How long a refresh of the cluster map from set 0 may take.
 const MAP_READ: Duration = Duration::from_millis(800);
 
@@ -45,32 +37,6 @@ pub struct LedgerFront {
     /// One client per set, with the stores it was built for (rebuilt when the map's list changes).
     sets: Mutex<HashMap<u64, (Vec<String>, LedgerClient)>>,
 }
-
-/// The key of a ledger request, to place it.
-trait Keyed {
-    fn key(&self) -> &[u8];
-}
-
-macro_rules! keyed {
-    ($($t:ty),*) => {$(
-        impl Keyed for $t {
-            fn key(&self) -> &[u8] {
-                &self.key
-            }
-        }
-    )*};
-}
-
-keyed!(
-    pb::CreateLedgerRequest,
-    pb::LedgerReserveRequest,
-    pb::LedgerConfirmRequest,
-    pb::LedgerReleaseRequest,
-    pb::LedgerVoidRequest,
-    pb::LedgerReconcileRequest,
-    pb::LedgerShowRequest,
-    pb::LedgerGapsRequest
-);
 
 impl LedgerFront {
     /// A front over this node's state, reaching stores through `dialer`.
@@ -153,54 +119,15 @@ impl LedgerFront {
             Err(e) => debug!(error = %e, "ledger call: no map refresh"),
         }
     }
+}
 
-    /// Forwards `req` to the leader of the set that keeps its key, within `wait`.
-    async fn forward<R>(&self, req: R, wait: Duration) -> Result<R::Reply, Status>
-    where
-        R: LedgerRequest + Keyed,
-    {
-        let key = seqsvr_proto::keys::check_key(req.key())
-            .map_err(|e| Status::invalid_argument(format!("ledger key: {e}")))?
-            .to_string();
-        let deadline = Instant::now() + wait;
-        loop {
-            let (set, client) = self.client_for(&key)?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Status::unavailable(format!(
-                    "ledger {key:?}: no set served it within {wait:?} (its section is moving)"
-                )));
-            }
-            let client = client.with_timeouts(StoreTimeouts {
-                attempt: ATTEMPT.min(left),
-                overall: left,
-            });
-            match client.call(req.clone()).await {
-                Ok(reply) => return Ok(reply),
-                Err(ControlError::Rejected(s)) if is_not_served(&s) => {
-                    debug!(%key, set, "ledger call: not served by the set now; refreshing the map");
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    self.refresh_map(left).await;
-                    let pause = NOT_SERVED_PAUSE.min(deadline.saturating_duration_since(Instant::now()));
-                    tokio::time::sleep(pause).await;
-                }
-                Err(ControlError::Rejected(s)) => return Err(s),
-                Err(ControlError::Unavailable {
-                    last,
-                    maybe_taken: true,
-                }) => {
-                    return Err(Status::unknown(format!(
-                        "ledger {key:?}: outcome unknown (set {set}: {last}); retry with the same request id or reference"
-                    )));
-                }
-                Err(ControlError::Unavailable {
-                    last,
-                    maybe_taken: false,
-                }) => {
-                    return Err(Status::unavailable(format!("ledger {key:?}: set {set}: {last}")));
-                }
-            }
-        }
+impl Sets for LedgerFront {
+    fn client_for(&self, key: &str) -> Result<(u64, LedgerClient), Status> {
+        LedgerFront::client_for(self, key)
+    }
+
+    async fn refresh(&self, budget: Duration) {
+        self.refresh_map(budget).await
     }
 }
 
@@ -247,44 +174,44 @@ fn admin_only<T>(req: &Request<T>, what: &str) -> Result<(), Status> {
 impl pb::ledger_service_server::LedgerService for LedgerFront {
     async fn create_ledger(&self, req: Request<pb::CreateLedgerRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn reserve(&self, req: Request<pb::LedgerReserveRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn confirm(&self, req: Request<pb::LedgerConfirmRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn release(&self, req: Request<pb::LedgerReleaseRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn void(&self, req: Request<pb::LedgerVoidRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         admin_only(&req, "Void")?;
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn reconcile(&self, req: Request<pb::LedgerReconcileRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         admin_only(&req, "Reconcile")?;
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn show(&self, req: Request<pb::LedgerShowRequest>) -> Result<Response<pb::LedgerShowReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 
     async fn gaps(&self, req: Request<pb::LedgerGapsRequest>) -> Result<Response<pb::LedgerGapsReply>, Status> {
         let wait = wait_of(&req);
-        self.forward(req.into_inner(), wait).await.map(Response::new)
+        forward(self, req.into_inner(), wait).await.map(Response::new)
     }
 }
 
