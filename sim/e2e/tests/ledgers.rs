@@ -13,13 +13,17 @@
 //! - the gap report (`seqctl ledger gaps`) lists every voided number with its reason, who, note
 //!   and time, as CSV and JSON, and a hold that runs out is voided "expired";
 //! - bad input gets a clear refusal: `seqctl` exits 2 on a bad key, 1 on a number never handed
-//!   out.
+//!   out;
+//! - with mutual TLS, ledger calls are forwarded over TLS with the AllocSvr's certificate, and
+//!   only an `admin` certificate voids: a `client`'s is refused by the role check, another
+//!   AllocSvr's by the AllocSvr's own check (the store admits that role for forwarded voids).
 //!
 //! Needs the `storesvr`, `allocsvr` and `seqctl` binaries (`cargo build --workspace --bins`) and
 //! `curl`.
 //!
 //! Deliberately left out: moves of a ledger's section between sets and restores (the store's
-//! tests and the simulator cover them), and TLS (the role check of Void is a unit test).
+//! tests and the simulator cover them; the AllocSvr's following of a moved section is a unit test
+//! of `allocsvr::ledger::forward`).
 
 mod e2e;
 
@@ -240,4 +244,52 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert_eq!(expired.holder, "slow-till");
     let e = via_other.ledger_confirm("receipts", n, "late").await.unwrap_err();
     assert_eq!(e.failure_kind(), Some(FailureKind::Refused), "{e}");
+}
+
+/// A client of AllocSvr 1 holding `role`'s certificate.
+fn tls_client(c: &Cluster, role: seqsvr_auth::Role) -> Client {
+    let cfg = ClientConfig {
+        tls: c.tls(role),
+        ..ClientConfig::new([c.alloc_addrs[&1].clone()])
+    };
+    Client::new(cfg).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_ledger_calls_are_forwarded_and_only_an_admin_voids() {
+    use seqsvr_auth::Role;
+    let c = Cluster::start_tls();
+    c.wait_settled(START_WITHIN).await;
+    let client = tls_client(&c, Role::Client);
+    client
+        .ledger_create(KEY, Duration::from_secs(60))
+        .await
+        .expect("create over TLS");
+    let n = client.ledger_reserve(KEY, "till").await.expect("reserve over TLS");
+    assert_eq!(n, 1);
+    let m = client.ledger_reserve(KEY, "till").await.expect("reserve over TLS");
+
+    // A client's certificate may not void (the AllocSvr's role check), nor may another
+    // AllocSvr's (this AllocSvr's own check: the store admits the allocsvr role for Void because
+    // AllocSvrs forward an admin's call).
+    for role in [Role::Client, Role::AllocSvr] {
+        let e = tls_client(&c, role)
+            .ledger_void(KEY, n, "mallory", "x")
+            .await
+            .unwrap_err();
+        assert_eq!(e.failure_kind(), Some(FailureKind::Forbidden), "{role}: {e}");
+    }
+    let admin = tls_client(&c, Role::Admin);
+    admin
+        .ledger_void(KEY, n, "alice", "duplicate print")
+        .await
+        .expect("an admin voids");
+    let seqctl = Seqctl::new(["--alloc", c.alloc_addrs[&2].as_str()]).with(c.tls_flags(Role::Admin));
+    seqctl
+        .ok(&["ledger", "void", KEY, &m.to_string(), "--why", "test", "--who", "bob"])
+        .await;
+    let g = client.ledger_gaps(KEY).await.expect("gaps");
+    let by: Vec<&str> = g.voided.iter().map(|e| e.holder.as_str()).collect();
+    assert_eq!(by, ["alice", "bob"], "{g:?}");
+    assert!(g.voided.iter().all(|e| e.reason() == pb::VoidReason::Operator), "{g:?}");
 }
