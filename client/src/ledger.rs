@@ -6,9 +6,8 @@
 //!
 //! Retrying is safe by construction: a reserve carries a request id drawn once per logical call
 //! and sent again with every attempt, so a lost reply is answered, on the retry, with the number
-//! the first attempt took; a confirm is repeated with the same reference and answers the same.
-//! A release, void or reconcile repeated after a lost reply is refused with the state it left
-//! (the number is voided already): the caller reads that as done.
+//! the first attempt took; a confirm is repeated with the same reference and answers the same; a
+//! release or void repeated answers the same (`repeated`).
 //!
 //! A store's refusal keeps its meaning ([`FailureKind::NotFound`], [`FailureKind::Conflict`],
 //! [`FailureKind::Refused`], [`FailureKind::Forbidden`], [`FailureKind::InvalidArgument`]) and its
