@@ -454,7 +454,9 @@ async fn reflection_lists_exactly_the_data_plane_and_ledgers_in_v1_and_v1alpha()
             .unwrap(),
     );
     for service in expected.into_iter().skip(1) {
-        let req = tonic_health::pb::HealthCheckRequest { service: service.into() };
+        let req = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
         let status = health.check(req).await.unwrap().into_inner().status;
         assert_eq!(
             status,

@@ -94,6 +94,7 @@ impl Calls for Ledger {
                 let mut e = Self::entry(number, pb::LedgerState::Voided);
                 e.set_reason(pb::VoidReason::Released);
                 e.note = note.to_owned();
+                e.holder = note.to_owned();
                 one(Some(e))
             }
             LedgerCall::Show { from, count, .. } => {
@@ -123,6 +124,11 @@ impl Calls for Ledger {
 }
 
 async fn call(l: &Arc<Ledger>, method: &str, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+    let (status, bytes) = call_raw(l, method, uri, body).await;
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn call_raw(l: &Arc<Ledger>, method: &str, uri: &str, body: Option<&str>) -> (StatusCode, Vec<u8>) {
     let req = Request::builder()
         .method(method)
         .uri(uri)
@@ -130,8 +136,7 @@ async fn call(l: &Arc<Ledger>, method: &str, uri: &str, body: Option<&str>) -> (
         .unwrap();
     let resp = router(l.clone()).oneshot(req).await.unwrap();
     let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
 }
 
 #[tokio::test]
@@ -260,4 +265,24 @@ async fn bad_input_is_refused_before_any_call() {
         );
     }
     assert!(l.asked().is_empty(), "{:?}", l.asked());
+}
+
+#[tokio::test]
+async fn the_widest_single_reply_fits_the_reply_bound() {
+    // A key of 256 bytes and a note and holder of 64, each byte one JSON escapes to six.
+    let l = Arc::new(Ledger::default());
+    let key = "%01".repeat(256);
+    let note = "\\u0001".repeat(64);
+    let body = format!(r#"{{"note":"{note}"}}"#);
+    let uri = format!("/v1/ledger/{key}/18446744073709551615/release");
+    let (s, bytes) = call_raw(&l, "POST", &uri, Some(&body)).await;
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["entry"]["note"].as_str().map(str::len), Some(64), "{v}");
+    eprintln!("the widest single ledger reply: {} bytes", bytes.len());
+    assert!(
+        bytes.len() <= seqsvr_frontends::http::MAX_REPLY_BYTES,
+        "{} bytes",
+        bytes.len()
+    );
 }

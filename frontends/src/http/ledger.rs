@@ -7,10 +7,10 @@
 //! | `POST /v1/ledger/{key}/reserve` | `{"holder":"…","request_id":"…"}` (optional) | `{"key","number":"7","request_id","entry","ledger","repeated"}` |
 //! | `POST /v1/ledger/{key}/{n}/confirm` | `{"reference":"…"}` | `{"key","number","entry","ledger","repeated"}` |
 //! | `POST /v1/ledger/{key}/{n}/release` | `{"note":"…"}` (optional) | the same |
-//! | `GET /v1/ledger/{key}` | | `{"ledger":{...}}` |
-//! | `GET /v1/ledger/{key}?from=N&count=M` | | `{"ledger":{...},"entries":[...]}` (M ≤ [`MOST_SHOWN`]) |
-//! | `GET /v1/ledger/{key}/{n}` | | `{"ledger":{...},"entry":{...}}` |
-//! | `GET /v1/ledger/{key}/gaps?after=N&limit=M` | | `{"ledger","voided":[...],"more":bool,"next_after"}` |
+//! | `GET /v1/ledger/{key}` | | `{"key","ledger":{...}}` |
+//! | `GET /v1/ledger/{key}?from=N&count=M` | | `{"key","ledger":{...},"entries":[...]}` (M ≤ [`MOST_SHOWN`]) |
+//! | `GET /v1/ledger/{key}/{n}` | | `{"key","ledger":{...},"entry":{...}}` |
+//! | `GET /v1/ledger/{key}/gaps?after=N&limit=M` | | `{"key","ledger","voided":[...],"more":bool,"next_after"}` |
 //!
 //! A reserve without a `request_id` gets one drawn here and named in the reply: a caller whose
 //! reply is lost sends the same id again and gets the same number. A confirm repeated with the
@@ -113,10 +113,11 @@ fn unexpected() -> Failure {
     .into()
 }
 
-/// A ledger's summary as JSON; 64-bit numbers as decimal strings.
+/// A ledger's summary as JSON; 64-bit numbers as decimal strings. Without its key, which every
+/// reply names once at its top: a key of 256 escaped bytes written twice would take a single
+/// reply past [`super::MAX_REPLY_BYTES`].
 pub fn ledger_json(l: &pb::LedgerInfo) -> Value {
     json!({
-        "key": l.key,
         "hold_ms": l.hold_ms.to_string(),
         "high": l.high.to_string(),
         "settled": l.settled.to_string(),
@@ -369,7 +370,7 @@ pub(super) async fn show<C: Calls>(
         let place = if count > 0 { Some(batches.admit(d).await?) } else { None };
         match call(&*calls, &headers, LedgerCall::Show { key: k, from, count }).await? {
             LedgerAnswer::Show(s) => {
-                let mut v = json!({});
+                let mut v = json!({"key": k});
                 if let Some(l) = &s.ledger {
                     v["ledger"] = ledger_json(l);
                 }
@@ -416,7 +417,7 @@ pub(super) async fn number<C: Calls>(
                         ..Default::default()
                     };
                     let e = s.entries.first().unwrap_or(&not_issued);
-                    let mut v = json!({"entry": entry_json(e)});
+                    let mut v = json!({"key": key, "entry": entry_json(e)});
                     if let Some(l) = &s.ledger {
                         v["ledger"] = ledger_json(l);
                     }
@@ -451,6 +452,7 @@ pub(super) async fn gaps<C: Calls>(
         match call(&*calls, &headers, LedgerCall::Gaps { key: k, after, limit }).await? {
             LedgerAnswer::Gaps(g) => {
                 let mut v = json!({
+                    "key": k,
                     "voided": g.voided.iter().map(entry_json).collect::<Vec<_>>(),
                     "more": g.more,
                 });
