@@ -1068,3 +1068,51 @@ async fn a_ledger_moves_with_its_range_even_when_the_driver_dies_after_the_seal(
         .expect_err("a confirmed number keeps its reference");
     assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
 }
+
+/// Issue 51 item 3: ledger calls through AllocSvrs follow a move. Set 0's AllocSvr keeps serving
+/// the ledger after its range moved to set 1 (with the map a renewal brought, or the one it reads
+/// from set 0 when set 0 says "not served by this set now": that path is
+/// `allocsvr::ledger::forward`'s unit test, as here a renewal usually comes first), set 1's
+/// AllocSvr serves it too, and the numbers go on 1, 2, 3, … with the same
+/// request id answering the same number on either side of the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_calls_through_either_allocsvr_follow_a_move() {
+    use seqsvr_client::{Client, ClientConfig};
+    let c = TwoSets::start();
+    c.add_set_1().await;
+    let key = "receipts:2026";
+    let section = seqsvr_proto::keys::position(key, UID_LIMIT).section(SECTION_SIZE).0;
+    let at = |set: usize| Client::new(ClientConfig::new([c.allocs[set].clone()])).expect("client");
+    let (via0, via1) = (at(0), at(1));
+    // Set 1's AllocSvr forwards to set 0 before the move: any AllocSvr of any set answers.
+    let created = poll_until(WAIT, || async {
+        via1.ledger_create(key, Duration::from_secs(600)).await.ok()
+    })
+    .await;
+    assert_eq!(created.expect("a ledger created through set 1's AllocSvr").set_id, 0);
+    let held = via0.ledger_reserve_with_id(key, "a", "req-1").await.expect("reserve");
+    assert_eq!(held.entry.expect("entry").number, 1);
+
+    move_section(&c, 0, 1, section).await;
+
+    // Set 0's AllocSvr still answers for the ledger, now kept by set 1; the reserve repeated
+    // with its request id answers the number set 0 handed out.
+    let again = via0
+        .ledger_reserve_with_id(key, "a", "req-1")
+        .await
+        .expect("repeat after the move");
+    assert_eq!((again.entry.expect("entry").number, again.repeated), (1, true));
+    assert_eq!(again.ledger.expect("ledger").set_id, 1, "kept by set 1 now");
+    let two = via0
+        .ledger_reserve(key, "b")
+        .await
+        .expect("reserve through set 0's AllocSvr");
+    let three = via1
+        .ledger_reserve(key, "c")
+        .await
+        .expect("reserve through set 1's AllocSvr");
+    assert_eq!((two, three), (2, 3), "no gap, no repeat across the move");
+    via1.ledger_confirm(key, 1, "R-1")
+        .await
+        .expect("confirm through set 1's AllocSvr");
+}
