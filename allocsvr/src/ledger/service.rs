@@ -170,48 +170,67 @@ fn admin_only<T>(req: &Request<T>, what: &str) -> Result<(), Status> {
     }
 }
 
+/// Counts one call in `allocsvr_ledger_calls_total{call, code}` (`code` is `Ok` or the status's
+/// code: the set of labels is bounded) and wraps its reply.
+fn counted<T>(call: &'static str, r: Result<T, Status>) -> Result<Response<T>, Status> {
+    let code = match &r {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    };
+    metrics::counter!("allocsvr_ledger_calls_total", "call" => call, "code" => format!("{code:?}")).increment(1);
+    r.map(Response::new)
+}
+
 #[tonic::async_trait]
 impl pb::ledger_service_server::LedgerService for LedgerFront {
     async fn create_ledger(&self, req: Request<pb::CreateLedgerRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("create", forward(self, req.into_inner(), wait).await)
     }
 
     async fn reserve(&self, req: Request<pb::LedgerReserveRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("reserve", forward(self, req.into_inner(), wait).await)
     }
 
     async fn confirm(&self, req: Request<pb::LedgerConfirmRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("confirm", forward(self, req.into_inner(), wait).await)
     }
 
     async fn release(&self, req: Request<pb::LedgerReleaseRequest>) -> Result<Response<pb::LedgerReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("release", forward(self, req.into_inner(), wait).await)
     }
 
     async fn void(&self, req: Request<pb::LedgerVoidRequest>) -> Result<Response<pb::LedgerReply>, Status> {
-        admin_only(&req, "Void")?;
+        let allowed = admin_only(&req, "Void");
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        let r = match allowed {
+            Ok(()) => forward(self, req.into_inner(), wait).await,
+            Err(e) => Err(e),
+        };
+        counted("void", r)
     }
 
     async fn reconcile(&self, req: Request<pb::LedgerReconcileRequest>) -> Result<Response<pb::LedgerReply>, Status> {
-        admin_only(&req, "Reconcile")?;
+        let allowed = admin_only(&req, "Reconcile");
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        let r = match allowed {
+            Ok(()) => forward(self, req.into_inner(), wait).await,
+            Err(e) => Err(e),
+        };
+        counted("reconcile", r)
     }
 
     async fn show(&self, req: Request<pb::LedgerShowRequest>) -> Result<Response<pb::LedgerShowReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("show", forward(self, req.into_inner(), wait).await)
     }
 
     async fn gaps(&self, req: Request<pb::LedgerGapsRequest>) -> Result<Response<pb::LedgerGapsReply>, Status> {
         let wait = wait_of(&req);
-        forward(self, req.into_inner(), wait).await.map(Response::new)
+        counted("gaps", forward(self, req.into_inner(), wait).await)
     }
 }
 

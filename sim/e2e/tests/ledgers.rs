@@ -229,6 +229,18 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     assert_eq!(j["ledger"]["high"], 5, "{j}");
     assert!(j["voided"][2]["time"].as_str().unwrap().ends_with('Z'), "{j}");
 
+    // Every AllocSvr counts the ledger calls it forwarded, by call and code.
+    let page = c.alloc_metrics_page(other).await;
+    for line in [
+        "call=\"reserve\",code=\"Ok\"}",
+        "call=\"confirm\",code=\"AlreadyExists\"}",
+    ] {
+        let found = page
+            .lines()
+            .any(|l| l.starts_with("allocsvr_ledger_calls_total{") && l.contains(line));
+        assert!(found, "no {line} on the metrics page of AllocSvr {other}:\n{page}");
+    }
+
     // A hold that runs out: voided "expired" by the store leader, shown in the report.
     let n = via_other
         .ledger_reserve("receipts", "slow-till")
