@@ -55,6 +55,8 @@ pub enum LedgerAnswer {
 pub struct LedgerOp {
     pub id: u64,
     pub caller: u32,
+    /// The set that answered (the one asked last, for a call with no answer).
+    pub set: u64,
     pub key: String,
     pub ask: LedgerAsk,
     pub invoke_ns: u64,
@@ -71,6 +73,9 @@ pub struct Final<'a> {
     pub wall_origin_ms: Option<u64>,
     /// Run time from which the verify calls ran (each ledger must serve a reserve and a confirm).
     pub verify_from_ns: u64,
+    /// Sets restored from a backup: (set, backup taken, restored), run time in ns. A write a set
+    /// answered in between may be gone with the restore.
+    pub rewinds: &'a [(u64, u64, u64)],
 }
 
 /// How far an expiry may seem early: the leader stamps a hold at its step, after the call's
@@ -101,7 +106,13 @@ pub fn check(ops: &[LedgerOp], end: &Final<'_>) -> Vec<(Promise, Vec<Violation>)
             }
             continue;
         };
-        let k = Keyed { key, ops, l, wall_origin_ms: end.wall_origin_ms };
+        let k = Keyed {
+            key,
+            ops,
+            l,
+            wall_origin_ms: end.wall_origin_ms,
+            rewinds: end.rewinds,
+        };
         k.g1(&mut add);
         k.holds(&mut add);
         k.g3(&mut add);
@@ -129,6 +140,7 @@ struct Keyed<'a> {
     ops: &'a [&'a LedgerOp],
     l: &'a Ledger,
     wall_origin_ms: Option<u64>,
+    rewinds: &'a [(u64, u64, u64)],
 }
 
 type Add<'f> = dyn FnMut(Promise, String, Vec<u64>) + 'f;
@@ -140,6 +152,14 @@ impl Keyed<'_> {
             (LedgerAsk::Reserve { request_id }, LedgerAnswer::Ok { number, .. }) => Some((*number, request_id.as_str(), *o)),
             _ => None,
         })
+    }
+
+    /// Whether `o`'s write may have applied after a backup of its set that was then restored: it
+    /// completed after the backup and began before the restore.
+    fn undone(&self, o: &LedgerOp) -> bool {
+        self.rewinds
+            .iter()
+            .any(|&(set, backup, restored)| set == o.set && o.complete_ns >= backup && o.invoke_ns <= restored)
     }
 
     fn lost_with_restore(&self, n: u64) -> bool {
@@ -229,7 +249,11 @@ impl Keyed<'_> {
         let key = self.key;
         let mut confirmed: BTreeMap<u64, Vec<(&str, u64)>> = BTreeMap::new();
         for o in self.ops {
-            if let (LedgerAsk::Confirm { number, reference }, LedgerAnswer::Ok { .. }) = (&o.ask, &o.answer) {
+            // A confirm a restore undid left its number held again: the restore's known loss
+            // (docs/decisions/0004-ledger-counters.md), not a change the set made.
+            if let (LedgerAsk::Confirm { number, reference }, LedgerAnswer::Ok { .. }) = (&o.ask, &o.answer)
+                && !self.undone(o)
+            {
                 confirmed.entry(*number).or_default().push((reference, o.id));
             }
         }

@@ -121,7 +121,7 @@ impl LedgerRun {
                     hold_ms: run.hold_ms,
                 };
                 let until = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < until && run.ask(LedgerCall::Create(create.clone()), CALL_DEADLINE).await.is_err() {
+                while Instant::now() < until && run.ask(LedgerCall::Create(create.clone()), CALL_DEADLINE).await.1.is_err() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -210,7 +210,8 @@ impl LedgerRun {
             }),
         };
         let invoke_ns = self.world.now_ns();
-        let answer = match self.ask(call, deadline).await {
+        let (set, answer) = self.ask(call, deadline).await;
+        let answer = match answer {
             Ok(r) => LedgerAnswer::Ok {
                 number: r.entry.map_or(0, |e| e.number),
                 repeated: r.repeated,
@@ -223,6 +224,7 @@ impl LedgerRun {
         let op = LedgerOp {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             caller: c,
+            set,
             key: key.to_string(),
             ask,
             invoke_ns,
@@ -235,7 +237,8 @@ impl LedgerRun {
 
     /// `call` until a ledger reply, a refusal or the deadline: follows the leader, retries the
     /// same write on a silence, and tries the next set when one says the key is not its own.
-    async fn ask(&self, call: LedgerCall, deadline: Duration) -> Result<pb::LedgerReply, Fail> {
+    /// Returns the set asked last with the outcome.
+    async fn ask(&self, call: LedgerCall, deadline: Duration) -> (u64, Result<pb::LedgerReply, Fail>) {
         let until = Instant::now() + deadline;
         let sets = self.world.lock().groups.len() as u64;
         let (mut set, mut r) = (0u64, 0usize);
@@ -243,13 +246,14 @@ impl LedgerRun {
         loop {
             let now = Instant::now();
             if now >= until {
-                return Err(Fail::Unknown);
+                return (set, Err(Fail::Unknown));
             }
             let rep = tokio::time::timeout(ATTEMPT.min(until - now), self.rpc(set, r, &req)).await;
             let pause = match rep {
-                Ok(Rep::Reply(Reply::Ledger(reply))) => return Ok(reply),
+                Ok(Rep::Reply(Reply::Ledger(reply))) => return (set, Ok(reply)),
                 Ok(Rep::Reply(other)) => {
-                    return Err(Fail::Refused(RpcError::Internal(format!("a ledger call answered {other:?}"))));
+                    let e = RpcError::Internal(format!("a ledger call answered {other:?}"));
+                    return (set, Err(Fail::Refused(e)));
                 }
                 Ok(Rep::NotLeader(hint)) => {
                     r = hint.unwrap_or(r + 1) % REPLICAS;
@@ -264,7 +268,7 @@ impl LedgerRun {
                     20
                 }
                 Ok(Rep::Error(RpcError::Unavailable(_) | RpcError::MaybeCommitted(_))) => 20,
-                Ok(Rep::Error(e)) => return Err(Fail::Refused(e)),
+                Ok(Rep::Error(e)) => return (set, Err(Fail::Refused(e))),
                 Err(_) => {
                     r = (r + 1) % REPLICAS;
                     0

@@ -613,8 +613,14 @@ fn finish(
         (m, changes, stale, st.forged, std::mem::take(&mut st.restores))
     };
     let mut report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
+    let rewinds: Vec<(u64, u64, u64)> = restores
+        .rewinds
+        .iter()
+        .map(|r| (r.set, r.backup_ns, r.restored_ns))
+        .collect();
     let ledger = ledger_end.map(|(ops, ledgers)| {
         let end = checks::ledger::Final {
+            rewinds: &rewinds,
             ledgers: &ledgers,
             // With `--ids` the StoreSvrs' clocks take faults: a leader's clock is not the true time.
             wall_origin_ms: (!opts.ids).then_some(world::ID_ORIGIN_MS),
