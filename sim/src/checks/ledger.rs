@@ -1,4 +1,4 @@
-//! Ledger counters (docs/DESIGN.md §12): G1–G3 judged from the history of ledger calls and the
+//! Ledger counters (docs/decisions/0004-ledger-counters.md): G1–G3 judged from the history of ledger calls and the
 //! ledgers' final replicated state.
 //!
 //! - G1, none twice and none skipped: two reserves answered with one number must carry one request
@@ -85,7 +85,8 @@ const EXPIRY_SLACK_MS: u64 = 1;
 /// Every violation, by promise (G1, G2, G3, Holds, Liveness).
 pub fn check(ops: &[LedgerOp], end: &Final<'_>) -> Vec<(Promise, Vec<Violation>)> {
     let mut out: BTreeMap<Promise, Vec<Violation>> = BTreeMap::new();
-    let mut add = |p: Promise, what: String, calls: Vec<u64>| out.entry(p).or_default().push(Violation::new(p, what, calls));
+    let mut add =
+        |p: Promise, what: String, calls: Vec<u64>| out.entry(p).or_default().push(Violation::new(p, what, calls));
     let mut finals: BTreeMap<&str, &Ledger> = BTreeMap::new();
     for (key, copies) in end.ledgers {
         match copies.as_slice() {
@@ -95,7 +96,12 @@ pub fn check(ops: &[LedgerOp], end: &Final<'_>) -> Vec<(Promise, Vec<Violation>)
                 }
                 finals.insert(key, one);
             }
-            many => add(Promise::G2, format!("ledger {key} is kept by {} sets at the end", many.len()), vec![]),
+            [] => {} // Named below, with the calls on it.
+            many => add(
+                Promise::G2,
+                format!("ledger {key} is kept by {} sets at the end", many.len()),
+                vec![],
+            ),
         }
     }
     let by_key = group(ops);
@@ -117,10 +123,15 @@ pub fn check(ops: &[LedgerOp], end: &Final<'_>) -> Vec<(Promise, Vec<Violation>)
         k.holds(&mut add);
         k.g3(&mut add);
         let served = |f: fn(&LedgerAsk) -> bool| {
-            ops.iter().any(|o| o.invoke_ns >= end.verify_from_ns && f(&o.ask) && matches!(o.answer, LedgerAnswer::Ok { .. }))
+            ops.iter()
+                .any(|o| o.invoke_ns >= end.verify_from_ns && f(&o.ask) && matches!(o.answer, LedgerAnswer::Ok { .. }))
         };
         if !served(|a| matches!(a, LedgerAsk::Reserve { .. })) || !served(|a| matches!(a, LedgerAsk::Confirm { .. })) {
-            add(Promise::Liveness, format!("ledger {key} served no reserve and confirm after the heal"), vec![]);
+            add(
+                Promise::Liveness,
+                format!("ledger {key} served no reserve and confirm after the heal"),
+                vec![],
+            );
         }
     }
     out.into_iter().collect()
@@ -149,7 +160,9 @@ impl Keyed<'_> {
     /// The reserves answered OK: (number, request id, call).
     fn reserved(&self) -> impl Iterator<Item = (u64, &str, &LedgerOp)> {
         self.ops.iter().filter_map(|o| match (&o.ask, &o.answer) {
-            (LedgerAsk::Reserve { request_id }, LedgerAnswer::Ok { number, .. }) => Some((*number, request_id.as_str(), *o)),
+            (LedgerAsk::Reserve { request_id }, LedgerAnswer::Ok { number, .. }) => {
+                Some((*number, request_id.as_str(), *o))
+            }
             _ => None,
         })
     }
@@ -172,14 +185,22 @@ impl Keyed<'_> {
         let mut numbers: BTreeMap<&str, Vec<(u64, &LedgerOp)>> = BTreeMap::new();
         for (n, rid, o) in self.reserved() {
             if n == 0 || n > self.l.high {
-                add(Promise::G1, format!("ledger {key}: number {n} answered, the highest is {}", self.l.high), vec![o.id]);
+                add(
+                    Promise::G1,
+                    format!("ledger {key}: number {n} answered, the highest is {}", self.l.high),
+                    vec![o.id],
+                );
             }
             owners.entry(n).or_default().entry(rid).or_insert(o.id);
             numbers.entry(rid).or_default().push((n, o));
         }
         for (n, rids) in owners.iter().filter(|(_, r)| r.len() > 1) {
             let names: Vec<&str> = rids.keys().copied().collect();
-            add(Promise::G1, format!("ledger {key}: number {n} handed out to requests {names:?}"), rids.values().copied().collect());
+            add(
+                Promise::G1,
+                format!("ledger {key}: number {n} handed out to requests {names:?}"),
+                rids.values().copied().collect(),
+            );
         }
         for (rid, mut got) in numbers {
             got.sort_by_key(|(_, o)| o.complete_ns);
@@ -188,7 +209,11 @@ impl Keyed<'_> {
                 let ended = matches!(self.l.state_of(a), NumberState::Voided { void, .. }
                     if matches!(void.reason, VoidReason::Expired | VoidReason::LostWithRestore));
                 if a != b && !ended {
-                    add(Promise::G1, format!("ledger {key}: request {rid} got {a}, then {b} while {a} had not expired"), vec![oa.id, ob.id]);
+                    add(
+                        Promise::G1,
+                        format!("ledger {key}: request {rid} got {a}, then {b} while {a} had not expired"),
+                        vec![oa.id, ob.id],
+                    );
                 }
             }
         }
@@ -204,7 +229,11 @@ impl Keyed<'_> {
             }
         }
         let sent = |caller: u32, n: u64, f: &dyn Fn(&LedgerAsk) -> bool| {
-            self.ops.iter().any(|o| o.caller == caller && f(&o.ask) && matches!(o.ask, LedgerAsk::Confirm { number, .. } | LedgerAsk::Release { number } if number == n))
+            self.ops.iter().any(|o| {
+                o.caller == caller
+                    && f(&o.ask)
+                    && matches!(o.ask, LedgerAsk::Confirm { number, .. } | LedgerAsk::Release { number } if number == n)
+            })
         };
         let mut seen = BTreeSet::new();
         for (n, rid, o) in self.reserved() {
@@ -213,8 +242,16 @@ impl Keyed<'_> {
             }
             let bad = |what: &str| format!("ledger {key}: number {n}, answered to request {rid}, {what}");
             match self.l.state_of(n) {
-                NumberState::Held(h) if h.request_id != rid => add(Promise::Holds, bad(&format!("is held by request {}", h.request_id)), vec![o.id]),
-                NumberState::Held(_) => add(Promise::Holds, bad("is still held after the heal and its hold"), vec![o.id]),
+                NumberState::Held(h) if h.request_id != rid => add(
+                    Promise::Holds,
+                    bad(&format!("is held by request {}", h.request_id)),
+                    vec![o.id],
+                ),
+                NumberState::Held(_) => add(
+                    Promise::Holds,
+                    bad("is still held after the heal and its hold"),
+                    vec![o.id],
+                ),
                 NumberState::Confirmed(r) => {
                     let mine = |a: &LedgerAsk| match (a, &r) {
                         (LedgerAsk::Confirm { reference, .. }, Some(r)) => *reference == r.reference,
@@ -222,22 +259,41 @@ impl Keyed<'_> {
                         _ => false,
                     };
                     if !sent(o.caller, n, &mine) {
-                        add(Promise::Holds, bad(&format!("is confirmed ({r:?}) by no confirm of its caller")), vec![o.id]);
+                        add(
+                            Promise::Holds,
+                            bad(&format!("is confirmed ({r:?}) by no confirm of its caller")),
+                            vec![o.id],
+                        );
                     }
                 }
                 NumberState::Voided { void, .. } => match void.reason {
                     VoidReason::Released if !sent(o.caller, n, &|a| matches!(a, LedgerAsk::Release { .. })) => {
-                        add(Promise::Holds, bad("is released by no release of its caller"), vec![o.id]);
+                        add(
+                            Promise::Holds,
+                            bad("is released by no release of its caller"),
+                            vec![o.id],
+                        );
                     }
                     VoidReason::Expired => {
                         if let Some(origin) = self.wall_origin_ms {
-                            let earliest = origin + first_invoke.get(rid).copied().unwrap_or(o.invoke_ns) / 1_000_000 + self.l.hold_ms;
+                            let earliest = origin
+                                + first_invoke.get(rid).copied().unwrap_or(o.invoke_ns) / 1_000_000
+                                + self.l.hold_ms;
                             if void.at_ms + EXPIRY_SLACK_MS < earliest {
-                                add(Promise::Holds, bad(&format!("expired at {} ms, before its hold could end ({earliest} ms)", void.at_ms)), vec![o.id]);
+                                add(
+                                    Promise::Holds,
+                                    bad(&format!(
+                                        "expired at {} ms, before its hold could end ({earliest} ms)",
+                                        void.at_ms
+                                    )),
+                                    vec![o.id],
+                                );
                             }
                         }
                     }
-                    VoidReason::Operator => add(Promise::Holds, bad("was voided by an operator nobody ran"), vec![o.id]),
+                    VoidReason::Operator => {
+                        add(Promise::Holds, bad("was voided by an operator nobody ran"), vec![o.id])
+                    }
                     VoidReason::Released | VoidReason::LostWithRestore => {}
                 },
                 NumberState::NotIssued => {} // G1 names it.
@@ -264,13 +320,21 @@ impl Keyed<'_> {
             let (first, first_id) = refs[0];
             let distinct: BTreeSet<&str> = refs.iter().map(|(r, _)| *r).collect();
             if distinct.len() > 1 {
-                add(Promise::G3, format!("ledger {key}: number {n} confirmed OK with references {distinct:?}"), refs.iter().map(|r| r.1).collect());
+                add(
+                    Promise::G3,
+                    format!("ledger {key}: number {n} confirmed OK with references {distinct:?}"),
+                    refs.iter().map(|r| r.1).collect(),
+                );
             }
             let kept = match self.l.state_of(n) {
                 NumberState::Confirmed(Some(r)) if r.reference == first => true,
                 NumberState::Confirmed(None) => true,
                 other => {
-                    add(Promise::G3, format!("ledger {key}: number {n} confirmed OK with {first:?} ends as {other:?}"), vec![first_id]);
+                    add(
+                        Promise::G3,
+                        format!("ledger {key}: number {n} confirmed OK with {first:?} ends as {other:?}"),
+                        vec![first_id],
+                    );
                     false
                 }
             };
@@ -283,13 +347,19 @@ impl Keyed<'_> {
                 let broken = match (about, &o.answer) {
                     (Some(None), LedgerAnswer::Ok { .. }) => Some("a release answered OK"),
                     (Some(Some(_)), LedgerAnswer::Voided) => Some("a confirm answered \"voided\""),
-                    (Some(Some(r)), LedgerAnswer::AlreadyExists) if r == first && kept && self.l.references.contains_key(&n) => {
+                    (Some(Some(r)), LedgerAnswer::AlreadyExists)
+                        if r == first && kept && self.l.references.contains_key(&n) =>
+                    {
                         Some("a repeat with its reference refused")
                     }
                     _ => None,
                 };
                 if let Some(what) = broken {
-                    add(Promise::G3, format!("ledger {key}: number {n} confirmed OK with {first:?}, then {what}"), vec![first_id, o.id]);
+                    add(
+                        Promise::G3,
+                        format!("ledger {key}: number {n} confirmed OK with {first:?}, then {what}"),
+                        vec![first_id, o.id],
+                    );
                 }
             }
         }

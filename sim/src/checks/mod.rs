@@ -45,7 +45,7 @@ pub enum Promise {
     U2,
     U3,
     U4,
-    /// Ledger counters (docs/DESIGN.md §12, [`ledger`]): no number twice or skipped; every number
+    /// Ledger counters (docs/decisions/0004-ledger-counters.md, [`ledger`]): no number twice or skipped; every number
     /// in exactly one state; a confirmed number never changes; a held number ends only by its
     /// holder's word or its deadline.
     G1,

@@ -121,7 +121,13 @@ impl LedgerRun {
                     hold_ms: run.hold_ms,
                 };
                 let until = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < until && run.ask(LedgerCall::Create(create.clone()), CALL_DEADLINE).await.1.is_err() {
+                while Instant::now() < until
+                    && run
+                        .ask(LedgerCall::Create(create.clone()), CALL_DEADLINE)
+                        .await
+                        .1
+                        .is_err()
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -331,7 +337,10 @@ impl LedgerRun {
         tokio::spawn(async move {
             let _ = world.commit(set, r, term, &cmd).await;
             if fresh
-                && let Some(n) = pending.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&(set, r, term, key))
+                && let Some(n) = pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(&(set, r, term, key))
             {
                 *n = n.saturating_sub(1);
             }
@@ -356,7 +365,10 @@ impl LedgerRun {
             let restored: Vec<(String, u64)> = {
                 let st = self.world.lock();
                 let marked = st.groups.iter().flat_map(|g| g.set.ledgers.by_key.iter());
-                marked.filter(|(_, l)| l.restored).map(|(k, l)| (k.clone(), l.high)).collect()
+                marked
+                    .filter(|(_, l)| l.restored)
+                    .map(|(k, l)| (k.clone(), l.high))
+                    .collect()
             };
             for (key, high) in restored {
                 let answered = self
@@ -393,7 +405,10 @@ impl LedgerRun {
                         number,
                         reference: rid.clone(),
                     };
-                    if matches!(self.record(VERIFY_CALLER, key, ask, deadline).await, LedgerAnswer::Ok { .. }) {
+                    if matches!(
+                        self.record(VERIFY_CALLER, key, ask, deadline).await,
+                        LedgerAnswer::Ok { .. }
+                    ) {
                         break;
                     }
                 }

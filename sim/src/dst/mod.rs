@@ -583,7 +583,10 @@ fn finish(
     verify_from_ns: u64,
     faults: Vec<Fault>,
     opts: &Options,
-    ledger_end: Option<(Vec<checks::ledger::LedgerOp>, BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>)>,
+    ledger_end: Option<(
+        Vec<checks::ledger::LedgerOp>,
+        BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>,
+    )>,
 ) -> Outcome {
     info.verify_from_ns = Some(verify_from_ns);
     let records = rec.history.take();
@@ -626,7 +629,12 @@ fn finish(
             wall_origin_ms: (!opts.ids).then_some(world::ID_ORIGIN_MS),
             verify_from_ns,
         };
-        for promise in [checks::Promise::G1, checks::Promise::G2, checks::Promise::G3, checks::Promise::Holds] {
+        for promise in [
+            checks::Promise::G1,
+            checks::Promise::G2,
+            checks::Promise::G3,
+            checks::Promise::Holds,
+        ] {
             report.add(promise, Vec::new());
         }
         for (promise, found) in checks::ledger::check(&ops, &end) {
