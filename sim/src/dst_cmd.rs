@@ -178,20 +178,7 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         r.p6_bounded, r.p6_beyond
     );
     if opts.ledger {
-        let l = &r.ledger;
-        println!(
-            "ledger calls: {} reserved, {} confirmed, {} released, {} repeats answered, {} other references refused, \
-             {} confirms refused as voided, {} unknown; numbers expired {}, lost with a restore {}",
-            l.reserved,
-            l.confirmed,
-            l.released,
-            l.repeated,
-            l.already_exists,
-            l.refused_voided,
-            l.unknown,
-            l.expired,
-            l.lost_with_restore
-        );
+        print_ledger(&r.ledger);
     }
     match r.failures.first() {
         Some(o) => {
@@ -208,6 +195,22 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
             ExitCode::SUCCESS
         }
     }
+}
+
+fn print_ledger(l: &sim::checks::ledger::LedgerStats) {
+    println!(
+        "ledger calls: {} reserved, {} confirmed, {} released, {} repeats answered, {} other references refused, \
+         {} confirms refused as voided, {} unknown; numbers expired {}, lost with a restore {}",
+        l.reserved,
+        l.confirmed,
+        l.released,
+        l.repeated,
+        l.already_exists,
+        l.refused_voided,
+        l.unknown,
+        l.expired,
+        l.lost_with_restore
+    );
 }
 
 fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {

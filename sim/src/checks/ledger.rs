@@ -220,7 +220,6 @@ impl Keyed<'_> {
     }
 
     fn holds(&self, add: &mut Add<'_>) {
-        let key = self.key;
         let mut first_invoke: BTreeMap<&str, u64> = BTreeMap::new();
         for o in self.ops {
             if let LedgerAsk::Reserve { request_id } = &o.ask {
@@ -228,76 +227,56 @@ impl Keyed<'_> {
                 *e = (*e).min(o.invoke_ns);
             }
         }
-        let sent = |caller: u32, n: u64, f: &dyn Fn(&LedgerAsk) -> bool| {
+        let mut seen = BTreeSet::new();
+        for (n, rid, o) in self.reserved() {
+            if !seen.insert(n) {
+                continue;
+            }
+            let since_ns = first_invoke.get(rid).copied().unwrap_or(o.invoke_ns);
+            if let Some(what) = self.hold_end(n, rid, o.caller, since_ns) {
+                let what = format!("ledger {}: number {n}, answered to request {rid}, {what}", self.key);
+                add(Promise::Holds, what, vec![o.id]);
+            }
+        }
+    }
+
+    /// What is wrong with how number `n`, answered to request `rid` of `caller` (first asked at
+    /// `since_ns`), ended, if anything.
+    fn hold_end(&self, n: u64, rid: &str, caller: u32, since_ns: u64) -> Option<String> {
+        let sent = |f: &dyn Fn(&LedgerAsk) -> bool| {
             self.ops.iter().any(|o| {
                 o.caller == caller
                     && f(&o.ask)
                     && matches!(o.ask, LedgerAsk::Confirm { number, .. } | LedgerAsk::Release { number } if number == n)
             })
         };
-        let mut seen = BTreeSet::new();
-        for (n, rid, o) in self.reserved() {
-            if !seen.insert(n) {
-                continue;
+        match self.l.state_of(n) {
+            NumberState::Held(h) if h.request_id != rid => Some(format!("is held by request {}", h.request_id)),
+            NumberState::Held(_) => Some("is still held after the heal and its hold".into()),
+            NumberState::Confirmed(r) => {
+                let mine = |a: &LedgerAsk| match (a, &r) {
+                    (LedgerAsk::Confirm { reference, .. }, Some(r)) => *reference == r.reference,
+                    (LedgerAsk::Confirm { .. }, None) => true,
+                    _ => false,
+                };
+                (!sent(&mine)).then(|| format!("is confirmed ({r:?}) by no confirm of its caller"))
             }
-            let bad = |what: &str| format!("ledger {key}: number {n}, answered to request {rid}, {what}");
-            match self.l.state_of(n) {
-                NumberState::Held(h) if h.request_id != rid => add(
-                    Promise::Holds,
-                    bad(&format!("is held by request {}", h.request_id)),
-                    vec![o.id],
-                ),
-                NumberState::Held(_) => add(
-                    Promise::Holds,
-                    bad("is still held after the heal and its hold"),
-                    vec![o.id],
-                ),
-                NumberState::Confirmed(r) => {
-                    let mine = |a: &LedgerAsk| match (a, &r) {
-                        (LedgerAsk::Confirm { reference, .. }, Some(r)) => *reference == r.reference,
-                        (LedgerAsk::Confirm { .. }, None) => true,
-                        _ => false,
-                    };
-                    if !sent(o.caller, n, &mine) {
-                        add(
-                            Promise::Holds,
-                            bad(&format!("is confirmed ({r:?}) by no confirm of its caller")),
-                            vec![o.id],
-                        );
-                    }
+            NumberState::Voided { void, .. } => match void.reason {
+                VoidReason::Released => (!sent(&|a| matches!(a, LedgerAsk::Release { .. })))
+                    .then(|| "is released by no release of its caller".into()),
+                VoidReason::Expired => {
+                    let earliest = self.wall_origin_ms? + since_ns / 1_000_000 + self.l.hold_ms;
+                    (void.at_ms + EXPIRY_SLACK_MS < earliest).then(|| {
+                        format!(
+                            "expired at {} ms, before its hold could end ({earliest} ms)",
+                            void.at_ms
+                        )
+                    })
                 }
-                NumberState::Voided { void, .. } => match void.reason {
-                    VoidReason::Released if !sent(o.caller, n, &|a| matches!(a, LedgerAsk::Release { .. })) => {
-                        add(
-                            Promise::Holds,
-                            bad("is released by no release of its caller"),
-                            vec![o.id],
-                        );
-                    }
-                    VoidReason::Expired => {
-                        if let Some(origin) = self.wall_origin_ms {
-                            let earliest = origin
-                                + first_invoke.get(rid).copied().unwrap_or(o.invoke_ns) / 1_000_000
-                                + self.l.hold_ms;
-                            if void.at_ms + EXPIRY_SLACK_MS < earliest {
-                                add(
-                                    Promise::Holds,
-                                    bad(&format!(
-                                        "expired at {} ms, before its hold could end ({earliest} ms)",
-                                        void.at_ms
-                                    )),
-                                    vec![o.id],
-                                );
-                            }
-                        }
-                    }
-                    VoidReason::Operator => {
-                        add(Promise::Holds, bad("was voided by an operator nobody ran"), vec![o.id])
-                    }
-                    VoidReason::Released | VoidReason::LostWithRestore => {}
-                },
-                NumberState::NotIssued => {} // G1 names it.
-            }
+                VoidReason::Operator => Some("was voided by an operator nobody ran".into()),
+                VoidReason::LostWithRestore => None,
+            },
+            NumberState::NotIssued => None, // G1 names it.
         }
     }
 
@@ -423,5 +402,169 @@ impl LedgerStats {
         self.unknown += o.unknown;
         self.expired += o.expired;
         self.lost_with_restore += o.lost_with_restore;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storesvr::domain::ledger::{Hold, Reference, Void};
+
+    /// A ledger of `high` numbers: `confirmed` with their references, `expired`, the rest held
+    /// by request "r{n}".
+    fn ledger(high: u64, confirmed: &[(u64, &str)], expired: &[u64]) -> Ledger {
+        let mut l = Ledger {
+            section: seqsvr_proto::SectionId(0),
+            hold_ms: 1_000,
+            high,
+            held: BTreeMap::new(),
+            voided: BTreeMap::new(),
+            confirmed: BTreeMap::new(),
+            references: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            confirmed_count: 0,
+            voided_count: 0,
+            clock_ms: 0,
+            restored: false,
+        };
+        for n in 1..=high {
+            if let Some((_, r)) = confirmed.iter().find(|(c, _)| *c == n) {
+                l.confirmed.insert(n, n);
+                l.confirmed_count += 1;
+                let reference = Reference {
+                    reference: r.to_string(),
+                    at_ms: 0,
+                };
+                l.references.insert(n, reference);
+            } else if expired.contains(&n) {
+                let void = Void {
+                    through: n,
+                    reason: VoidReason::Expired,
+                    who: String::new(),
+                    note: String::new(),
+                    at_ms: 10_000,
+                };
+                l.voided.insert(n, void);
+                l.voided_count += 1;
+            } else {
+                let hold = Hold {
+                    holder: String::new(),
+                    request_id: format!("r{n}"),
+                    at_ms: 0,
+                    deadline_ms: 1_000,
+                };
+                l.held.insert(n, hold);
+                l.requests.insert(format!("r{n}"), n);
+            }
+        }
+        l
+    }
+
+    fn op(id: u64, ask: LedgerAsk, answer: LedgerAnswer) -> LedgerOp {
+        LedgerOp {
+            id,
+            caller: 0,
+            set: 0,
+            key: "k".into(),
+            ask,
+            invoke_ns: id * 1_000_000,
+            complete_ns: id * 1_000_000 + 500_000,
+            answer,
+        }
+    }
+
+    fn reserve(id: u64, rid: &str, number: u64) -> LedgerOp {
+        let ask = LedgerAsk::Reserve { request_id: rid.into() };
+        op(
+            id,
+            ask,
+            LedgerAnswer::Ok {
+                number,
+                repeated: false,
+            },
+        )
+    }
+
+    fn confirm(id: u64, number: u64, reference: &str, answer: LedgerAnswer) -> LedgerOp {
+        let ask = LedgerAsk::Confirm {
+            number,
+            reference: reference.into(),
+        };
+        op(id, ask, answer)
+    }
+
+    const OK: LedgerAnswer = LedgerAnswer::Ok {
+        number: 1,
+        repeated: false,
+    };
+
+    /// The promises `ops` break against `l` (the verify calls are not asked for).
+    fn broken(ops: &[LedgerOp], l: Ledger) -> Vec<Promise> {
+        let ledgers = BTreeMap::from([("k".to_string(), vec![l])]);
+        let end = Final {
+            ledgers: &ledgers,
+            wall_origin_ms: Some(0),
+            verify_from_ns: 0,
+            rewinds: &[],
+        };
+        let found = check(ops, &end);
+        found
+            .into_iter()
+            .filter(|(p, v)| *p != Promise::Liveness && !v.is_empty())
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    #[test]
+    fn a_confirmed_and_an_expired_number_keep_every_promise() {
+        let ops = [reserve(1, "r1", 1), confirm(2, 1, "a", OK), reserve(3, "r2", 2)];
+        assert_eq!(broken(&ops, ledger(2, &[(1, "a")], &[2])), vec![]);
+    }
+
+    #[test]
+    fn one_number_answered_to_two_requests_breaks_g1() {
+        let ops = [reserve(1, "r1", 1), reserve(2, "rx", 1)];
+        assert!(broken(&ops, ledger(1, &[], &[1])).contains(&Promise::G1));
+    }
+
+    #[test]
+    fn a_number_answered_above_high_breaks_g1() {
+        let ops = [reserve(1, "r1", 3)];
+        assert!(broken(&ops, ledger(2, &[], &[1, 2])).contains(&Promise::G1));
+    }
+
+    #[test]
+    fn a_confirmed_number_that_ends_expired_breaks_g3() {
+        let ops = [reserve(1, "r1", 1), confirm(2, 1, "a", OK)];
+        assert_eq!(broken(&ops, ledger(1, &[], &[1])), vec![Promise::G3]);
+    }
+
+    #[test]
+    fn a_confirm_answered_voided_after_one_answered_ok_breaks_g3() {
+        let ops = [
+            reserve(1, "r1", 1),
+            confirm(2, 1, "a", OK),
+            confirm(3, 1, "a", LedgerAnswer::Voided),
+        ];
+        assert_eq!(broken(&ops, ledger(1, &[(1, "a")], &[])), vec![Promise::G3]);
+    }
+
+    #[test]
+    fn a_number_still_held_or_expired_too_early_breaks_holds() {
+        assert_eq!(
+            broken(&[reserve(1, "r1", 1)], ledger(1, &[], &[])),
+            vec![Promise::Holds]
+        );
+        let mut early = ledger(1, &[], &[1]);
+        early.voided.get_mut(&1).expect("voided").at_ms = 500;
+        assert_eq!(broken(&[reserve(1, "r1", 1)], early), vec![Promise::Holds]);
+    }
+
+    #[test]
+    fn a_ledger_whose_states_do_not_cover_high_breaks_g2() {
+        let mut l = ledger(2, &[], &[1, 2]);
+        l.voided.remove(&2);
+        l.voided_count = 1;
+        assert!(broken(&[reserve(1, "r1", 1)], l).contains(&Promise::G2));
     }
 }

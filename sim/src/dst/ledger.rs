@@ -23,7 +23,7 @@
 //! reach the store as `seqctl ledger` does), Show and Gaps (reads of the same state the checker
 //! reads whole), and operator voids.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,6 +64,10 @@ pub struct LedgerRun {
     /// Reserves a leader stepped and has not seen commit, by (set, replica, term, key): what it
     /// adds to its applied `high` to predict the next number under the control.
     pending: Arc<Mutex<Pending>>,
+    /// The ledgers created (answered OK), for the operator to find one a restore lost.
+    created: Mutex<BTreeSet<String>>,
+    /// Ledgers the operator is creating again after a restore lost them: nobody calls them.
+    repairing: Mutex<BTreeSet<String>>,
 }
 
 /// Reserves a leader answered early and has not seen decided, by (set, replica, term, key).
@@ -83,6 +87,8 @@ pub fn set_up(world: &Arc<World>, seed: u64, answer_before_commit: bool) -> Arc<
         ops: Mutex::new(Vec::new()),
         next_id: AtomicU64::new(0),
         pending: Default::default(),
+        created: Default::default(),
+        repairing: Default::default(),
     })
 }
 
@@ -116,18 +122,8 @@ impl LedgerRun {
         let stop = stop.clone();
         tokio::spawn(async move {
             for key in KEYS {
-                let create = pb::CreateLedgerRequest {
-                    key: key.into(),
-                    hold_ms: run.hold_ms,
-                };
                 let until = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < until
-                    && run
-                        .ask(LedgerCall::Create(create.clone()), CALL_DEADLINE)
-                        .await
-                        .1
-                        .is_err()
-                {
+                while Instant::now() < until && !run.create(key).await {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
@@ -146,6 +142,9 @@ impl LedgerRun {
             tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
             op += 1;
             let key = KEYS[rng.random_range(0..KEYS.len())];
+            if self.repairing.lock().unwrap_or_else(|e| e.into_inner()).contains(key) {
+                continue;
+            }
             let rid = format!("c{c}-{op}");
             let LedgerAnswer::Ok { number, .. } = self.reserve(c, key, &rid, CALL_DEADLINE).await else {
                 continue;
@@ -358,39 +357,82 @@ impl LedgerRun {
 
     /// Reconciles every ledger a restore marked, at one above the highest number any caller was
     /// answered (the operator's own records) or the backup holds, as `seqctl ledger reconcile`
-    /// would be run.
+    /// would be run; a ledger created after the backup, which the restore lost whole, is created
+    /// again first (else its numbers would start at 1 again).
     async fn operator(&self) {
         loop {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let restored: Vec<(String, u64)> = {
+            let (restored, lost) = {
                 let st = self.world.lock();
                 let marked = st.groups.iter().flat_map(|g| g.set.ledgers.by_key.iter());
-                marked
+                let restored: Vec<(String, u64)> = marked
                     .filter(|(_, l)| l.restored)
                     .map(|(k, l)| (k.clone(), l.high))
-                    .collect()
+                    .collect();
+                let created = self.created.lock().unwrap_or_else(|e| e.into_inner());
+                let anywhere = |k: &String| st.groups.iter().any(|g| g.set.ledgers.by_key.contains_key(k));
+                let lost: Vec<(String, u64)> = if st.restores.rewinds.is_empty() {
+                    Vec::new()
+                } else {
+                    created
+                        .iter()
+                        .filter(|k| !anywhere(k))
+                        .map(|k| (k.clone(), 0))
+                        .collect()
+                };
+                (restored, lost)
             };
-            for (key, high) in restored {
-                let answered = self
-                    .ops()
-                    .iter()
-                    .filter(|o| o.key == key)
-                    .filter_map(|o| match o.answer {
-                        LedgerAnswer::Ok { number, .. } => Some(number),
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(0);
+            if !lost.is_empty() {
+                // Re-created, it would hand out 1 again until the reconcile: the callers of a lost
+                // ledger stop until it is repaired, and the calls already out run to their end.
+                self.repairing
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(lost.iter().map(|(k, _)| k.clone()));
+                tokio::time::sleep(CALL_DEADLINE + ATTEMPT).await;
+            }
+            for (key, _) in &lost {
+                let _ = self.create(key).await;
+            }
+            for (key, high) in restored.into_iter().chain(lost) {
                 // Above what the callers were told and what the backup held (`seqctl ledger show`).
-                let next = answered.max(high) + 1;
+                let next = self.answered_high(&key).max(high) + 1;
                 let call = LedgerCall::Reconcile(pb::LedgerReconcileRequest {
-                    key: key.into(),
+                    key: key.clone().into_bytes(),
                     next,
                     who: "operator".into(),
                 });
-                let _ = self.ask(call, CALL_DEADLINE).await;
+                if self.ask(call, CALL_DEADLINE).await.1.is_ok() {
+                    self.repairing.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                }
             }
         }
+    }
+
+    /// The highest number any caller of `key` was answered.
+    fn answered_high(&self, key: &str) -> u64 {
+        let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
+        let numbers = ops.iter().filter(|o| o.key == key).filter_map(|o| match o.answer {
+            LedgerAnswer::Ok { number, .. } => Some(number),
+            _ => None,
+        });
+        numbers.max().unwrap_or(0)
+    }
+
+    /// Creates `key` with the seed's hold; whether it was answered OK.
+    async fn create(&self, key: &str) -> bool {
+        let create = pb::CreateLedgerRequest {
+            key: key.into(),
+            hold_ms: self.hold_ms,
+        };
+        let ok = self.ask(LedgerCall::Create(create), CALL_DEADLINE).await.1.is_ok();
+        if ok {
+            self.created
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.to_string());
+        }
+        ok
     }
 
     /// After the heal: each ledger must serve a reserve and a confirm again (the checker's

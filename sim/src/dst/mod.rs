@@ -616,32 +616,8 @@ fn finish(
         (m, changes, stale, st.forged, std::mem::take(&mut st.restores))
     };
     let mut report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
-    let rewinds: Vec<(u64, u64, u64)> = restores
-        .rewinds
-        .iter()
-        .map(|r| (r.set, r.backup_ns, r.restored_ns))
-        .collect();
-    let ledger = ledger_end.map(|(ops, ledgers)| {
-        let end = checks::ledger::Final {
-            rewinds: &rewinds,
-            ledgers: &ledgers,
-            // With `--ids` the StoreSvrs' clocks take faults: a leader's clock is not the true time.
-            wall_origin_ms: (!opts.ids).then_some(world::ID_ORIGIN_MS),
-            verify_from_ns,
-        };
-        for promise in [
-            checks::Promise::G1,
-            checks::Promise::G2,
-            checks::Promise::G3,
-            checks::Promise::Holds,
-        ] {
-            report.add(promise, Vec::new());
-        }
-        for (promise, found) in checks::ledger::check(&ops, &end) {
-            report.add(promise, found);
-        }
-        checks::ledger::LedgerStats::of(&ops, &ledgers)
-    });
+    let ledger =
+        ledger_end.map(|(ops, ledgers)| check_ledgers(&mut report, &ops, &ledgers, &restores, verify_from_ns, opts));
     Outcome {
         seed: history.info.seed,
         hash: hasher.finish(),
@@ -654,6 +630,41 @@ fn finish(
         restores,
         ledger,
     }
+}
+
+/// Checks the ledger calls and final ledgers into `report`; what the callers did.
+fn check_ledgers(
+    report: &mut Report,
+    ops: &[checks::ledger::LedgerOp],
+    ledgers: &BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>,
+    restores: &tally::Tally,
+    verify_from_ns: u64,
+    opts: &Options,
+) -> checks::ledger::LedgerStats {
+    let rewinds: Vec<(u64, u64, u64)> = restores
+        .rewinds
+        .iter()
+        .map(|r| (r.set, r.backup_ns, r.restored_ns))
+        .collect();
+    let end = checks::ledger::Final {
+        rewinds: &rewinds,
+        ledgers,
+        // With `--ids` the StoreSvrs' clocks take faults: a leader's clock is not the true time.
+        wall_origin_ms: (!opts.ids).then_some(world::ID_ORIGIN_MS),
+        verify_from_ns,
+    };
+    for promise in [
+        checks::Promise::G1,
+        checks::Promise::G2,
+        checks::Promise::G3,
+        checks::Promise::Holds,
+    ] {
+        report.add(promise, Vec::new());
+    }
+    for (promise, found) in checks::ledger::check(ops, &end) {
+        report.add(promise, found);
+    }
+    checks::ledger::LedgerStats::of(ops, ledgers)
 }
 
 /// What a range of seeds gave.
