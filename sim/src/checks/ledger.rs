@@ -424,6 +424,7 @@ mod tests {
             requests: BTreeMap::new(),
             confirmed_count: 0,
             voided_count: 0,
+            voided_by: [0; 4],
             clock_ms: 0,
             restored: false,
         };
@@ -446,6 +447,7 @@ mod tests {
                 };
                 l.voided.insert(n, void);
                 l.voided_count += 1;
+                l.voided_by[1] += 1;
             } else {
                 let hold = Hold {
                     holder: String::new(),

@@ -255,7 +255,7 @@ impl LedgerRun {
             }
             let rep = tokio::time::timeout(ATTEMPT.min(until - now), self.rpc(set, r, &req)).await;
             let pause = match rep {
-                Ok(Rep::Reply(Reply::Ledger(reply))) => return (set, Ok(reply)),
+                Ok(Rep::Reply(Reply::Ledger(reply))) => return (set, Ok(*reply)),
                 Ok(Rep::Reply(other)) => {
                     let e = RpcError::Internal(format!("a ledger call answered {other:?}"));
                     return (set, Err(Fail::Refused(e)));
@@ -349,10 +349,10 @@ impl LedgerRun {
             state: pb::LedgerState::Held.into(),
             ..Default::default()
         };
-        Some(Rep::Reply(Reply::Ledger(pb::LedgerReply {
+        Some(Rep::Reply(Reply::Ledger(Box::new(pb::LedgerReply {
             entry: Some(entry),
             ..Default::default()
-        })))
+        }))))
     }
 
     /// Reconciles every ledger a restore marked, at one above the highest number any caller was

@@ -283,9 +283,6 @@ fn kind(e: &RpcError) -> &'static str {
         RpcError::AlreadyExists(_) => "already exists",
         RpcError::ResourceExhausted(_) => "resource exhausted",
         RpcError::Unavailable(_) => "unavailable",
-        RpcError::NotFound(_) => "not found",
-        RpcError::AlreadyExists(_) => "already exists",
-        RpcError::ResourceExhausted(_) => "resource exhausted",
         RpcError::MaybeCommitted(_) => "unknown outcome",
         RpcError::Internal(_) | RpcError::Fatal(_) => "internal",
     }
