@@ -1,8 +1,8 @@
 //! Ledger counters: numbers handed out one after another with none skipped, each held, confirmed
 //! or voided (docs/decisions/0004-ledger-counters.md). Any AllocSvr answers for any key: it
-//! forwards the call to the StoreSvr leader of the set that keeps the ledger. So a call goes to a
-//! random known AllocSvr and, when that one cannot answer (unreachable, overloaded, the set
-//! without a leader), to another, under the call's deadline.
+//! forwards the call to the StoreSvr leader of the set that keeps the ledger. So a call goes to
+//! one of the client's seeds and, when that one cannot answer (unreachable, overloaded, the set
+//! without a leader), to another known AllocSvr, under the call's deadline.
 //!
 //! Retrying is safe by construction: a reserve carries a request id drawn once per logical call
 //! and sent again with every attempt, so a lost reply is answered, on the retry, with the number
@@ -248,7 +248,10 @@ impl Client {
         let mut maybe_taken = false;
         let mut avoid: Option<String> = None;
         while let Some(timeout) = budget.start_attempt(Instant::now()) {
-            let addr = self.any_allocsvr(avoid.as_deref());
+            let addr = match &avoid {
+                None => self.any_seed(),
+                Some(_) => self.any_allocsvr(avoid.as_deref()),
+            };
             match self.ledger_attempt(&addr, req.clone(), timeout).await {
                 Ok(reply) => return Ok(reply),
                 Err(None) => {
@@ -274,6 +277,13 @@ impl Client {
         } else {
             ClientError::failed(FailureKind::Unavailable, last)
         })
+    }
+
+    /// The next seed: a call's first attempt goes where its caller pointed the client (an
+    /// AllocSvr's front ends seed it with the AllocSvr itself, which it reaches in process).
+    fn any_seed(&self) -> String {
+        // The configuration has at least one (`ClientConfig::validate`).
+        self.inner.seeds.next().to_owned()
     }
 
     /// One attempt: the reply, or the status (`None`: no reply within `timeout`).

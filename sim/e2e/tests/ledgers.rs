@@ -64,6 +64,18 @@ async fn curl(method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
     (code, v)
 }
 
+/// An AllocSvr's `allocsvr_front_rpcs_total{to}`: the RPCs its front ends' calls made the long
+/// way, to itself in process (`self`) or over the network (`forwarded`).
+async fn front_rpcs(c: &Cluster, id: u64, to: &str) -> u64 {
+    let label = format!("to=\"{to}\"}}");
+    c.alloc_metrics_page(id)
+        .await
+        .lines()
+        .find(|l| l.starts_with("allocsvr_front_rpcs_total{") && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_front_reaches_ledgers_through_any_allocsvr() {
     let c = Cluster::start();
@@ -147,7 +159,14 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     let states: Vec<pb::LedgerState> = show.entries.iter().map(|e| e.state()).collect();
     assert_eq!(states, [pb::LedgerState::Confirmed, pb::LedgerState::Voided]);
 
-    // HTTP/JSON on the other AllocSvr's front end.
+    // HTTP/JSON on the other AllocSvr's front end. A counter call first, for the key its peer
+    // owns: forwarded to the peer, it teaches the front end's client library the route table, so
+    // that the ledger calls below could go to the peer too — they must not: any AllocSvr answers,
+    // and the front end's own does without a hop.
+    let counter = format!("http://{}/v1/counter/{KEY}/next", c.alloc_http[&other]);
+    assert_eq!(curl("POST", &counter, None).await.0, 200);
+    let forwarded = front_rpcs(&c, other, "forwarded").await;
+    assert!(forwarded >= 1, "the counter call was forwarded to the owner");
     let http = format!("http://{}/v1/ledger/{KEY}", c.alloc_http[&other]);
     let (code, v) = curl("POST", &format!("{http}/reserve"), Some(r#"{"holder":"web"}"#)).await;
     assert_eq!(code, 200, "{v}");
@@ -185,6 +204,11 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     )
     .await;
     assert_eq!((code, &v["ledger"]["hold_ms"]), (200, &Value::from("1000")), "{v}");
+    assert_eq!(
+        front_rpcs(&c, other, "forwarded").await,
+        forwarded,
+        "the front end's ledger calls went to its own AllocSvr in process"
+    );
 
     // seqctl, through the other AllocSvr only.
     let seqctl = Seqctl::new(["--alloc", other_addr.as_str()]);
