@@ -94,6 +94,13 @@ fn refusal_kind(status: &Status) -> Option<FailureKind> {
         Code::PermissionDenied | Code::Unauthenticated => FailureKind::Forbidden,
         // An AllocSvr of a release without ledgers.
         Code::Unimplemented => FailureKind::Unavailable,
+        // A ledger at its bound of held or voided numbers (marked exhausted by the store): no
+        // retry passes until numbers are confirmed or released. Unmarked, it is overload: retried.
+        Code::ResourceExhausted
+            if seqsvr_proto::refusal::of(status) == Some(seqsvr_proto::refusal::Refusal::Exhausted) =>
+        {
+            FailureKind::Exhausted
+        }
         _ => return None,
     })
 }

@@ -13,11 +13,19 @@
 //! into a permanent failure. The overload answers seqsvr makes carry their mark too, for operators
 //! reading traces.
 //!
+//! A ledger that holds as many numbers as it may (held or voided) is refused as exhausted too: no
+//! retry passes until its callers confirm or release, or an operator archives its gap report.
+//!
 //! Deliberately left out: a retry-after hint. The client's own jittered backoff spreads callers
 //! out, and a server that is overloaded cannot know when it will not be.
 
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
+
+/// The phrase of a StoreSvr's UNAVAILABLE for a ledger key whose section the set does not serve
+/// now (moving or moved): its callers look the key's set up again rather than retry the same one.
+/// One constant for the server that says it and the clients that read it.
+pub const LEDGER_NOT_SERVED: &str = "is not served by this set now";
 
 /// Metadata key of a RESOURCE_EXHAUSTED answer saying what ran out.
 pub const REFUSAL_KEY: &str = "seqsvr-refusal";

@@ -56,7 +56,8 @@ impl From<RpcError> for Status {
             RpcError::Unavailable(m) => Status::unavailable(m),
             RpcError::NotFound(m) => Status::not_found(m),
             RpcError::AlreadyExists(m) => Status::already_exists(m),
-            RpcError::ResourceExhausted(m) => Status::resource_exhausted(m),
+            // Marked exhausted, not overloaded: no retry passes until room is made.
+            RpcError::ResourceExhausted(m) => seqsvr_proto::refusal::exhausted(m),
             RpcError::MaybeCommitted(m) => Status::unknown(format!("the write may have been committed: {m}")),
             RpcError::Internal(m) => Status::internal(m),
             RpcError::Fatal(m) => Status::internal(format!("raft node stopped: {m}")),

@@ -25,7 +25,7 @@ use seqsvr_rpc::transport::{Conn, Dialer};
 
 /// What a StoreSvr says when the key's section is not this set's now (storesvr's
 /// `protocol::ledger`, `Refusal::NotOwned`). The one phrase both sides agree on.
-pub const NOT_SERVED: &str = "is not served by this set now";
+pub use seqsvr_proto::refusal::LEDGER_NOT_SERVED as NOT_SERVED;
 
 /// Whether `status` is a set's "not served by this set now": the key's section is moving or moved,
 /// so the caller refreshes its map and asks the set that serves it (or the same one, after the

@@ -335,7 +335,8 @@ fn refusal(key: &str, call: &LedgerCall, r: Refusal) -> RpcError {
             ledger::MAX_VOIDED_RECORDS
         )),
         Refusal::NotOwned => RpcError::Unavailable(format!(
-            "ledger {key:?} is not served by this set now (its section is moving or moved): retry"
+            "ledger {key:?} {} (its section is moving or moved): retry",
+            seqsvr_proto::refusal::LEDGER_NOT_SERVED
         )),
         Refusal::Restored => RpcError::FailedPrecondition(format!(
             "ledger {key:?} was restored from a backup: reserves wait for `seqctl ledger reconcile {key} --next N`"
