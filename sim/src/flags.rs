@@ -121,7 +121,7 @@ pub struct NegativeControls {
     /// loaded base instead of above everything it issued.
     #[arg(long)]
     pub unsafe_keys_forget_to_base: bool,
-    /// `sim dst` only (with `--ledger`): a ledger reserve is answered with the number the leader
+    /// StoreSvr (with `--ledger`): a ledger reserve is answered with the number the leader
     /// predicts, before its entry commits, so a leader change hands the number out again.
     #[arg(long)]
     pub unsafe_ledger_answer_before_commit: bool,
@@ -136,6 +136,10 @@ impl NegativeControls {
             (self.unsafe_skip_move_wait, "--unsafe-skip-move-wait"),
             (self.unsafe_skip_binding, "--unsafe-skip-binding"),
             (self.unsafe_skip_slot_fence, "--unsafe-skip-slot-fence"),
+            (
+                self.unsafe_ledger_answer_before_commit,
+                "--unsafe-ledger-answer-before-commit",
+            ),
         ])
     }
 
@@ -184,17 +188,12 @@ impl NegativeControls {
     }
 
     /// The first switch given that only the deterministic simulator can honour (it belongs to
-    /// what `sim dst` simulates: lease clocks, restores and its ledger driver), for `sim run` to
-    /// refuse.
+    /// what `sim dst` simulates: lease clocks and restores), for `sim run` to refuse.
     pub fn dst_only(&self) -> Option<&'static str> {
         [
             (self.unsafe_monotonic_lease_clock, "--unsafe-monotonic-lease-clock"),
             (self.unsafe_clock_drift_ppm.is_some(), "--unsafe-clock-drift-ppm"),
             (self.unsafe_skip_restore_map_check, "--unsafe-skip-restore-map-check"),
-            (
-                self.unsafe_ledger_answer_before_commit,
-                "--unsafe-ledger-answer-before-commit",
-            ),
         ]
         .into_iter()
         .find_map(|(set, name)| set.then_some(name))

@@ -229,6 +229,8 @@ pub enum Record {
     Fault(FaultSpan),
     Move(MoveSpan),
     Ids(IdCall),
+    /// A call of `sim run --ledger` (`crate::ledger_workload`).
+    Ledger(crate::checks::ledger::LedgerOp),
 }
 
 /// A whole history in memory, as the checkers take it.
@@ -240,6 +242,7 @@ pub struct History {
     pub faults: Vec<FaultSpan>,
     pub moves: Vec<MoveSpan>,
     pub ids: Vec<IdCall>,
+    pub ledger: Vec<crate::checks::ledger::LedgerOp>,
 }
 
 /// Why a history file could not be read.
@@ -265,6 +268,7 @@ impl History {
                 Record::Fault(f) => h.faults.push(f),
                 Record::Move(m) => h.moves.push(m),
                 Record::Ids(c) => h.ids.push(c),
+                Record::Ledger(op) => h.ledger.push(op),
             }
         }
         h

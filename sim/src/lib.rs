@@ -39,6 +39,7 @@ pub mod front_workload;
 pub mod history;
 pub mod id_workload;
 pub mod keys;
+pub mod ledger_workload;
 pub mod load;
 pub mod proxy;
 pub mod run;

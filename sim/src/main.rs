@@ -123,6 +123,11 @@ struct RunArgs {
     /// every AllocSvr holds at most 8 keys (`--max-live-keys`), so keys are forgotten and come back.
     #[arg(long)]
     keys: bool,
+    /// Ledger counters beside the workload: up to 8 callers reserve numbers of 4 ledgers (5 s
+    /// holds) through any AllocSvr, then confirm, release, repeat a confirm or abandon them; the
+    /// ledgers' final state is read from each set's backup and G1–G3 and holds are checked.
+    #[arg(long)]
+    ledger: bool,
     /// Which front end the routing clients call: the client library over gRPC, or every
     /// AllocSvr's HTTP/JSON (`http`) or Redis-protocol (`resp`) front end, a random one per call
     /// (the calls are forwarded to the owner there), or its Redis Cluster port (`resp-cluster`:
@@ -176,6 +181,11 @@ impl RunArgs {
             && let Some(f) = self.controls.needs_keys()
         {
             return Err(format!("{f} breaks a rule of counter keys: give --keys"));
+        }
+        if !self.ledger
+            && let Some(f) = self.controls.needs_ledger()
+        {
+            return Err(format!("{f} breaks a rule of ledger counters: give --ledger"));
         }
         if self.hostile.hostile && self.front == sim::front_workload::Front::Grpc {
             return Err("--hostile floods the HTTP or Redis front end: give --front http|resp".into());
@@ -305,6 +315,7 @@ impl RunArgs {
                 0
             },
             keys: if self.keys { sim::keys::KEYS } else { 0 },
+            ledger: self.ledger,
             hostile: self.hostile.hostile.then_some(sim::run::hostile::HostileOpts {
                 max_rss_bytes: self.hostile.hostile_max_rss_mib * 1024 * 1024,
                 baseline: self.hostile.hostile_baseline,

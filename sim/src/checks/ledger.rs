@@ -23,12 +23,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::{Deserialize, Serialize};
 use storesvr::domain::ledger::{Ledger, NumberState, VoidReason};
 
 use super::{Promise, Violation};
 
 /// What a ledger call asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerAsk {
     Reserve { request_id: String },
     Confirm { number: u64, reference: String },
@@ -36,7 +37,7 @@ pub enum LedgerAsk {
 }
 
 /// How a ledger call ended, as far as its caller knows.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerAnswer {
     /// Done: the number the reply names; `repeated` when it repeated a call already applied.
     Ok { number: u64, repeated: bool },
@@ -51,7 +52,7 @@ pub enum LedgerAnswer {
 }
 
 /// One ledger call of the history.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerOp {
     pub id: u64,
     pub caller: u32,

@@ -133,6 +133,8 @@ impl Report {
     pub fn render(&self, history: &History) -> String {
         let index = history.call_index();
         let id_index: HashMap<u64, &crate::history::IdCall> = history.ids.iter().map(|c| (c.id, c)).collect();
+        // Ledger calls share the run's call ids (one counter), so one index serves every promise.
+        let ledger_index: HashMap<u64, &ledger::LedgerOp> = history.ledger.iter().map(|o| (o.id, o)).collect();
         let mut s = String::new();
         for v in &self.violations {
             let _ = writeln!(s, "VIOLATION {:?}: {}", v.promise, v.what);
@@ -141,6 +143,8 @@ impl Report {
             for id in &v.calls {
                 let json = if is_id_promise {
                     id_index.get(id).map(|c| serde_json::to_string(c).unwrap_or_default())
+                } else if let Some(op) = ledger_index.get(id) {
+                    Some(serde_json::to_string(op).unwrap_or_default())
                 } else {
                     index.get(id).map(|c| serde_json::to_string(c).unwrap_or_default())
                 };

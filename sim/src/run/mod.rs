@@ -84,6 +84,8 @@ pub struct RunOpts {
     pub keys: u32,
     /// Floods of the front ends beside the workload (`--hostile`).
     pub hostile: Option<hostile::HostileOpts>,
+    /// Ledger callers beside the workload (`--ledger`): G1–G3 and holds checked.
+    pub ledger: bool,
 }
 
 /// The verdict of a run that completed (a harness failure is an `Err` instead).
@@ -190,6 +192,11 @@ async fn start_workload(
     }
     if opts.ids.is_some() {
         workers.extend(ids::start_clients(lab, opts.seed, client_cfg, rec, stop).await?);
+    }
+    if opts.ledger {
+        let callers = opts.clients.clamp(1, 8);
+        let rate = opts.rate_per_client.min(20.0);
+        workers.extend(crate::ledger_workload::start(client_cfg, opts.seed, callers, rate, rec, stop).await?);
     }
     Ok(workers)
 }
@@ -378,6 +385,13 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     if opts.ids.is_some() {
         ids::verify(&client_cfg, &rec).await?;
     }
+    let ledgers = if opts.ledger {
+        crate::ledger_workload::verify(&client_cfg, &rec, Duration::from_secs(30)).await?;
+        let backups = crate::ledger_workload::backup_clients(&lab.topo)?;
+        Some(crate::ledger_workload::final_ledgers(&backups).await?)
+    } else {
+        None
+    };
     background_stop.store(true, Ordering::Relaxed);
     poller.await.context("poller")?;
     progress.await.context("progress")?;
@@ -393,10 +407,22 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
         &history_path,
         &max_path,
         &final_max,
-        panics,
-        crashes,
-        hostile.as_ref(),
+        Ended {
+            panics,
+            crashes,
+            hostile: hostile.as_ref(),
+            ledgers: ledgers.as_ref(),
+        },
     )
+}
+
+/// How the cluster ended, beside the history: the processes' panics and crashes, the hostile
+/// mode's run, and with `--ledger` every ledger as each set keeps it.
+struct Ended<'a> {
+    panics: Vec<PanicLine>,
+    crashes: Vec<String>,
+    hostile: Option<&'a hostile::HostileRun>,
+    ledgers: Option<&'a BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>>,
 }
 
 /// Reads the whole history back and checks every promise over it; prints the report.
@@ -405,12 +431,45 @@ fn judge(
     history_path: &Path,
     max_path: &Path,
     final_max: &BTreeMap<u64, u64>,
-    panics: Vec<PanicLine>,
-    crashes: Vec<String>,
-    hostile: Option<&hostile::HostileRun>,
+    ended: Ended<'_>,
 ) -> anyhow::Result<Verdict> {
+    let Ended {
+        panics,
+        crashes,
+        hostile,
+        ledgers,
+    } = ended;
     let h = History::read(history_path)?;
-    let report = checks::check_all(&h, Some(final_max))?;
+    let mut report = checks::check_all(&h, Some(final_max))?;
+    if let Some(ledgers) = ledgers {
+        let end = checks::ledger::Final {
+            ledgers,
+            // StoreSvr clocks are the host's, but a paused or restarted leader stamps late:
+            // expiries are checked for order, not against the hold's length.
+            wall_origin_ms: None,
+            verify_from_ns: h.info.verify_from_ns.unwrap_or(0),
+            rewinds: &[],
+        };
+        let mut found: BTreeMap<checks::Promise, Vec<checks::Violation>> =
+            checks::ledger::check(&h.ledger, &end).into_iter().collect();
+        // Each ledger promise shows as checked, with 0 when nothing broke it.
+        for promise in [
+            checks::Promise::G1,
+            checks::Promise::G2,
+            checks::Promise::G3,
+            checks::Promise::Holds,
+        ] {
+            report.add(promise, found.remove(&promise).unwrap_or_default());
+        }
+        for (promise, rest) in found {
+            report.add(promise, rest);
+        }
+        println!(
+            "ledger: {} calls checked over {} ledgers",
+            h.ledger.len(),
+            ledgers.len()
+        );
+    }
     print_report(&h, &report, &panics, &crashes);
     // A fault's effects can outlast it by a lease: a section that a restarted or healed node
     // gains back waits out its old holder's lease. Longer would leave out nearly every call of
