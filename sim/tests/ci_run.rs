@@ -75,14 +75,15 @@ fn ci_profile_run_keeps_every_promise_through_owner_kill_leader_kill_and_long_pa
 
 /// Two sets under the CI profile plus one of each move: a plain move, a move whose `seqctl` is
 /// SIGKILLed mid-way and then resumed (or cancelled), a move while the source's owner is paused,
-/// and a move overlapping a second fault. Every promise must hold, the OneSet checker included,
-/// and every move must end done or cancelled.
+/// and a move overlapping a second fault. Ledger callers run beside (`--ledger`: their ledgers
+/// move with their ranges). Every promise must hold, the OneSet checker and the ledger's G1–G3
+/// included, and every move must end done or cancelled.
 #[test]
 fn two_sets_with_moves_keep_every_promise() {
     let _one = ONE_CLUSTER_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = common::sim_run(
         "ci-sets",
-        &["--seed", SEED, "--duration", "120s", "--sets", "2", "--ci"],
+        &["--seed", SEED, "--duration", "120s", "--sets", "2", "--ci", "--ledger"],
         Duration::from_secs(420),
     );
     assert_eq!(run.code, Some(0), "{}", run.explain());
@@ -92,6 +93,13 @@ fn two_sets_with_moves_keep_every_promise() {
         "the OneSet checker did not run: {}",
         run.explain()
     );
+    for promise in ["G1", "G2", "G3", "Holds"] {
+        assert!(
+            out.contains(&format!("\"{promise}\": 0")),
+            "the ledger checker {promise} did not run: {}",
+            run.explain()
+        );
+    }
     assert!(common::ok_calls(out) > 10_000, "too few ok calls: {}", run.explain());
     let moves: Vec<&str> = out
         .lines()

@@ -272,3 +272,28 @@ fn keys_sharing_one_cur_seq_skip_values_and_are_caught() {
         &["P6"],
     );
 }
+
+/// G1 broken (a ledger number is decided by its entry, answered only once that entry committed):
+/// with the switch the store leader answers a reserve with the number it predicts and writes it
+/// in the background; a paused leader is deposed, its unwritten reserves are lost, and the next
+/// leader hands their numbers out again. Caught as one number answered to two requests.
+#[test]
+fn answering_a_ledger_reserve_before_it_commits_hands_a_number_out_twice_and_is_caught() {
+    let kinds = "pause-store-leader";
+    expect_violation(
+        "neg-ledger-answer-before-commit",
+        &[
+            "--seed",
+            "7",
+            "--duration",
+            "30s",
+            "--ledger",
+            "--must-include",
+            kinds,
+            "--fault-kinds",
+            kinds,
+            "--unsafe-ledger-answer-before-commit",
+        ],
+        &["G1"],
+    );
+}
