@@ -25,9 +25,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use seqsvr_client::{Client, ClientError, FailureKind};
-use storesvr::domain::ledger::Ledger;
 
-use crate::checks::ledger::{LedgerAnswer, LedgerAsk, LedgerOp};
+use crate::checks::ledger::{LedgerAnswer, LedgerAsk, LedgerOp, Ledgers};
 use crate::history::Record;
 use crate::workload::Recorder;
 
@@ -197,12 +196,12 @@ pub async fn run_caller(client: Client, id: u32, seed: u64, rate: f64, rec: Arc<
 
 /// Every ledger as each set keeps it at the end, read from the set's backup (taken by its leader
 /// after a ReadIndex): key → one copy per set that has it.
-pub async fn final_ledgers(backups: &[seqsvr_control::BackupClient]) -> anyhow::Result<BTreeMap<String, Vec<Ledger>>> {
+pub async fn final_ledgers(backups: &[seqsvr_control::BackupClient]) -> anyhow::Result<Ledgers> {
     // Every hold the workload left (an abandoned number, a confirm lost to a fault) ends by its
     // deadline: wait that out, and a few expiry ticks more, so that the state read is the one
     // the holds promise (none held).
     tokio::time::sleep(HOLD + Duration::from_secs(2)).await;
-    let mut all: BTreeMap<String, Vec<Ledger>> = BTreeMap::new();
+    let mut all: Ledgers = BTreeMap::new();
     for (set, b) in backups.iter().enumerate() {
         let file = b
             .backup()
@@ -276,4 +275,14 @@ pub fn backup_clients(topo: &crate::topology::Topology) -> anyhow::Result<Vec<se
                 .map_err(anyhow::Error::msg)
         })
         .collect()
+}
+
+/// After the final heal: [`verify`] every ledger, then read them all ([`final_ledgers`]).
+pub async fn after_heal(
+    cfg: &seqsvr_client::ClientConfig,
+    rec: &Recorder,
+    topo: &crate::topology::Topology,
+) -> anyhow::Result<Ledgers> {
+    verify(cfg, rec, Duration::from_secs(30)).await?;
+    final_ledgers(&backup_clients(topo)?).await
 }

@@ -174,19 +174,7 @@ impl RunArgs {
                 "{f} is a switch of `sim dst` (it changes what that mode simulates)"
             ));
         }
-        if self.controls.unsafe_block_overlap && !self.blocks {
-            return Err("--unsafe-block-overlap needs --blocks (without it no block is served)".into());
-        }
-        if !self.keys
-            && let Some(f) = self.controls.needs_keys()
-        {
-            return Err(format!("{f} breaks a rule of counter keys: give --keys"));
-        }
-        if !self.ledger
-            && let Some(f) = self.controls.needs_ledger()
-        {
-            return Err(format!("{f} breaks a rule of ledger counters: give --ledger"));
-        }
+        self.check_switches_have_their_workload()?;
         if self.hostile.hostile && self.front == sim::front_workload::Front::Grpc {
             return Err("--hostile floods the HTTP or Redis front end: give --front http|resp".into());
         }
@@ -200,11 +188,6 @@ impl RunArgs {
             && let Some(f) = self.controls.needs_two_sets()
         {
             return Err(format!("{f} needs moves: give --sets 2 or more"));
-        }
-        if !self.ids
-            && let Some(f) = self.controls.needs_ids()
-        {
-            return Err(format!("{f} breaks a rule of time-ordered ids: give --ids"));
         }
         if !self.ids
             && let Some(k) = self
@@ -239,6 +222,30 @@ impl RunArgs {
         }
         if self.no_faults && (self.ci || !self.must_include.is_empty() || !self.fault_kinds.is_empty()) {
             return Err("--no-faults excludes --ci, --must-include and --fault-kinds".into());
+        }
+        Ok(())
+    }
+
+    /// A negative control that breaks a rule of blocks, keys, ledgers or ids needs the workload
+    /// that exercises that rule, or the run shows nothing.
+    fn check_switches_have_their_workload(&self) -> Result<(), String> {
+        if self.controls.unsafe_block_overlap && !self.blocks {
+            return Err("--unsafe-block-overlap needs --blocks (without it no block is served)".into());
+        }
+        if !self.keys
+            && let Some(f) = self.controls.needs_keys()
+        {
+            return Err(format!("{f} breaks a rule of counter keys: give --keys"));
+        }
+        if !self.ledger
+            && let Some(f) = self.controls.needs_ledger()
+        {
+            return Err(format!("{f} breaks a rule of ledger counters: give --ledger"));
+        }
+        if !self.ids
+            && let Some(f) = self.controls.needs_ids()
+        {
+            return Err(format!("{f} breaks a rule of time-ordered ids: give --ids"));
         }
         Ok(())
     }

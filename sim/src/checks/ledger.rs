@@ -28,6 +28,9 @@ use storesvr::domain::ledger::{Ledger, NumberState, VoidReason};
 
 use super::{Promise, Violation};
 
+/// Every ledger at the end of a run, by key: one copy per set that keeps it (one, when all is well).
+pub type Ledgers = BTreeMap<String, Vec<Ledger>>;
+
 /// What a ledger call asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerAsk {

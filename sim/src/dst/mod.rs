@@ -583,10 +583,7 @@ fn finish(
     verify_from_ns: u64,
     faults: Vec<Fault>,
     opts: &Options,
-    ledger_end: Option<(
-        Vec<checks::ledger::LedgerOp>,
-        BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>,
-    )>,
+    ledger_end: Option<(Vec<checks::ledger::LedgerOp>, checks::ledger::Ledgers)>,
 ) -> Outcome {
     info.verify_from_ns = Some(verify_from_ns);
     let records = rec.history.take();

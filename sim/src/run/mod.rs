@@ -379,19 +379,7 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     heal_everything(&lab).await?;
     moves::finish_all(&lab).await?;
     let verify_from = clock.now_ns();
-    let touched = touched_uids(&rec);
-    say_healed(&opts, touched.len());
-    verify_served(&probe, &rec, &touched).await;
-    if opts.ids.is_some() {
-        ids::verify(&client_cfg, &rec).await?;
-    }
-    let ledgers = if opts.ledger {
-        crate::ledger_workload::verify(&client_cfg, &rec, Duration::from_secs(30)).await?;
-        let backups = crate::ledger_workload::backup_clients(&lab.topo)?;
-        Some(crate::ledger_workload::final_ledgers(&backups).await?)
-    } else {
-        None
-    };
+    let ledgers = verify_after_heal(&opts, &lab, &probe, &client_cfg).await?;
     background_stop.store(true, Ordering::Relaxed);
     poller.await.context("poller")?;
     progress.await.context("progress")?;
@@ -416,13 +404,34 @@ pub async fn run(mut opts: RunOpts) -> anyhow::Result<Verdict> {
     )
 }
 
+/// The verify phase after the final heal: every touched uid, the ids and the ledgers served
+/// again; with `--ledger`, every ledger as each set keeps it.
+async fn verify_after_heal(
+    opts: &RunOpts,
+    lab: &Lab,
+    probe: &Client,
+    client_cfg: &ClientConfig,
+) -> anyhow::Result<Option<checks::ledger::Ledgers>> {
+    let rec = &lab.rec;
+    let touched = touched_uids(rec);
+    say_healed(opts, touched.len());
+    verify_served(probe, rec, &touched).await;
+    if opts.ids.is_some() {
+        ids::verify(client_cfg, rec).await?;
+    }
+    Ok(match opts.ledger {
+        true => Some(crate::ledger_workload::after_heal(client_cfg, rec, &lab.topo).await?),
+        false => None,
+    })
+}
+
 /// How the cluster ended, beside the history: the processes' panics and crashes, the hostile
 /// mode's run, and with `--ledger` every ledger as each set keeps it.
 struct Ended<'a> {
     panics: Vec<PanicLine>,
     crashes: Vec<String>,
     hostile: Option<&'a hostile::HostileRun>,
-    ledgers: Option<&'a BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>>,
+    ledgers: Option<&'a checks::ledger::Ledgers>,
 }
 
 /// Reads the whole history back and checks every promise over it; prints the report.
