@@ -14,6 +14,7 @@ async fn reflection_lists_exactly_the_services_of_the_port_in_v1_and_v1alpha() {
     let expected = [
         "grpc.health.v1.Health",
         "seqsvr.v1.AdminService",
+        "seqsvr.v1.LedgerService",
         "seqsvr.v1.RaftService",
         "seqsvr.v1.StoreService",
     ];
