@@ -41,7 +41,7 @@ fn a_ledger_seed_replays_bit_for_bit_and_its_callers_do_every_kind_of_call() {
     }
     let l = a.ledger.expect("ledger stats with --ledger");
     assert!(l.reserved > 50, "{l:?}");
-    assert!(l.confirmed > 50 && l.released > 5 && l.repeated > 5, "{l:?}");
+    assert!(l.confirmed > 30 && l.released > 5 && l.repeated > 5, "{l:?}");
     assert!(l.expired > 5, "abandoned numbers expire: {l:?}");
     // Without --ledger nothing of it runs.
     let plain = dst::run_seed(3, &Options::default());
@@ -50,7 +50,7 @@ fn a_ledger_seed_replays_bit_for_bit_and_its_callers_do_every_kind_of_call() {
 
 #[test]
 fn one_set_ledger_seeds_keep_every_promise() {
-    let r = all_pass("dst --ledger", 0..60, &ledger());
+    let r = all_pass("dst --ledger", 0..40, &ledger());
     assert!(
         r.ledger.already_exists > 0 && r.ledger.refused_voided > 0,
         "other references and late confirms were refused: {:?}",
