@@ -50,7 +50,7 @@ fn a_ledger_seed_replays_bit_for_bit_and_its_callers_do_every_kind_of_call() {
 
 #[test]
 fn one_set_ledger_seeds_keep_every_promise() {
-    let r = all_pass("dst --ledger", 0..40, &ledger());
+    let r = all_pass("dst --ledger", 0..24, &ledger());
     assert!(
         r.ledger.already_exists > 0 && r.ledger.refused_voided > 0,
         "other references and late confirms were refused: {:?}",
