@@ -16,13 +16,15 @@
 //!   leader too ([`faults::set1_faults`]);
 //! - in a share of the seeds, a backup of a set, its loss and its restore ([`restore`]) by the
 //!   code of `storesvr restore` (the backup file, the check against the live map, the margin, the
-//!   raised state).
+//!   raised state);
+//! - with `--ledger`, ledger callers through the store's LedgerService logic and the leader's
+//!   expiry tick ([`ledger`]), judged by `checks::ledger` (G1–G3).
 //!
 //! What is modelled is listed in [`group`] (Raft) and [`world`] (network, processes, the
 //! AllocSvr's store client); [`transport`] carries the client's and the operator's calls to the
 //! generated servers, [`addrs`] names every replica, [`tally`] counts what the forger and the
 //! restores did. The files import strictly downward: addrs and tally, group, world, services and
-//! the forger, transport, moves and restore, faults, then this file.
+//! the forger, transport, moves and restore, ledger, faults, then this file.
 //!
 //! Deliberately left out: data-plane duplicates (a copy of a fetch only wastes a number) and clock
 //! faults on the StoreSvrs (they read the one simulated clock; an AllocSvr's lease clock can be

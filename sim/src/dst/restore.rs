@@ -152,7 +152,7 @@ async fn run(world: Arc<World>, plan: Plan, file: Vec<u8>, backed_up: tokio::tim
             let restored_ns = world.now_ns();
             st.restores.rewinds.push(super::tally::Rewind {
                 set: plan.set,
-                backup_ns: restored_ns.saturating_sub(age.as_nanos() as u64),
+                backup_ns: backed_up.saturating_duration_since(world.start).as_nanos() as u64,
                 restored_ns,
             });
             st.restores.unchecked += u64::from(note.is_some());
