@@ -406,8 +406,18 @@ fn a_ledger_travels_with_its_range_and_goes_on_where_it_stopped() {
         },
     );
     assert!(source.ledgers.is_empty(), "the source forgets what the target has");
+    // A driver that died after the range's install sends the ledgers again: taken as done, and
+    // what the target changed since stays.
+    let n = number(&reserve(&mut target, "", 1_900));
+    let again = LedgerCommand::Install {
+        op,
+        span,
+        ledgers: Vec::new(),
+    };
+    assert_eq!(run(&mut target, again), LedgerResult::Count(0));
+    assert_eq!(ledger(&target).high, n);
     assert!(matches!(ledger(&target).state_of(held), NumberState::Held(_)));
-    assert_eq!(number(&reserve(&mut target, "", 2_000)), held + 1);
+    assert_eq!(number(&reserve(&mut target, "", 2_000)), held + 2);
     assert!(matches!(
         confirm(&mut target, held, "INV-2", 2_000),
         LedgerResult::Done { .. }
