@@ -46,7 +46,9 @@ use seqsvr_harness::Supervisor;
 use seqsvr_proto::pb::ledger_service_client::LedgerServiceClient;
 use tonic::transport::Channel;
 
+/// As `counter-bench`: 16,777 sections of 1,000 uids; a ledger is placed like a counter.
 const SECTION_SIZE: u64 = 1_000;
+const UID_LIMIT: u64 = 1 << 24;
 const STEP: u64 = 10_000;
 const CONCURRENCIES: [usize; 4] = [1, 16, 64, 256];
 const MOST_CALLERS: usize = 256;
@@ -205,7 +207,8 @@ async fn start(run: &mut Run, args: &Args) -> Result<Servers, Failure> {
     let started = Instant::now();
     let storesvr = run.bins.storesvr.clone();
     let (procs, dir) = run.procs_and_dir();
-    let stores = cluster::start_stores_with(procs, &storesvr, dir, STEP, SECTION_SIZE, &[])
+    let extra = [format!("--uid-limit={UID_LIMIT}")];
+    let stores = cluster::start_stores_with(procs, &storesvr, dir, STEP, SECTION_SIZE, &extra)
         .await
         .map_err(harness)?;
     let mut allocs = Vec::new();
@@ -227,7 +230,7 @@ async fn start(run: &mut Run, args: &Args) -> Result<Servers, Failure> {
         wait_serving(&ledger[i], target, args).await?;
     }
     println!(
-        "cluster: 3 storesvr (section size {SECTION_SIZE}, step {STEP}) + {} allocsvr; {} ledger(s) inv:0..{} served via {} {:?}, {:.1} s after the start; logs in {}",
+        "cluster: 3 storesvr (section size {SECTION_SIZE}, uid limit 2^24, step {STEP}) + {} allocsvr; {} ledger(s) inv:0..{} served via {} {:?}, {:.1} s after the start; logs in {}",
         args.allocsvrs,
         args.ledgers,
         args.ledgers,
