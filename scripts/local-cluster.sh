@@ -196,15 +196,21 @@ Try:
   $SEQCTL sets
   $SEQCTL move --from 0 --to 1 --uids 0..200000 --dry-run     # with --sets 2 or more
   $SEQCTL move --from 0 --to 1 --uids 0..200000
+  $SEQCTL ledger create invoices --hold 60s                        # a ledger: numbers with no gaps
+  $SEQCTL ledger reserve invoices --holder till-1                  # 1, held until confirmed or released
+  $SEQCTL ledger confirm invoices 1 INV-0001
+  $SEQCTL ledger gaps invoices --format csv                        # every voided number, reason, who, when
   $CURL -X POST $SCHEME://$HTTP/v1/seq/42/next
   $CURL -X POST '$SCHEME://$HTTP/v1/counter/orders/reserve?count=100'
   $CURL -X POST '$SCHEME://$HTTP/v1/ids?count=3'
+  $CURL -X POST $SCHEME://$HTTP/v1/ledger/invoices/reserve -d '{"holder":"web"}'
   $REDIS_CLI -p $RESP_PORT INCR u:42                              # uid 42; any other name is a counter
   $REDIS_CLI -p $RESP_PORT INCRBY orders 100
   $REDIS_CLI -p $RESP_PORT NEXTID
   $REDIS_CLI -c -p $((ALLOC_PORTS[0] + CLUSTER_OFFSET)) INCR orders                # Redis Cluster: -MOVED to the owner
   $REDIS_CLI -p $((ALLOC_PORTS[0] + CLUSTER_OFFSET)) CLUSTER SLOTS
   $GRPCURL -d '{"uid": 42}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.AllocService/FetchNextSeq
+  $GRPCURL -d '{"key": "aW52b2ljZXM=", "from": 1, "count": 10}' 127.0.0.1:${ALLOC_PORTS[0]} seqsvr.v1.LedgerService/Show
   $GRPCURL 127.0.0.1:${STORE_PORTS[0]} seqsvr.v1.StoreService/Status
 Metrics: http://127.0.0.1:$((STORE_PORTS[0] + 1000))/metrics (StoreSvr), http://127.0.0.1:$((ALLOC_PORTS[0] + 1000))/metrics (AllocSvr)
 

@@ -16,6 +16,9 @@
 //! With mutual TLS on, both ports take only callers whose certificate may take numbers, and the
 //! forwarded calls carry this AllocSvr's certificate (the data plane admits the `allocsvr` role).
 //!
+//! Ledger calls take the same client library to this node's own `LedgerService` in process (the
+//! service forwards to the set that keeps the ledger: see `crate::ledger`).
+//!
 //! Deliberately left out: forwarding of gRPC calls (a gRPC caller routes itself with the table
 //! the replies carry).
 
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 use seqsvr_client::transport::{BoxError, CallFuture, Conn, Connect};
 use seqsvr_client::{Client, ClientConfig, Coalescer, CoalescerConfig};
-use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, Owner, Taken, Who};
+use seqsvr_frontends::calls::{CallError, Calls, ClientCalls, ErrorKind, LedgerAnswer, LedgerCall, Owner, Taken, Who};
 use seqsvr_frontends::{http, resp};
 use seqsvr_proto::SectionId;
 use tonic::body::Body;
@@ -338,5 +341,11 @@ impl Calls for NodeCalls {
 
     fn id_decoding(&self) -> Option<(seqsvr_proto::id_layout::IdLayout, u64)> {
         self.shared.ids().decoding()
+    }
+
+    /// Through the client library, which reaches this node's own `LedgerService` in process (it
+    /// forwards to the set that keeps the ledger; no AllocSvr is nearer to it than another).
+    async fn ledger(&self, call: LedgerCall<'_>) -> Result<LedgerAnswer, CallError> {
+        self.slow.ledger(call).await
     }
 }

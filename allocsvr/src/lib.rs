@@ -14,6 +14,8 @@
 //! - [`tasks`]: registration and renewal, gaining, bumping, releasing — the IO loops.
 //! - [`service`]: the `AllocService` gRPC data plane, one file per group of calls (`NextIds` is
 //!   answered by [`ids::service`]).
+//! - [`ledger`]: the `LedgerService` every node serves, forwarding each call to the StoreSvr
+//!   leader of the set that keeps the key.
 //! - [`front`]: the HTTP/JSON and Redis-protocol front ends, whose calls are forwarded to the
 //!   owner wherever they land.
 //! - [`node`]: the composition root: start, wire, shut down.
@@ -38,6 +40,7 @@ pub mod front;
 pub mod grants;
 pub mod ids;
 pub mod lease;
+pub mod ledger;
 pub mod metrics;
 pub mod metrics_http;
 pub mod node;

@@ -18,6 +18,7 @@ use seqsvr_plumbing::serve_limits::{self, Limited, ShedLayer};
 use seqsvr_proto::Incarnation;
 use seqsvr_proto::limits;
 use seqsvr_proto::pb::alloc_service_server::{AllocServiceServer, SERVICE_NAME};
+use seqsvr_proto::pb::ledger_service_server::{LedgerServiceServer, SERVICE_NAME as LEDGER};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -29,6 +30,7 @@ use crate::config::NodeConfig;
 use crate::error::StartError;
 use crate::front;
 use crate::grants::{release_requests, released};
+use crate::ledger::LedgerFront;
 use crate::service::Service;
 use crate::state::{AllocState, wake};
 use crate::store::Store;
@@ -89,9 +91,21 @@ impl Node {
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
         let shed = ShedLayer::new(cfg.serve_limits.bounds(), &[HEALTH], admission_counters());
         let server = serve_limits::apply_with(server, &cfg.serve_limits, shed.clone());
-        let server = spawn_server(core.shared.clone(), server, listener, core.stop_rx.clone(), front_info).await;
+        let ledgers = Arc::new(LedgerFront::new(
+            core.shared.clone(),
+            cfg.store.clone(),
+            seqsvr_control::Dialer::with_tls(cfg.tls.clone()),
+        ));
+        let server = spawn_server(
+            core.shared.clone(),
+            server,
+            listener,
+            core.stop_rx.clone(),
+            (front_info, ledgers.clone()),
+        )
+        .await;
         let (fronts, front_tasks) = if cfg.front.any() {
-            start_fronts(&cfg, &core, shed, cluster_port).await?
+            start_fronts(&cfg, &core, shed, cluster_port, ledgers).await?
         } else {
             Default::default()
         };
@@ -268,10 +282,19 @@ async fn start_fronts(
     core: &Core,
     shed: ShedLayer,
     cluster_port: Option<crate::cluster::Port>,
+    ledgers: Arc<LedgerFront>,
 ) -> Result<(front::FrontAddrs, Vec<JoinHandle<()>>), StartError> {
     use tonic::codegen::Service as _;
     let local = shed.layer(data_plane(core.shared.clone()));
+    let ledger = shed.layer(LedgerServiceServer::from_arc(ledgers));
+    // The client library reaches this node's ledger service in process too: by the path's
+    // service, as the gRPC server routes it.
+    let ledger_prefix = format!("/{LEDGER}/");
     let local: front::LocalService = Arc::new(move |req| {
+        if req.uri().path().starts_with(&ledger_prefix) {
+            let mut svc = ledger.clone();
+            return Box::pin(async move { svc.call(req).await });
+        }
         let mut svc = local.clone();
         Box::pin(async move { svc.call(req).await })
     });
@@ -315,17 +338,22 @@ async fn spawn_server(
     mut server: tonic::transport::Server<Limited<seqsvr_auth::Layered>>,
     listener: tokio::net::TcpListener,
     mut stop: watch::Receiver<bool>,
-    front_info: crate::cluster::FrontInfoSvc,
+    (front_info, ledgers): (crate::cluster::FrontInfoSvc, Arc<LedgerFront>),
 ) -> JoinHandle<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AllocServiceServer<Service>>().await;
-    let (reflection_v1, reflection_v1alpha) = reflection::services(&[SERVICE_NAME]);
+    health.set_serving::<LedgerServiceServer<LedgerFront>>().await;
+    let (reflection_v1, reflection_v1alpha) = reflection::services(&[SERVICE_NAME, LEDGER]);
+    let ledger = LedgerServiceServer::from_arc(ledgers)
+        .max_decoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES)
+        .max_encoding_message_size(limits::DATA_PLANE_MESSAGE_BYTES);
     let service = data_plane(shared);
     let incoming = serve_limits::incoming(listener);
     tokio::spawn(async move {
         let router = server
             .add_service(health_service)
             .add_service(service)
+            .add_service(ledger)
             // Peers ask it for this node's Redis Cluster port; not listed by reflection (no caller
             // but a peer has a use for it).
             .add_service(seqsvr_proto::pb::front_info_server::FrontInfoServer::new(front_info))

@@ -247,6 +247,11 @@ impl AllocState {
         }
     }
 
+    /// The newest cluster map heard, if any (the ledger front routes keys by it).
+    pub fn map(&self) -> Option<Arc<pb::ClusterMap>> {
+        self.map.read().unwrap().clone()
+    }
+
     /// The map version a renewal sends: one below the held map's while that map has no id setup,
     /// so that the store sends the map again until it has one (its version does not change when
     /// set 0 sets its ids up).

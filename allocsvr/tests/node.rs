@@ -433,14 +433,37 @@ async fn a_section_handed_over_before_it_was_taken_is_still_released() {
 }
 
 #[tokio::test]
-async fn reflection_lists_exactly_the_data_plane_in_v1_and_v1alpha() {
+async fn reflection_lists_exactly_the_data_plane_and_ledgers_in_v1_and_v1alpha() {
     let store = store(true).await;
     let node = start(1, &store).await;
     let addr = node.local_addr().to_string();
     let (v1, v1alpha) = seqsvr_harness::reflection::listed_services(&addr).await.unwrap();
-    let expected = ["grpc.health.v1.Health", "seqsvr.v1.AllocService"];
+    let expected = [
+        "grpc.health.v1.Health",
+        "seqsvr.v1.AllocService",
+        "seqsvr.v1.LedgerService",
+    ];
     assert_eq!(v1, expected);
     assert_eq!(v1alpha, expected);
+    // Health says both are served.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    for service in expected.into_iter().skip(1) {
+        let req = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        let status = health.check(req).await.unwrap().into_inner().status;
+        assert_eq!(
+            status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service}"
+        );
+    }
 }
 
 /// The data plane hands the cluster map (learned from renewals) to a caller whose

@@ -620,6 +620,15 @@ impl Client {
 
     /// The channel to `addr`; channels to addresses that are neither seeds nor routed may be dropped.
     pub(crate) fn client_for(&self, addr: &str) -> Result<AllocServiceClient<Conn>, Status> {
+        let channel = self.channel_for(addr)?;
+        // The AllocSvr's own limits, both ways (a reply may carry a whole route table).
+        Ok(AllocServiceClient::new(channel)
+            .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
+            .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES))
+    }
+
+    /// The one reused channel to `addr`, for any of its services.
+    pub(crate) fn channel_for(&self, addr: &str) -> Result<Conn, Status> {
         let seeds = self.inner.seeds.all();
         // A bad address is refused before anything is sent.
         let channel = self
@@ -628,10 +637,7 @@ impl Client {
                 self.inner.channels.get(addr, keep)
             })
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
-        // The AllocSvr's own limits, both ways (a reply may carry a whole route table).
-        Ok(AllocServiceClient::new(channel)
-            .max_decoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES)
-            .max_encoding_message_size(seqsvr_proto::limits::DATA_PLANE_MESSAGE_BYTES))
+        Ok(channel)
     }
 
     /// One RPC to `addr` with the caller's `(route_version, map_version)`: one line per call, its

@@ -30,6 +30,17 @@ pub enum FailureKind {
     /// serve this uid again. (An *overloaded* server answers the same gRPC code; that one is
     /// retried and ends as [`FailureKind::Overloaded`] if it never passes.)
     Exhausted,
+    /// Ledgers: no such ledger, or a number never handed out: create it or check the number.
+    NotFound,
+    /// Ledgers: the record says otherwise (the number is confirmed with another reference, the
+    /// ledger exists with another hold): do not retry; the message names what is recorded.
+    Conflict,
+    /// Ledgers: the number's state does not allow the call (voided, confirmed), or the ledger
+    /// waits for an operator's reconcile after a restore: take a new number or ask an operator.
+    Refused,
+    /// The caller's certificate does not allow the call (an operator's ledger call without the
+    /// admin role): use another certificate.
+    Forbidden,
 }
 
 impl fmt::Display for FailureKind {
@@ -40,6 +51,10 @@ impl fmt::Display for FailureKind {
             FailureKind::Overloaded => "overloaded",
             FailureKind::BadConfig => "bad client config",
             FailureKind::Exhausted => "sequence space exhausted",
+            FailureKind::NotFound => "not found",
+            FailureKind::Conflict => "conflict",
+            FailureKind::Refused => "refused",
+            FailureKind::Forbidden => "forbidden",
         })
     }
 }

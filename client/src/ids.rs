@@ -82,7 +82,7 @@ impl Client {
     }
 
     /// A random AllocSvr address other than `avoid` when there is another.
-    fn any_allocsvr(&self, avoid: Option<&str>) -> String {
+    pub(crate) fn any_allocsvr(&self, avoid: Option<&str>) -> String {
         let routes = self.routes();
         let mut addrs: Vec<&str> = routes.owner_addrs();
         addrs.extend(self.inner.seeds.all().iter().map(String::as_str));

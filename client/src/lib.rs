@@ -18,6 +18,10 @@
 //!   place in the uid space (`seqsvr_proto::keys`).
 //! - [`Client::next_ids`] / [`Client::next_id`]: time-ordered ids, unique in the whole cluster, from
 //!   any AllocSvr that holds a slot (no routing; another is asked when one cannot answer).
+//! - [`Client::ledger_create`], [`Client::ledger_reserve`], [`Client::ledger_confirm`] and the
+//!   other `ledger_` calls: ledger counters (numbers with no gaps, each held, confirmed or voided),
+//!   from any AllocSvr, which forwards to the set that decides them; retries reuse the request id
+//!   or reference, so a lost reply costs no number.
 //! - [`MapView`]: the cluster map learned from replies (sent with the caller's map version in a
 //!   header; a server adds the map only when that version is older). It tells the client which set
 //!   serves a uid and where that set's AllocSvrs are, so seeds in one set reach every set, and a
@@ -56,6 +60,7 @@ mod coalesce;
 mod config;
 mod error;
 mod ids;
+mod ledger;
 mod local_blocks;
 mod map;
 mod retry;
@@ -72,6 +77,7 @@ pub use coalesce::{Coalescer, CoalescerConfig, CoalescerStats};
 pub use config::ClientConfig;
 pub use error::{ClientError, FailureKind};
 pub use ids::Ids;
+pub use ledger::{LedgerGaps, new_request_id};
 pub use local_blocks::ProcessOrderedBlocks;
 pub use map::MapView;
 pub use routing::RouteSet;

@@ -38,6 +38,16 @@ pub enum ErrorKind {
     Unknown,
     /// The front end's own configuration is wrong.
     Internal,
+    /// Ledgers: no such ledger, or a number never handed out.
+    NotFound,
+    /// Ledgers: the record says otherwise (confirmed with another reference, created with
+    /// another hold): do not retry.
+    Conflict,
+    /// Ledgers: the number's state does not allow the call (voided, confirmed), or the ledger
+    /// waits for an operator's reconcile: take a new number, or ask an operator.
+    Refused,
+    /// The caller may not make this call.
+    Forbidden,
 }
 
 /// A failed call: what kind, and the reason in words.
@@ -95,6 +105,10 @@ impl From<ClientError> for CallError {
             Some(FailureKind::Overloaded) => ErrorKind::Overloaded,
             Some(FailureKind::Exhausted) => ErrorKind::Exhausted,
             Some(FailureKind::BadConfig) => ErrorKind::Internal,
+            Some(FailureKind::NotFound) => ErrorKind::NotFound,
+            Some(FailureKind::Conflict) => ErrorKind::Conflict,
+            Some(FailureKind::Refused) => ErrorKind::Refused,
+            Some(FailureKind::Forbidden) => ErrorKind::Forbidden,
         };
         let detail = match &e {
             ClientError::Failed { detail, .. } | ClientError::Unknown { detail } => detail.as_str(),
@@ -112,6 +126,10 @@ impl From<ClientError> for CallError {
                 "outcome unknown: a number may have been taken, and its value is lost (never reused)".into()
             }
             ErrorKind::Internal => "internal error; the AllocSvr's log says more".into(),
+            // A ledger's refusal names the number and its state: what the caller acts on.
+            ErrorKind::NotFound | ErrorKind::Conflict | ErrorKind::Refused | ErrorKind::Forbidden => {
+                server_reason(detail).to_owned()
+            }
         };
         Self { kind, message }
     }
@@ -218,11 +236,73 @@ pub trait Calls: Send + Sync + 'static {
             "this server does not serve the Redis Cluster protocol",
         ))
     }
+    /// A ledger call ([`LedgerCall`]): numbers with no gaps, decided by the set that keeps the
+    /// ledger. By default none are served.
+    fn ledger(&self, _call: LedgerCall<'_>) -> impl Future<Output = Result<LedgerAnswer, CallError>> + Send {
+        async { Err(CallError::bad_input("this server does not serve ledger counters")) }
+    }
     /// The layout this server's ids are issued under and the slots each set leases (0 when not
     /// known), to decode ids with [`decode_id`]; `None` while it has none (the default).
     fn id_decoding(&self) -> Option<(IdLayout, u64)> {
         None
     }
+}
+
+/// A ledger call a front end makes (the operator's Void and Reconcile are `seqctl`'s, not a
+/// front end's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerCall<'a> {
+    /// Declares the ledger; `hold_ms` 0 is the store's default.
+    Create {
+        key: &'a str,
+        hold_ms: u64,
+    },
+    /// The next number, held by `holder`; a retry with the same `request_id` gets the same
+    /// number (`None`: the backend draws one for the call and keeps it across its retries).
+    Reserve {
+        key: &'a str,
+        holder: &'a str,
+        request_id: Option<&'a str>,
+    },
+    Confirm {
+        key: &'a str,
+        number: u64,
+        reference: &'a str,
+    },
+    Release {
+        key: &'a str,
+        number: u64,
+        note: &'a str,
+    },
+    /// The summary and numbers `from..from + count` (count 0: the summary only).
+    Show {
+        key: &'a str,
+        from: u64,
+        count: u32,
+    },
+    /// One page of voided runs above `after`.
+    Gaps {
+        key: &'a str,
+        after: u64,
+        limit: u32,
+    },
+}
+
+impl LedgerCall<'_> {
+    /// Whether an unanswered call may have changed the ledger (a reserve may have taken a
+    /// number): decides what a deadline means.
+    pub fn writes(&self) -> bool {
+        !matches!(self, LedgerCall::Show { .. } | LedgerCall::Gaps { .. })
+    }
+}
+
+/// The answer to a [`LedgerCall`]: the store's reply as it came.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LedgerAnswer {
+    /// Create, Reserve, Confirm, Release.
+    One(seqsvr_proto::pb::LedgerReply),
+    Show(seqsvr_proto::pb::LedgerShowReply),
+    Gaps(seqsvr_proto::pb::LedgerGapsReply),
 }
 
 /// An id taken apart: what `GET /v1/ids/{id}`, RESP `IDDECODE` and `seqctl id decode` show.
@@ -265,7 +345,7 @@ pub fn decode_id(id: u64, decoding: Option<(IdLayout, u64)>) -> Result<DecodedId
 }
 
 /// `at_ms` as RFC 3339 UTC with milliseconds; the raw number when it is out of range.
-fn rfc3339(at_ms: u64) -> String {
+pub fn rfc3339(at_ms: u64) -> String {
     use time::OffsetDateTime;
     use time::format_description::well_known::Rfc3339;
     i128::from(at_ms)
@@ -351,6 +431,33 @@ impl Calls for ClientCalls {
 
     async fn ids(&self, count: u32) -> Result<Vec<u64>, CallError> {
         Ok(self.client.next_ids(count).await?.ids)
+    }
+
+    async fn ledger(&self, call: LedgerCall<'_>) -> Result<LedgerAnswer, CallError> {
+        let c = &self.client;
+        Ok(match call {
+            LedgerCall::Create { key, hold_ms } => {
+                let info = c.ledger_create(key, Duration::from_millis(hold_ms)).await?;
+                LedgerAnswer::One(seqsvr_proto::pb::LedgerReply {
+                    ledger: Some(info),
+                    ..Default::default()
+                })
+            }
+            LedgerCall::Reserve {
+                key,
+                holder,
+                request_id,
+            } => {
+                let id = request_id.map_or_else(seqsvr_client::new_request_id, str::to_owned);
+                LedgerAnswer::One(c.ledger_reserve_with_id(key, holder, &id).await?)
+            }
+            LedgerCall::Confirm { key, number, reference } => {
+                LedgerAnswer::One(c.ledger_confirm(key, number, reference).await?)
+            }
+            LedgerCall::Release { key, number, note } => LedgerAnswer::One(c.ledger_release(key, number, note).await?),
+            LedgerCall::Show { key, from, count } => LedgerAnswer::Show(c.ledger_show(key, from, count).await?),
+            LedgerCall::Gaps { key, after, limit } => LedgerAnswer::Gaps(c.ledger_gaps_page(key, after, limit).await?),
+        })
     }
 }
 

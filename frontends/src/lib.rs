@@ -32,7 +32,7 @@ pub(crate) enum Front {
 }
 
 /// The `result` labels, in [`result_index`]'s order.
-const RESULTS: [&str; 7] = [
+const RESULTS: [&str; 11] = [
     "ok",
     "bad_input",
     "unavailable",
@@ -40,6 +40,10 @@ const RESULTS: [&str; 7] = [
     "exhausted",
     "unknown",
     "internal",
+    "not_found",
+    "conflict",
+    "refused",
+    "forbidden",
 ];
 
 fn result_index<T>(r: &Result<T, CallError>) -> usize {
@@ -52,6 +56,10 @@ fn result_index<T>(r: &Result<T, CallError>) -> usize {
             ErrorKind::Exhausted => 4,
             ErrorKind::Unknown => 5,
             ErrorKind::Internal => 6,
+            ErrorKind::NotFound => 7,
+            ErrorKind::Conflict => 8,
+            ErrorKind::Refused => 9,
+            ErrorKind::Forbidden => 10,
         },
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Deliberately left out: authentication (anyone who reaches a StoreSvr may run these).
 
-//! One file per command group: `data` (fetch, get, batch, routes), `status`, `moves` (sets, set
+//! One file per command group: `data` (fetch, get, batch, routes), `ledger`, `status`, `moves` (sets, set
 //! add, move), `drain`, `backup`, `audit`, `replica`, `certs`, `verify`; this file declares the commands,
 //! dispatches them, and holds what they share (connections, exit codes, tables).
 
@@ -17,6 +17,7 @@ mod counters;
 mod data;
 mod drain;
 mod ids;
+mod ledger;
 mod moves;
 mod replica;
 mod status;
@@ -94,6 +95,12 @@ enum Cmd {
     Counter {
         #[command(subcommand)]
         action: counters::CounterCmd,
+    },
+    /// Ledger counters, numbers with no gaps (needs --alloc): `create`, `reserve`, `confirm`,
+    /// `release`, `void`, `reconcile`, `show`, `gaps`.
+    Ledger {
+        #[command(subcommand)]
+        action: ledger::LedgerCmd,
     },
     /// Time-ordered ids: `next [N]` (needs --alloc), `decode ID` (--store, or the layout flags).
     Id {
@@ -177,7 +184,15 @@ impl From<ClientError> for Failure {
         let code = match e.failure_kind() {
             None => EXIT_UNKNOWN,
             Some(FailureKind::InvalidArgument | FailureKind::BadConfig) => EXIT_USAGE,
-            Some(FailureKind::Unavailable | FailureKind::Overloaded | FailureKind::Exhausted) => EXIT_FAILED,
+            Some(
+                FailureKind::Unavailable
+                | FailureKind::Overloaded
+                | FailureKind::Exhausted
+                | FailureKind::NotFound
+                | FailureKind::Conflict
+                | FailureKind::Refused
+                | FailureKind::Forbidden,
+            ) => EXIT_FAILED,
         };
         Self {
             code,
@@ -247,6 +262,7 @@ async fn run(cli: &Cli) -> Result<String, Failure> {
         Cmd::Batch { uids } => data::fetch(cli, &uids.iter().map(|&u| Uid(u)).collect::<Vec<_>>(), true).await,
         Cmd::Counter { action } => counters::counter(cli, action).await,
         Cmd::Id { action } => ids::id(cli, action).await,
+        Cmd::Ledger { action } => ledger::ledger(cli, action).await,
         Cmd::Status => status::status(cli).await,
         Cmd::Routes => data::routes(cli).await,
         Cmd::Sets => moves::sets(cli).await,

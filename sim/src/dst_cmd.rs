@@ -47,6 +47,11 @@ pub struct DstArgs {
     /// schedule without).
     #[arg(long)]
     keys: bool,
+    /// Ledger counters beside the sequences: callers reserve, confirm, release and abandon numbers
+    /// of three ledgers through the store's LedgerService logic, and G1–G3 are checked (a seed's
+    /// schedule then differs from its schedule without).
+    #[arg(long)]
+    ledger: bool,
     #[command(flatten)]
     controls: crate::flags::NegativeControls,
 }
@@ -86,6 +91,8 @@ impl DstArgs {
         o.keys = self.keys;
         o.alloc.keys_share_seq = c.unsafe_keys_share_seq;
         o.alloc.keys_forget_to_base = c.unsafe_keys_forget_to_base;
+        o.ledger = self.ledger;
+        o.ledger_answer_before_commit = c.unsafe_ledger_answer_before_commit;
         o.only_faults = self.faults.as_ref().map(|f| f.iter().copied().collect::<BTreeSet<_>>());
         o
     }
@@ -112,6 +119,12 @@ pub fn run(args: DstArgs) -> ExitCode {
         && let Some(f) = args.controls.needs_ids()
     {
         eprintln!("sim dst: {f} needs --ids (without it no id is issued, and no rule of ids is exercised)");
+        return ExitCode::from(2);
+    }
+    if !args.ledger
+        && let Some(f) = args.controls.needs_ledger()
+    {
+        eprintln!("sim dst: {f} needs --ledger (without it no ledger number is handed out)");
         return ExitCode::from(2);
     }
     let opts = args.options();
@@ -164,6 +177,9 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
         "P6 gaps across an owner change: {} checked against their section's reserve, {} beyond it (a statistic with faults)",
         r.p6_bounded, r.p6_beyond
     );
+    if opts.ledger {
+        print_ledger(&r.ledger);
+    }
     match r.failures.first() {
         Some(o) => {
             println!(
@@ -179,6 +195,22 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
             ExitCode::SUCCESS
         }
     }
+}
+
+fn print_ledger(l: &sim::checks::ledger::LedgerStats) {
+    println!(
+        "ledger calls: {} reserved, {} confirmed, {} released, {} repeats answered, {} other references refused, \
+         {} confirms refused as voided, {} unknown; numbers expired {}, lost with a restore {}",
+        l.reserved,
+        l.confirmed,
+        l.released,
+        l.repeated,
+        l.already_exists,
+        l.refused_voided,
+        l.unknown,
+        l.expired,
+        l.lost_with_restore
+    );
 }
 
 fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
@@ -214,6 +246,9 @@ fn one(seed: u64, args: &DstArgs, mut opts: Options) -> ExitCode {
     );
     for note in &o.restores.notes {
         println!("restore: {note}");
+    }
+    if let Some(l) = &o.ledger {
+        println!("ledger: {l:?}");
     }
     if let Some(path) = &args.history
         && let Err(e) = write_history(path, history)

@@ -121,6 +121,10 @@ pub struct NegativeControls {
     /// loaded base instead of above everything it issued.
     #[arg(long)]
     pub unsafe_keys_forget_to_base: bool,
+    /// `sim dst` only (with `--ledger`): a ledger reserve is answered with the number the leader
+    /// predicts, before its entry commits, so a leader change hands the number out again.
+    #[arg(long)]
+    pub unsafe_ledger_answer_before_commit: bool,
 }
 
 impl NegativeControls {
@@ -172,13 +176,25 @@ impl NegativeControls {
         .find_map(|(set, name)| set.then_some(name))
     }
 
+    /// The first switch given that breaks a rule of ledger counters: only a run that calls
+    /// ledgers (`--ledger`) can show what it breaks.
+    pub fn needs_ledger(&self) -> Option<&'static str> {
+        self.unsafe_ledger_answer_before_commit
+            .then_some("--unsafe-ledger-answer-before-commit")
+    }
+
     /// The first switch given that only the deterministic simulator can honour (it belongs to
-    /// what `sim dst` simulates: lease clocks and restores), for `sim run` to refuse.
+    /// what `sim dst` simulates: lease clocks, restores and its ledger driver), for `sim run` to
+    /// refuse.
     pub fn dst_only(&self) -> Option<&'static str> {
         [
             (self.unsafe_monotonic_lease_clock, "--unsafe-monotonic-lease-clock"),
             (self.unsafe_clock_drift_ppm.is_some(), "--unsafe-clock-drift-ppm"),
             (self.unsafe_skip_restore_map_check, "--unsafe-skip-restore-map-check"),
+            (
+                self.unsafe_ledger_answer_before_commit,
+                "--unsafe-ledger-answer-before-commit",
+            ),
         ]
         .into_iter()
         .find_map(|(set, name)| set.then_some(name))

@@ -221,6 +221,13 @@ pub struct Config {
     #[arg(long, hide = true)]
     pub unsafe_skip_move_wait: bool,
 
+    /// TEST ONLY (negative control): a ledger reserve on the leader is answered at once with the
+    /// number this replica predicts (its applied `high` plus the reserves it answered since), and
+    /// its write goes on in the background: a leader change that loses the write lets the next
+    /// leader hand the same number out again. Breaks G1.
+    #[arg(long, hide = true)]
+    pub unsafe_ledger_answer_before_commit: bool,
+
     /// TEST ONLY, a clock fault: this replica's wall clock (the one id raises are capped by and
     /// reported to the followers' leader) runs this many ms off the host's (negative: behind).
     /// Leases and Raft timing keep the monotonic clock.

@@ -51,6 +51,11 @@ fn warn_unsafe(config: &Config) {
             "UNSAFE: --unsafe-skip-slot-fence is on; id slot marks are raised unfenced (negative control only)"
         );
     }
+    if config.unsafe_ledger_answer_before_commit {
+        tracing::warn!(
+            "UNSAFE: --unsafe-ledger-answer-before-commit is on; ledger reserves are answered before they commit (negative control only)"
+        );
+    }
     if config.unsafe_unfenced_release {
         tracing::warn!("UNSAFE: --unsafe-unfenced-release is on; releases ignore epochs (negative control only)");
     }

@@ -255,7 +255,7 @@ async fn serve(
     })
     .max_decoding_message_size(MAX_PEER_MESSAGE)
     .max_encoding_message_size(MAX_PEER_MESSAGE);
-    let ledger = pb::ledger_service_server::LedgerServiceServer::new(LedgerSvc { ctx: shared.clone() })
+    let ledger = pb::ledger_service_server::LedgerServiceServer::new(LedgerSvc::new(shared.clone()))
         .max_decoding_message_size(limits::STORE_MESSAGE_BYTES)
         .max_encoding_message_size(limits::STORE_MESSAGE_BYTES);
     let admin = AdminServiceServer::new(AdminSvc { ctx: shared })

@@ -373,6 +373,17 @@ async fn write_data_dir(args: &RestoreArgs, data: SmData) -> Result<(), RestoreF
         .map_err(io_err(parent))
 }
 
+/// What the restore did to the set's ledgers, if it has any.
+fn ledger_line(r: &Raised) -> Option<String> {
+    (r.ledgers_restored > 0).then(|| {
+        format!(
+            "ledgers: {} marked restored; their reserves are refused until `seqctl ledger reconcile KEY --next N` \
+             with N above every number your own records show (the numbers between are voided as lost with the restore)",
+            r.ledgers_restored
+        )
+    })
+}
+
 fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised, unchecked_ids: bool) -> String {
     let age = age_of(h).map_or_else(
         |ahead| format!("{ahead} ms in the future"),
@@ -402,13 +413,7 @@ fn report(args: &RestoreArgs, h: &Header, m: &Margin, r: &Raised, unchecked_ids:
             r.route_version.0, r.route_version.1, r.last_incarnation.0, r.last_incarnation.1
         ),
     ];
-    if r.ledgers_restored > 0 {
-        lines.push(format!(
-            "ledgers: {} marked restored; their reserves are refused until `seqctl ledger reconcile KEY --next N` \
-             with N above every number your own records show (the numbers between are voided as lost with the restore)",
-            r.ledgers_restored
-        ));
-    }
+    lines.extend(ledger_line(r));
     if r.ids_adopted {
         lines.push("time-ordered ids: the backup predates the set's id setup; it takes the live map's setup".into());
     }

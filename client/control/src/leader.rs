@@ -130,6 +130,12 @@ pub trait LeaderCall: Clone + Send + Sync + 'static {
     type Reply: Send;
     fn send(channel: Conn, req: Request<Self>) -> impl Future<Output = Result<Response<Self::Reply>, Status>> + Send;
     fn hint(reply: &Self::Reply) -> Option<&pb::LeaderHint>;
+    /// A status that ends the call at once although `classify` would retry it: one that says
+    /// every replica of this group will answer the same, so the caller must look elsewhere (a
+    /// ledger whose section left the set). None by default.
+    fn ends_call(_status: &Status) -> bool {
+        false
+    }
 }
 
 struct Target {
@@ -280,7 +286,7 @@ impl Leader {
                 }
                 Ok(Err(status)) => {
                     let verdict = classify(&status);
-                    if !verdict.retry {
+                    if !verdict.retry || R::ends_call(&status) {
                         return Err(ControlError::Rejected(status));
                     }
                     maybe_taken |= verdict.delivery == Delivery::Maybe;

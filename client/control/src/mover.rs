@@ -381,42 +381,7 @@ impl Mover {
                 .await
                 .map(drop)?,
             Sealed => return self.wait_final(map, m, progress).await,
-            Installed => {
-                // The source learns of the seal before the target may serve: from here on it
-                // refuses a set-level cancel. It refuses the seal when such a cancel came first
-                // (between the record's seal and this step), and the target must then not install.
-                self.set_admin(map, m.from_set)?
-                    .range_step(step(pb::RangeStep::Seal, m.to_set))
-                    .await
-                    .map_err(|e| match e {
-                        ControlError::Rejected(s) if s.code() == tonic::Code::FailedPrecondition => {
-                            MoveError::Refused(format!(
-                                "move {}: the source set {} did not take the seal, so the target must not install: {}",
-                                m.op,
-                                m.from_set,
-                                s.message()
-                            ))
-                        }
-                        other => MoveError::Control(other),
-                    })?;
-                // The range's ledger counters go before the range: once the target serves it, a
-                // ledger it lacked would be created anew and count from 1 again. Frozen at the
-                // source since the freeze, they are read there now (the seal changed nothing of
-                // them) and installed again whole if a driver repeats this step.
-                let ledgers = self.set_admin(map, m.from_set)?.export_status(m.op).await?.ledgers;
-                if !ledgers.is_empty() {
-                    let req = pb::RangeStepRequest {
-                        ledgers,
-                        ..step(pb::RangeStep::InstallLedgers, m.from_set)
-                    };
-                    self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?;
-                }
-                let req = pb::RangeStepRequest {
-                    ceilings: m.ceilings.clone(),
-                    ..step(pb::RangeStep::Install, m.from_set)
-                };
-                self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?
-            }
+            Installed => self.seal_and_install(map, m, step).await?,
             Switched => {}
             Done => {
                 let req = pb::RangeStepRequest {
@@ -428,6 +393,51 @@ impl Mover {
             _ => {}
         }
         Ok(Vec::new())
+    }
+
+    /// The step to INSTALLED: the source takes the seal, the target the range's ledgers and then
+    /// the range.
+    async fn seal_and_install(
+        &self,
+        map: &pb::ClusterMap,
+        m: &pb::MoveInfo,
+        step: impl Fn(pb::RangeStep, u64) -> pb::RangeStepRequest,
+    ) -> Result<(), MoveError> {
+        // The source learns of the seal before the target may serve: from here on it
+        // refuses a set-level cancel. It refuses the seal when such a cancel came first
+        // (between the record's seal and this step), and the target must then not install.
+        self.set_admin(map, m.from_set)?
+            .range_step(step(pb::RangeStep::Seal, m.to_set))
+            .await
+            .map_err(|e| match e {
+                ControlError::Rejected(s) if s.code() == tonic::Code::FailedPrecondition => {
+                    MoveError::Refused(format!(
+                        "move {}: the source set {} did not take the seal, so the target must not install: {}",
+                        m.op,
+                        m.from_set,
+                        s.message()
+                    ))
+                }
+                other => MoveError::Control(other),
+            })?;
+        // The range's ledger counters go before the range: once the target serves it, a
+        // ledger it lacked would be created anew and count from 1 again. Frozen at the
+        // source since the freeze, they are read there now (the seal changed nothing of
+        // them) and installed again whole if a driver repeats this step.
+        let ledgers = self.set_admin(map, m.from_set)?.export_status(m.op).await?.ledgers;
+        if !ledgers.is_empty() {
+            let req = pb::RangeStepRequest {
+                ledgers,
+                ..step(pb::RangeStep::InstallLedgers, m.from_set)
+            };
+            self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?;
+        }
+        let req = pb::RangeStepRequest {
+            ceilings: m.ceilings.clone(),
+            ..step(pb::RangeStep::Install, m.from_set)
+        };
+        self.set_admin(map, m.to_set)?.range_step(req).await.map(drop)?;
+        Ok(())
     }
 
     /// Polls the source until its leader vouches that the owners are gone; the final ceilings.

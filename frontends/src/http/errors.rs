@@ -34,6 +34,10 @@ pub(super) fn status_and_code(kind: ErrorKind) -> (StatusCode, &'static str) {
         ErrorKind::Exhausted => (StatusCode::CONFLICT, "exhausted"),
         ErrorKind::Unknown => (StatusCode::GATEWAY_TIMEOUT, "unknown_outcome"),
         ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+        ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+        ErrorKind::Refused => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+        ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
     }
 }
 
@@ -155,7 +159,9 @@ impl<'a> From<&'a CallError> for ItemError<'a> {
 
 const ROUTES: &str = "the routes are POST /v1/seq/{uid}/next, POST /v1/seq/{uid}/reserve, GET /v1/seq/{uid}, \
                       POST /v1/seq/batch, POST /v1/counter/{key}/next, POST /v1/counter/{key}/reserve, \
-                      GET /v1/counter/{key}, POST /v1/ids and GET /v1/ids/{id}";
+                      GET /v1/counter/{key}, POST /v1/ids, GET /v1/ids/{id}, PUT and GET /v1/ledger/{key}, \
+                      POST /v1/ledger/{key}/reserve, POST /v1/ledger/{key}/{n}/confirm, \
+                      POST /v1/ledger/{key}/{n}/release, GET /v1/ledger/{key}/{n} and GET /v1/ledger/{key}/gaps";
 
 pub(super) async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     Failure::from(Refusal::NotFound(format!("no route {method} {}; {ROUTES}", uri.path()))).into_response()

@@ -10,6 +10,7 @@
 //! | `POST /v1/counter/{key}/reserve?count=N` | `{"key":"orders","first":"4","last":"13","count":10}` |
 //! | `GET /v1/counter/{key}` | `{"key":"orders","value":"13"}` |
 //! | `POST /v1/ids?count=N` | `{"ids":["7384120986624001",...]}` |
+//! | ledger counters: `PUT /v1/ledger/{key}`, `POST /v1/ledger/{key}/reserve`, `POST /v1/ledger/{key}/{n}/confirm` and `/release`, `GET /v1/ledger/{key}` (`?from&count`), `GET /v1/ledger/{key}/{n}`, `GET /v1/ledger/{key}/gaps` | the table in `ledger` |
 //! | `GET /v1/ids/{id}` | `{"id":"…","time":"2026-12-02T00:00:00Z","unix_ms":"…","tick":"…","slot":"70","sequence":"5","set":"1"}` (`set` null when unknown) |
 //!
 //! A reply whose server said who it was carries `"owner": {"set", "node", "incarnation",
@@ -57,6 +58,7 @@
 mod batches;
 mod errors;
 mod io;
+mod ledger;
 mod routes;
 mod server;
 
@@ -64,7 +66,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 
 use crate::calls::Calls;
 pub use server::{connection, serve, serve_router};
@@ -162,8 +164,17 @@ pub fn router<C: Calls>(calls: Arc<C>) -> axum::Router {
         .route("/v1/counter/{key}", get(routes::counter_current::<C>))
         .route("/v1/counter/{key}/next", post(routes::counter_next::<C>))
         .route("/v1/counter/{key}/reserve", post(routes::counter_reserve::<C>))
-        .route("/v1/ids", post(routes::ids::<C>).layer(batches))
+        .route("/v1/ids", post(routes::ids::<C>).layer(batches.clone()))
         .route("/v1/ids/{id}", get(routes::id_decode::<C>))
+        .route(
+            "/v1/ledger/{key}",
+            put(ledger::create::<C>).get(ledger::show::<C>).layer(batches.clone()),
+        )
+        .route("/v1/ledger/{key}/reserve", post(ledger::reserve::<C>))
+        .route("/v1/ledger/{key}/gaps", get(ledger::gaps::<C>).layer(batches.clone()))
+        .route("/v1/ledger/{key}/{n}", get(ledger::number::<C>))
+        .route("/v1/ledger/{key}/{n}/confirm", post(ledger::confirm::<C>))
+        .route("/v1/ledger/{key}/{n}/release", post(ledger::release::<C>))
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
         .layer(errors::JsonErrors)

@@ -19,7 +19,7 @@ use crate::{Front, count_call};
 use seqsvr_proto::limits::MAX_IDS_PER_CALL;
 
 /// The caller's deadline, if it gave one.
-fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, CallError> {
+pub(super) fn deadline(headers: &HeaderMap) -> Result<Option<Duration>, CallError> {
     let Some(v) = headers.get(TIMEOUT_HEADER) else {
         return Ok(None);
     };
@@ -65,7 +65,7 @@ fn uid_of(s: &str) -> Result<u64, CallError> {
     parse_u64(s, "uid")
 }
 
-fn key_of(s: &str) -> Result<&str, CallError> {
+pub(super) fn key_of(s: &str) -> Result<&str, CallError> {
     seqsvr_proto::keys::check_key_str(s).map_err(|e| CallError::bad_input(e.to_string()))
 }
 
@@ -332,7 +332,7 @@ struct IdsReply {
 
 /// `v` as JSON in a buffer of exactly its size: a batch's reply is held until it is written, and
 /// a buffer grown by doubling could hold up to twice the bytes (three times while it moves).
-fn exact_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+pub(super) fn exact_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -353,7 +353,7 @@ fn exact_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 
 /// Why a body could not be read, in our words (the library's go to the log): over the bound, or
 /// broken framing (a bad chunk, a connection closed mid-body).
-fn body_error(e: &axum::Error) -> Failure {
+pub(super) fn body_error(e: &axum::Error) -> Failure {
     let over = std::error::Error::source(e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
     tracing::debug!(error = %e, "HTTP body refused");
     if over {

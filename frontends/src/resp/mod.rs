@@ -154,6 +154,10 @@ impl Reply {
             ErrorKind::Overloaded => "OVERLOADED",
             ErrorKind::Unknown => "UNKNOWN",
             ErrorKind::Exhausted => "EXHAUSTED",
+            ErrorKind::NotFound => "NOTFOUND",
+            ErrorKind::Conflict => "CONFLICT",
+            ErrorKind::Refused => "REFUSED",
+            ErrorKind::Forbidden => "NOPERM",
         };
         // A reply line cannot hold a line break.
         Reply::Error(format!("{code} {}", e.message.replace(['\r', '\n'], " ")))

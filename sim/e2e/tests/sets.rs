@@ -966,3 +966,153 @@ async fn a_hundred_thousand_keys_rise_across_a_move_and_an_allocsvr_kill_and_hot
         eprintln!("hot:{i}: {} ranges, none overlapping", taken.len());
     }
 }
+
+/// A ledger client of one StoreSvr (single-replica sets: it leads).
+async fn ledgers_at(
+    store: &str,
+) -> seqsvr_proto::pb::ledger_service_client::LedgerServiceClient<tonic::transport::Channel> {
+    seqsvr_proto::pb::ledger_service_client::LedgerServiceClient::connect(format!("http://{store}"))
+        .await
+        .expect("connect to the StoreSvr")
+}
+
+/// Issue 51: a ledger counter travels with its range. Set 0 hands out numbers 1–3 (one confirmed,
+/// one released, one held); the move's driver is killed right after the seal and resumed, and set
+/// 1 then has every number in the state set 0 left it in, goes on at 4, and takes the held
+/// number's confirm; set 0 refuses the ledger from the switch on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_moves_with_its_range_even_when_the_driver_dies_after_the_seal() {
+    use seqsvr_proto::pb;
+    let c = TwoSets::start();
+    c.add_set_1().await;
+    let key = b"invoices:2026".to_vec();
+    let section = seqsvr_proto::keys::position("invoices:2026", UID_LIMIT)
+        .section(SECTION_SIZE)
+        .0;
+    let mut src = ledgers_at(&c.stores[0]).await;
+    let created = poll_until(WAIT, || {
+        let mut src = src.clone();
+        let key = key.clone();
+        async move {
+            let req = pb::CreateLedgerRequest { key, hold_ms: 600_000 };
+            src.create_ledger(req).await.ok()
+        }
+    })
+    .await;
+    assert!(created.is_some(), "set 0 never created the ledger");
+    let reserve = |holder: &str| pb::LedgerReserveRequest {
+        key: key.clone(),
+        holder: holder.into(),
+        request_id: String::new(),
+    };
+    let mut numbers = Vec::new();
+    for holder in ["a", "b", "c"] {
+        let r = src.reserve(reserve(holder)).await.expect("reserve").into_inner();
+        numbers.push(r.entry.expect("entry").number);
+    }
+    assert_eq!(numbers, [1, 2, 3]);
+    let confirm = |number: u64, reference: &str| pb::LedgerConfirmRequest {
+        key: key.clone(),
+        number,
+        reference: reference.into(),
+    };
+    src.confirm(confirm(1, "INV-1")).await.expect("confirm 1");
+    let release = pb::LedgerReleaseRequest {
+        key: key.clone(),
+        number: 2,
+        note: "cancelled".into(),
+    };
+    src.release(release).await.expect("release 2");
+
+    let op = move_killed_after(&c, section, "sealed").await;
+    let resumed = c.seqctl(&["move", "resume", &op.to_string()]).await;
+    assert!(resumed.status.success(), "{}", text(&resumed));
+
+    let refused = src
+        .reserve(reserve("late"))
+        .await
+        .expect_err("set 0 no longer serves it");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    let mut dst = ledgers_at(&c.stores[1]).await;
+    let show = pb::LedgerShowRequest {
+        key: key.clone(),
+        from: 1,
+        count: 10,
+    };
+    let shown = dst.show(show).await.expect("set 1 shows the ledger").into_inner();
+    let states: Vec<(u64, i32, String)> = shown
+        .entries
+        .iter()
+        .map(|e| (e.number, e.state, format!("{}{}", e.reference, e.note)))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (1, pb::LedgerState::Confirmed as i32, "INV-1".to_string()),
+            (2, pb::LedgerState::Voided as i32, "cancelled".to_string()),
+            (3, pb::LedgerState::Held as i32, String::new()),
+        ]
+    );
+    let next = dst.reserve(reserve("d")).await.expect("set 1 reserves").into_inner();
+    assert_eq!(
+        next.entry.expect("entry").number,
+        4,
+        "set 1 goes on where set 0 stopped"
+    );
+    dst.confirm(confirm(3, "INV-3"))
+        .await
+        .expect("the held number is confirmed on set 1");
+    let again = dst
+        .confirm(confirm(1, "INV-other"))
+        .await
+        .expect_err("a confirmed number keeps its reference");
+    assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+}
+
+/// Issue 51 item 3: ledger calls through AllocSvrs follow a move. Set 0's AllocSvr keeps serving
+/// the ledger after its range moved to set 1 (with the map a renewal brought, or the one it reads
+/// from set 0 when set 0 says "not served by this set now": that path is
+/// `allocsvr::ledger::forward`'s unit test, as here a renewal usually comes first), set 1's
+/// AllocSvr serves it too, and the numbers go on 1, 2, 3, … with the same
+/// request id answering the same number on either side of the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_calls_through_either_allocsvr_follow_a_move() {
+    use seqsvr_client::{Client, ClientConfig};
+    let c = TwoSets::start();
+    c.add_set_1().await;
+    let key = "receipts:2026";
+    let section = seqsvr_proto::keys::position(key, UID_LIMIT).section(SECTION_SIZE).0;
+    let at = |set: usize| Client::new(ClientConfig::new([c.allocs[set].clone()])).expect("client");
+    let (via0, via1) = (at(0), at(1));
+    // Set 1's AllocSvr forwards to set 0 before the move: any AllocSvr of any set answers.
+    let created = poll_until(WAIT, || async {
+        via1.ledger_create(key, Duration::from_secs(600)).await.ok()
+    })
+    .await;
+    assert_eq!(created.expect("a ledger created through set 1's AllocSvr").set_id, 0);
+    let held = via0.ledger_reserve_with_id(key, "a", "req-1").await.expect("reserve");
+    assert_eq!(held.entry.expect("entry").number, 1);
+
+    move_section(&c, 0, 1, section).await;
+
+    // Set 0's AllocSvr still answers for the ledger, now kept by set 1; the reserve repeated
+    // with its request id answers the number set 0 handed out.
+    let again = via0
+        .ledger_reserve_with_id(key, "a", "req-1")
+        .await
+        .expect("repeat after the move");
+    assert_eq!((again.entry.expect("entry").number, again.repeated), (1, true));
+    assert_eq!(again.ledger.expect("ledger").set_id, 1, "kept by set 1 now");
+    let two = via0
+        .ledger_reserve(key, "b")
+        .await
+        .expect("reserve through set 0's AllocSvr");
+    let three = via1
+        .ledger_reserve(key, "c")
+        .await
+        .expect("reserve through set 1's AllocSvr");
+    assert_eq!((two, three), (2, 3), "no gap, no repeat across the move");
+    via1.ledger_confirm(key, 1, "R-1")
+        .await
+        .expect("confirm through set 1's AllocSvr");
+}

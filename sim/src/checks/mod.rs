@@ -11,6 +11,7 @@
 //! statistic ([`crate::stats`]) except for the final "served again after heal" check here.
 
 pub mod ids;
+pub mod ledger;
 pub mod liveness;
 pub mod one_set;
 pub mod p1_order;
@@ -44,6 +45,13 @@ pub enum Promise {
     U2,
     U3,
     U4,
+    /// Ledger counters (docs/decisions/0004-ledger-counters.md, [`ledger`]): no number twice or skipped; every number
+    /// in exactly one state; a confirmed number never changes; a held number ends only by its
+    /// holder's word or its deadline.
+    G1,
+    G2,
+    G3,
+    Holds,
 }
 
 /// One broken promise, with the calls that show it.
@@ -113,7 +121,9 @@ impl Report {
         self.counts.values().sum()
     }
 
-    fn add(&mut self, promise: Promise, found: Vec<Violation>) {
+    /// Counts `found` under `promise` and keeps the first few (a promise added with nothing found
+    /// shows as checked, with 0).
+    pub fn add(&mut self, promise: Promise, found: Vec<Violation>) {
         let name = format!("{promise:?}");
         *self.counts.entry(name).or_default() += found.len();
         self.violations.extend(found.into_iter().take(MAX_REPORTED_PER_PROMISE));

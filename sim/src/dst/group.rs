@@ -106,22 +106,28 @@ pub struct Group {
     /// group that was still in flight never commits in a later one (`World::commit`).
     pub generation: u64,
     /// Time-ordered ids: set 0's setup (as its `--id-*` flags give it; the other sets adopt it
-    /// from the cluster map), and the true Unix time at an instant, which every replica's wall
-    /// clock reads plus its own offset (`Replica::clock_offset_ms`).
+    /// from the cluster map).
     pub ids: Option<GroupIds>,
+    /// The true Unix time at an instant, which every replica's wall clock reads plus its own
+    /// offset (`Replica::clock_offset_ms`): what slot raises and ledger holds are stamped with.
+    /// `None` (no ids, no ledgers) reads 0: nothing then looks at the wall clock.
+    pub wall: Option<Wall>,
 }
 
 /// What a group needs to run time-ordered ids.
 #[derive(Clone, Debug)]
 pub struct GroupIds {
     pub setup: Option<storesvr::domain::slots::SlotCommand>,
-    pub origin: (Instant, u64),
 }
 
-impl GroupIds {
-    /// The replicas' wall clock at `now`, Unix ms.
+/// The replicas' true wall clock: the Unix ms `.1` at the instant `.0`.
+#[derive(Clone, Copy, Debug)]
+pub struct Wall(pub Instant, pub u64);
+
+impl Wall {
+    /// The true wall clock at `now`, Unix ms.
     pub fn unix_ms(&self, now: Instant) -> u64 {
-        self.origin.1 + now.saturating_duration_since(self.origin.0).as_millis() as u64
+        self.1 + now.saturating_duration_since(self.0).as_millis() as u64
     }
 }
 
@@ -148,6 +154,7 @@ impl Group {
             lost: false,
             generation: 0,
             ids: None,
+            wall: None,
         }
     }
 
@@ -363,25 +370,27 @@ impl Group {
         protocol::committed(set, &here, req, result, now).map_or_else(Rep::Error, Rep::Reply)
     }
 
-    /// The clock leader `r` stamps a raise with (0 without ids: nothing reads it then): its own
-    /// wall clock moved to the quorum's, as production's `raft::clocks` does it, over the
-    /// replicas it reaches (their heartbeat replies carry their clocks).
+    /// The clock leader `r` stamps a raise or a ledger hold with (0 without a wall clock: nothing
+    /// reads it then): its own wall clock moved to the quorum's, as production's `raft::clocks`
+    /// does it, over the replicas it reaches (their heartbeat replies carry their clocks).
     fn leader_ms(&self, r: usize, now: Instant) -> u64 {
-        let Some(ids) = self.ids.as_ref() else { return 0 };
+        let Some(wall) = self.wall else { return 0 };
         let own = self.replicas[r].clock_offset_ms;
         let peers: Vec<i64> = (0..REPLICAS)
             .filter(|&p| p != r && self.replicas[p].up && !self.replicas[p].isolated)
             .map(|p| self.replicas[p].clock_offset_ms - own)
             .collect();
         let quorum = storesvr::raft::clocks::quorum_offset(&peers, REPLICAS).unwrap_or(0);
-        ids.unix_ms(now).saturating_add_signed(own + quorum)
+        wall.unix_ms(now).saturating_add_signed(own + quorum)
     }
 
     /// One arbiter tick on replica `r` (production `tasks::arbiter`): the commands to write, in
-    /// order — the plan, then the slot decision for time-ordered ids. Without `--ids` no set sets
-    /// ids up, the AllocSvrs hold no slot and their raisers stay idle: the seeds' schedules are
-    /// those of before ids.
+    /// order — the plan, then the slot decision for time-ordered ids, then the expiry of ledger
+    /// holds past their deadline by the leader's clock. Without `--ids` no set sets ids up, the
+    /// AllocSvrs hold no slot and their raisers stay idle; without `--ledger` there is no ledger
+    /// to expire: the seeds' schedules are those of before either.
     pub fn arbiter(&mut self, r: usize, now: Instant) -> Vec<Command> {
+        let clock_ms = self.leader_ms(r, now);
         let rep = &mut self.replicas[r];
         if !rep.up {
             return Vec::new();
@@ -396,7 +405,8 @@ impl Group {
                     .ids
                     .as_ref()
                     .and_then(|_| protocol::ids::slots_tick(&self.set, &rep.view, now, self.detect, setup));
-                cmd.into_iter().chain(slots).collect()
+                let expire = protocol::ledger::expire_tick(&self.set, clock_ms);
+                cmd.into_iter().chain(slots).chain(expire).collect()
             }
         }
     }

@@ -25,7 +25,7 @@ use rand::{Rng, SeedableRng};
 use seqsvr_proto::id_layout::{DEFAULT_EPOCH_MS, IdLayout};
 use storesvr::domain::slots::SlotCommand;
 
-use super::group::GroupIds;
+use super::group::{GroupIds, Wall};
 use super::transport::SimConnect;
 use super::world::{ID_ORIGIN_MS, World};
 use crate::history::IdsInfo;
@@ -59,7 +59,7 @@ pub fn layout(seed: u64) -> IdLayout {
 /// Gives every group its wall clock and set 0 its setup; returns what the checkers need.
 pub fn set_up(world: &Arc<World>, seed: u64) -> IdsInfo {
     let layout = layout(seed);
-    let origin = (world.start.into_std(), ID_ORIGIN_MS);
+    let wall = Wall(world.start.into_std(), ID_ORIGIN_MS);
     for (set, g) in world.lock().groups.iter_mut().enumerate() {
         g.ids = Some(GroupIds {
             setup: (set == 0).then_some(SlotCommand::Setup {
@@ -67,8 +67,8 @@ pub fn set_up(world: &Arc<World>, seed: u64) -> IdsInfo {
                 per_set: SLOTS_PER_SET,
                 max_ahead_ms: MAX_AHEAD_MS,
             }),
-            origin,
         });
+        g.wall = Some(wall);
     }
     IdsInfo {
         layout,

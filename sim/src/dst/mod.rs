@@ -33,6 +33,7 @@ pub mod faults;
 pub mod forger;
 pub mod group;
 pub mod ids;
+pub mod ledger;
 pub mod moves;
 pub mod restore;
 #[cfg(test)]
@@ -101,6 +102,13 @@ pub struct Options {
     /// [`crate::keys::MAX_LIVE_KEYS`], so keys are forgotten and come back. Off, a seed runs the
     /// schedule it ran before keys existed.
     pub keys: bool,
+    /// Ledger counters (`--ledger`): callers reserve, confirm and release numbers of a few
+    /// ledgers through the store's LedgerService logic, and G1–G3 are checked ([`ledger`]). Off,
+    /// a seed runs the schedule it ran before ledgers existed.
+    pub ledger: bool,
+    /// Negative control (with `ledger`): a reserve is answered with the leader's predicted number
+    /// before its entry commits.
+    pub ledger_answer_before_commit: bool,
 }
 
 /// Largest block `--blocks` draws: the seeds' steps are 10 to 50.
@@ -135,6 +143,7 @@ impl Options {
         add(self.alloc.block_overlap, "unsafe-block-overlap");
         add(self.alloc.keys_share_seq, "unsafe-keys-share-seq");
         add(self.alloc.keys_forget_to_base, "unsafe-keys-forget-to-base");
+        add(self.ledger_answer_before_commit, "unsafe-ledger-answer-before-commit");
         if let Some(ppm) = self.clock.drift_ppm {
             out.push_str(&format!(" --unsafe-clock-drift-ppm={ppm}"));
         }
@@ -149,6 +158,9 @@ impl Options {
         }
         if self.blocks {
             out.push_str(" --blocks");
+        }
+        if self.ledger {
+            out.push_str(" --ledger");
         }
         if let Some(only) = &self.only_faults {
             let list: Vec<String> = only.iter().map(usize::to_string).collect();
@@ -173,6 +185,8 @@ pub struct Outcome {
     pub forged: tally::Forged,
     /// What the seed's restore did (nothing without one).
     pub restores: tally::Tally,
+    /// What the ledger callers did and how their numbers ended (`--ledger` only).
+    pub ledger: Option<crate::checks::ledger::LedgerStats>,
 }
 
 impl Outcome {
@@ -237,6 +251,9 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     let all = seed_faults(seed, &p, opts);
     let world = World::new(initial_state(seed, &p, opts), opts.alloc);
     let ids = opts.ids.then(|| ids::set_up(&world, seed));
+    let ledgers = opts
+        .ledger
+        .then(|| ledger::set_up(&world, seed, opts.ledger_answer_before_commit));
     world.set_clock_control(opts.clock);
     let info = RunInfo {
         seed,
@@ -276,6 +293,9 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     if opts.ids {
         ids::spawn_clients(&world, seed, &rec, &stop);
     }
+    if let Some(l) = &ledgers {
+        l.spawn(seed, &stop);
+    }
     inject_all(&world, &all, &rec).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     faults::heal_all(&world);
@@ -288,8 +308,12 @@ async fn run(seed: u64, opts: &Options) -> Outcome {
     if opts.ids {
         ids::verify(&world, seed, &rec).await;
     }
+    if let Some(l) = &ledgers {
+        l.verify().await;
+    }
     poller.abort();
-    finish(world, rec, info, verify_from_ns, all, opts)
+    let ledger_end = ledgers.map(|l| (l.ops(), l.finals()));
+    finish(world, rec, info, verify_from_ns, all, opts, ledger_end)
 }
 
 /// The seed's faults, or the subset `--faults` keeps (the others stay where they were).
@@ -559,6 +583,10 @@ fn finish(
     verify_from_ns: u64,
     faults: Vec<Fault>,
     opts: &Options,
+    ledger_end: Option<(
+        Vec<checks::ledger::LedgerOp>,
+        BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>,
+    )>,
 ) -> Outcome {
     info.verify_from_ns = Some(verify_from_ns);
     let records = rec.history.take();
@@ -587,7 +615,9 @@ fn finish(
         changes.sort_by_key(|c| c.at_ns);
         (m, changes, stale, st.forged, std::mem::take(&mut st.restores))
     };
-    let report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
+    let mut report = checks::check_all(&history, Some(&final_max)).unwrap_or_default();
+    let ledger =
+        ledger_end.map(|(ops, ledgers)| check_ledgers(&mut report, &ops, &ledgers, &restores, verify_from_ns, opts));
     Outcome {
         seed: history.info.seed,
         hash: hasher.finish(),
@@ -598,7 +628,43 @@ fn finish(
         stale_releases,
         forged,
         restores,
+        ledger,
     }
+}
+
+/// Checks the ledger calls and final ledgers into `report`; what the callers did.
+fn check_ledgers(
+    report: &mut Report,
+    ops: &[checks::ledger::LedgerOp],
+    ledgers: &BTreeMap<String, Vec<storesvr::domain::ledger::Ledger>>,
+    restores: &tally::Tally,
+    verify_from_ns: u64,
+    opts: &Options,
+) -> checks::ledger::LedgerStats {
+    let rewinds: Vec<(u64, u64, u64)> = restores
+        .rewinds
+        .iter()
+        .map(|r| (r.set, r.backup_ns, r.restored_ns))
+        .collect();
+    let end = checks::ledger::Final {
+        rewinds: &rewinds,
+        ledgers,
+        // With `--ids` the StoreSvrs' clocks take faults: a leader's clock is not the true time.
+        wall_origin_ms: (!opts.ids).then_some(world::ID_ORIGIN_MS),
+        verify_from_ns,
+    };
+    for promise in [
+        checks::Promise::G1,
+        checks::Promise::G2,
+        checks::Promise::G3,
+        checks::Promise::Holds,
+    ] {
+        report.add(promise, Vec::new());
+    }
+    for (promise, found) in checks::ledger::check(ops, &end) {
+        report.add(promise, found);
+    }
+    checks::ledger::LedgerStats::of(ops, ledgers)
 }
 
 /// What a range of seeds gave.
@@ -624,6 +690,8 @@ pub struct RangeResult {
     /// seeds, and those beyond it (a statistic: every seed has faults).
     pub p6_bounded: u64,
     pub p6_beyond: u64,
+    /// The ledger callers' calls and their numbers' ends, over all seeds (`--ledger`).
+    pub ledger: crate::checks::ledger::LedgerStats,
 }
 
 impl RangeResult {
@@ -685,6 +753,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
     let map_refused = AtomicU64::new(0);
     let (p6_bounded, p6_beyond) = (AtomicU64::new(0), AtomicU64::new(0));
     let failures = Mutex::new(Vec::new());
+    let ledger = Mutex::new(crate::checks::ledger::LedgerStats::default());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| {
@@ -705,6 +774,9 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
                     map_refused.fetch_add(u64::from(o.restores.refused_by_map > 0), Ordering::Relaxed);
                     p6_bounded.fetch_add(o.report.p6.bounded as u64, Ordering::Relaxed);
                     p6_beyond.fetch_add(o.report.p6.beyond_reserve as u64, Ordering::Relaxed);
+                    if let Some(l) = &o.ledger {
+                        ledger.lock().unwrap_or_else(|e| e.into_inner()).add(l);
+                    }
                     if !o.passed() {
                         first_failure.fetch_min(seed, Ordering::Relaxed);
                         failures.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -734,6 +806,7 @@ pub fn run_range(range: std::ops::Range<u64>, threads: usize, opts: &Options, st
         map_refused_restore_seeds: map_refused.into_inner(),
         p6_bounded: p6_bounded.into_inner(),
         p6_beyond: p6_beyond.into_inner(),
+        ledger: ledger.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
 }
 

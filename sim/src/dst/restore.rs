@@ -149,6 +149,12 @@ async fn run(world: Arc<World>, plan: Plan, file: Vec<u8>, backed_up: tokio::tim
         Ok((restored, note)) => {
             st.groups[set].replace(restored);
             st.restores.restored += 1;
+            let restored_ns = world.now_ns();
+            st.restores.rewinds.push(super::tally::Rewind {
+                set: plan.set,
+                backup_ns: restored_ns.saturating_sub(age.as_nanos() as u64),
+                restored_ns,
+            });
             st.restores.unchecked += u64::from(note.is_some());
             let why = note.map_or(String::new(), |n| format!(" WITHOUT the map check, which says: {n}"));
             let line = format!("set {set} restored at {at_ms} ms from its backup of {age:?} before{why}");

@@ -279,10 +279,10 @@ fn kind(e: &RpcError) -> &'static str {
         RpcError::InvalidArgument(_) => "invalid argument",
         RpcError::FailedPrecondition(_) => "failed precondition",
         RpcError::Unauthenticated(_) => "unauthenticated",
-        RpcError::Unavailable(_) => "unavailable",
         RpcError::NotFound(_) => "not found",
         RpcError::AlreadyExists(_) => "already exists",
         RpcError::ResourceExhausted(_) => "resource exhausted",
+        RpcError::Unavailable(_) => "unavailable",
         RpcError::MaybeCommitted(_) => "unknown outcome",
         RpcError::Internal(_) | RpcError::Fatal(_) => "internal",
     }

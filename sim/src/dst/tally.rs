@@ -22,4 +22,15 @@ pub struct Tally {
     pub unchecked: u64,
     /// What happened, one line each, for `sim dst --seed`.
     pub notes: Vec<String>,
+    /// Each restore that went ahead: the set and, in run time, when its backup was taken and when
+    /// it was restored. What the set decided in between is gone (the ledger checker excuses it).
+    pub rewinds: Vec<Rewind>,
+}
+
+/// A set rewound to its backup: writes it applied from `backup_ns` until `restored_ns` are lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewind {
+    pub set: u64,
+    pub backup_ns: u64,
+    pub restored_ns: u64,
 }

@@ -353,6 +353,22 @@ pub struct Raised {
     pub ledgers_restored: u64,
 }
 
+/// Takes the live map's id setup when the backup has none; whether it did.
+fn adopt_live_ids(st: &mut SetState, set_id: u64, at: &RestoreAt) -> Result<bool, RestoreError> {
+    let (None, Some(setup)) = (&st.ids, &at.live_ids) else {
+        return Ok(false);
+    };
+    // Nobody holds a slot of a fresh setup: no incarnation needs to be registered.
+    let adopted = slots::apply(&mut st.ids, set_id, setup, &Default::default());
+    if let slots::SlotResult::Refused(why) = adopted {
+        return Err(RestoreError::IdSetupDiffers {
+            live: format!("{setup:?}"),
+            backup: format!("none, and this set cannot take the live one: {why}"),
+        });
+    }
+    Ok(true)
+}
+
 /// Refuses a backup taken while a move had a range importing or frozen here.
 fn refuse_moves_in_flight(st: &SetState) -> Result<(), RestoreError> {
     for run in st.ranges.runs() {
@@ -496,23 +512,8 @@ pub fn restore(
         map.version = jump(map.version, "cluster map version")?;
     }
     st.bindings = Default::default();
-    // The backup cannot know the ledger numbers handed out after it: reserves wait until an
-    // operator reconciles each ledger's tail with their own records (docs/BACKUP.md).
-    st.ledgers.mark_restored();
-    r.ledgers_restored = st.ledgers.by_key.len() as u64;
-    if st.ids.is_none()
-        && let Some(setup) = &at.live_ids
-    {
-        // Nobody holds a slot of a fresh setup: no incarnation needs to be registered.
-        let adopted = slots::apply(&mut st.ids, params.set_id, setup, &Default::default());
-        if let slots::SlotResult::Refused(why) = adopted {
-            return Err(RestoreError::IdSetupDiffers {
-                live: format!("{setup:?}"),
-                backup: format!("none, and this set cannot take the live one: {why}"),
-            });
-        }
-        r.ids_adopted = true;
-    }
+    r.ledgers_restored = st.ledgers.mark_restored();
+    r.ids_adopted = adopt_live_ids(&mut st, params.set_id, at)?;
     if let Some(ids) = st.ids.as_mut() {
         let floor = marks_floor(ids, at);
         r.slot_marks_at_least = Some(floor);

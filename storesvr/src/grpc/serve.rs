@@ -115,7 +115,11 @@ impl ReplicaView for Here<'_> {
     }
 
     fn clock_ms(&self, set: &SetState) -> u64 {
-        let max_ahead_ms = set.ids.as_ref().map_or(0, |i| i.max_ahead_ms);
+        // Without ids set up, the flag's allowance: it only sets when a disagreement is logged.
+        let max_ahead_ms = set
+            .ids
+            .as_ref()
+            .map_or(self.ctx.config.id_max_ahead_ms, |i| i.max_ahead_ms);
         *self.clock_ms.get_or_init(|| self.ctx.id_clock_ms(max_ahead_ms))
     }
 

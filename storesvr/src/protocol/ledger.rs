@@ -186,7 +186,8 @@ pub fn read(set: &SetState, call: &LedgerCall) -> Result<ReadReply, RpcError> {
                     q.count
                 )));
             }
-            let entries = (q.from..q.from.saturating_add(u64::from(q.count)))
+            let from = q.from.max(1);
+            let entries = (from..from.saturating_add(u64::from(q.count)))
                 .take_while(|&n| n >= 1 && n <= l.high)
                 .map(|n| entry(n, &l.state_of(n)))
                 .collect();
@@ -367,5 +368,135 @@ fn refusal(key: &str, call: &LedgerCall, r: Refusal) -> RpcError {
         Refusal::ReconcileBelow { next } => RpcError::InvalidArgument(format!(
             "ledger {key:?} has handed out numbers below {next}: reconcile at {next} or above"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::testing::set_with;
+
+    const KEY: &[u8] = b"invoices";
+
+    fn write(set: &mut SetState, call: LedgerCall, now_ms: u64) -> Result<pb::LedgerReply, RpcError> {
+        let cmd = write_command(set, &call, now_ms)?;
+        let result = set.apply(&cmd, false);
+        committed(set, &call, result)
+    }
+
+    fn reserve() -> LedgerCall {
+        LedgerCall::Reserve(pb::LedgerReserveRequest {
+            key: KEY.to_vec(),
+            holder: "h".into(),
+            request_id: String::new(),
+        })
+    }
+
+    fn confirm(number: u64, reference: &str) -> LedgerCall {
+        LedgerCall::Confirm(pb::LedgerConfirmRequest {
+            key: KEY.to_vec(),
+            number,
+            reference: reference.into(),
+        })
+    }
+
+    fn created() -> SetState {
+        let (mut set, _) = set_with(&[]);
+        let create = LedgerCall::Create(pb::CreateLedgerRequest {
+            key: KEY.to_vec(),
+            hold_ms: 1_000,
+        });
+        write(&mut set, create, 0).expect("create");
+        set
+    }
+
+    #[test]
+    fn each_refusal_becomes_the_status_that_says_what_to_do() {
+        let mut set = created();
+        let code = |r: Result<pb::LedgerReply, RpcError>| match r {
+            Err(e) => tonic::Status::from(e).code(),
+            Ok(_) => tonic::Code::Ok,
+        };
+        assert_eq!(code(write(&mut set, confirm(1, "x"), 10)), tonic::Code::NotFound);
+        assert_eq!(code(write(&mut set, reserve(), 10)), tonic::Code::Ok);
+        assert_eq!(code(write(&mut set, confirm(1, "x"), 20)), tonic::Code::Ok);
+        assert_eq!(code(write(&mut set, confirm(1, "y"), 30)), tonic::Code::AlreadyExists);
+        assert_eq!(code(write(&mut set, reserve(), 40)), tonic::Code::Ok);
+        // Past its 1 s hold: voided as expired, and the confirm says so.
+        let late = write(&mut set, confirm(2, "z"), 5_000);
+        assert!(
+            matches!(&late, Err(RpcError::FailedPrecondition(m)) if m.contains("expired")),
+            "{late:?}"
+        );
+        let bad_key = LedgerCall::Reserve(pb::LedgerReserveRequest {
+            key: vec![0xff],
+            ..Default::default()
+        });
+        assert_eq!(code(write(&mut set, bad_key, 50)), tonic::Code::InvalidArgument);
+        let other = LedgerCall::Reserve(pb::LedgerReserveRequest {
+            key: b"nobody".to_vec(),
+            ..Default::default()
+        });
+        assert_eq!(code(write(&mut set, other, 60)), tonic::Code::NotFound);
+    }
+
+    #[test]
+    fn a_show_from_0_starts_at_1_and_gaps_come_a_page_at_a_time() {
+        let mut set = created();
+        for n in 1..=5 {
+            write(&mut set, reserve(), n).expect("reserve");
+        }
+        for n in [1, 3, 5] {
+            let release = LedgerCall::Release(pb::LedgerReleaseRequest {
+                key: KEY.to_vec(),
+                number: n,
+                note: String::new(),
+            });
+            write(&mut set, release, 100).expect("release");
+        }
+        let show = LedgerCall::Show(pb::LedgerShowRequest {
+            key: KEY.to_vec(),
+            from: 0,
+            count: 10,
+        });
+        let ReadReply::Show(shown) = read(&set, &show).expect("show") else {
+            panic!("not a show")
+        };
+        assert_eq!(
+            shown.entries.iter().map(|e| e.number).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        let gaps = |after, limit| {
+            LedgerCall::Gaps(pb::LedgerGapsRequest {
+                key: KEY.to_vec(),
+                after,
+                limit,
+            })
+        };
+        let ReadReply::Gaps(page) = read(&set, &gaps(0, 2)).expect("gaps") else {
+            panic!("not gaps")
+        };
+        assert_eq!(
+            (page.voided.iter().map(|e| e.number).collect::<Vec<_>>(), page.more),
+            (vec![1, 3], true)
+        );
+        let ReadReply::Gaps(rest) = read(&set, &gaps(3, 2)).expect("gaps") else {
+            panic!("not gaps")
+        };
+        assert_eq!(
+            (rest.voided.iter().map(|e| e.number).collect::<Vec<_>>(), rest.more),
+            (vec![5], false)
+        );
+    }
+
+    #[test]
+    fn the_expiry_tick_writes_only_when_a_hold_is_due() {
+        let mut set = created();
+        assert!(expire_tick(&set, 10_000).is_none(), "nothing held");
+        write(&mut set, reserve(), 1_000).expect("reserve");
+        assert!(expire_tick(&set, 1_999).is_none());
+        let tick = expire_tick(&set, 2_000).expect("due at its deadline");
+        set.apply(&tick, false);
+        assert!(expire_tick(&set, 3_000).is_none(), "voided: nothing more to do");
     }
 }

@@ -48,13 +48,8 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
                 Tick::Plan(_) => protocol::ids::slots_tick(&st.set, &view, now, ctx.detect(), ctx.config.id_setup()),
                 _ => None,
             };
-            // Ledger holds past their deadline are voided by the leader's clock (moved to the
-            // quorum's, as slot marks are capped by it).
             let expire = match tick {
-                Tick::Plan(_) => {
-                    let max_ahead_ms = st.set.ids.as_ref().map_or(0, |i| i.max_ahead_ms);
-                    protocol::ledger::expire_tick(&st.set, ctx.id_clock_ms(max_ahead_ms))
-                }
+                Tick::Plan(_) => ledger_expiry(&ctx, &st.set),
                 _ => None,
             };
             let slots = slots.into_iter().chain(expire);
@@ -84,4 +79,11 @@ pub async fn arbiter_loop(ctx: Arc<ReplicaState>) {
             }
         }
     }
+}
+
+/// The expiry of ledger holds past their deadline, by the leader's clock moved to the quorum's
+/// (as slot marks are capped by it), when one is due.
+fn ledger_expiry(ctx: &ReplicaState, set: &crate::domain::state::SetState) -> Option<Command> {
+    let max_ahead_ms = set.ids.as_ref().map_or(ctx.config.id_max_ahead_ms, |i| i.max_ahead_ms);
+    protocol::ledger::expire_tick(set, ctx.id_clock_ms(max_ahead_ms))
 }

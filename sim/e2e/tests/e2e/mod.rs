@@ -129,6 +129,8 @@ pub struct Cluster {
     alloc_metrics: BTreeMap<u64, String>,
     /// Each AllocSvr's Redis-protocol front end.
     pub alloc_resp: BTreeMap<u64, String>,
+    /// Each AllocSvr's HTTP/JSON front end.
+    pub alloc_http: BTreeMap<u64, String>,
     /// How much one bump raises a section's ceiling.
     step: u64,
     /// Where a process's binary comes from when not this target directory.
@@ -171,7 +173,7 @@ impl Cluster {
             sibling_bin("allocsvr");
         }
         let ip = private_loopback_ip();
-        let mut addrs = free_addrs(&ip, STORES.len() + 3 * ALLOCS.len()).into_iter();
+        let mut addrs = free_addrs(&ip, STORES.len() + 4 * ALLOCS.len()).into_iter();
         let dir = tempfile::tempdir().expect("temp dir");
         let procs = Supervisor::new(&dir.path().join("logs")).expect("log dir");
         let certs = tls.then(|| {
@@ -188,6 +190,7 @@ impl Cluster {
             alloc_addrs: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_metrics: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             alloc_resp: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
+            alloc_http: ALLOCS.iter().map(|id| (*id, addrs.next().unwrap())).collect(),
             step,
             bin_dirs: STORES
                 .iter()
@@ -314,6 +317,10 @@ impl Cluster {
             format!("--metrics-listen={}", self.alloc_metrics[&id]),
             format!("--resp-listen={}", self.alloc_resp[&id]),
         ];
+        // An older release's binary (the upgrade tests) is started with its own flags only.
+        if !self.bin_dirs.contains_key(&(Role::Alloc, id)) {
+            args.push(format!("--http-listen={}", self.alloc_http[&id]));
+        }
         // Negative controls by hand, e.g. `E2E_ALLOCSVR_EXTRA_ARGS=--unsafe-skip-lease-wait`
         // must make the takeover test fail.
         if let Ok(extra) = std::env::var(EXTRA_ARGS_VAR) {

@@ -555,7 +555,8 @@ pub struct Context<'a> {
 }
 
 impl Ledgers {
-    /// Applies one command. Every refusal changes nothing.
+    /// Applies one command. A refusal changes nothing, but for one thing: a confirm of a held
+    /// number past its deadline expires the ledger's due holds first (and is then refused).
     pub fn apply(&mut self, cx: &Context<'_>, cmd: &LedgerCommand) -> LedgerResult {
         if let Err(why) = cmd.validate() {
             return LedgerResult::Refused(Refusal::Invalid(why));
@@ -682,22 +683,19 @@ impl Ledgers {
         self.by_key.values().map(|l| l.voided.len() as u64).sum()
     }
 
-    /// Marks every ledger restored from a backup: reserves wait for a reconcile.
-    pub fn mark_restored(&mut self) {
+    /// Marks every ledger restored from a backup; how many. The backup cannot know the numbers
+    /// handed out after it: reserves wait until an operator reconciles each ledger's tail with
+    /// their own records (docs/BACKUP.md).
+    pub fn mark_restored(&mut self) -> u64 {
         for l in self.by_key.values_mut() {
             l.restored = true;
         }
+        self.by_key.len() as u64
     }
 }
 
 /// Applies a command on one existing ledger; `room` is how many void records the set may still add.
 fn apply_one(l: &mut Ledger, cmd: &LedgerCommand, room: u64) -> LedgerResult {
-    let done = |l: &Ledger, number, repeated| LedgerResult::Done {
-        summary: l.summary(),
-        number,
-        repeated,
-    };
-    let refused = LedgerResult::Refused;
     match cmd {
         LedgerCommand::Reserve {
             holder,
@@ -706,36 +704,7 @@ fn apply_one(l: &mut Ledger, cmd: &LedgerCommand, room: u64) -> LedgerResult {
             ..
         } => {
             let now = l.note_clock(*now_ms);
-            if !request_id.is_empty()
-                && let Some(&n) = l.requests.get(request_id)
-                && l.held.get(&n).is_some_and(|h| h.deadline_ms > now)
-            {
-                return done(l, n, true);
-            }
-            if l.restored {
-                return refused(Refusal::Restored);
-            }
-            if room == 0 {
-                return refused(Refusal::TooManyVoided);
-            }
-            if l.held.len() >= MAX_HELD {
-                return refused(Refusal::TooManyHeld);
-            }
-            let n = l.high + 1;
-            l.high = n;
-            if !request_id.is_empty() {
-                l.requests.insert(request_id.clone(), n);
-            }
-            l.held.insert(
-                n,
-                Hold {
-                    holder: holder.clone(),
-                    request_id: request_id.clone(),
-                    at_ms: now,
-                    deadline_ms: now.saturating_add(l.hold_ms),
-                },
-            );
-            done(l, n, false)
+            l.reserve(holder, request_id, now, room)
         }
         LedgerCommand::Confirm {
             number,
@@ -743,56 +712,14 @@ fn apply_one(l: &mut Ledger, cmd: &LedgerCommand, room: u64) -> LedgerResult {
             now_ms,
             ..
         } => {
-            let (n, now) = (*number, l.note_clock(*now_ms));
-            match l.state_of(n) {
-                NumberState::NotIssued => refused(Refusal::NotIssued { high: l.high }),
-                NumberState::Confirmed(Some(r)) if &r.reference == reference => done(l, n, true),
-                NumberState::Confirmed(r) => refused(Refusal::ConfirmedOther {
-                    reference: r.map(|r| r.reference),
-                }),
-                NumberState::Voided { first, void } => refused(Refusal::Voided { first, void }),
-                NumberState::Held(h) if h.deadline_ms <= now => {
-                    // Past its deadline: it expires now rather than at the next tick, so a hold
-                    // ends when it says, whatever the tick's pace.
-                    if room == 0 {
-                        return refused(Refusal::TooManyVoided);
-                    }
-                    l.expire(now);
-                    match l.state_of(n) {
-                        NumberState::Voided { first, void } => refused(Refusal::Voided { first, void }),
-                        other => refused(Refusal::Invalid(format!("number {n} did not expire: {other:?}"))),
-                    }
-                }
-                NumberState::Held(_) => {
-                    l.take_hold(n);
-                    l.add_confirmed(
-                        n,
-                        Reference {
-                            reference: reference.clone(),
-                            at_ms: now,
-                        },
-                    );
-                    done(l, n, false)
-                }
-            }
+            let now = l.note_clock(*now_ms);
+            l.confirm(*number, reference, now, room)
         }
         LedgerCommand::Release {
             number, note, now_ms, ..
         } => {
             let now = l.note_clock(*now_ms);
-            if let NumberState::Voided { void, .. } = l.state_of(*number)
-                && void.reason == VoidReason::Released
-            {
-                // A retried release whose reply was lost: it was released, as asked.
-                return done(l, *number, true);
-            }
-            end_hold(l, *number, room, |h| Void {
-                through: *number,
-                reason: VoidReason::Released,
-                who: h.holder.clone(),
-                note: note.clone(),
-                at_ms: now,
-            })
+            l.void(*number, VoidReason::Released, None, note, now, room)
         }
         LedgerCommand::Void {
             number,
@@ -802,47 +729,132 @@ fn apply_one(l: &mut Ledger, cmd: &LedgerCommand, room: u64) -> LedgerResult {
             ..
         } => {
             let now = l.note_clock(*now_ms);
-            if let NumberState::Voided { void, .. } = l.state_of(*number)
-                && void.reason == VoidReason::Operator
-            {
-                return done(l, *number, true);
-            }
-            end_hold(l, *number, room, |_| Void {
-                through: *number,
-                reason: VoidReason::Operator,
-                who: who.clone(),
-                note: note.clone(),
-                at_ms: now,
-            })
+            l.void(*number, VoidReason::Operator, Some(who), note, now, room)
         }
         LedgerCommand::Reconcile { next, who, now_ms, .. } => {
             let now = l.note_clock(*now_ms);
-            if *next <= l.high {
-                return refused(Refusal::ReconcileBelow { next: l.high + 1 });
-            }
-            if *next > l.high + 1 {
+            l.reconcile(*next, who, now, room)
+        }
+        LedgerCommand::Create { .. } | LedgerCommand::Expire { .. } | LedgerCommand::Install { .. } => {
+            LedgerResult::Refused(Refusal::Invalid("not a command on one ledger".into()))
+        }
+    }
+}
+
+impl Ledger {
+    fn done(&self, number: u64, repeated: bool) -> LedgerResult {
+        LedgerResult::Done {
+            summary: self.summary(),
+            number,
+            repeated,
+        }
+    }
+
+    /// Hands out `high + 1`, or the number a retry's request id still holds.
+    fn reserve(&mut self, holder: &str, request_id: &str, now: u64, room: u64) -> LedgerResult {
+        if !request_id.is_empty()
+            && let Some(&n) = self.requests.get(request_id)
+            && self.held.get(&n).is_some_and(|h| h.deadline_ms > now)
+        {
+            return self.done(n, true);
+        }
+        let refusal = match () {
+            _ if self.restored => Some(Refusal::Restored),
+            _ if room == 0 => Some(Refusal::TooManyVoided),
+            _ if self.held.len() >= MAX_HELD => Some(Refusal::TooManyHeld),
+            _ => None,
+        };
+        if let Some(r) = refusal {
+            return LedgerResult::Refused(r);
+        }
+        let n = self.high + 1;
+        self.high = n;
+        if !request_id.is_empty() {
+            self.requests.insert(request_id.to_string(), n);
+        }
+        let hold = Hold {
+            holder: holder.to_string(),
+            request_id: request_id.to_string(),
+            at_ms: now,
+            deadline_ms: now.saturating_add(self.hold_ms),
+        };
+        self.held.insert(n, hold);
+        self.done(n, false)
+    }
+
+    /// held → confirmed with `reference`; the same reference again answers the same.
+    fn confirm(&mut self, n: u64, reference: &str, now: u64, room: u64) -> LedgerResult {
+        let refused = LedgerResult::Refused;
+        match self.state_of(n) {
+            NumberState::NotIssued => refused(Refusal::NotIssued { high: self.high }),
+            NumberState::Confirmed(Some(r)) if r.reference == reference => self.done(n, true),
+            NumberState::Confirmed(r) => refused(Refusal::ConfirmedOther {
+                reference: r.map(|r| r.reference),
+            }),
+            NumberState::Voided { first, void } => refused(Refusal::Voided { first, void }),
+            NumberState::Held(h) if h.deadline_ms <= now => {
+                // Past its deadline: it expires now rather than at the next tick, so a hold ends
+                // when it says, whatever the tick's pace.
                 if room == 0 {
                     return refused(Refusal::TooManyVoided);
                 }
-                let first = l.high + 1;
-                l.high = next - 1;
-                l.add_void(
-                    first,
-                    Void {
-                        through: next - 1,
-                        reason: VoidReason::LostWithRestore,
-                        who: who.clone(),
-                        note: String::new(),
-                        at_ms: now,
-                    },
-                );
+                self.expire(now);
+                match self.state_of(n) {
+                    NumberState::Voided { first, void } => refused(Refusal::Voided { first, void }),
+                    other => refused(Refusal::Invalid(format!("number {n} did not expire: {other:?}"))),
+                }
             }
-            l.restored = false;
-            done(l, l.high, false)
+            NumberState::Held(_) => {
+                self.take_hold(n);
+                let kept = Reference {
+                    reference: reference.to_string(),
+                    at_ms: now,
+                };
+                self.add_confirmed(n, kept);
+                self.done(n, false)
+            }
         }
-        LedgerCommand::Create { .. } | LedgerCommand::Expire { .. } | LedgerCommand::Install { .. } => {
-            refused(Refusal::Invalid("not a command on one ledger".into()))
+    }
+
+    /// held → voided for `reason` (by `who`, else its holder). A repeat of a void for the same
+    /// reason (a retry whose reply was lost) answers the same.
+    fn void(&mut self, n: u64, reason: VoidReason, who: Option<&str>, note: &str, now: u64, room: u64) -> LedgerResult {
+        if let NumberState::Voided { void, .. } = self.state_of(n)
+            && void.reason == reason
+        {
+            return self.done(n, true);
         }
+        end_hold(self, n, room, |h| Void {
+            through: n,
+            reason,
+            who: who.unwrap_or(&h.holder).to_string(),
+            note: note.to_string(),
+            at_ms: now,
+        })
+    }
+
+    /// After a restore: voids `high + 1 .. next` as lost with it, and lets reserves resume at `next`.
+    fn reconcile(&mut self, next: u64, who: &str, now: u64, room: u64) -> LedgerResult {
+        if next <= self.high {
+            return LedgerResult::Refused(Refusal::ReconcileBelow { next: self.high + 1 });
+        }
+        if next > self.high + 1 {
+            if room == 0 {
+                return LedgerResult::Refused(Refusal::TooManyVoided);
+            }
+            let first = self.high + 1;
+            self.high = next - 1;
+            let lost = Void {
+                through: next - 1,
+                reason: VoidReason::LostWithRestore,
+                who: who.to_string(),
+                note: String::new(),
+                at_ms: now,
+            };
+            self.add_void(first, lost);
+        }
+        self.restored = false;
+        self.done(self.high, false)
     }
 }
 
