@@ -184,7 +184,9 @@ pub async fn start(
     let conninfo = format!("host=127.0.0.1 port={port} user={ROLE} dbname=postgres connect_timeout=2");
     let client = seqsvr_harness::poll_until(START_LIMIT, || async { connect(&conninfo).await.ok() })
         .await
-        .ok_or_else(|| format!("postgres did not accept a connection within {START_LIMIT:?} (see logs/postgres.log)"))?;
+        .ok_or_else(|| {
+            format!("postgres did not accept a connection within {START_LIMIT:?} (see logs/postgres.log)")
+        })?;
     let version: String = client
         .query_one("SELECT version()", &[])
         .await
@@ -202,9 +204,18 @@ pub async fn start(
 async fn init_cluster(runner: &Runner, bins: &PgBinaries, data: &Path) -> Result<(), String> {
     // `--no-sync`: only initdb's own final flush of the fresh files; the server's durability is
     // its `-c` settings.
-    let init = ["-D", &data.display().to_string(), "-U", ROLE, "--auth=trust", "-E", "UTF8", "--no-sync"]
-        .map(String::from)
-        .to_vec();
+    let init = [
+        "-D",
+        &data.display().to_string(),
+        "-U",
+        ROLE,
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
+    ]
+    .map(String::from)
+    .to_vec();
     let (prog, args) = runner.command(&bins.initdb, init);
     let mut cmd = tokio::process::Command::new(&prog);
     cmd.args(&args).kill_on_drop(true);

@@ -39,9 +39,9 @@ use seqsvr_bench::exit::{Failure, harness};
 use seqsvr_bench::ledgers::{self, Numbers};
 use seqsvr_bench::load::{Pids, Sample};
 use seqsvr_bench::postgres::{self, PgServer};
+use seqsvr_bench::procfs;
 use seqsvr_bench::report::{self, median};
 use seqsvr_bench::setup::{self, Run};
-use seqsvr_bench::procfs;
 use seqsvr_harness::Supervisor;
 use seqsvr_proto::pb::ledger_service_client::LedgerServiceClient;
 use tonic::transport::Channel;
@@ -115,7 +115,11 @@ impl Args {
     fn validate(&self) -> Result<(), String> {
         self.common.validate(600, 60_000)?;
         args::check_runs(self.runs)?;
-        if let Some(bad) = self.only.iter().find(|n| !Side::ALL.iter().any(|s| s.name() == n.as_str())) {
+        if let Some(bad) = self
+            .only
+            .iter()
+            .find(|n| !Side::ALL.iter().any(|s| s.name() == n.as_str()))
+        {
             return Err(format!("--only: no side {bad:?} (ledger, postgres)"));
         }
         args::check_subset("--callers", &self.callers, &CONCURRENCIES)?;
@@ -169,9 +173,7 @@ async fn bench(args: &Args) -> Result<bool, Failure> {
     let mut s = start(&mut run, args).await?;
     if let Some(bins) = &pg_bins {
         let (procs, dir) = run.procs_and_dir();
-        let pg = postgres::start(procs, dir, bins, args.ledgers)
-            .await
-            .map_err(harness)?;
+        let pg = postgres::start(procs, dir, bins, args.ledgers).await.map_err(harness)?;
         println!(
             "postgres: {} at {} (pid {}), fsync=on, synchronous_commit=on",
             pg.version,
@@ -264,7 +266,11 @@ fn ledger_targets(via: Via, stores: &Stores, allocs: &[AllocNode], leader_idx: u
         Via::Alloc => (
             allocs.iter().map(|a| a.addr.clone()).collect(),
             allocs[0].pid,
-            allocs[1..].iter().map(|a| a.pid).chain(stores.pids.iter().copied()).collect(),
+            allocs[1..]
+                .iter()
+                .map(|a| a.pid)
+                .chain(stores.pids.iter().copied())
+                .collect(),
         ),
         Via::StoreLeader => {
             let others = stores
@@ -347,7 +353,13 @@ fn entry_commands(metrics: &str) -> Option<(f64, f64)> {
 
 /// One side at `c` callers once the machine is quiet; its row printed (and for the ledger the store
 /// leader's entries).
-async fn measure_point(args: &Args, s: &Servers, procs: &mut Supervisor, side: Side, c: usize) -> Result<Sample, Failure> {
+async fn measure_point(
+    args: &Args,
+    s: &Servers,
+    procs: &mut Supervisor,
+    side: Side,
+    c: usize,
+) -> Result<Sample, Failure> {
     let quiet = &args.common.quiet;
     cluster::wait_quiet(&s.ours, quiet.quiet_below, quiet.wait()).await;
     let window = args.common.window.durations();
@@ -360,7 +372,8 @@ async fn measure_point(args: &Args, s: &Servers, procs: &mut Supervisor, side: S
                 ours: &s.ours,
             };
             let before = entry_commands(&s.leader_metrics);
-            let sample = ledgers::pair_load(&s.ledger[..n], c, args.ledgers, s.ledger_numbers.clone(), window, pids).await;
+            let sample =
+                ledgers::pair_load(&s.ledger[..n], c, args.ledgers, s.ledger_numbers.clone(), window, pids).await;
             let after = entry_commands(&s.leader_metrics);
             println!("{}", report::row(side.name(), c, "ledger", &sample));
             if let (Some((cmds0, entries0)), Some((cmds1, entries1))) = (before, after) {
@@ -377,10 +390,17 @@ async fn measure_point(args: &Args, s: &Servers, procs: &mut Supervisor, side: S
         }
         Side::Postgres => {
             let pg = s.pg.as_ref().ok_or_else(|| harness("postgres is not running"))?;
-            let sample =
-                postgres::pair_load(&pg.conninfo, c, args.ledgers, s.pg_numbers.clone(), window, pg.pid, &s.ours)
-                    .await
-                    .map_err(harness)?;
+            let sample = postgres::pair_load(
+                &pg.conninfo,
+                c,
+                args.ledgers,
+                s.pg_numbers.clone(),
+                window,
+                pg.pid,
+                &s.ours,
+            )
+            .await
+            .map_err(harness)?;
             println!("{}", report::row(side.name(), c, "pg", &sample));
             sample
         }
@@ -392,7 +412,9 @@ async fn measure_point(args: &Args, s: &Servers, procs: &mut Supervisor, side: S
 /// Medians per point, the ratios ledger ÷ postgres and the targets.
 fn summarize(points: &[Point]) {
     let runs = points.iter().map(|p| p.runs.len()).max().unwrap_or(0);
-    println!("\n== summary: medians of {runs} run(s); latency of a pair in µs; server CPU per pair (every server process) ==");
+    println!(
+        "\n== summary: medians of {runs} run(s); latency of a pair in µs; server CPU per pair (every server process) =="
+    );
     println!(
         "{:<9} {:>4} {:>9} {:>8} {:>8} {:>9} {:>7}",
         "side", "conc", "pairs/s", "p50", "p99", "srv µs/p", "errors"
@@ -456,7 +478,7 @@ async fn final_checks(args: &Args, s: &Servers) -> Result<(), Failure> {
     let mut failed = Vec::new();
     if args.measures(Side::Ledger) {
         let said = ledgers::said(&s.ledger[0], args.ledgers).await.map_err(harness)?;
-        match ledgers::check("ledger", &s.ledger_numbers.seen(args.ledgers), &said) {
+        match ledgers::check("ledger", &s.ledger_numbers.seen(args.ledgers), &said, false) {
             Ok(line) => println!("  {line}"),
             Err(e) => failed.push(e),
         }
@@ -473,7 +495,7 @@ async fn final_checks(args: &Args, s: &Servers) -> Result<(), Failure> {
                 held: 0,
             })
             .collect();
-        match ledgers::check("postgres", &s.pg_numbers.seen(args.ledgers), &said) {
+        match ledgers::check("postgres", &s.pg_numbers.seen(args.ledgers), &said, true) {
             Ok(line) => println!("  {line}"),
             Err(e) => failed.push(e),
         }
