@@ -145,16 +145,15 @@ pub fn check(side: &str, seen: &[Seen], said: &[Said], cut_may_commit: bool) -> 
     if !bad.is_empty() {
         return Err(format!("{side}: the final check failed: {}", bad.join("; ")));
     }
-    let mut line = format!(
-        "{side}: {pairs} pairs over {} key(s), every number distinct; the server says high == confirmed, none held",
-        seen.len()
-    );
-    if unseen > 0 {
-        line += &format!(" ({unseen} committed whose replies the 2 s deadline cut)");
+    let server = if unseen > 0 {
+        format!("high == confirmed, {unseen} above the pairs (committed, their replies cut by the 2 s deadline)")
     } else {
-        line += " == pairs";
-    }
-    Ok(line)
+        "high == confirmed == pairs".to_string()
+    };
+    Ok(format!(
+        "{side}: {pairs} pairs over {} key(s), every number distinct; the server says {server}, none held",
+        seen.len()
+    ))
 }
 
 /// Declares ledgers `inv:0..keys` through `client`. `Err` carries the gRPC status of the first
@@ -311,7 +310,7 @@ mod tests {
         let seen = n.seen(1);
         // Number 2's COMMIT went through after its caller gave up: 3 invoices, next = 3.
         let line = check("postgres", &seen, &[said(3, 3, 0)], true).expect("passes");
-        assert!(line.contains("1 committed whose replies"), "{line}");
+        assert!(line.contains("1 above the pairs"), "{line}");
         // The same for a ledger is a failure: a ledger call is never cut silently.
         assert!(check("ledger", &seen, &[said(3, 3, 0)], false).is_err());
         // A gap in the tables fails either way.
