@@ -25,6 +25,10 @@
 //!   server others wrote; [`ids`]: its load, waiting for a slot, one slot's in-process ceiling,
 //!   its table and verdicts; [`ferroid`]: ferroid-tonic-server, started and driven.
 //!
+//! - `ledger-bench`: ledger counters' reserve+confirm pairs against the same pairs as PostgreSQL
+//!   transactions; [`ledgers`]: the ledger load, the numbers each pair got and the final check;
+//!   [`postgres`]: the system's PostgreSQL started in the run's dir, its load and its tally.
+//!
 //! Deliberately left out: faults (the simulator's job) and timing assertions in tests.
 
 pub mod args;
@@ -36,9 +40,11 @@ pub mod echo;
 pub mod exit;
 pub mod ferroid;
 pub mod ids;
+pub mod ledgers;
 pub mod load;
 pub mod peers;
 pub mod plot;
+pub mod postgres;
 pub mod procfs;
 pub mod redis_benchmark;
 pub mod report;
