@@ -345,11 +345,19 @@ fn a_state_without_ledgers_encodes_as_before_and_one_with_them_round_trips() {
     assert_eq!(back, plain);
 }
 
+/// An initialized set 1 that owns nothing yet: a move's target.
+fn empty_set_1() -> SetState {
+    let mut p = crate::domain::testing::small_params();
+    (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
+    let mut st = SetState::default();
+    st.apply(&Command::Init(p), false);
+    st
+}
+
 /// A move of the ledger's range from set 0 to an empty set 1, with every step a driver sends.
 #[test]
 fn a_ledger_travels_with_its_range_and_goes_on_where_it_stopped() {
     use crate::domain::moves::RangeCommand;
-    use crate::domain::testing::small_params;
     let mut source = created(60_000);
     let a = number(&reserve(&mut source, "", 1_000));
     confirm(&mut source, a, "INV-1", 1_000);
@@ -359,13 +367,7 @@ fn a_ledger_travels_with_its_range_and_goes_on_where_it_stopped() {
         begin: section,
         end: SectionId(section.0 + 1),
     };
-    let mut target = {
-        let mut p = small_params();
-        (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
-        let mut st = SetState::default();
-        st.apply(&Command::Init(p), false);
-        st
-    };
+    let mut target = empty_set_1();
     let op = 7;
     let range = |st: &mut SetState, c: RangeCommand| st.apply(&Command::Range(c), false);
     range(&mut target, RangeCommand::Import { op, span, from_set: 0 });
@@ -427,20 +429,13 @@ fn a_ledger_travels_with_its_range_and_goes_on_where_it_stopped() {
 #[test]
 fn a_cancelled_import_forgets_the_ledgers_it_took() {
     use crate::domain::moves::RangeCommand;
-    use crate::domain::testing::small_params;
     let source = created(60_000);
     let section = ledger(&source).section;
     let span = Span {
         begin: section,
         end: SectionId(section.0 + 1),
     };
-    let mut target = {
-        let mut p = small_params();
-        (p.set_id, p.section_begin, p.section_end) = (1, 0, 0);
-        let mut st = SetState::default();
-        st.apply(&Command::Init(p), false);
-        st
-    };
+    let mut target = empty_set_1();
     target.apply(
         &Command::Range(RangeCommand::Import {
             op: 3,
