@@ -164,7 +164,13 @@ pub fn expire_tick(set: &SetState, now_ms: u64) -> Option<Command> {
         .by_key
         .values()
         .filter(|l| set.ranges.is_owned(l.section))
-        .any(|l| l.held.values().any(|h| h.deadline_ms <= now_ms.max(l.clock_ms)));
+        // The first hold ends first (`Ledger::check`): one look per ledger, every 100 ms.
+        .any(|l| {
+            l.held
+                .values()
+                .next()
+                .is_some_and(|h| h.deadline_ms <= now_ms.max(l.clock_ms))
+        });
     due.then_some(Command::Ledger(LedgerCommand::Expire { now_ms }))
 }
 

@@ -479,6 +479,16 @@ impl Ledger {
         if self.requests.values().any(|n| !self.held.contains_key(n)) {
             return Err("a request id names a number that is not held".into());
         }
+        // Holds end in number order: each reserve's time is at or above the ledger's clock, which
+        // never goes back, and every hold is as long. Expiry looks at the first holds only.
+        if self
+            .held
+            .values()
+            .zip(self.held.values().skip(1))
+            .any(|(a, b)| a.deadline_ms > b.deadline_ms)
+        {
+            return Err("a held number's deadline is before an earlier number's".into());
+        }
         Ok(())
     }
 
@@ -526,10 +536,11 @@ impl Ledger {
 
     /// Voids every held number whose deadline is at or before `now_ms`; how many.
     fn expire(&mut self, now_ms: u64) -> u64 {
+        // Deadlines rise with the number (see `check`): the due holds are the first ones.
         let due: Vec<u64> = self
             .held
             .iter()
-            .filter(|(_, h)| h.deadline_ms <= now_ms)
+            .take_while(|(_, h)| h.deadline_ms <= now_ms)
             .map(|(&n, _)| n)
             .collect();
         for &n in &due {
