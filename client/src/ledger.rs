@@ -142,10 +142,33 @@ impl Client {
             key: key.as_bytes().to_vec(),
             holder: holder.to_owned(),
             request_id: request_id.to_owned(),
+            reference: String::new(),
         };
         let reply = self.ledger_call(req).await?;
         match reply.entry.as_ref().map(|e| e.number) {
             Some(n) if n > 0 => Ok(reply),
+            _ => Err(no_part("number")),
+        }
+    }
+
+    /// The next number of ledger `key`, confirmed with `reference` (e.g. the invoice id) in the
+    /// same write: one commit where [`Client::ledger_reserve`] and [`Client::ledger_confirm`] take
+    /// two, for a caller whose document has its id before it needs the number. Retry-safe by the
+    /// reference: sending it again (after a lost reply, or from a restarted caller) answers the
+    /// number it already confirms (`repeated`), while it is among the ledger's last 1,000
+    /// confirmed references.
+    pub async fn ledger_issue(&self, key: &str, reference: &str) -> Result<pb::LedgerReply, ClientError> {
+        let req = pb::LedgerReserveRequest {
+            key: key.as_bytes().to_vec(),
+            reference: reference.to_owned(),
+            ..Default::default()
+        };
+        let reply = self.ledger_call(req).await?;
+        match reply.entry.as_ref() {
+            Some(e) if e.number > 0 && e.state() == pb::LedgerState::Confirmed => Ok(reply),
+            // A store that does not know issues would have held the number: say so rather than
+            // let the caller think it confirmed (the number expires into the gap report).
+            Some(e) if e.number > 0 => Err(no_part("confirmed number (is every StoreSvr 0.2.0?)")),
             _ => Err(no_part("number")),
         }
     }

@@ -269,6 +269,12 @@ pub enum LedgerCall<'a> {
         number: u64,
         reference: &'a str,
     },
+    /// The next number, confirmed with `reference` in the same write; a retry with the same
+    /// reference gets the same number.
+    Issue {
+        key: &'a str,
+        reference: &'a str,
+    },
     Release {
         key: &'a str,
         number: u64,
@@ -454,6 +460,7 @@ impl Calls for ClientCalls {
             LedgerCall::Confirm { key, number, reference } => {
                 LedgerAnswer::One(c.ledger_confirm(key, number, reference).await?)
             }
+            LedgerCall::Issue { key, reference } => LedgerAnswer::One(c.ledger_issue(key, reference).await?),
             LedgerCall::Release { key, number, note } => LedgerAnswer::One(c.ledger_release(key, number, note).await?),
             LedgerCall::Show { key, from, count } => LedgerAnswer::Show(c.ledger_show(key, from, count).await?),
             LedgerCall::Gaps { key, after, limit } => LedgerAnswer::Gaps(c.ledger_gaps_page(key, after, limit).await?),

@@ -90,6 +90,16 @@ impl Calls for Ledger {
                 e.reference = reference.to_owned();
                 one(Some(e))
             }
+            LedgerCall::Issue { reference, .. } => {
+                let n = {
+                    let mut high = self.high.lock().unwrap();
+                    *high += 1;
+                    *high
+                };
+                let mut e = Self::entry(n, pb::LedgerState::Confirmed);
+                e.reference = reference.to_owned();
+                one(Some(e))
+            }
             LedgerCall::Release { number, note, .. } => {
                 let mut e = Self::entry(number, pb::LedgerState::Voided);
                 e.set_reason(pb::VoidReason::Released);
@@ -208,6 +218,28 @@ async fn each_route_asks_its_call_and_answers_numbers_as_strings() {
 }
 
 #[tokio::test]
+async fn a_reserve_with_a_reference_is_an_issue_answered_confirmed() {
+    let l = Arc::new(Ledger::default());
+    let (s, v) = call(&l, "POST", "/v1/ledger/inv/reserve", Some(r#"{"reference":"INV-7"}"#)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["number"], &v["entry"]["state"], &v["entry"]["reference"]),
+        (&Value::from("1"), &Value::from("confirmed"), &Value::from("INV-7")),
+        "{v}"
+    );
+    assert!(v.get("request_id").is_none(), "nothing is held, no request id: {v}");
+    assert_eq!(l.asked(), [r#"Issue { key: "inv", reference: "INV-7" }"#]);
+    // An unknown outcome tells the caller what to send again.
+    *l.fail.lock().unwrap() = Some(CallError::new(ErrorKind::Unknown, "outcome unknown"));
+    let (s, v) = call(&l, "POST", "/v1/ledger/inv/reserve", Some(r#"{"reference":"INV-8"}"#)).await;
+    assert_eq!(s, StatusCode::GATEWAY_TIMEOUT, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("same reference"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
 async fn refusals_map_to_their_status_and_code() {
     let cases = [
         (ErrorKind::NotFound, StatusCode::NOT_FOUND, "not_found"),
@@ -244,6 +276,11 @@ async fn bad_input_is_refused_before_any_call() {
         ("PUT", "/v1/ledger/inv".to_owned(), Some(r#"{"hold":1}"#)),
         ("PUT", "/v1/ledger/inv".to_owned(), Some("not json")),
         ("POST", format!("/v1/ledger/{long}/reserve"), None),
+        (
+            "POST",
+            "/v1/ledger/inv/reserve".to_owned(),
+            Some(r#"{"reference":"a","request_id":"r"}"#),
+        ),
         (
             "POST",
             "/v1/ledger/inv/x/confirm".to_owned(),

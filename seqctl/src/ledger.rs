@@ -1,7 +1,8 @@
 //! `seqctl ledger …`: ledger counters through the client library (any AllocSvr, `--alloc`), as an
-//! application and an operator use them: `create`, `reserve`, `confirm`, `release`, `void`,
-//! `reconcile`, `show` and `gaps` — the auditor's report of every voided number with its reason,
-//! who voided it, the note and the time (RFC 3339), as text, CSV or JSON.
+//! application and an operator use them: `create`, `reserve`, `confirm`, `issue` (a reserve
+//! confirmed in the same write), `release`, `void`, `reconcile`, `show` and `gaps` — the
+//! auditor's report of every voided number with its reason, who voided it, the note and the time
+//! (RFC 3339), as text, CSV or JSON.
 //!
 //! A key is checked here first (exit 2 naming the rule) so that a typo costs no round trip. A
 //! refusal keeps its meaning in the message and exits 1; an unknown outcome exits 3 (a reserve
@@ -38,6 +39,9 @@ pub(crate) enum LedgerCmd {
     /// Confirm held number N of KEY with REF (e.g. the invoice id); the same REF again answers
     /// the same.
     Confirm { key: String, n: u64, reference: String },
+    /// Take the next number of KEY confirmed with REF in the same write (never held); the same
+    /// REF again answers the same number.
+    Issue { key: String, reference: String },
     /// Give held number N of KEY up: it is voided as released, with --note in the gap report.
     Release {
         key: String,
@@ -96,6 +100,7 @@ impl LedgerCmd {
             LedgerCmd::Create { key, .. }
             | LedgerCmd::Reserve { key, .. }
             | LedgerCmd::Confirm { key, .. }
+            | LedgerCmd::Issue { key, .. }
             | LedgerCmd::Release { key, .. }
             | LedgerCmd::Void { key, .. }
             | LedgerCmd::Reconcile { key, .. }
@@ -130,6 +135,7 @@ pub(crate) async fn ledger(cli: &Cli, cmd: &LedgerCmd) -> Result<String, Failure
         LedgerCmd::Confirm { n, reference, .. } => {
             Ok(one(cli.json, key, &client.ledger_confirm(key, *n, reference).await?))
         }
+        LedgerCmd::Issue { reference, .. } => Ok(one(cli.json, key, &client.ledger_issue(key, reference).await?)),
         LedgerCmd::Release { n, note, .. } => Ok(one(cli.json, key, &client.ledger_release(key, *n, note).await?)),
         LedgerCmd::Void { n, why, who, .. } => {
             let r = client.ledger_void(key, *n, &operator(who), why).await?;

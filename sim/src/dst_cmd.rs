@@ -199,11 +199,13 @@ fn many(range: std::ops::Range<u64>, args: &DstArgs, opts: &Options) -> ExitCode
 
 fn print_ledger(l: &sim::checks::ledger::LedgerStats) {
     println!(
-        "ledger calls: {} reserved, {} confirmed, {} released, {} repeats answered, {} other references refused, \
-         {} confirms refused as voided, {} unknown; numbers expired {}, lost with a restore {}",
+        "ledger calls: {} reserved, {} confirmed, {} released, {} issued, {} repeats answered, \
+         {} other references refused, {} confirms refused as voided, {} unknown; numbers expired {}, \
+         lost with a restore {}",
         l.reserved,
         l.confirmed,
         l.released,
+        l.issued,
         l.repeated,
         l.already_exists,
         l.refused_voided,

@@ -9,7 +9,9 @@
 //! crashed between reserve and confirm: its number must end voided as expired); now and then it
 //! repeats its confirm (same reference: answered the same) or confirms with another reference
 //! (refused). A reserve whose outcome is unknown is sent again with the same request id, as a
-//! caller that lost the reply would: while the number is held it gets the same number back.
+//! caller that lost the reply would: while the number is held it gets the same number back. A
+//! fifth of the calls are issues (the next number confirmed in the same write), sent again with
+//! the same reference when the reply is lost, and now and then for no reason.
 //!
 //! The final state is read from each set's backup (a linearizable copy of its whole replicated
 //! state), so the checker sees every ledger as the StoreSvrs keep it, not as a reply says.
@@ -106,6 +108,11 @@ impl Caller<'_> {
                 let repeated = r.as_ref().is_ok_and(|r| r.repeated);
                 answer(r.map(|_| *number), repeated)
             }
+            LedgerAsk::Issue { reference } => {
+                let r = self.client.ledger_issue(key, reference).await;
+                let repeated = r.as_ref().is_ok_and(|r| r.repeated);
+                answer(r.map(|r| r.entry.map_or(0, |e| e.number)), repeated)
+            }
         };
         let op = LedgerOp {
             id,
@@ -160,6 +167,16 @@ pub async fn run_caller(client: Client, id: u32, seed: u64, rate: f64, rec: Arc<
         tick.tick().await;
         n += 1;
         let key = &keys[rng.random_range(0..keys.len())];
+        if rng.random_bool(0.2) {
+            let issue = || LedgerAsk::Issue {
+                reference: format!("ISS-{id}-{n}"),
+            };
+            if caller.call(key, issue()).await == LedgerAnswer::Unknown || rng.random_bool(0.1) {
+                // The reply was lost (or the caller restarted): the same reference again.
+                caller.call(key, issue()).await;
+            }
+            continue;
+        }
         let request_id = format!("c{id}-{n}");
         let reserve = || LedgerAsk::Reserve {
             request_id: request_id.clone(),

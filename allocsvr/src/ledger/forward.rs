@@ -255,6 +255,7 @@ mod tests {
             key: b"inv".to_vec(),
             holder: "till".into(),
             request_id: "r-1".into(),
+            reference: String::new(),
         }
     }
 

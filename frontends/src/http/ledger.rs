@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `PUT /v1/ledger/{key}` | `{"hold_ms": N}` (optional) | `{"ledger":{...},"repeated":false}` |
 //! | `POST /v1/ledger/{key}/reserve` | `{"holder":"…","request_id":"…"}` (optional) | `{"key","number":"7","request_id","entry","ledger","repeated"}` |
+//! | `POST /v1/ledger/{key}/reserve` | `{"reference":"…"}` (an issue) | `{"key","number":"7","entry","ledger","repeated"}` |
 //! | `POST /v1/ledger/{key}/{n}/confirm` | `{"reference":"…"}` | `{"key","number","entry","ledger","repeated"}` |
 //! | `POST /v1/ledger/{key}/{n}/release` | `{"note":"…"}` (optional) | the same |
 //! | `GET /v1/ledger/{key}` | | `{"key","ledger":{...}}` |
@@ -13,7 +14,9 @@
 //! | `GET /v1/ledger/{key}/gaps?after=N&limit=M` | | `{"key","ledger","voided":[...],"more":bool,"next_after"}` |
 //!
 //! A reserve without a `request_id` gets one drawn here and named in the reply: a caller whose
-//! reply is lost sends the same id again and gets the same number. A confirm repeated with the
+//! reply is lost sends the same id again and gets the same number. A reserve with a `reference`
+//! is an issue: the number is confirmed with it in the same write (one commit instead of two),
+//! never held, and the reference is what a retry repeats. A confirm repeated with the
 //! same reference answers the same. A number's `state` is `held`, `confirmed`, `voided` or
 //! `not_issued`; a voided run has `reason` (`released`, `expired`, `operator`,
 //! `lost_with_restore`), `by`, `note`, `through` (its last number) and `time` (RFC 3339).
@@ -66,6 +69,9 @@ struct ReserveIn {
     #[serde(default)]
     holder: String,
     request_id: Option<String>,
+    /// Set: confirmed in the same write (an issue).
+    #[serde(default)]
+    reference: String,
 }
 
 /// The body of a confirm.
@@ -238,7 +244,14 @@ pub(super) async fn reserve<C: Calls>(
     answer(
         async {
             let k = key_of(&key)?;
-            let input: ReserveIn = body_of(body, "{\"holder\": \"…\", \"request_id\": \"…\"} or empty").await?;
+            let input: ReserveIn = body_of(
+                body,
+                "{\"holder\": \"…\", \"request_id\": \"…\"}, {\"reference\": \"…\"} or empty",
+            )
+            .await?;
+            if !input.reference.is_empty() {
+                return issue(&*calls, &headers, k, &input).await;
+            }
             let id = input.request_id.unwrap_or_else(seqsvr_client::new_request_id);
             let c = LedgerCall::Reserve {
                 key: k,
@@ -265,6 +278,30 @@ pub(super) async fn reserve<C: Calls>(
         }
         .await,
     )
+}
+
+/// A reserve with a reference: the number comes back confirmed.
+async fn issue<C: Calls>(calls: &C, headers: &HeaderMap, key: &str, input: &ReserveIn) -> Result<Value, Failure> {
+    if !input.holder.is_empty() || input.request_id.is_some() {
+        // Nothing is held, and the reference is the retry's key: either field would mislead.
+        return Err(CallError::bad_input(
+            "a reserve with a \"reference\" is confirmed at once: leave out holder and request_id",
+        )
+        .into());
+    }
+    let c = LedgerCall::Issue {
+        key,
+        reference: &input.reference,
+    };
+    match call(calls, headers, c).await {
+        Ok(LedgerAnswer::One(r)) => Ok(one_reply(key, &r)),
+        Ok(_) => Err(unexpected()),
+        Err(mut e) if e.may_have_taken() => {
+            e.message = format!("{}; send the same reference again to get the number it took", e.message);
+            Err(e.into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The key and number of `/v1/ledger/{key}/{n}/…`.

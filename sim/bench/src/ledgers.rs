@@ -11,6 +11,9 @@
 //! the record costs no contention), for both sides: PostgreSQL's pairs are recorded the same way
 //! ([`crate::postgres`]) and checked by the same [`check`].
 //!
+//! An *issue* ([`issue_load`]) is the same invoice in one call: `Reserve` with the reference,
+//! confirmed in its own entry, for an application whose invoice has its id before its number.
+//!
 //! Deliberately left out: Release, Void and expiry (a pair that confirms what it reserves voids
 //! nothing; the gap report's cost is not what this measures), and retries of a pair cut off by the
 //! driver's deadline (it counts as an error and shows in the final check).
@@ -222,6 +225,7 @@ pub async fn pair_load(
                 key: key.clone(),
                 holder: format!("caller-{t}"),
                 request_id: format!("{seed:016x}"),
+                reference: String::new(),
             };
             let r = match client.reserve(reserve).await {
                 Ok(r) => r.into_inner(),
@@ -247,6 +251,48 @@ pub async fn pair_load(
             }
             numbers.record(t, k, number);
             Answer::Served { ok: 1, not_ok: 0 }
+        }
+    })
+    .await
+}
+
+/// Issues over `clients`, laid out as [`pair_load`]'s: one `Reserve` with a reference per invoice,
+/// answered confirmed after its one Raft entry committed (what the PostgreSQL transaction does in
+/// one COMMIT: the number and the invoice row together). A reply not confirmed is "not OK".
+pub async fn issue_load(
+    clients: &[LedgerServiceClient<Channel>],
+    concurrency: usize,
+    keys: usize,
+    numbers: Arc<Numbers>,
+    window: Window,
+    pids: Pids<'_>,
+) -> Sample {
+    let clients = Arc::new(clients.to_vec());
+    drive(concurrency, window, pids, move |t, seed| {
+        let mut client = clients[t % clients.len()].clone();
+        let numbers = numbers.clone();
+        async move {
+            let k = t % keys;
+            let issue = pb::LedgerReserveRequest {
+                key: key_name(k).into_bytes(),
+                reference: format!("inv-{seed:016x}"),
+                ..Default::default()
+            };
+            let r = match client.reserve(issue).await {
+                Ok(r) => r.into_inner(),
+                Err(_) => return Answer::Failed,
+            };
+            let number = r
+                .entry
+                .filter(|e| e.number != 0 && e.state == pb::LedgerState::Confirmed as i32)
+                .map(|e| e.number);
+            match number {
+                Some(n) if r.not_leader.is_none() => {
+                    numbers.record(t, k, n);
+                    Answer::Served { ok: 1, not_ok: 0 }
+                }
+                _ => Answer::Served { ok: 0, not_ok: 1 },
+            }
         }
     })
     .await

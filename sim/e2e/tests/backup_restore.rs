@@ -354,6 +354,7 @@ async fn a_restored_ledger_waits_for_a_reconcile_and_never_hands_a_number_out_tw
         key: key.clone(),
         holder: "till-3".into(),
         request_id: String::new(),
+        reference: String::new(),
     };
     let confirm = |number: u64| pb::LedgerConfirmRequest {
         key: key.clone(),

@@ -10,6 +10,8 @@
 //!   AllocSvr — answers the same number, marked repeated;
 //! - a confirm repeated with the same reference answers the same; another reference is a conflict
 //!   (gRPC ALREADY_EXISTS, HTTP 409), a release of a confirmed number is refused (HTTP 412);
+//! - an issue (a reserve with a reference) answers the next number confirmed through every front,
+//!   and the same reference again answers that number;
 //! - the gap report (`seqctl ledger gaps`) lists every voided number with its reason, who, note
 //!   and time, as CSV and JSON, and a hold that runs out is voided "expired";
 //! - bad input gets a clear refusal: `seqctl` exits 2 on a bad key, 1 on a number never handed
@@ -233,6 +235,31 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
     let out = seqctl.output(&["ledger", "show", ""]).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
+    // An issue (a reserve with a reference): the next number confirmed in the same write, through
+    // each front; the same reference again answers the same number, nothing new handed out.
+    let v = seqctl
+        .json(&["ledger", "issue", KEY, "INV-6"])
+        .await
+        .expect("seqctl issue");
+    assert_eq!(
+        (&v["number"], &v["entry"]["state"]),
+        (&Value::from(6), &Value::from("confirmed")),
+        "{v}"
+    );
+    let (code, v) = curl("POST", &format!("{http}/reserve"), Some(r#"{"reference":"INV-6"}"#)).await;
+    assert_eq!(
+        (code, &v["number"], &v["repeated"]),
+        (200, &Value::from("6"), &Value::from(true)),
+        "{v}"
+    );
+    let r = via_other.ledger_issue(KEY, "INV-7").await.expect("issue");
+    assert_eq!(
+        r.entry.as_ref().map(|e| (e.number, e.state())),
+        Some((7, pb::LedgerState::Confirmed))
+    );
+    let r = via_owner.ledger_issue(KEY, "INV-7").await.expect("issue again");
+    assert_eq!((r.entry.map(|e| e.number), r.repeated), (Some(7), true));
+
     // The auditor's report: every voided number, with reason, who, note and time.
     let csv = String::from_utf8(seqctl.ok(&["ledger", "gaps", KEY, "--format", "csv"]).await.stdout).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
@@ -250,7 +277,7 @@ async fn every_front_reaches_ledgers_through_any_allocsvr() {
         .map(|r| r["first"].as_u64().unwrap())
         .collect();
     assert_eq!(firsts, [2, 4, 5], "{j}");
-    assert_eq!(j["ledger"]["high"], 5, "{j}");
+    assert_eq!(j["ledger"]["high"], 7, "{j}");
     assert!(j["voided"][2]["time"].as_str().unwrap().ends_with('Z'), "{j}");
 
     // Every AllocSvr counts the ledger calls it forwarded, by call and code.

@@ -1004,6 +1004,7 @@ async fn a_ledger_moves_with_its_range_even_when_the_driver_dies_after_the_seal(
         key: key.clone(),
         holder: holder.into(),
         request_id: String::new(),
+        reference: String::new(),
     };
     let mut numbers = Vec::new();
     for holder in ["a", "b", "c"] {

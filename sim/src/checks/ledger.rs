@@ -4,11 +4,13 @@
 //! - G1, none twice and none skipped: two reserves answered with one number must carry one request
 //!   id; every number answered is at most the final `high`; a retry with the same request id gets
 //!   a new number only once the first is no longer held (it expired); and every number `1..=high`
-//!   is in a state (below).
+//!   is in a state (below). An issue counts as a reserve whose request id is its reference (the
+//!   workloads draw the two from different alphabets), and a retry of it gets a new number only
+//!   once the first's reference is no longer kept (the checker cannot tell then: it excuses).
 //! - G2, exactly one state: `Ledger::check` on the final state, and each ledger is found in
 //!   exactly one set.
-//! - G3, a confirmed number never changes: a confirm answered OK is confirmed at the end with its
-//!   reference (or one no longer kept); no release answered OK, no confirm answered "voided" and
+//! - G3, a confirmed number never changes: a confirm or an issue answered OK is confirmed at the
+//!   end with its reference (or one no longer kept); no release answered OK, no confirm answered "voided" and
 //!   no other reference answered OK for it; a repeat with the same reference is not refused.
 //! - Holds: a number answered to a reserve ends held by that request (never, after the heal: the
 //!   expiry tick must have voided it), confirmed by one of that caller's confirms, released by
@@ -34,9 +36,20 @@ pub type Ledgers = BTreeMap<String, Vec<Ledger>>;
 /// What a ledger call asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LedgerAsk {
-    Reserve { request_id: String },
-    Confirm { number: u64, reference: String },
-    Release { number: u64 },
+    Reserve {
+        request_id: String,
+    },
+    Confirm {
+        number: u64,
+        reference: String,
+    },
+    Release {
+        number: u64,
+    },
+    /// A reserve with a reference: the next number, confirmed in the same write.
+    Issue {
+        reference: String,
+    },
 }
 
 /// How a ledger call ended, as far as its caller knows.
@@ -171,6 +184,18 @@ impl Keyed<'_> {
         })
     }
 
+    /// Every number handed out and answered OK, to a reserve or an issue: (number, the request id
+    /// or the issue's reference, call).
+    fn handed_out(&self) -> impl Iterator<Item = (u64, &str, &LedgerOp)> {
+        let issued = self.ops.iter().filter_map(|o| match (&o.ask, &o.answer) {
+            (LedgerAsk::Issue { reference }, LedgerAnswer::Ok { number, .. }) => {
+                Some((*number, reference.as_str(), *o))
+            }
+            _ => None,
+        });
+        self.reserved().chain(issued)
+    }
+
     /// Whether `o`'s write may have applied after a backup of its set that was then restored: it
     /// completed after the backup and began before the restore.
     fn undone(&self, o: &LedgerOp) -> bool {
@@ -187,7 +212,7 @@ impl Keyed<'_> {
         let key = self.key;
         let mut owners: BTreeMap<u64, BTreeMap<&str, u64>> = BTreeMap::new();
         let mut numbers: BTreeMap<&str, Vec<(u64, &LedgerOp)>> = BTreeMap::new();
-        for (n, rid, o) in self.reserved() {
+        for (n, rid, o) in self.handed_out() {
             if n == 0 || n > self.l.high {
                 add(
                     Promise::G1,
@@ -210,8 +235,14 @@ impl Keyed<'_> {
             got.sort_by_key(|(_, o)| o.complete_ns);
             for w in got.windows(2) {
                 let ((a, oa), (b, ob)) = (w[0], w[1]);
-                let ended = matches!(self.l.state_of(a), NumberState::Voided { void, .. }
-                    if matches!(void.reason, VoidReason::Expired | VoidReason::LostWithRestore));
+                let ended = match self.l.state_of(a) {
+                    NumberState::Voided { void, .. } => {
+                        matches!(void.reason, VoidReason::Expired | VoidReason::LostWithRestore)
+                    }
+                    // An issue's retry answers the first number only while its reference is kept.
+                    NumberState::Confirmed(None) => matches!(oa.ask, LedgerAsk::Issue { .. }),
+                    _ => false,
+                };
                 if a != b && !ended {
                     add(
                         Promise::G1,
@@ -290,10 +321,15 @@ impl Keyed<'_> {
         for o in self.ops {
             // A confirm a restore undid left its number held again: the restore's known loss
             // (docs/decisions/0004-ledger-counters.md), not a change the set made.
-            if let (LedgerAsk::Confirm { number, reference }, LedgerAnswer::Ok { .. }) = (&o.ask, &o.answer)
+            let done = match (&o.ask, &o.answer) {
+                (LedgerAsk::Confirm { number, reference }, LedgerAnswer::Ok { .. })
+                | (LedgerAsk::Issue { reference }, LedgerAnswer::Ok { number, .. }) => Some((*number, reference)),
+                _ => None,
+            };
+            if let Some((number, reference)) = done
                 && !self.undone(o)
             {
-                confirmed.entry(*number).or_default().push((reference, o.id));
+                confirmed.entry(number).or_default().push((reference, o.id));
             }
         }
         for (&n, refs) in &confirmed {
@@ -355,6 +391,8 @@ pub struct LedgerStats {
     pub reserved: u64,
     pub confirmed: u64,
     pub released: u64,
+    /// Issues answered with a new number (confirmed in the same write).
+    pub issued: u64,
     /// Reserves and confirms answered as repeats (same request id, same reference).
     pub repeated: u64,
     /// Other-reference confirms refused with ALREADY_EXISTS, and confirms refused as voided.
@@ -376,6 +414,7 @@ impl LedgerStats {
                 (LedgerAsk::Reserve { .. }, LedgerAnswer::Ok { .. }) => s.reserved += 1,
                 (LedgerAsk::Confirm { .. }, LedgerAnswer::Ok { .. }) => s.confirmed += 1,
                 (LedgerAsk::Release { .. }, LedgerAnswer::Ok { .. }) => s.released += 1,
+                (LedgerAsk::Issue { .. }, LedgerAnswer::Ok { .. }) => s.issued += 1,
                 (_, LedgerAnswer::AlreadyExists) => s.already_exists += 1,
                 (_, LedgerAnswer::Voided) => s.refused_voided += 1,
                 (_, LedgerAnswer::Unknown) => s.unknown += 1,
@@ -400,6 +439,7 @@ impl LedgerStats {
         self.reserved += o.reserved;
         self.confirmed += o.confirmed;
         self.released += o.released;
+        self.issued += o.issued;
         self.repeated += o.repeated;
         self.already_exists += o.already_exists;
         self.refused_voided += o.refused_voided;
@@ -525,6 +565,42 @@ mod tests {
     fn a_confirmed_and_an_expired_number_keep_every_promise() {
         let ops = [reserve(1, "r1", 1), confirm(2, 1, "a", OK), reserve(3, "r2", 2)];
         assert_eq!(broken(&ops, ledger(2, &[(1, "a")], &[2])), vec![]);
+    }
+
+    fn issue(id: u64, reference: &str, number: u64) -> LedgerOp {
+        let ask = LedgerAsk::Issue {
+            reference: reference.into(),
+        };
+        op(
+            id,
+            ask,
+            LedgerAnswer::Ok {
+                number,
+                repeated: false,
+            },
+        )
+    }
+
+    #[test]
+    fn issues_answered_once_each_keep_every_promise_and_a_retry_on_a_new_number_breaks_g1() {
+        let l = || ledger(2, &[(1, "INV-1"), (2, "INV-2")], &[]);
+        assert_eq!(broken(&[issue(1, "INV-1", 1), issue(2, "INV-2", 2)], l()), vec![]);
+        // The same reference again, answered the same: a repeat, not a second number.
+        assert_eq!(broken(&[issue(1, "INV-1", 1), issue(2, "INV-1", 1)], l()), vec![]);
+        // Answered a new number while the first still carries its reference.
+        let twice = [issue(1, "INV-1", 1), issue(2, "INV-1", 2)];
+        assert!(broken(&twice, l()).contains(&Promise::G1));
+        // One number answered to an issue and to a reserve.
+        let both = [issue(1, "INV-1", 1), reserve(2, "r1", 1)];
+        assert!(broken(&both, l()).contains(&Promise::G1));
+    }
+
+    #[test]
+    fn an_issued_number_that_ends_otherwise_than_confirmed_with_its_reference_breaks_g3() {
+        let other = ledger(1, &[(1, "INV-9")], &[]);
+        assert_eq!(broken(&[issue(1, "INV-1", 1)], other), vec![Promise::G3]);
+        let expired = ledger(1, &[], &[1]);
+        assert!(broken(&[issue(1, "INV-1", 1)], expired).contains(&Promise::G3));
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! leader's expiry tick, which runs with the arbiter on the group's wall clock). Some retry a
 //! reserve with the same request id, as after a lost reply (the same number while it is held);
 //! some repeat a confirm (the same reference: answered again; another: ALREADY_EXISTS); some
-//! confirm only after the hold ran out (answered "voided"). A call follows the leader as the
-//! AllocSvr's store client does, retries the same write on a silence or "may have been
-//! committed" until its deadline, and tries the other set when one says the ledger is not its own.
+//! confirm only after the hold ran out (answered "voided"). A fifth of the series are issues
+//! instead (a reserve with a reference, confirmed in its one write), some sent twice, as after a
+//! lost reply (the same number again). A call follows the leader as the AllocSvr's store client
+//! does, retries the same write on a silence or "may have been committed" until its deadline, and
+//! tries the other set when one says the ledger is not its own.
 //!
 //! Negative control `--unsafe-ledger-answer-before-commit`: a reserve is answered when the leader
 //! steps it, with the number it predicts from its applied state and its own reserves not yet
@@ -145,6 +147,19 @@ impl LedgerRun {
             if self.repairing.lock().unwrap_or_else(|e| e.into_inner()).contains(key) {
                 continue;
             }
+            if rng.random_bool(0.2) {
+                // An issue: confirmed in its own write. Sent again after a lost reply, and now and
+                // then for no reason: the same reference must answer the same number.
+                let reference = format!("iss-{c}-{op}");
+                let ask = || LedgerAsk::Issue {
+                    reference: reference.clone(),
+                };
+                let first = self.record(c, key, ask(), CALL_DEADLINE).await;
+                if first == LedgerAnswer::Unknown || rng.random_bool(0.15) {
+                    self.record(c, key, ask(), CALL_DEADLINE).await;
+                }
+                continue;
+            }
             let rid = format!("c{c}-{op}");
             let LedgerAnswer::Ok { number, .. } = self.reserve(c, key, &rid, CALL_DEADLINE).await else {
                 continue;
@@ -202,6 +217,12 @@ impl LedgerRun {
                 key: k,
                 holder: format!("caller-{c}"),
                 request_id: request_id.clone(),
+                reference: String::new(),
+            }),
+            LedgerAsk::Issue { reference } => LedgerCall::Reserve(pb::LedgerReserveRequest {
+                key: k,
+                reference: reference.clone(),
+                ..Default::default()
             }),
             LedgerAsk::Confirm { number, reference } => LedgerCall::Confirm(pb::LedgerConfirmRequest {
                 key: k,
@@ -344,9 +365,14 @@ impl LedgerRun {
                 *n = n.saturating_sub(1);
             }
         });
+        let state = if q.reference.is_empty() {
+            pb::LedgerState::Held
+        } else {
+            pb::LedgerState::Confirmed
+        };
         let entry = pb::LedgerEntry {
             number,
-            state: pb::LedgerState::Held.into(),
+            state: state.into(),
             ..Default::default()
         };
         Some(Rep::Reply(Reply::Ledger(Box::new(pb::LedgerReply {

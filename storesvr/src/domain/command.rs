@@ -269,6 +269,7 @@ fn describe_ledger(c: &LedgerCommand) -> String {
         LedgerCommand::Install { op, span: s, ledgers } => {
             format!("install {} ledgers of move {op}: {}", ledgers.len(), span(s))
         }
+        LedgerCommand::Issue { key, .. } => format!("issue a confirmed number of ledger {key:?}"),
     }
 }
 

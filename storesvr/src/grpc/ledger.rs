@@ -75,9 +75,15 @@ impl LedgerSvc {
         let mut entry = pb::LedgerEntry {
             number,
             holder: q.holder.clone(),
+            reference: q.reference.clone(),
             ..Default::default()
         };
-        entry.set_state(pb::LedgerState::Held);
+        // A reserve with a reference (an issue) is answered confirmed, as the store would.
+        entry.set_state(if q.reference.is_empty() {
+            pb::LedgerState::Held
+        } else {
+            pb::LedgerState::Confirmed
+        });
         Some(pb::LedgerReply {
             entry: Some(entry),
             ..Default::default()
@@ -88,6 +94,7 @@ impl LedgerSvc {
 fn call_name(c: &LedgerCall) -> &'static str {
     match c {
         LedgerCall::Create(_) => "create",
+        LedgerCall::Reserve(q) if !q.reference.is_empty() => "issue",
         LedgerCall::Reserve(_) => "reserve",
         LedgerCall::Confirm(_) => "confirm",
         LedgerCall::Release(_) => "release",

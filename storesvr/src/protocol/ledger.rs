@@ -78,6 +78,11 @@ pub fn command(call: &LedgerCall, now_ms: u64) -> Result<Option<LedgerCommand>, 
             key,
             hold_ms: q.hold_ms,
         },
+        LedgerCall::Reserve(q) if !q.reference.is_empty() => LedgerCommand::Issue {
+            key,
+            reference: q.reference.clone(),
+            now_ms,
+        },
         LedgerCall::Reserve(q) => LedgerCommand::Reserve {
             key,
             holder: q.holder.clone(),
@@ -396,6 +401,7 @@ mod tests {
             key: KEY.to_vec(),
             holder: "h".into(),
             request_id: String::new(),
+            reference: String::new(),
         })
     }
 

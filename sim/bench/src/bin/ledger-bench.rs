@@ -8,8 +8,10 @@
 //! 2. At 1, 16, 64, 256 callers (closed loop; one channel per 32 callers): `ledger` — `Reserve`
 //!    then `Confirm` of the number over gRPC `LedgerService`, through the AllocSvrs (`--via
 //!    alloc`, each forwards to the store leader) or straight at the StoreSvr leader (`--via
-//!    store-leader`); `postgres` — `BEGIN; UPDATE series … RETURNING next; INSERT INTO invoices …;
-//!    COMMIT`. The two alternate from point to point and run to run, so drift hits both alike.
+//!    store-leader`); `issue` — the same invoice in one `Reserve` carrying its reference
+//!    (confirmed in the same entry); `postgres` — `BEGIN; UPDATE series … RETURNING next; INSERT
+//!    INTO invoices …; COMMIT`. The sides rotate from point to point and run to run, so drift hits
+//!    all alike.
 //!    For each ledger point the store leader's Raft entries per second and commands per entry
 //!    (`storesvr_entry_commands`) say how well its group commit shares an fsync.
 //! 3. At the end, both sides are checked against what the callers were given: every number
@@ -17,7 +19,7 @@
 //!    pairs and confirmed == pairs. A mismatch exits 3.
 //!
 //! The summary gives medians over `--runs` of pairs/s, p50/p99 of a pair and server CPU per pair,
-//! and the ratios ledger ÷ postgres (throughput, p99). Targets are printed, not asserted: ≥ 2×
+//! and the ratios ledger ÷ postgres and issue ÷ postgres (throughput, p99). Targets are printed, not asserted: ≥ 2×
 //! PostgreSQL's pairs/s at 64 callers, p99 ≤ PostgreSQL's. Exit 0 when measuring (and the checks)
 //! worked, 2 bad options or missing binaries (PostgreSQL's with its install line), 3 the harness or
 //! a final check failed.
@@ -56,19 +58,22 @@ const MAX_CHANNELS: usize = 8;
 const SERVING_LIMIT: Duration = Duration::from_secs(60);
 const LISTEN_LIMIT: Duration = Duration::from_secs(20);
 
-/// The two sides, in the order the tables list them.
+/// The sides, in the order the tables list them: the ledger's reserve+confirm pair, the ledger's
+/// issue (the pair in one call), PostgreSQL's transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Ledger,
+    Issue,
     Postgres,
 }
 
 impl Side {
-    const ALL: [Side; 2] = [Side::Ledger, Side::Postgres];
+    const ALL: [Side; 3] = [Side::Ledger, Side::Issue, Side::Postgres];
 
     fn name(self) -> &'static str {
         match self {
             Side::Ledger => "ledger",
+            Side::Issue => "issue",
             Side::Postgres => "postgres",
         }
     }
@@ -103,7 +108,7 @@ struct Args {
     /// Where the ledger calls go.
     #[arg(long, value_enum, default_value_t = Via::Alloc)]
     via: Via,
-    /// Measure only these sides (ledger, postgres); no target is judged without both.
+    /// Measure only these sides (ledger, issue, postgres); no target is judged without postgres.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Measure only at these caller counts (of 1, 16, 64, 256).
@@ -120,7 +125,7 @@ impl Args {
             .iter()
             .find(|n| !Side::ALL.iter().any(|s| s.name() == n.as_str()))
         {
-            return Err(format!("--only: no side {bad:?} (ledger, postgres)"));
+            return Err(format!("--only: no side {bad:?} (ledger, issue, postgres)"));
         }
         args::check_subset("--callers", &self.callers, &CONCURRENCIES)?;
         if !(1..=256).contains(&self.ledgers) || !(1..=8).contains(&self.allocsvrs) {
@@ -364,7 +369,7 @@ async fn measure_point(
     cluster::wait_quiet(&s.ours, quiet.quiet_below, quiet.wait()).await;
     let window = args.common.window.durations();
     let sample = match side {
-        Side::Ledger => {
+        Side::Ledger | Side::Issue => {
             let n = cluster::channel_count(c).max(s.targets).min(s.ledger.len());
             let pids = Pids {
                 server: s.ledger_pid,
@@ -372,8 +377,12 @@ async fn measure_point(
                 ours: &s.ours,
             };
             let before = entry_commands(&s.leader_metrics);
-            let sample =
-                ledgers::pair_load(&s.ledger[..n], c, args.ledgers, s.ledger_numbers.clone(), window, pids).await;
+            let (clients, numbers) = (&s.ledger[..n], s.ledger_numbers.clone());
+            let sample = if side == Side::Ledger {
+                ledgers::pair_load(clients, c, args.ledgers, numbers, window, pids).await
+            } else {
+                ledgers::issue_load(clients, c, args.ledgers, numbers, window, pids).await
+            };
             let after = entry_commands(&s.leader_metrics);
             println!("{}", report::row(side.name(), c, "ledger", &sample));
             if let (Some((cmds0, entries0)), Some((cmds1, entries1))) = (before, after) {
@@ -443,26 +452,29 @@ fn summarize(points: &[Point]) {
     let ratio = |a: &Point, b: &Point, f: &dyn Fn(&Sample) -> f64| {
         median(a.runs.iter().zip(&b.runs).map(|(x, y)| f(x) / f(y)).collect())
     };
-    println!("\nratios ledger ÷ postgres (medians of per-run ratios):");
-    println!("{:<4} {:>10} {:>10}", "conc", "pairs/s", "p99");
     let mut verdicts = Vec::new();
-    for c in CONCURRENCIES {
-        let (Some(l), Some(pg)) = (find(Side::Ledger, c), find(Side::Postgres, c)) else {
-            continue;
-        };
-        let tput = ratio(l, pg, &Sample::calls_per_sec);
-        let p99 = ratio(l, pg, &|s: &Sample| s.quantile_us(0.99));
-        println!("{c:<4} {tput:>10.2} {p99:>10.2}");
-        if c == 64 {
+    for side in [Side::Ledger, Side::Issue] {
+        let name = side.name();
+        println!("\nratios {name} ÷ postgres (medians of per-run ratios):");
+        println!("{:<4} {:>10} {:>10}", "conc", "pairs/s", "p99");
+        for c in CONCURRENCIES {
+            let (Some(l), Some(pg)) = (find(side, c), find(Side::Postgres, c)) else {
+                continue;
+            };
+            let tput = ratio(l, pg, &Sample::calls_per_sec);
+            let p99 = ratio(l, pg, &|s: &Sample| s.quantile_us(0.99));
+            println!("{c:<4} {tput:>10.2} {p99:>10.2}");
+            if c == 64 {
+                verdicts.push((
+                    tput >= 2.0,
+                    format!("{name} pairs/s >= 2x PostgreSQL's at 64 callers: {tput:.2}"),
+                ));
+            }
             verdicts.push((
-                tput >= 2.0,
-                format!("ledger pairs/s >= 2x PostgreSQL's at 64 callers: {tput:.2}"),
+                p99 <= 1.0,
+                format!("{name} p99 <= PostgreSQL's p99 at {c} callers: {p99:.2}"),
             ));
         }
-        verdicts.push((
-            p99 <= 1.0,
-            format!("ledger p99 <= PostgreSQL's p99 at {c} callers: {p99:.2}"),
-        ));
     }
     report::print_targets(&verdicts);
 }
@@ -476,7 +488,7 @@ fn server_cpu_per_pair(s: &Sample) -> f64 {
 async fn final_checks(args: &Args, s: &Servers) -> Result<(), Failure> {
     println!("\nfinal checks:");
     let mut failed = Vec::new();
-    if args.measures(Side::Ledger) {
+    if args.measures(Side::Ledger) || args.measures(Side::Issue) {
         let said = ledgers::said(&s.ledger[0], args.ledgers).await.map_err(harness)?;
         match ledgers::check("ledger", &s.ledger_numbers.seen(args.ledgers), &said, false) {
             Ok(line) => println!("  {line}"),

@@ -223,6 +223,13 @@ pub enum LedgerCommand {
         span: Span,
         ledgers: Vec<(String, Ledger)>,
     },
+    /// A reserve confirmed in the same entry: hands out `high + 1` as confirmed with `reference`,
+    /// never held. (Last, so that the variants before it keep their encoding.)
+    Issue {
+        key: String,
+        reference: String,
+        now_ms: u64,
+    },
 }
 
 /// Why a ledger command changed nothing.
@@ -328,7 +335,8 @@ impl LedgerCommand {
             | LedgerCommand::Confirm { key, .. }
             | LedgerCommand::Release { key, .. }
             | LedgerCommand::Void { key, .. }
-            | LedgerCommand::Reconcile { key, .. } => Some(key),
+            | LedgerCommand::Reconcile { key, .. }
+            | LedgerCommand::Issue { key, .. } => Some(key),
             LedgerCommand::Expire { .. } | LedgerCommand::Install { .. } => None,
         }
     }
@@ -350,6 +358,7 @@ impl LedgerCommand {
                 check_number(*number)?;
                 check_text("reference", reference, true)
             }
+            LedgerCommand::Issue { reference, .. } => check_text("reference", reference, true),
             LedgerCommand::Release { number, note, .. } => {
                 check_number(*number)?;
                 check_text("note", note, false)
@@ -746,6 +755,10 @@ fn apply_one(l: &mut Ledger, cmd: &LedgerCommand, room: u64) -> LedgerResult {
             let now = l.note_clock(*now_ms);
             l.reconcile(*next, who, now, room)
         }
+        LedgerCommand::Issue { reference, now_ms, .. } => {
+            let now = l.note_clock(*now_ms);
+            l.issue(reference, now)
+        }
         LedgerCommand::Create { .. } | LedgerCommand::Expire { .. } | LedgerCommand::Install { .. } => {
             LedgerResult::Refused(Refusal::Invalid("not a command on one ledger".into()))
         }
@@ -790,6 +803,28 @@ impl Ledger {
             deadline_ms: now.saturating_add(self.hold_ms),
         };
         self.held.insert(n, hold);
+        self.done(n, false)
+    }
+
+    /// Hands out `high + 1` confirmed with `reference`, or the kept number `reference` already
+    /// confirms (a retry whose reply was lost; a reference names one document, which gets one
+    /// number). Past the kept references a repeat gets a new number: the caller's record of
+    /// the first is then the only link, as for any compacted reference.
+    fn issue(&mut self, reference: &str, now: u64) -> LedgerResult {
+        // Newest first: a retry comes soon after its first try.
+        if let Some((&n, _)) = self.references.iter().rev().find(|(_, r)| r.reference == reference) {
+            return self.done(n, true);
+        }
+        if self.restored {
+            return LedgerResult::Refused(Refusal::Restored);
+        }
+        let n = self.high + 1;
+        self.high = n;
+        let kept = Reference {
+            reference: reference.to_string(),
+            at_ms: now,
+        };
+        self.add_confirmed(n, kept);
         self.done(n, false)
     }
 

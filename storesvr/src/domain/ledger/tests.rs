@@ -108,6 +108,50 @@ fn a_confirm_repeated_with_its_reference_answers_the_same_and_another_is_refused
     assert!(matches!(ledger(&st).state_of(n), NumberState::Confirmed(Some(r)) if r.reference == "INV-1"));
 }
 
+fn issue(st: &mut SetState, reference: &str, now_ms: u64) -> LedgerResult {
+    run(
+        st,
+        LedgerCommand::Issue {
+            key: KEY.into(),
+            reference: reference.into(),
+            now_ms,
+        },
+    )
+}
+
+#[test]
+fn an_issue_hands_out_the_next_number_confirmed_and_a_retry_answers_the_same() {
+    let mut st = created(60_000);
+    let held = number(&reserve(&mut st, "r1", 1_000));
+    let first = issue(&mut st, "INV-7", 1_100);
+    assert_eq!(number(&first), held + 1);
+    assert!(matches!(first, LedgerResult::Done { repeated: false, .. }));
+    assert!(matches!(ledger(&st).state_of(2), NumberState::Confirmed(Some(r)) if r.reference == "INV-7"));
+    // Its reply lost, the caller sends it again: the same number, nothing new handed out.
+    let again = issue(&mut st, "INV-7", 1_200);
+    assert_eq!((number(&again), ledger(&st).high), (2, 2));
+    assert!(matches!(again, LedgerResult::Done { repeated: true, .. }));
+    // Issued numbers join the confirmed runs around the held one.
+    confirm(&mut st, held, "INV-6", 1_300);
+    assert_eq!(number(&issue(&mut st, "INV-8", 1_400)), 3);
+    assert_eq!(ledger(&st).confirmed.len(), 1, "{:?}", ledger(&st).confirmed);
+    // An empty reference is a reserve's business, not an issue's.
+    assert!(matches!(
+        issue(&mut st, "", 1_500),
+        LedgerResult::Refused(Refusal::Invalid(_))
+    ));
+}
+
+#[test]
+fn an_issue_waits_for_the_reconcile_of_a_restored_ledger_like_a_reserve() {
+    let mut st = created(60_000);
+    issue(&mut st, "INV-1", 1_000);
+    st.ledgers.mark_restored();
+    assert_eq!(issue(&mut st, "INV-2", 1_100), LedgerResult::Refused(Refusal::Restored));
+    // The number the backup knows is still its reference's.
+    assert_eq!(number(&issue(&mut st, "INV-1", 1_200)), 1);
+}
+
 #[test]
 fn a_confirmed_number_is_never_released_or_voided() {
     let mut st = created(60_000);
@@ -522,6 +566,14 @@ fn ledger_entries_and_records_encode_as_first_written() {
             "0d05016b09016f09",
         ),
         (LedgerCommand::Expire { now_ms: 10 }, "0d060a"),
+        (
+            LedgerCommand::Issue {
+                key: key(),
+                reference: "x".into(),
+                now_ms: 11,
+            },
+            "0d08016b01780b",
+        ),
     ];
     for (cmd, bytes) in pins {
         assert_eq!(hex(&Command::Ledger(cmd.clone())), bytes, "{cmd:?}");
