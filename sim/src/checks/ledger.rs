@@ -235,9 +235,15 @@ impl Keyed<'_> {
             got.sort_by_key(|(_, o)| o.complete_ns);
             for w in got.windows(2) {
                 let ((a, oa), (b, ob)) = (w[0], w[1]);
+                // The retry may have come after the first hold's deadline (by the leader's clock:
+                // known to be the true one only without clock faults): the store then hands out
+                // a new number and the first stays held until the tick expires it or its caller
+                // releases it — voided either way, never handed out again.
+                let hold_ns = self.l.hold_ms.saturating_mul(1_000_000);
+                let past_hold = self.wall_origin_ms.is_none() || ob.complete_ns.saturating_sub(oa.invoke_ns) >= hold_ns;
                 let ended = match self.l.state_of(a) {
                     NumberState::Voided { void, .. } => {
-                        matches!(void.reason, VoidReason::Expired | VoidReason::LostWithRestore)
+                        matches!(void.reason, VoidReason::Expired | VoidReason::LostWithRestore) || past_hold
                     }
                     // An issue's retry answers the first number only while its reference is kept.
                     NumberState::Confirmed(None) => matches!(oa.ask, LedgerAsk::Issue { .. }),
@@ -246,7 +252,14 @@ impl Keyed<'_> {
                 if a != b && !ended {
                     add(
                         Promise::G1,
-                        format!("ledger {key}: request {rid} got {a}, then {b} while {a} had not expired"),
+                        format!(
+                            "ledger {key}: request {rid} got {a} (answered at {} ms), then {b} (asked at {} ms, \
+                             answered at {} ms) while {a} had not expired; {a} ends {:?}",
+                            oa.complete_ns / 1_000_000,
+                            ob.invoke_ns / 1_000_000,
+                            ob.complete_ns / 1_000_000,
+                            self.l.state_of(a)
+                        ),
                         vec![oa.id, ob.id],
                     );
                 }
@@ -601,6 +614,31 @@ mod tests {
         assert_eq!(broken(&[issue(1, "INV-1", 1)], other), vec![Promise::G3]);
         let expired = ledger(1, &[], &[1]);
         assert!(broken(&[issue(1, "INV-1", 1)], expired).contains(&Promise::G3));
+    }
+
+    #[test]
+    fn a_retry_after_the_hold_gets_a_new_number_and_the_first_may_end_released() {
+        let mut l = ledger(2, &[], &[]);
+        let hold = l.held.remove(&1).expect("held");
+        l.requests.remove(&hold.request_id);
+        l.voided_by[0] += 1;
+        l.voided_count += 1;
+        let void = Void {
+            through: 1,
+            reason: VoidReason::Released,
+            who: String::new(),
+            note: String::new(),
+            at_ms: 0,
+        };
+        l.voided.insert(1, void);
+        let mut late = reserve(5, "r1", 2);
+        late.complete_ns = 1_500_000_000; // the hold is 1 s
+        let soon = reserve(2, "r1", 2);
+        let release = op(3, LedgerAsk::Release { number: 1 }, OK);
+        let ops = |second: LedgerOp| [reserve(1, "r1", 1), second, release.clone()];
+        assert!(!broken(&ops(late), l.clone()).contains(&Promise::G1));
+        // Within the hold, by the true clock: the first number was live, the retry had to get it.
+        assert!(broken(&ops(soon), l).contains(&Promise::G1));
     }
 
     #[test]
