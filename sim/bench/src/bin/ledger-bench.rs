@@ -19,8 +19,8 @@
 //!    pairs and confirmed == pairs. A mismatch exits 3.
 //!
 //! The summary gives medians over `--runs` of pairs/s, p50/p99 of a pair and server CPU per pair,
-//! and the ratios ledger ÷ postgres and issue ÷ postgres (throughput, p99). Targets are printed, not asserted: ≥ 2×
-//! PostgreSQL's pairs/s at 64 callers, p99 ≤ PostgreSQL's. Exit 0 when measuring (and the checks)
+//! and the ratios ledger ÷ postgres and issue ÷ postgres (throughput, p99). Targets are printed, not asserted, at
+//! 64 callers: ≥ 2× PostgreSQL's pairs/s and p99 ≤ PostgreSQL's. Exit 0 when measuring (and the checks)
 //! worked, 2 bad options or missing binaries (PostgreSQL's with its install line), 3 the harness or
 //! a final check failed.
 //!
@@ -418,6 +418,9 @@ async fn measure_point(
     Ok(sample)
 }
 
+/// The caller count the targets are judged at.
+const TARGET_CALLERS: usize = 64;
+
 /// Medians per point, the ratios ledger ÷ postgres and the targets.
 fn summarize(points: &[Point]) {
     let runs = points.iter().map(|p| p.runs.len()).max().unwrap_or(0);
@@ -464,16 +467,18 @@ fn summarize(points: &[Point]) {
             let tput = ratio(l, pg, &Sample::calls_per_sec);
             let p99 = ratio(l, pg, &|s: &Sample| s.quantile_us(0.99));
             println!("{c:<4} {tput:>10.2} {p99:>10.2}");
-            if c == 64 {
+            // The targets are the issue's point, 64 callers; the other points are printed above
+            // for what they show (one caller: a replicated commit against one local WAL flush).
+            if c == TARGET_CALLERS {
                 verdicts.push((
                     tput >= 2.0,
-                    format!("{name} pairs/s >= 2x PostgreSQL's at 64 callers: {tput:.2}"),
+                    format!("{name} pairs/s >= 2x PostgreSQL's at {c} callers: {tput:.2}"),
+                ));
+                verdicts.push((
+                    p99 <= 1.0,
+                    format!("{name} p99 <= PostgreSQL's p99 at {c} callers: {p99:.2}"),
                 ));
             }
-            verdicts.push((
-                p99 <= 1.0,
-                format!("{name} p99 <= PostgreSQL's p99 at {c} callers: {p99:.2}"),
-            ));
         }
     }
     report::print_targets(&verdicts);
