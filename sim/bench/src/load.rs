@@ -12,7 +12,7 @@
 //! which is what the targets compare; latency under it is queueing included, for both servers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -99,6 +99,20 @@ impl Uids {
             _ => (0..n).map(|_| self.pick(rng)).collect(),
         }
     }
+}
+
+/// How many loads this process has driven: each draws seeds no other load of the run draws.
+static DRIVES: AtomicU64 = AtomicU64::new(0);
+
+/// Task `t`'s first random state in the `drive_no`-th load. Seeds must differ between the loads
+/// of one run, not only between tasks: a seed names a request (a ledger's request id or invoice
+/// reference), and a name used again is answered with its first number, as it must be.
+fn first_state(drive_no: u64, t: usize) -> u64 {
+    // splitmix64 of (load, task): well spread, never zero (xorshift's fixed point) in practice.
+    let mut z = (drive_no << 32 | t as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
 }
 
 fn xorshift(state: &mut u64) -> u64 {
@@ -209,6 +223,7 @@ where
 {
     let call = Arc::new(call);
     let stop = Arc::new(AtomicBool::new(false));
+    let drive_no = DRIVES.fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
     let measure_from = start + window.warmup;
     let stop_at = measure_from + window.measure;
@@ -217,7 +232,7 @@ where
         let (call, stop) = (call.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::new();
-            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ ((t as u64 + 1) << 17);
+            let mut rng = first_state(drive_no, t);
             while !stop.load(Ordering::Relaxed) {
                 let seed = xorshift(&mut rng);
                 let t0 = Instant::now();
@@ -354,4 +369,25 @@ pub async fn coalesced(
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_and_tasks_draw_different_seeds() {
+        let mut seen = std::collections::HashSet::new();
+        for drive_no in 0..8 {
+            for t in 0..256 {
+                let mut state = first_state(drive_no, t);
+                for _ in 0..64 {
+                    assert!(
+                        seen.insert(xorshift(&mut state)),
+                        "load {drive_no} task {t} repeats a seed"
+                    );
+                }
+            }
+        }
+    }
 }
