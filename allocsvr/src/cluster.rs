@@ -8,20 +8,14 @@
 //! has slots to redirect by; in any other the cluster commands are refused and every call is
 //! forwarded.
 //!
-//! Where a peer's cluster port is: its answer to the small `FrontInfo` gRPC call, asked on the
-//! data-plane address the route table names, kept for one incarnation of the peer and at most
-//! [`PEER_TTL`] (a restarted peer may listen elsewhere). Why a call and not a field of the
-//! replicated state or the renewal: the port is a fact of one process, not of the cluster; a call
-//! changes nothing stored, reaches peers of every set the same way, and an AllocSvr that predates
-//! it answers UNIMPLEMENTED — it is then forwarded to, never redirected to. Until an answer is
-//! in, a slot of that peer is served here by forwarding, and `CLUSTER SLOTS` names this node for
-//! it: a client always has a node that answers.
+//! Where a peer's cluster port is: what it said ([`crate::peers`]). Until an answer is in, a slot
+//! of that peer is served here by forwarding, and `CLUSTER SLOTS` names this node for it: a client
+//! always has a node that answers.
 //!
 //! Deliberately left out: replicas (a slot has exactly one owner), and any guess of a peer's port.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use seqsvr_client::{Client, RouteSet};
 use seqsvr_frontends::calls::{CallError, ClusterNode, ClusterView, ErrorKind, SlotHome};
@@ -30,36 +24,22 @@ use seqsvr_proto::pb;
 use seqsvr_proto::{Incarnation, Routes, Uid};
 use tracing::debug;
 
+use crate::peers::Peers;
 use crate::state::AllocState;
 
-/// Longest a peer's answer is kept.
-pub const PEER_TTL: Duration = Duration::from_secs(5);
 /// How often the view is brought up to date in the background (peers' ports asked before a
 /// client asks for them).
 const REFRESH: Duration = Duration::from_secs(1);
-/// Longest a `FrontInfo` call may take.
-const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A run of slots `(first, last)` and their owner (data-plane address and incarnation), if any.
 type SlotRun = (u16, u16, Option<(String, Incarnation)>);
-
-/// What a peer said of its cluster port.
-#[derive(Debug, Clone)]
-struct Peer {
-    incarnation: Incarnation,
-    /// `None`: it runs no cluster port, or predates `FrontInfo`.
-    addr: Option<String>,
-    at: Instant,
-    asking: bool,
-}
 
 /// This node's Redis Cluster view, for the front ends ([`crate::front::NodeCalls`]).
 pub struct ClusterFront {
     shared: Arc<AllocState>,
     client: Client,
     me: ClusterNode,
-    dialer: seqsvr_client::transport::Dialer,
-    peers: Arc<Mutex<HashMap<String, Peer>>>,
+    peers: Arc<Peers>,
 }
 
 /// Redis's node id of the AllocSvr at data-plane address `addr`: 40 hex digits of its SHA-256,
@@ -71,7 +51,7 @@ pub fn node_id(addr: &str) -> String {
 
 /// The owner a route table names for `uid` under its own set, with its incarnation: the table
 /// of the set the map gives the section to first, then any (the client library's rule).
-fn owner_of(routes: &RouteSet, uid: Uid, section_size: u64) -> Option<(&str, Incarnation)> {
+pub(crate) fn owner_of(routes: &RouteSet, uid: Uid, section_size: u64) -> Option<(&str, Incarnation)> {
     fn of(t: &Routes, uid: Uid) -> Option<(&str, Incarnation)> {
         let x = t.lookup(uid)?;
         (!x.addr.is_empty() && x.set_id == t.set_id()).then_some((x.addr, x.incarnation))
@@ -85,12 +65,7 @@ fn owner_of(routes: &RouteSet, uid: Uid, section_size: u64) -> Option<(&str, Inc
 
 impl ClusterFront {
     /// The view of the node whose cluster port is `my_cluster_addr` (`host:port`).
-    pub fn new(
-        shared: Arc<AllocState>,
-        client: Client,
-        my_cluster_addr: String,
-        tls: Option<Arc<seqsvr_auth::Tls>>,
-    ) -> Self {
+    pub fn new(shared: Arc<AllocState>, client: Client, my_cluster_addr: String, peers: Arc<Peers>) -> Self {
         let me = ClusterNode {
             id: node_id(shared.advertise()),
             addr: my_cluster_addr,
@@ -99,8 +74,7 @@ impl ClusterFront {
             shared,
             client,
             me,
-            dialer: seqsvr_client::transport::Dialer::with_tls(tls),
-            peers: Arc::default(),
+            peers,
         }
     }
 
@@ -238,87 +212,28 @@ impl ClusterFront {
             epoch: self.shared.map_version(),
         })
     }
+}
 
-    /// The cluster port of the peer at data-plane address `addr` in incarnation `inc`, when known;
-    /// asks it in the background when not, or when the answer is old.
+impl ClusterFront {
+    /// The cluster port of the peer at data-plane address `addr` in incarnation `inc`, when known.
     fn peer_port(&self, addr: &str, inc: Incarnation) -> Option<String> {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = peers.get_mut(addr);
-        let (known, fresh, asking) = match &entry {
-            Some(p) if p.incarnation == inc => (p.addr.clone(), p.at.elapsed() < PEER_TTL, p.asking),
-            Some(p) => (None, false, p.asking),
-            None => (None, false, false),
-        };
-        if !fresh && !asking {
-            let marker = Peer {
-                incarnation: inc,
-                addr: known.clone(),
-                at: entry.as_ref().map_or_else(Instant::now, |p| p.at),
-                asking: true,
-            };
-            match entry {
-                Some(p) => *p = marker,
-                None => {
-                    peers.insert(addr.to_owned(), marker);
-                }
-            }
-            self.ask(addr.to_owned(), inc);
-        }
-        known
-    }
-
-    /// Asks the peer at `addr` for its cluster port, and keeps the answer for incarnation `inc`.
-    fn ask(&self, addr: String, inc: Incarnation) {
-        let conn = self.dialer.dial_data(&addr, ASK_TIMEOUT);
-        let peers = self.peers.clone();
-        tokio::spawn(async move {
-            let asked = async {
-                let mut c = pb::front_info_client::FrontInfoClient::new(conn?);
-                let reply = tokio::time::timeout(ASK_TIMEOUT, c.get_front_info(pb::FrontInfoRequest {}))
-                    .await
-                    .map_err(|_| "no answer within a second".to_string())?
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(reply.into_inner())
-            };
-            let (port, seen) = match asked.await {
-                Ok(r) if r.incarnation == inc.0 => {
-                    ((!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr), inc)
-                }
-                // Another incarnation answered: what it said is for that one.
-                Ok(r) => (
-                    (!r.resp_cluster_addr.is_empty()).then_some(r.resp_cluster_addr),
-                    Incarnation(r.incarnation),
-                ),
-                Err(e) => {
-                    debug!(peer = %addr, error = %e, "a peer did not say where its cluster port is; forwarding to it");
-                    (None, inc)
-                }
-            };
-            let mut peers = peers.lock().unwrap_or_else(|e| e.into_inner());
-            peers.insert(
-                addr,
-                Peer {
-                    incarnation: seen,
-                    addr: port,
-                    at: Instant::now(),
-                    asking: false,
-                },
-            );
-        });
+        self.peers.ports(addr, inc).resp_cluster
     }
 }
 
-/// The `FrontInfo` service: this node's cluster port, for its peers.
+/// The `FrontInfo` service: this node's cluster port and direct forwarding port, for its peers.
 pub struct FrontInfoSvc {
     shared: Arc<AllocState>,
     resp_cluster_addr: String,
+    hop_addr: String,
 }
 
 impl FrontInfoSvc {
-    pub fn new(shared: Arc<AllocState>, resp_cluster_addr: Option<String>) -> Self {
+    pub fn new(shared: Arc<AllocState>, resp_cluster_addr: Option<String>, hop_addr: Option<String>) -> Self {
         Self {
             shared,
             resp_cluster_addr: resp_cluster_addr.unwrap_or_default(),
+            hop_addr: hop_addr.unwrap_or_default(),
         }
     }
 }
@@ -332,6 +247,7 @@ impl pb::front_info_server::FrontInfo for FrontInfoSvc {
         Ok(tonic::Response::new(pb::FrontInfoReply {
             resp_cluster_addr: self.resp_cluster_addr.clone(),
             incarnation: self.shared.incarnation().0,
+            hop_addr: self.hop_addr.clone(),
         }))
     }
 }
@@ -352,7 +268,7 @@ pub async fn bind(at: Option<std::net::SocketAddr>, data_plane: &str) -> std::io
     Ok(Some(Port {
         listener,
         bound,
-        advertised: advertised(bound, data_plane),
+        advertised: crate::peers::advertised(bound, data_plane),
     }))
 }
 
@@ -377,16 +293,6 @@ pub fn serve<C: seqsvr_frontends::calls::Calls>(
     tokio::spawn(seqsvr_frontends::resp::serve(port.listener, calls, Arc::new(rc), stop))
 }
 
-/// The address a cluster port bound at `bound` is reached at: the data plane's advertised host
-/// when it is bound to every interface, else `bound` itself.
-pub fn advertised(bound: std::net::SocketAddr, data_plane: &str) -> String {
-    if !bound.ip().is_unspecified() {
-        return bound.to_string();
-    }
-    let host = data_plane.rsplit_once(':').map_or(data_plane, |(h, _)| h);
-    format!("{host}:{}", bound.port())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,17 +304,5 @@ mod tests {
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(id, node_id("127.0.0.1:7100"));
         assert_ne!(id, node_id("127.0.0.1:7101"));
-    }
-
-    #[test]
-    fn a_port_on_every_interface_is_advertised_at_the_data_planes_host() {
-        assert_eq!(
-            advertised("0.0.0.0:7000".parse().unwrap(), "10.0.0.5:7100"),
-            "10.0.0.5:7000"
-        );
-        assert_eq!(
-            advertised("127.0.0.1:7000".parse().unwrap(), "10.0.0.5:7100"),
-            "127.0.0.1:7000"
-        );
     }
 }

@@ -118,6 +118,12 @@ pub struct Cli {
     /// (an HTTP caller's shorter `x-seqsvr-timeout-ms` wins).
     #[arg(long, default_value_t = 2_000)]
     pub front_deadline_ms: u64,
+    /// Where the direct forwarding hop listens: ip:port, or `off`. Other AllocSvrs' front ends
+    /// send it the single takes (`next`, `INCR`) they forward here, in a small binary frame
+    /// instead of a gRPC call (they find the port by asking this node). By default a free port
+    /// on --listen's address; `off`, or any --tls-* setting, forwards those over gRPC only.
+    #[arg(long)]
+    pub hop_listen: Option<String>,
     /// How often a busy worker thread looks for new network events, in tasks run (1 to 1,000;
     /// tokio's own default is 61). Lower notices a new call sooner while the server is flooded,
     /// at one more `epoll_wait` per that many tasks; docs/journal/benchmarks-2026-11.md has both
@@ -241,6 +247,8 @@ pub struct NodeConfig {
     pub max_live_key_bytes: usize,
     /// The HTTP/JSON and Redis-protocol front ends (none by default).
     pub front: FrontConfig,
+    /// Where the direct forwarding hop listens (`crate::hop`); `None`: it does not run.
+    pub hop_listen: Option<SocketAddr>,
 }
 
 impl NodeConfig {
@@ -262,6 +270,7 @@ impl NodeConfig {
             max_live_keys: DEFAULT_MAX_LIVE_KEYS,
             max_live_key_bytes: DEFAULT_MAX_LIVE_KEY_BYTES,
             front: FrontConfig::default(),
+            hop_listen: Some(SocketAddr::new(listen.ip(), 0)),
         }
     }
 }
@@ -374,6 +383,7 @@ impl Cli {
             deadline: Some(Duration::from_millis(self.front_deadline_ms)),
         };
         check_front(&front, tls.is_some(), self.front_deadline_ms)?;
+        let hop_listen = hop_listen(self.hop_listen.as_deref(), self.listen, tls.is_some())?;
         Ok(BinaryConfig {
             node: NodeConfig {
                 node_id: NodeId(self.node_id),
@@ -402,10 +412,30 @@ impl Cli {
                 max_live_keys: self.max_live_keys,
                 max_live_key_bytes: self.max_live_key_bytes,
                 front,
+                hop_listen,
             },
             metrics_listen: self.metrics_listen,
             event_interval: self.event_interval,
         })
+    }
+}
+
+/// Where the hop listens: `--hop-listen`, else a free port on the data plane's address; nowhere
+/// with `off`, and nowhere under TLS (the hop does not carry certificates: `crate::hop`).
+fn hop_listen(arg: Option<&str>, listen: SocketAddr, tls: bool) -> Result<Option<SocketAddr>, String> {
+    match arg {
+        Some("off") => Ok(None),
+        Some(_) if tls => Err(
+            "--hop-listen does not run under --tls-*: the direct hop carries no certificate, so with TLS \
+             calls are forwarded over gRPC (leave --hop-listen out, or give `off`)"
+                .into(),
+        ),
+        Some(a) => a
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("--hop-listen: {a:?} is not ip:port or `off` ({e})")),
+        None if tls => Ok(None),
+        None => Ok(Some(SocketAddr::new(listen.ip(), 0))),
     }
 }
 
@@ -455,6 +485,28 @@ mod tests {
         seqsvr_plumbing::cli::try_parse_from::<Cli, _, _>(ENV_PREFIX, argv)
             .map_err(|e| e.to_string())?
             .validate()
+    }
+
+    #[test]
+    fn the_hop_listens_beside_the_data_plane_unless_off_or_under_tls() {
+        let listen: SocketAddr = "10.0.0.5:7100".parse().unwrap();
+        assert_eq!(hop_listen(None, listen, false), Ok(Some("10.0.0.5:0".parse().unwrap())));
+        assert_eq!(hop_listen(None, listen, true), Ok(None));
+        assert_eq!(hop_listen(Some("off"), listen, false), Ok(None));
+        assert_eq!(
+            hop_listen(Some("127.0.0.1:7300"), listen, false),
+            Ok(Some("127.0.0.1:7300".parse().unwrap()))
+        );
+        assert!(
+            hop_listen(Some("127.0.0.1:7300"), listen, true)
+                .unwrap_err()
+                .contains("TLS")
+        );
+        assert!(
+            hop_listen(Some("on"), listen, false)
+                .unwrap_err()
+                .contains("--hop-listen")
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! same code as a gRPC fetch ([`NodeCalls`]), after the same cluster-map check the client library
 //! makes of every reply. Any other call goes through the client library: to this node's own gRPC
 //! service in process — through the same in-flight limit, handler and metrics as a call from the
-//! network, without a socket — when it is the owner (a fetch waiting for a bump, say). A call for one another node owns is forwarded to it over gRPC (mTLS when on), found
+//! network, without a socket — when it is the owner (a fetch waiting for a bump, say). A single
+//! take for one another node owns goes first over the direct hop (`crate::hop`), which sends back
+//! what the owner cannot answer at once from memory; the rest is forwarded over gRPC (mTLS when on), found
 //! with the route table and cluster map the client library follows; NOT_OWNER, NOT_READY, a
 //! move or a dead owner are retried by the same code as for any Rust caller, within the front
 //! end's deadline. `allocsvr_front_rpcs_total{to="self"|"forwarded"}` counts the two, and
@@ -180,6 +182,8 @@ pub struct NodeCalls {
     coalescer: Coalescer,
     /// The Redis Cluster view, when this node runs a cluster port.
     cluster: Option<Arc<crate::cluster::ClusterFront>>,
+    /// Single takes for another owner go over the direct hop first, when it runs.
+    hop: Option<Arc<crate::hop::Hop>>,
 }
 
 impl NodeCalls {
@@ -187,6 +191,7 @@ impl NodeCalls {
         shared: Arc<AllocState>,
         client: Client,
         cluster: Option<Arc<crate::cluster::ClusterFront>>,
+        hop: Option<Arc<crate::hop::Hop>>,
     ) -> Result<Self, String> {
         let coalescer = Coalescer::new(client.clone(), CoalescerConfig::default()).map_err(|e| e.to_string())?;
         Ok(Self {
@@ -195,6 +200,7 @@ impl NodeCalls {
             slow: ClientCalls::new(client),
             coalescer,
             cluster,
+            hop,
         })
     }
 
@@ -234,6 +240,12 @@ impl Calls for NodeCalls {
                 value,
                 owner: Some(Owner::from(&owner)),
             });
+        }
+        if count == 1
+            && let Some(hop) = &self.hop
+            && let Some(answer) = hop.take(who).await
+        {
+            return answer;
         }
         let (value, owner) = match (who, count) {
             (Who::Uid(uid), 1) => {

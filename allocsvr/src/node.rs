@@ -43,6 +43,7 @@ pub struct Node {
     server: JoinHandle<()>,
     fronts: front::FrontAddrs,
     front_tasks: Vec<JoinHandle<()>>,
+    hop_addr: Option<SocketAddr>,
 }
 
 /// A registered AllocSvr's state and background tasks, without a listener: [`Node`] puts a gRPC
@@ -86,8 +87,22 @@ impl Node {
         let cluster_port = crate::cluster::bind(cfg.front.resp_cluster, core.shared.advertise())
             .await
             .map_err(|e| StartError::Front(format!("cannot bind --resp-cluster-listen: {e}")))?;
-        let front_info =
-            crate::cluster::FrontInfoSvc::new(core.shared.clone(), cluster_port.as_ref().map(|p| p.advertised.clone()));
+        let hop = match cfg.hop_listen {
+            Some(at) => Some(
+                crate::hop::server::bind(at, core.shared.advertise())
+                    .await
+                    .map_err(|e| StartError::Front(format!("cannot bind --hop-listen {at}: {e}")))?,
+            ),
+            None => None,
+        };
+        let front_info = crate::cluster::FrontInfoSvc::new(
+            core.shared.clone(),
+            cluster_port.as_ref().map(|p| p.advertised.clone()),
+            hop.as_ref().map(|(_, advertised)| advertised.clone()),
+        );
+        let hop_addr = hop.as_ref().and_then(|(l, _)| l.local_addr().ok());
+        let hop_task =
+            hop.map(|(listener, _)| crate::hop::server::serve(listener, core.shared.clone(), core.stop_rx.clone()));
         let server = seqsvr_auth::server(cfg.tls.as_deref()).map_err(|e| StartError::Tls(e.to_string()))?;
         let shed = ShedLayer::new(cfg.serve_limits.bounds(), &[HEALTH], admission_counters());
         let server = serve_limits::apply_with(server, &cfg.serve_limits, shed.clone());
@@ -104,23 +119,30 @@ impl Node {
             (front_info, ledgers.clone()),
         )
         .await;
-        let (fronts, front_tasks) = if cfg.front.any() {
+        let (fronts, mut front_tasks) = if cfg.front.any() {
             start_fronts(&cfg, &core, shed, cluster_port, ledgers).await?
         } else {
             Default::default()
         };
+        front_tasks.extend(hop_task);
         Ok(Node {
             core,
             local_addr,
             server,
             fronts,
             front_tasks,
+            hop_addr,
         })
     }
 
     /// Where the HTTP/JSON and Redis-protocol front ends listen, those that run.
     pub fn front_addrs(&self) -> front::FrontAddrs {
         self.fronts
+    }
+
+    /// Where the direct forwarding hop listens (`crate::hop`), when it runs.
+    pub fn hop_addr(&self) -> Option<SocketAddr> {
+        self.hop_addr
     }
 
     /// The bound data-plane address (useful with port 0).
@@ -301,17 +323,24 @@ async fn start_fronts(
     let own = core.shared.advertise().to_owned();
     let forwarder = Arc::new(front::Forwarder::new(own, local, cfg.tls.clone()));
     let client = front::client(&cfg.front, forwarder).map_err(StartError::Front)?;
+    let peers = Arc::new(crate::peers::Peers::new(cfg.tls.clone()));
     let cluster = cluster_port.as_ref().map(|p| {
-        let c = crate::cluster::ClusterFront::new(
-            core.shared.clone(),
-            client.clone(),
-            p.advertised.clone(),
-            cfg.tls.clone(),
-        );
+        let c =
+            crate::cluster::ClusterFront::new(core.shared.clone(), client.clone(), p.advertised.clone(), peers.clone());
         Arc::new(c)
     });
     let refresh = cluster.clone().map(|c| c.refresh(core.stop_rx.clone()));
-    let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client, cluster).map_err(StartError::Front)?);
+    // The hop is this node's way to reach others' hop ports, which run wherever TLS does not.
+    let hop = cfg.tls.is_none().then(|| {
+        let deadline = client.config().deadline;
+        Arc::new(crate::hop::Hop::new(
+            core.shared.clone(),
+            client.clone(),
+            peers,
+            deadline,
+        ))
+    });
+    let calls = Arc::new(front::NodeCalls::new(core.shared.clone(), client, cluster, hop).map_err(StartError::Front)?);
     let tls = match &cfg.tls {
         Some(t) => Some(t.rustls_server().map_err(|e| StartError::Tls(e.to_string()))?),
         None => None,

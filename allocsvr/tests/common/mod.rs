@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fake_store;
+pub mod resp;
 
 use std::future::Future;
 use std::time::Duration;

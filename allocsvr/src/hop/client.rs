@@ -1,0 +1,246 @@
+//! The forwarding side of the direct hop: one connection per peer, shared by every call to it.
+//!
+//! A call writes its frame itself (a non-blocking write under a short lock: no task is woken to
+//! send it, and calls that meet in the lock leave in one write when the socket is busy), and
+//! one reader task per connection hands each answer to its call by id.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tracing::debug;
+
+use super::wire::{self, Answer, Subject};
+
+/// How long a connection to a peer may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// After a connection failed or could not open, how long calls to that peer go the long way
+/// before another is tried.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// One open connection.
+struct Link {
+    stream: TcpStream,
+    /// Bytes not yet written, and whether a task is finishing a write the socket did not take.
+    out: Mutex<(Vec<u8>, bool)>,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    next_id: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl Link {
+    /// Marks the link dead and drops every waiting call's sender: each goes the long way.
+    fn fail(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            debug!(%why, "hop: connection lost");
+        }
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// Queues `frame` and writes what the socket takes now; the rest is finished by a task.
+    fn send(self: &Arc<Self>, frame: &[u8]) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        out.0.extend_from_slice(frame);
+        if out.1 {
+            return;
+        }
+        match write_now(&self.stream, &mut out.0) {
+            Ok(true) => {}
+            Ok(false) => {
+                out.1 = true;
+                let link = self.clone();
+                tokio::spawn(async move { link.finish_write().await });
+            }
+            Err(e) => {
+                drop(out);
+                self.fail(&e.to_string());
+            }
+        }
+    }
+
+    /// Writes the queued bytes as the socket takes them, until none are left.
+    async fn finish_write(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.stream.writable().await {
+                return self.fail(&e.to_string());
+            }
+            let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+            match write_now(&self.stream, &mut out.0) {
+                Ok(true) => {
+                    out.1 = false;
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    drop(out);
+                    return self.fail(&e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Reads answers until the connection ends, handing each to its call.
+    async fn read(self: Arc<Self>) {
+        let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+        loop {
+            if let Err(e) = self.stream.readable().await {
+                return self.fail(&e.to_string());
+            }
+            let len = buf.len();
+            buf.resize(len + 16 * 1024, 0);
+            match self.stream.try_read(&mut buf[len..]) {
+                Ok(0) => {
+                    buf.truncate(len);
+                    return self.fail("closed by the peer");
+                }
+                Ok(n) => buf.truncate(len + n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    buf.truncate(len);
+                    continue;
+                }
+                Err(e) => return self.fail(&e.to_string()),
+            }
+            let mut at = 0;
+            loop {
+                match wire::take_answer(&buf[at..]) {
+                    Ok(Some((id, answer, used))) => {
+                        at += used;
+                        let call = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                        // A call that gave up waiting has gone the long way; its answer is dropped.
+                        if let Some(call) = call {
+                            let _ = call.send(answer);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return self.fail(&e.0),
+                }
+            }
+            buf.drain(..at);
+        }
+    }
+}
+
+/// Writes as much of `out` as the socket takes without waiting; true when all of it went.
+fn write_now(stream: &TcpStream, out: &mut Vec<u8>) -> std::io::Result<bool> {
+    while !out.is_empty() {
+        match stream.try_write(out) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                out.drain(..n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// A peer's connection as the calls see it.
+enum State {
+    Up(Arc<Link>),
+    Opening,
+    Down(Instant),
+}
+
+/// Removes a call's entry when the call ends, whatever way it ends (a caller may be dropped).
+struct Waiting<'a> {
+    link: &'a Link,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.link
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Every peer's connection.
+#[derive(Default)]
+pub struct Links {
+    peers: Mutex<HashMap<String, State>>,
+}
+
+impl Links {
+    /// The open connection to the hop port `addr`; `None` (and one being opened in the
+    /// background, unless one failed lately) when there is none yet.
+    fn link(self: &Arc<Self>, addr: &str) -> Option<Arc<Link>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        match peers.get(addr) {
+            Some(State::Up(l)) if !l.dead.load(Ordering::Acquire) => return Some(l.clone()),
+            Some(State::Up(_)) => {
+                // Lost: as one that could not open, so that a peer that drops every connection
+                // costs one attempt a second, not one a call.
+                peers.insert(addr.to_owned(), State::Down(Instant::now()));
+                return None;
+            }
+            Some(State::Opening) => return None,
+            Some(State::Down(at)) if at.elapsed() < RETRY_AFTER => return None,
+            _ => {}
+        }
+        peers.insert(addr.to_owned(), State::Opening);
+        let (links, addr) = (self.clone(), addr.to_owned());
+        tokio::spawn(async move {
+            let state = match open(&addr).await {
+                Ok(link) => {
+                    tokio::spawn(link.clone().read());
+                    State::Up(link)
+                }
+                Err(e) => {
+                    debug!(peer = %addr, error = %e, "hop: cannot open a connection; forwarding over gRPC");
+                    State::Down(Instant::now())
+                }
+            };
+            links
+                .peers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(addr, state);
+        });
+        None
+    }
+
+    /// Takes `subject` at the owner whose hop port is `addr`, waiting `wait` at most. `None`:
+    /// no answer (no connection yet, it failed, or the wait ran out); the call then goes the long
+    /// way, and a value the owner may have taken meanwhile is lost, never handed out twice.
+    pub async fn take(self: &Arc<Self>, addr: &str, subject: Subject<'_>, wait: Duration) -> Option<Answer> {
+        let link = self.link(addr)?;
+        let id = link.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        link.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        let _entry = Waiting { link: &link, id };
+        let mut frame = Vec::with_capacity(64);
+        wire::put_request(&mut frame, id, subject);
+        link.send(&frame);
+        if link.dead.load(Ordering::Acquire) {
+            return None;
+        }
+        tokio::time::timeout(wait, rx).await.ok()?.ok()
+    }
+}
+
+async fn open(addr: &str) -> Result<Arc<Link>, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let link = Arc::new(Link {
+        stream,
+        out: Mutex::new((Vec::new(), false)),
+        waiting: Mutex::default(),
+        next_id: AtomicU64::new(0),
+        dead: AtomicBool::new(false),
+    });
+    link.send(wire::PREFACE);
+    if link.dead.load(Ordering::Acquire) {
+        return Err("the preface could not be written".into());
+    }
+    Ok(link)
+}
