@@ -244,3 +244,99 @@ async fn open(addr: &str) -> Result<Arc<Link>, String> {
     }
     Ok(link)
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A peer that reads the preface, then answers each request with `LongWay` when `answer` is
+    /// set, or reads and says nothing; it closes after `keep` requests.
+    async fn peer(answer: bool, keep: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut preface = [0u8; 8];
+            s.read_exact(&mut preface).await.unwrap();
+            assert_eq!(&preface, wire::PREFACE);
+            let (mut buf, mut seen) = (Vec::new(), 0);
+            while seen < keep {
+                let mut chunk = [0u8; 1024];
+                let n = s.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some((id, _, used)) = wire::take_request(&buf).unwrap() {
+                    buf.drain(..used);
+                    seen += 1;
+                    if answer {
+                        let mut out = Vec::new();
+                        wire::put_answer(&mut out, id, &Answer::LongWay);
+                        s.write_all(&out).await.unwrap();
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    /// Takes until one is answered or `tries` have gone; the answers, in order.
+    async fn take_until_answered(links: &Arc<Links>, addr: &str, tries: usize) -> Vec<Option<Answer>> {
+        let mut got = Vec::new();
+        for _ in 0..tries {
+            let a = links.take(addr, Subject::Uid(1), Duration::from_millis(300)).await;
+            let done = a.is_some();
+            got.push(a);
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_call_before_the_connection_is_open_goes_the_long_way_and_later_ones_are_answered() {
+        let links = Arc::new(Links::default());
+        let addr = peer(true, 10).await;
+        let got = take_until_answered(&links, &addr, 20).await;
+        assert_eq!(got[0], None, "the first call does not wait for the connection");
+        assert_eq!(got.last(), Some(&Some(Answer::LongWay)), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_costs_the_wait_and_a_closing_one_is_not_retried_at_once() {
+        let links = Arc::new(Links::default());
+        let silent = peer(false, 100).await;
+        let got = take_until_answered(&links, &silent, 5).await;
+        assert!(got.iter().all(Option::is_none), "{got:?}");
+
+        // Closes after the second request: the calls after that get no answer and do not hang,
+        // and the lost connection is not reopened before RETRY_AFTER.
+        let closing = peer(true, 2).await;
+        let got = take_until_answered(&links, &closing, 20).await;
+        assert_eq!(got.last(), Some(&Some(Answer::LongWay)));
+        let mut after = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            after.push(links.take(&closing, Subject::Uid(1), Duration::from_millis(300)).await);
+            assert!(started.elapsed() < Duration::from_millis(400));
+        }
+        assert_eq!(after.iter().filter(|a| a.is_some()).count(), 1, "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn nobody_listening_is_down_for_a_while() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let links = Arc::new(Links::default());
+        assert_eq!(take_until_answered(&links, &addr, 5).await, vec![None; 5]);
+        let peers = links.peers.lock().unwrap();
+        assert!(matches!(peers.get(&addr), Some(State::Down(_))));
+    }
+}
