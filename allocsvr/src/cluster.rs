@@ -217,7 +217,7 @@ impl ClusterFront {
 impl ClusterFront {
     /// The cluster port of the peer at data-plane address `addr` in incarnation `inc`, when known.
     fn peer_port(&self, addr: &str, inc: Incarnation) -> Option<String> {
-        self.peers.ports(addr, inc).resp_cluster
+        self.peers.ports(addr, inc).resp_cluster.map(|p| p.to_string())
     }
 }
 

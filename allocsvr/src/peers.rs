@@ -26,8 +26,8 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The ports a peer said it runs (`host:port` as it is reached), `None` where it runs none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ports {
-    pub resp_cluster: Option<String>,
-    pub hop: Option<String>,
+    pub resp_cluster: Option<Arc<str>>,
+    pub hop: Option<Arc<str>>,
 }
 
 /// What one peer said, for which incarnation, and when.
@@ -118,7 +118,7 @@ impl Peers {
 }
 
 fn ports_of(r: &pb::FrontInfoReply) -> Ports {
-    let some = |s: &String| (!s.is_empty()).then(|| s.clone());
+    let some = |s: &String| (!s.is_empty()).then(|| Arc::from(s.as_str()));
     Ports {
         resp_cluster: some(&r.resp_cluster_addr),
         hop: some(&r.hop_addr),
@@ -162,7 +162,7 @@ mod tests {
             ports_of(&r),
             Ports {
                 resp_cluster: None,
-                hop: Some("10.0.0.5:7300".into())
+                hop: Some(Arc::from("10.0.0.5:7300"))
             }
         );
     }

@@ -95,13 +95,12 @@ impl Hop {
             // Bad input: the long way says what is wrong with it.
             _ => return None,
         };
-        let (addr, inc) = self.client.with_routes(|routes| {
-            crate::cluster::owner_of(routes, pos, p.section_size).map(|(a, i)| (a.to_owned(), i))
+        // The owner's hop port, looked up under the routes (no copy of its address per call).
+        let me = self.shared.advertise();
+        let hop_addr = self.client.with_routes(|routes| {
+            let (addr, inc) = crate::cluster::owner_of(routes, pos, p.section_size)?;
+            (addr != me).then(|| self.peers.ports(addr, inc).hop)?
         })?;
-        if addr == self.shared.advertise() {
-            return None;
-        }
-        let hop_addr = self.peers.ports(&addr, inc).hop?;
         self.forwarded.increment(1);
         let started = std::time::Instant::now();
         let answer = self.links.take(&hop_addr, subject, self.wait).await;
