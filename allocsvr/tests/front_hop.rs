@@ -21,7 +21,6 @@ use allocsvr::hop::wire::{self, Answer, Subject};
 use common::resp::{Reply, call};
 use common::{FakeStore, config, poll, test_params};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use seqsvr_proto::pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,26 +42,6 @@ fn hop_answers(answer: &str) -> u64 {
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .map_or(0, |v| v.trim().parse::<f64>().expect("a counter's value") as u64)
-}
-
-/// The cluster map of the fake store's one set, served by `allocsvrs`.
-fn cluster_map(allocsvrs: &[String]) -> pb::ClusterMap {
-    pb::ClusterMap {
-        version: 2,
-        sets: vec![pb::SetInfo {
-            set_id: 0,
-            stores: vec![],
-            allocsvrs: allocsvrs.to_vec(),
-        }],
-        ranges: vec![pb::MapRange {
-            section_begin: 0,
-            section_end: SECTIONS,
-            set_id: 0,
-        }],
-        section_size: SECTION_SIZE,
-        uid_limit: SECTIONS * SECTION_SIZE,
-        ..Default::default()
-    }
 }
 
 /// Sends `frames` after the preface on a new connection to `hop` and reads `n` answers.
@@ -116,7 +95,7 @@ async fn takes_for_another_owner_go_over_the_hop_and_stay_in_order() {
     store.with(|s| {
         s.assign(0, SECTIONS / 2, inc_a, true);
         s.assign(SECTIONS / 2, SECTIONS, inc_b, true);
-        s.map = Some(cluster_map(&addrs));
+        s.map = Some(common::one_set_map(2, &addrs, SECTIONS, SECTION_SIZE));
     });
     let hop = b.hop_addr().expect("the hop runs by default");
 

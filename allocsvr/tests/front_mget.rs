@@ -66,26 +66,6 @@ async fn wait_serving(node: &Node, uid: u64) {
     .await;
 }
 
-/// The cluster map of the fake store's one set, served by `allocsvrs`.
-fn cluster_map(version: u64, allocsvrs: &[String]) -> pb::ClusterMap {
-    pb::ClusterMap {
-        version,
-        sets: vec![pb::SetInfo {
-            set_id: 0,
-            stores: vec![],
-            allocsvrs: allocsvrs.to_vec(),
-        }],
-        ranges: vec![pb::MapRange {
-            section_begin: 0,
-            section_end: SECTIONS,
-            set_id: 0,
-        }],
-        section_size: SECTION_SIZE,
-        uid_limit: SECTIONS * SECTION_SIZE,
-        ..Default::default()
-    }
-}
-
 /// 500 uids spread over every section, and 500 counter keys (placed by their hash).
 fn names() -> Vec<String> {
     let uids = (0..NAMES as u64 / 2).map(|i| format!("u:{}", 2 * i));
@@ -144,7 +124,7 @@ async fn one_mget_of_1000_names_is_one_batched_read_per_owner() {
     // With a map that lets this node's set answer, the names it owns are read from memory and
     // only the other owner's are sent, in one RPC.
     let addrs = [a.local_addr().to_string(), b.local_addr().to_string()];
-    store.with(|s| s.map = Some(cluster_map(2, &addrs)));
+    store.with(|s| s.map = Some(common::one_set_map(2, &addrs, SECTIONS, SECTION_SIZE)));
     // A read the long way brings the map to the front end's client (a reply carries it); from
     // then on a GET of an owned name costs no RPC.
     let deadline = tokio::time::Instant::now() + READY;

@@ -76,3 +76,24 @@ pub async fn fetch_ok(c: &mut AllocServiceClient<Channel>, uid: u64, within: Dur
     })
     .await
 }
+
+/// A cluster map of the fake store's one set (set 0) over `sections` sections of `section_size`,
+/// served by `allocsvrs`.
+pub fn one_set_map(version: u64, allocsvrs: &[String], sections: u64, section_size: u64) -> pb::ClusterMap {
+    pb::ClusterMap {
+        version,
+        sets: vec![pb::SetInfo {
+            set_id: 0,
+            stores: vec![],
+            allocsvrs: allocsvrs.to_vec(),
+        }],
+        ranges: vec![pb::MapRange {
+            section_begin: 0,
+            section_end: sections,
+            set_id: 0,
+        }],
+        section_size,
+        uid_limit: sections * section_size,
+        ..Default::default()
+    }
+}
