@@ -152,6 +152,24 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_from_a_peer_without_the_hop_field_has_no_hop_port() {
+        // What an AllocSvr that predates `hop_addr` sends: fields 1 and 2 only.
+        use prost::Message;
+        let mut old = Vec::new();
+        prost::encoding::string::encode(1, &"10.0.0.5:7000".to_string(), &mut old);
+        prost::encoding::uint64::encode(2, &7, &mut old);
+        let r = pb::FrontInfoReply::decode(old.as_slice()).unwrap();
+        assert_eq!(r.incarnation, 7);
+        assert_eq!(
+            ports_of(&r),
+            Ports {
+                resp_cluster: Some(Arc::from("10.0.0.5:7000")),
+                hop: None
+            }
+        );
+    }
+
+    #[test]
     fn an_empty_port_in_an_answer_is_no_port() {
         let r = pb::FrontInfoReply {
             resp_cluster_addr: String::new(),

@@ -21,6 +21,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// before another is tried.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Most bytes queued for a peer that has not taken them (a few thousand calls' frames).
+const MAX_QUEUED: usize = 1 << 20;
+
 /// One open connection.
 struct Link {
     stream: TcpStream,
@@ -44,6 +47,11 @@ impl Link {
     /// every frame queued by then.
     fn send(self: &Arc<Self>, frame: &[u8]) {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.0.len() + frame.len() > MAX_QUEUED {
+            // A peer that stopped reading: its calls go the long way, and the bytes stop growing.
+            drop(out);
+            return self.fail("the peer stopped reading");
+        }
         out.0.extend_from_slice(frame);
         if out.1 {
             return;
@@ -318,6 +326,27 @@ mod tests {
             assert!(started.elapsed() < Duration::from_millis(400));
         }
         assert_eq!(after.iter().filter(|a| a.is_some()).count(), 1, "{after:?}");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_stops_reading_ends_the_connection_instead_of_a_growing_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // Accepts and never reads.
+        let held = tokio::spawn(async move { listener.accept().await.unwrap() });
+        let link = open(&addr).await.unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        // 64 MB: far more than the kernel's buffers and MAX_QUEUED together.
+        for _ in 0..1024 {
+            if link.dead.load(Ordering::Acquire) {
+                break;
+            }
+            link.send(&chunk);
+            tokio::task::yield_now().await;
+        }
+        assert!(link.dead.load(Ordering::Acquire), "the queue grew past its bound");
+        assert!(link.out.lock().unwrap().0.len() <= MAX_QUEUED);
+        drop(held);
     }
 
     #[tokio::test]
