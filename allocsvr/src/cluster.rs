@@ -134,8 +134,9 @@ impl ClusterFront {
     /// the owners from a node's first seconds on.
     pub fn refresh(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            loop {
+            for tick in 0usize.. {
                 self.learn_sets().await;
+                self.refresh_tables(tick).await;
                 let _ = self.view();
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
@@ -170,6 +171,39 @@ impl ClusterFront {
                 debug!(%uid, error = %e, "could not learn the route table of another set yet");
             }
         }
+    }
+
+    /// Brings the other sets' route tables up to date: each tick, one AllocSvr of each other set
+    /// the client library has a table of (the next one each tick, so a dead one is passed over)
+    /// is asked for its set's table when newer than ours. Without it, a table here is renewed
+    /// only by a call that went through this node to that set: after a failover there, this
+    /// node would go on naming the dead owner's slots as its own, and forwarding their calls,
+    /// for as long as no such call came.
+    async fn refresh_tables(&self, tick: usize) {
+        let own = self.shared.params().set_id;
+        let asks: Vec<(String, u64)> = self.client.with_routes(|routes| {
+            routes
+                .tables()
+                .filter(|t| t.set_id() != own)
+                .filter_map(|t| {
+                    let mut addrs: Vec<&str> = t.entries().iter().map(|e| e.addr.as_str()).collect();
+                    addrs.retain(|a| !a.is_empty());
+                    addrs.sort_unstable();
+                    addrs.dedup();
+                    let addr = addrs.get(tick % addrs.len().max(1))?;
+                    Some((addr.to_string(), t.version()))
+                })
+                .collect()
+        });
+        let asked = asks.into_iter().map(|(addr, version)| async move {
+            match self.peers.table_of(&addr, version).await {
+                Ok(table) => {
+                    self.client.learn_from(None, table);
+                }
+                Err(e) => debug!(peer = %addr, error = %e, "could not ask a peer for its set's route table"),
+            }
+        });
+        futures::future::join_all(asked).await;
     }
 
     /// Every slot's node: its owner when that owner's cluster port is known, else this node.

@@ -1,5 +1,6 @@
 //! What the other AllocSvrs say of their own ports: the Redis Cluster port the redirects name
-//! (`crate::cluster`) and the direct forwarding port the front ends' hop uses (`crate::hop`).
+//! (`crate::cluster`) and the direct forwarding port the front ends' hop uses (`crate::hop`); and,
+//! asked directly, their set's route table ([`Peers::table_of`]).
 //!
 //! A peer's answer to the small `FrontInfo` gRPC call, asked on the data-plane address the
 //! route table names, is kept for one incarnation of the peer and at most [`PEER_TTL`] (a
@@ -80,6 +81,24 @@ impl Peers {
             self.ask(addr.to_owned(), inc);
         }
         ports
+    }
+
+    /// The route table of the set of the AllocSvr at `addr`, when newer than `version`: a read of
+    /// uid 0 (it takes no number, and any AllocSvr answers it, owner of uid 0 or not) sent to
+    /// that AllocSvr alone, not through the client library (nothing is retried elsewhere, and
+    /// nothing counts as a forwarded call).
+    pub async fn table_of(&self, addr: &str, version: u64) -> Result<Option<pb::RouteTable>, String> {
+        let conn = self.dialer.dial_data(addr, ASK_TIMEOUT)?;
+        let mut c = pb::alloc_service_client::AllocServiceClient::new(conn);
+        let read = c.get_cur_seq(pb::GetCurSeqRequest {
+            uid: 0,
+            route_version: version,
+        });
+        let reply = tokio::time::timeout(ASK_TIMEOUT, read)
+            .await
+            .map_err(|_| "no answer within a second".to_string())?
+            .map_err(|e| e.to_string())?;
+        Ok(reply.into_inner().routes)
     }
 
     /// Asks the peer at `addr` for its ports, and keeps the answer for incarnation `inc`.
