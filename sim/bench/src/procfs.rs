@@ -27,6 +27,17 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// CPU time (user + system) of this process's children that have ended and been waited for,
+/// in seconds: around one child's run (and no other child ending meanwhile), that child's CPU.
+pub fn ended_children_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // cutime and cstime are fields 16 and 17 of the whole line, 14 and 15 after `state`.
+    let ticks: u64 = fields.get(13)?.parse::<u64>().ok()? + fields.get(14)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// Busy CPU time of the whole machine so far (every state but idle and iowait), in seconds.
 pub fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;

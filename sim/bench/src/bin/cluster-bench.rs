@@ -11,7 +11,10 @@
 //!    `-c 50/256` × `-P 1/16`, `--runs` times; the points rotate run to run and which of a pair goes
 //!    first alternates.
 //!
-//! Prints medians, the ratio against the target (ours ≥ 1.0× Redis Cluster at every point), and the
+//! Prints medians, the ratio against the target (ours ≥ 1.0× Redis Cluster at every point), where
+//! each run's CPU went (the three servers' CPU time per `INCR`, from `/proc/PID/stat`, and
+//! `redis-benchmark`'s CPU over its wall time, from this process's ended children: a single-threaded
+//! tool near 1.0 CPU is what limits both systems' rates), and the
 //! calls the AllocSvrs forwarded to each other meanwhile (`allocsvr_front_rpcs_total{to=
 //! "forwarded"}`: 0 when every key reached its owner). Targets are printed, not asserted: exit 0
 //! when measuring worked, 2 a missing tool or binary, 3 a harness failure. Every process is
@@ -56,11 +59,23 @@ fn main() -> ExitCode {
     seqsvr_bench::exit::run("cluster-bench", bench(Args::parse()))
 }
 
-/// Throughput and median latency of one load run.
+/// Throughput and median latency of one load run, and where its CPU went.
 #[derive(Debug, Clone, Copy)]
 struct Point {
     rps: f64,
     p50_ms: f64,
+    /// CPU time of the measured system's three servers, in µs per `INCR`.
+    server_us: f64,
+    /// `redis-benchmark`'s CPU time over its wall time: near 1.0 it is the bottleneck (its
+    /// event loop is one thread), and the two systems' rates are its rate, not theirs.
+    bench_cpus: f64,
+}
+
+/// One system under load: the address `redis-benchmark` is seeded with, and its servers' pids.
+#[derive(Debug, Clone)]
+struct System {
+    seed: String,
+    pids: Vec<u32>,
 }
 
 async fn bench(args: Args) -> Result<bool, Failure> {
@@ -99,7 +114,7 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
         points.rotate_left(run % n);
         for &(c, p) in &points {
             let i = index(c, p);
-            let bench = |addr: String| async move { redis_benchmark(&addr, c, p).await };
+            let bench = |sys: System| async move { redis_benchmark(&sys, c, p).await };
             let (r, o) = in_turn(run, &redis, &ours, bench).await?;
             samples[i].0.push(r);
             samples[i].1.push(o);
@@ -133,7 +148,7 @@ async fn start_ours(
     bins: &cluster::Binaries,
     dir: &Path,
     procs: &mut Supervisor,
-) -> Result<(Vec<cluster::AllocNode>, String), Failure> {
+) -> Result<(Vec<cluster::AllocNode>, System), Failure> {
     let extra = vec![format!("--uid-limit={UID_LIMIT}"), "--key-placement=slots".to_string()];
     let stores = cluster::start_stores_with(procs, &bins.storesvr, dir, STEP, SECTION_SIZE, &extra)
         .await
@@ -159,14 +174,20 @@ async fn start_ours(
     }
     // Untimed: every slot's section gets its first calls (its memory is made then).
     redis_benchmark_n(&ports[0], 50, 16, 400_000).await?;
-    Ok((nodes, ports.swap_remove(0)))
+    let pids = nodes.iter().map(|n| n.pid).collect();
+    Ok((
+        nodes,
+        System {
+            seed: ports.swap_remove(0),
+            pids,
+        },
+    ))
 }
 
-/// Three `redis-server --cluster-enabled yes` joined into one cluster of three masters; one of
-/// their addresses.
-async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<String, Failure> {
+/// Three `redis-server --cluster-enabled yes` joined into one cluster of three masters.
+async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<System, Failure> {
     let bin = peers::on_path("redis-server").ok_or_else(|| Failure::Usage("redis-server is not installed".into()))?;
-    let mut addrs = Vec::new();
+    let (mut addrs, mut pids) = (Vec::new(), Vec::new());
     for i in 1..=NODES {
         let addr = seqsvr_harness::free_addr();
         let (_, port) = addr
@@ -197,9 +218,10 @@ async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<Strin
             cwd: Some(data),
             ..ProcSpec::new(format!("redis{i}"), &bin, args)
         };
-        procs
+        let pid = procs
             .spawn(spec)
             .map_err(|e| harness(format!("cannot start redis-server: {e}")))?;
+        pids.push(pid);
         let up =
             seqsvr_harness::poll_until(Duration::from_secs(10), || async { redis_cli(&addr, &["PING"]).await }).await;
         up.ok_or_else(|| harness(format!("redis-server at {addr} did not answer PING")))?;
@@ -230,7 +252,10 @@ async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<Strin
         .await;
         ok.ok_or_else(|| harness(format!("the Redis Cluster at {addr} did not reach cluster_state:ok")))?;
     }
-    Ok(addrs.swap_remove(0))
+    Ok(System {
+        seed: addrs.swap_remove(0),
+        pids,
+    })
 }
 
 /// `redis-cli -h H -p P ARGS...`'s output, when it ran.
@@ -261,10 +286,24 @@ fn redis_version() -> String {
         .unwrap_or_else(|_| "redis-server (version unknown)".into())
 }
 
-/// `redis-benchmark --cluster -t incr` seeded with `addr`.
-async fn redis_benchmark(addr: &str, c: usize, p: usize) -> Result<Point, Failure> {
+/// `redis-benchmark --cluster -t incr` against `sys`, with the CPU its servers and the tool used.
+async fn redis_benchmark(sys: &System, c: usize, p: usize) -> Result<Point, Failure> {
     let n = if p == 1 { 200_000 } else { 800_000 };
-    redis_benchmark_n(addr, c, p, n).await
+    let servers = || -> Result<f64, Failure> {
+        sys.pids
+            .iter()
+            .map(|&pid| procfs::cpu_seconds(pid).ok_or_else(|| harness(format!("no CPU time of pid {pid}"))))
+            .sum()
+    };
+    let children = || procfs::ended_children_cpu_seconds().ok_or_else(|| harness("no CPU time of ended children"));
+    let (servers_before, children_before, started) = (servers()?, children()?, std::time::Instant::now());
+    let point = redis_benchmark_n(&sys.seed, c, p, n).await?;
+    let wall = started.elapsed().as_secs_f64();
+    Ok(Point {
+        server_us: (servers()? - servers_before) * 1e6 / n as f64,
+        bench_cpus: (children()? - children_before) / wall,
+        ..point
+    })
 }
 
 async fn redis_benchmark_n(addr: &str, c: usize, p: usize, n: usize) -> Result<Point, Failure> {
@@ -296,21 +335,23 @@ async fn redis_benchmark_n(addr: &str, c: usize, p: usize, n: usize) -> Result<P
     Ok(Point {
         rps: p.rps,
         p50_ms: p.p50_ms,
+        server_us: 0.0,
+        bench_cpus: 0.0,
     })
 }
 
 /// `measure` of `a` and of `b`, `a` first in even runs and `b` first in odd ones. `(a's, b's)`.
-async fn in_turn<F, Fut>(run: usize, a: &str, b: &str, measure: F) -> Result<(Point, Point), Failure>
+async fn in_turn<F, Fut>(run: usize, a: &System, b: &System, measure: F) -> Result<(Point, Point), Failure>
 where
-    F: Fn(String) -> Fut,
+    F: Fn(System) -> Fut,
     Fut: Future<Output = Result<Point, Failure>>,
 {
     if run.is_multiple_of(2) {
-        let first = measure(a.to_string()).await?;
-        Ok((first, measure(b.to_string()).await?))
+        let first = measure(a.clone()).await?;
+        Ok((first, measure(b.clone()).await?))
     } else {
-        let first = measure(b.to_string()).await?;
-        Ok((measure(a.to_string()).await?, first))
+        let first = measure(b.clone()).await?;
+        Ok((measure(a.clone()).await?, first))
     }
 }
 
@@ -343,8 +384,8 @@ fn print_table(args: &Args, samples: &[(Vec<Point>, Vec<Point>)]) -> bool {
         args.runs
     );
     println!(
-        "{:>5} {:>3} {:>14} {:>12} {:>7} {:>10} {:>10}  target ≥ 1.0×",
-        "conns", "-P", "RedisCluster/s", "seqsvr/s", "ratio", "Redis p50", "ours p50"
+        "{:>5} {:>3} {:>14} {:>12} {:>7} {:>10} {:>10} {:>12} {:>12}  target ≥ 1.0×",
+        "conns", "-P", "RedisCluster/s", "seqsvr/s", "ratio", "Redis p50", "ours p50", "CPU µs R/us", "bench CPUs"
     );
     let mut all_met = true;
     for c in CONNECTIONS {
@@ -356,12 +397,20 @@ fn print_table(args: &Args, samples: &[(Vec<Point>, Vec<Point>)]) -> bool {
             let met = ratio >= 1.0;
             all_met &= met;
             println!(
-                "{c:>5} {p:>3} {r:>14.0} {o:>12.0} {ratio:>7.2} {:>9.3}ms {:>9.3}ms  {}",
+                "{c:>5} {p:>3} {r:>14.0} {o:>12.0} {ratio:>7.2} {:>9.3}ms {:>9.3}ms {:>5.2}/{:<6.2} {:>5.2}/{:<6.2}  {}",
                 med(redis, |x| x.p50_ms),
                 med(ours, |x| x.p50_ms),
+                med(redis, |x| x.server_us),
+                med(ours, |x| x.server_us),
+                med(redis, |x| x.bench_cpus),
+                med(ours, |x| x.bench_cpus),
                 if met { "met" } else { "NOT MET" }
             );
         }
     }
+    println!(
+        "CPU µs R/us: the three servers' CPU time per INCR (Redis Cluster / AllocSvrs); bench CPUs: redis-benchmark's \
+         CPU over wall time against each (near 1.0 its one thread is the bottleneck)"
+    );
     all_met
 }
