@@ -227,6 +227,15 @@ async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<Syste
         up.ok_or_else(|| harness(format!("redis-server at {addr} did not answer PING")))?;
         addrs.push(addr);
     }
+    join_redis_cluster(&addrs).await?;
+    Ok(System {
+        seed: addrs.swap_remove(0),
+        pids,
+    })
+}
+
+/// Joins the `redis-server`s at `addrs` into one cluster of masters and waits until each says so.
+async fn join_redis_cluster(addrs: &[String]) -> Result<(), Failure> {
     let mut create = vec!["--cluster", "create"];
     create.extend(addrs.iter().map(String::as_str));
     create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
@@ -244,7 +253,7 @@ async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<Syste
             String::from_utf8_lossy(&out.stdout)
         )));
     }
-    for addr in &addrs {
+    for addr in addrs {
         let ok = seqsvr_harness::poll_until(Duration::from_secs(30), || async {
             let info = redis_cli(addr, &["CLUSTER", "INFO"]).await?;
             info.contains("cluster_state:ok").then_some(())
@@ -252,10 +261,7 @@ async fn start_redis_cluster(dir: &Path, procs: &mut Supervisor) -> Result<Syste
         .await;
         ok.ok_or_else(|| harness(format!("the Redis Cluster at {addr} did not reach cluster_state:ok")))?;
     }
-    Ok(System {
-        seed: addrs.swap_remove(0),
-        pids,
-    })
+    Ok(())
 }
 
 /// `redis-cli -h H -p P ARGS...`'s output, when it ran.
