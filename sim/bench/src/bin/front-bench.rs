@@ -12,7 +12,9 @@
 //!    first alternates. `--only resp,http,hop` measures a part of the run.
 //! 3. Starts a second AllocSvr, waits until the two hold half the sections each, and times the
 //!    forwarding hop: `wrk` on uids the second owns, through the first (forwarded) and through the
-//!    second (direct), at 1 and 50 connections; then the least any hop over gRPC adds, a bare
+//!    second (direct), at 1 and 50 connections, with each node's CPU time per call over each `wrk`
+//!    run (from `/proc/PID/stat`) and `wrk`'s own (this process's ended children); then the least
+//!    any hop over gRPC adds, a bare
 //!    tonic echo's p50 through `H2Conn` at 1 and 50 callers at once (`front-bench --serve-echo
 //!    ADDR`, `seqsvr_bench::echo`).
 //!
@@ -438,7 +440,7 @@ async fn run(args: &Args, bins: &cluster::Binaries, dir: &Path, procs: &mut Supe
         all_met &= print_http(args, &pairs);
     }
     if args.measures(Part::Hop) {
-        all_met &= hop(args, bins, dir, procs, &stores, &fronts.http, &fronts.resp).await?;
+        all_met &= hop(args, bins, dir, procs, &stores, &fronts).await?;
     }
     cluster::check_alive(procs).map_err(harness)?;
     println!(
@@ -615,12 +617,77 @@ fn sample_uids_of(table: &seqsvr_proto::pb::RouteTable, node_id: u64) -> Vec<u64
         .collect()
 }
 
-/// One connection count of the hop: direct and forwarded medians, and the echo floor's p50.
+/// One connection count of the hop: direct and forwarded medians, the echo floor's p50, and
+/// where the CPU of the forwarded calls went.
 struct HopPoint {
     conns: usize,
     direct: Point,
     forwarded: Point,
     floor_ms: f64,
+    direct_cpu: Cpu,
+    forwarded_cpu: Cpu,
+}
+
+/// The CPU of one `wrk` run: each AllocSvr's in µs per call, and `wrk`'s over the run's wall time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    node1_us: f64,
+    node2_us: f64,
+    wrk_cpus: f64,
+}
+
+/// `wrk` (as [`wrk`]) with the CPU the two AllocSvrs (`pids`) and `wrk` itself used meanwhile.
+async fn wrk_cpu(dir: &Path, addr: &str, c: usize, uids: &[u64], pids: [u32; 2]) -> Result<(Point, Cpu), Failure> {
+    let node = |pid: u32| procfs::cpu_seconds(pid).ok_or_else(|| harness(format!("no CPU time of pid {pid}")));
+    let children = || procfs::ended_children_cpu_seconds().ok_or_else(|| harness("no CPU time of ended children"));
+    let before = (node(pids[0])?, node(pids[1])?, children()?);
+    let started = std::time::Instant::now();
+    let point = wrk(dir, addr, c, Some(uids)).await?;
+    let wall = started.elapsed().as_secs_f64();
+    // wrk's rate is over its own duration (WRK_SECONDS); the calls are that many.
+    let calls = point.rps * WRK_SECONDS as f64;
+    Ok((
+        point,
+        Cpu {
+            node1_us: (node(pids[0])? - before.0) * 1e6 / calls,
+            node2_us: (node(pids[1])? - before.1) * 1e6 / calls,
+            wrk_cpus: (children()? - before.2) / wall,
+        },
+    ))
+}
+
+/// The median of each of `v`'s fields.
+fn med_cpu(v: &[Cpu]) -> Cpu {
+    let m = |f: fn(&Cpu) -> f64| median(v.iter().map(f).collect());
+    Cpu {
+        node1_us: m(|x| x.node1_us),
+        node2_us: m(|x| x.node2_us),
+        wrk_cpus: m(|x| x.wrk_cpus),
+    }
+}
+
+/// Where the hop's CPU went, per connection count: each node's CPU per call, direct and forwarded.
+fn print_hop_cpu(points: &[HopPoint]) {
+    println!("\n  CPU µs a call (node 1 forwards, node 2 owns), from /proc; wrk's CPUs over its run's wall time");
+    println!(
+        "{:>5} {:>14} {:>16} {:>16} {:>14} {:>12}",
+        "conns", "direct: node 2", "fwd: node 1", "fwd: node 2", "fwd ÷ direct", "wrk CPUs d/f"
+    );
+    for p in points {
+        let (d, f) = (&p.direct_cpu, &p.forwarded_cpu);
+        let direct = d.node1_us + d.node2_us;
+        let forwarded = f.node1_us + f.node2_us;
+        println!(
+            "{:>5} {:>14.1} {:>16.1} {:>16.1} {:>13.2}× {:>6.2}/{:<5.2}",
+            p.conns,
+            direct,
+            f.node1_us,
+            f.node2_us,
+            forwarded / direct,
+            d.wrk_cpus,
+            f.wrk_cpus
+        );
+    }
 }
 
 /// Prints the hop's table and returns whether every target is met: a forwarded call's p50 at
@@ -667,6 +734,45 @@ fn print_hop(points: &[HopPoint]) -> bool {
 /// The hop's connection counts: wrk's connections and the echo floor's callers.
 const HOP_CONNECTIONS: [usize; 2] = [1, 50];
 
+/// `runs` of `wrk` at each of the hop's connection counts on the uids node 2 owns (`theirs`),
+/// through node 2 (direct) and node 1 (forwarded), at HTTP addresses `https`, with the CPU of the
+/// two nodes (`pids`); medians per count, the floor not yet measured.
+async fn measure_hop(
+    runs: usize,
+    dir: &Path,
+    https: [&str; 2],
+    theirs: &[u64],
+    pids: [u32; 2],
+) -> Result<Vec<HopPoint>, Failure> {
+    let mut points = Vec::new();
+    for c in HOP_CONNECTIONS {
+        let (mut d, mut f, mut dc, mut fc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (point, cpu) = wrk_cpu(dir, https[1], c, theirs, pids).await?;
+            d.push(point);
+            dc.push(cpu);
+            let (point, cpu) = wrk_cpu(dir, https[0], c, theirs, pids).await?;
+            f.push(point);
+            fc.push(cpu);
+        }
+        points.push(HopPoint {
+            conns: c,
+            direct: Point {
+                rps: med(&d, |x| x.rps),
+                p50_ms: med(&d, |x| x.p50_ms),
+            },
+            forwarded: Point {
+                rps: med(&f, |x| x.rps),
+                p50_ms: med(&f, |x| x.p50_ms),
+            },
+            floor_ms: f64::NAN,
+            direct_cpu: med_cpu(&dc),
+            forwarded_cpu: med_cpu(&fc),
+        });
+    }
+    Ok(points)
+}
+
 /// The forwarding hop: a second AllocSvr takes half the sections; `wrk` on uids it owns through
 /// the first (forwarded) and through it (direct), then the floor. Returns whether the targets are met.
 async fn hop(
@@ -675,9 +781,9 @@ async fn hop(
     dir: &Path,
     procs: &mut Supervisor,
     stores: &cluster::Stores,
-    http1: &str,
-    resp1: &str,
+    node1: &Fronts,
 ) -> Result<bool, Failure> {
+    let (http1, resp1, node1_pid) = (node1.http.as_str(), node1.resp.as_str(), node1.node.pid);
     // The hop: a second AllocSvr takes half the sections.
     let (http2, resp2) = (seqsvr_harness::free_addr(), seqsvr_harness::free_addr());
     let node2 =
@@ -693,26 +799,7 @@ async fn hop(
     }
     // The forwarded calls' first trip also teaches node 1's client the table: warm it.
     wrk(dir, http1, 1, Some(&theirs)).await?;
-    let mut points = Vec::new();
-    for c in HOP_CONNECTIONS {
-        let (mut d, mut f) = (Vec::new(), Vec::new());
-        for _ in 0..args.runs {
-            d.push(wrk(dir, &http2, c, Some(&theirs)).await?);
-            f.push(wrk(dir, http1, c, Some(&theirs)).await?);
-        }
-        points.push(HopPoint {
-            conns: c,
-            direct: Point {
-                rps: med(&d, |x| x.rps),
-                p50_ms: med(&d, |x| x.p50_ms),
-            },
-            forwarded: Point {
-                rps: med(&f, |x| x.rps),
-                p50_ms: med(&f, |x| x.p50_ms),
-            },
-            floor_ms: f64::NAN,
-        });
-    }
+    let mut points = measure_hop(args.runs, dir, [http1, &http2], &theirs, [node1_pid, node2.pid]).await?;
     let floors = echo_floor(args, procs, &HOP_CONNECTIONS).await?;
     for (p, floor) in points.iter_mut().zip(floors) {
         p.floor_ms = floor;
@@ -722,6 +809,7 @@ async fn hop(
         theirs.len()
     );
     let all_met = print_hop(&points);
+    print_hop_cpu(&points);
     let mut mixed = Vec::new();
     for _ in 0..args.runs {
         mixed.push(redis_benchmark(resp1, 50, 1).await?);
