@@ -75,8 +75,8 @@ impl Link {
     /// Writes the queued bytes as the socket takes them, until none are left. The bytes are
     /// taken out of the queue and written without holding its lock: calls on the other threads
     /// queue their frames meanwhile instead of waiting for the system call (with the lock held
-    /// across the write, a third of the forwarding node's `futex` calls at 50 connections were
-    /// callers waiting on it).
+    /// across the write, about half of the forwarding node's `futex` calls at 50 connections
+    /// were callers waiting on it or being woken from it).
     async fn finish_write(self: Arc<Self>) {
         // Only this task writes (the flag in `out`); what it took and has not written yet.
         let mut taken: Vec<u8> = Vec::new();
