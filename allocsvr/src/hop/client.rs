@@ -21,14 +21,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// before another is tried.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Most bytes queued for a peer that has not taken them (a few thousand calls' frames).
+/// Most bytes queued for a peer that has not taken them (a few thousand calls' frames), those
+/// the writing task holds included.
 const MAX_QUEUED: usize = 1 << 20;
+
+/// A connection's frames not yet written.
+#[derive(Default)]
+struct Queue {
+    /// Queued and not yet taken by the writing task.
+    bytes: Vec<u8>,
+    /// Taken by the writing task and not yet written.
+    taken: usize,
+    /// Whether a writing task runs.
+    writing: bool,
+}
 
 /// One open connection.
 struct Link {
     stream: TcpStream,
-    /// Bytes queued and not yet taken by the writing task, and whether that task runs.
-    out: Mutex<(Vec<u8>, bool)>,
+    out: Mutex<Queue>,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     next_id: AtomicU64,
     dead: AtomicBool,
@@ -53,16 +64,16 @@ impl Link {
     /// every frame queued by then.
     fn send(self: &Arc<Self>, frame: &[u8]) {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        if out.0.len() + frame.len() > MAX_QUEUED {
+        if out.bytes.len() + out.taken + frame.len() > MAX_QUEUED {
             // A peer that stopped reading: its calls go the long way, and the bytes stop growing.
             drop(out);
             return self.fail("the peer stopped reading");
         }
-        out.0.extend_from_slice(frame);
-        if out.1 {
+        out.bytes.extend_from_slice(frame);
+        if out.writing {
             return;
         }
-        out.1 = true;
+        out.writing = true;
         drop(out);
         let link = self.clone();
         tokio::spawn(async move {
@@ -78,17 +89,21 @@ impl Link {
     /// across the write, about half of the forwarding node's `futex` calls at 50 connections
     /// were callers waiting on it or being woken from it).
     async fn finish_write(self: Arc<Self>) {
-        // Only this task writes (the flag in `out`); what it took and has not written yet.
+        // Only this task writes (`Queue::writing`); what it took and has not written yet.
         let mut taken: Vec<u8> = Vec::new();
         loop {
-            if taken.is_empty() {
+            {
                 let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-                if out.0.is_empty() {
-                    out.1 = false;
-                    return;
+                if taken.is_empty() {
+                    if out.bytes.is_empty() {
+                        out.taken = 0;
+                        out.writing = false;
+                        return;
+                    }
+                    // The emptied buffer goes back with its capacity: no allocation per burst.
+                    std::mem::swap(&mut taken, &mut out.bytes);
                 }
-                // The emptied buffer goes back with its capacity: no allocation per burst.
-                std::mem::swap(&mut taken, &mut out.0);
+                out.taken = taken.len();
             }
             if let Err(e) = self.stream.writable().await {
                 return self.fail(&e.to_string());
@@ -245,7 +260,7 @@ async fn open(addr: &str) -> Result<Arc<Link>, String> {
     let _ = stream.set_nodelay(true);
     let link = Arc::new(Link {
         stream,
-        out: Mutex::new((Vec::new(), false)),
+        out: Mutex::default(),
         waiting: Mutex::default(),
         next_id: AtomicU64::new(0),
         dead: AtomicBool::new(false),
@@ -358,7 +373,11 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(link.dead.load(Ordering::Acquire), "the queue grew past its bound");
-        assert!(link.out.lock().unwrap().0.len() <= MAX_QUEUED);
+        let (queued, taken) = {
+            let out = link.out.lock().unwrap();
+            (out.bytes.len(), out.taken)
+        };
+        assert!(queued + taken <= MAX_QUEUED, "{queued} + {taken} bytes");
         // The writing task, stuck on a socket that takes nothing, ends too: the link is let go.
         let started = Instant::now();
         while Arc::strong_count(&link) > 1 {
