@@ -38,6 +38,58 @@ pub fn ended_children_cpu_seconds() -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// CPU time used from a start on by some processes and by this process's children that ended
+/// meanwhile (a load tool run to its end), with the wall time: where one load run's CPU went.
+pub struct CpuSince {
+    pids: Vec<u32>,
+    pids_at: Vec<f64>,
+    children_at: f64,
+    started: std::time::Instant,
+}
+
+/// What [`CpuSince::end`] measured, in seconds.
+pub struct CpuUsed {
+    /// Each process's CPU time, in the order of the pids given.
+    pub pids: Vec<f64>,
+    /// The ended children's CPU time.
+    pub children: f64,
+    pub wall: f64,
+}
+
+impl CpuSince {
+    /// Starts counting for `pids`; an error names a process that is gone.
+    pub fn start(pids: &[u32]) -> Result<Self, String> {
+        Ok(Self {
+            pids: pids.to_vec(),
+            pids_at: pids.iter().map(|&pid| cpu_of(pid)).collect::<Result<_, _>>()?,
+            children_at: children_cpu()?,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// The CPU used since [`Self::start`].
+    pub fn end(&self) -> Result<CpuUsed, String> {
+        let wall = self.started.elapsed().as_secs_f64();
+        let mut pids = Vec::with_capacity(self.pids.len());
+        for (&pid, at) in self.pids.iter().zip(&self.pids_at) {
+            pids.push(cpu_of(pid)? - at);
+        }
+        Ok(CpuUsed {
+            pids,
+            children: children_cpu()? - self.children_at,
+            wall,
+        })
+    }
+}
+
+fn cpu_of(pid: u32) -> Result<f64, String> {
+    cpu_seconds(pid).ok_or_else(|| format!("no CPU time of pid {pid}"))
+}
+
+fn children_cpu() -> Result<f64, String> {
+    ended_children_cpu_seconds().ok_or_else(|| "no CPU time of ended children".to_string())
+}
+
 /// Busy CPU time of the whole machine so far (every state but idle and iowait), in seconds.
 pub fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;

@@ -295,19 +295,12 @@ fn redis_version() -> String {
 /// `redis-benchmark --cluster -t incr` against `sys`, with the CPU its servers and the tool used.
 async fn redis_benchmark(sys: &System, c: usize, p: usize) -> Result<Point, Failure> {
     let n = if p == 1 { 200_000 } else { 800_000 };
-    let servers = || -> Result<f64, Failure> {
-        sys.pids
-            .iter()
-            .map(|&pid| procfs::cpu_seconds(pid).ok_or_else(|| harness(format!("no CPU time of pid {pid}"))))
-            .sum()
-    };
-    let children = || procfs::ended_children_cpu_seconds().ok_or_else(|| harness("no CPU time of ended children"));
-    let (servers_before, children_before, started) = (servers()?, children()?, std::time::Instant::now());
+    let cpu = procfs::CpuSince::start(&sys.pids).map_err(harness)?;
     let point = redis_benchmark_n(&sys.seed, c, p, n).await?;
-    let wall = started.elapsed().as_secs_f64();
+    let used = cpu.end().map_err(harness)?;
     Ok(Point {
-        server_us: (servers()? - servers_before) * 1e6 / n as f64,
-        bench_cpus: (children()? - children_before) / wall,
+        server_us: used.pids.iter().sum::<f64>() * 1e6 / n as f64,
+        bench_cpus: used.children / used.wall,
         ..point
     })
 }

@@ -638,20 +638,17 @@ struct Cpu {
 
 /// `wrk` (as [`wrk`]) with the CPU the two AllocSvrs (`pids`) and `wrk` itself used meanwhile.
 async fn wrk_cpu(dir: &Path, addr: &str, c: usize, uids: &[u64], pids: [u32; 2]) -> Result<(Point, Cpu), Failure> {
-    let node = |pid: u32| procfs::cpu_seconds(pid).ok_or_else(|| harness(format!("no CPU time of pid {pid}")));
-    let children = || procfs::ended_children_cpu_seconds().ok_or_else(|| harness("no CPU time of ended children"));
-    let before = (node(pids[0])?, node(pids[1])?, children()?);
-    let started = std::time::Instant::now();
+    let cpu = procfs::CpuSince::start(&pids).map_err(harness)?;
     let point = wrk(dir, addr, c, Some(uids)).await?;
-    let wall = started.elapsed().as_secs_f64();
+    let used = cpu.end().map_err(harness)?;
     // wrk's rate is over its own duration (WRK_SECONDS); the calls are that many.
     let calls = point.rps * WRK_SECONDS as f64;
     Ok((
         point,
         Cpu {
-            node1_us: (node(pids[0])? - before.0) * 1e6 / calls,
-            node2_us: (node(pids[1])? - before.1) * 1e6 / calls,
-            wrk_cpus: (children()? - before.2) / wall,
+            node1_us: used.pids[0] * 1e6 / calls,
+            node2_us: used.pids[1] * 1e6 / calls,
+            wrk_cpus: used.children / used.wall,
         },
     ))
 }
